@@ -1,0 +1,166 @@
+"""The node-model interface: what one rank's local kernel must provide.
+
+Every distributed algorithm calls these methods on local blocks and never branches on which model
+it holds (ARCHITECTURE.md, "NodeModel"). All operations *accumulate* into ``out``: the
+distributed loops add one block's contribution per propagation step. Values are passed apart
+from the block's structure because SDDMM output is fed straight into SpMM and applications
+replace values between calls.
+
+Shapes, for a block ``S`` of shape (m_loc, n_loc) and a dense width r:
+    sddmm(S, vals, A, B, out):     A (m_loc, r), B (n_loc, r), out (nnz,)
+        out[k] += vals[k] * dot(A[row_k], B[col_k])
+    spmm_a(S, vals, B, out):       B (n_loc, r), out (m_loc, r)     out += S(vals) @ B
+    spmm_b(S, vals, A, out):       A (m_loc, r), out (n_loc, r)     out += S(vals)^T @ A
+    fusedmm_a(S, vals, A, B, out): out (m_loc, r)
+        out += (S(vals) * (A B^T)) @ B, the SDDMM never materialised
+    fusedmm_b(S, vals, A, B, out): out (n_loc, r)
+        out += (S(vals) * (A B^T))^T @ A
+Dense arrays are C-contiguous and of the block's dtype (float32 or float64). None of the methods
+communicate: they are called by one rank on its own data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from distmm.sparse import CSRBlock
+
+OPERATIONS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b", "spgemm")
+
+
+@dataclass
+class OpStats:
+    """Accumulated counters of one local operation on one rank."""
+
+    calls: int = 0
+    seconds: float = 0.0
+    flops: float = 0.0
+    bytes: float = 0.0
+    fallback_calls: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = {
+            "calls": self.calls,
+            "seconds": self.seconds,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "fallback_calls": self.fallback_calls,
+        }
+        d.update(self.extra)
+        return d
+
+
+@dataclass
+class KernelStats:
+    """Per-operation statistics of one node model on one rank; merged into the run report."""
+
+    ops: dict[str, OpStats] = field(default_factory=lambda: defaultdict(OpStats))
+
+    def record(self, op: str, seconds: float, flops: float, nbytes: float,
+               fallback: bool = False, **extra: float) -> None:
+        s = self.ops[op]
+        s.calls += 1
+        s.seconds += seconds
+        s.flops += flops
+        s.bytes += nbytes
+        s.fallback_calls += int(fallback)
+        for k, v in extra.items():
+            s.extra[k] = s.extra.get(k, 0.0) + v
+
+    def reset(self) -> None:
+        self.ops.clear()
+
+    def as_dict(self) -> dict:
+        return {op: s.as_dict() for op, s in sorted(self.ops.items())}
+
+
+def spmm_flops(nnz: int, r: int) -> float:
+    """Flops of one SpMM (or one SDDMM): a multiply and an add per nonzero per column."""
+    return 2.0 * nnz * r
+
+
+def kernel_bytes(S: CSRBlock, r: int, rows_read: int, rows_written: int) -> float:
+    """Compulsory memory traffic of one local kernel call, by the kernel's own accounting.
+
+    The sparse structure and values are read once; ``rows_read`` dense rows of width r are read
+    and ``rows_written`` dense rows are read and written (accumulate semantics).
+    """
+    item = S.data.dtype.itemsize
+    sparse = S.indptr.nbytes + S.indices.nbytes + S.nnz * item
+    return float(sparse + item * r * (rows_read + 2 * rows_written))
+
+
+class NodeModel:
+    """A rank's local kernel. Subclasses implement the ``_op`` methods they support natively.
+
+    ``native`` names the operations the model implements itself; everything else is delegated
+    to the fallback model (the reference model) and counted as a fallback in :attr:`stats`, so
+    nobody is misled about what ran. Callers use only the public methods below.
+    """
+
+    name: str = "abstract"
+    native: frozenset[str] = frozenset()
+
+    def __init__(self, fallback: NodeModel | None = None) -> None:
+        self.stats = KernelStats()
+        self._fallback = fallback
+
+    # public entry points: timing, accounting and fallback live here, once
+    def sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
+              out: np.ndarray) -> None:
+        """out[k] += vals[k] * <A[row_k], B[col_k]> for every stored nonzero k of S."""
+        self._run("sddmm", S, A.shape[1], S.shape[0] + S.shape[1], 0,
+                  (S, vals, A, B, out))
+
+    def spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
+        """out += S(vals) @ B; out has S.shape[0] rows."""
+        self._run("spmm_a", S, B.shape[1], S.shape[1], S.shape[0], (S, vals, B, out))
+
+    def spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray) -> None:
+        """out += S(vals)^T @ A; out has S.shape[1] rows."""
+        self._run("spmm_b", S, A.shape[1], S.shape[0], S.shape[1], (S, vals, A, out))
+
+    def fusedmm_a(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
+                  out: np.ndarray) -> None:
+        """out += (S(vals) * (A B^T)) @ B without materialising the SDDMM result."""
+        self._run("fusedmm_a", S, A.shape[1], S.shape[0] + S.shape[1], S.shape[0],
+                  (S, vals, A, B, out), flop_factor=2.0)
+
+    def fusedmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
+                  out: np.ndarray) -> None:
+        """out += (S(vals) * (A B^T))^T @ A without materialising the SDDMM result."""
+        self._run("fusedmm_b", S, A.shape[1], S.shape[0] + S.shape[1], S.shape[1],
+                  (S, vals, A, B, out), flop_factor=2.0)
+
+    def _run(self, op: str, S: CSRBlock, r: int, rows_read: int, rows_written: int,
+             args: tuple, flop_factor: float = 1.0) -> None:
+        fallback = op not in self.native
+        impl = self._fallback if fallback else self
+        if fallback and impl is None:
+            raise NotImplementedError(f"node model {self.name!r} has no {op} and no fallback")
+        t0 = time.perf_counter()
+        getattr(impl, "_" + op)(*args)
+        dt = time.perf_counter() - t0
+        self.stats.record(op, dt, flop_factor * spmm_flops(S.nnz, r),
+                          kernel_bytes(S, r, rows_read, rows_written), fallback=fallback)
+
+    # implementations, overridden by subclasses for what they support natively
+    def _sddmm(self, S, vals, A, B, out) -> None:
+        raise NotImplementedError
+
+    def _spmm_a(self, S, vals, B, out) -> None:
+        raise NotImplementedError
+
+    def _spmm_b(self, S, vals, A, out) -> None:
+        raise NotImplementedError
+
+    def _fusedmm_a(self, S, vals, A, B, out) -> None:
+        raise NotImplementedError
+
+    def _fusedmm_b(self, S, vals, A, B, out) -> None:
+        raise NotImplementedError
