@@ -84,15 +84,17 @@ def spmm_flops(nnz: int, r: int) -> float:
     return 2.0 * nnz * r
 
 
-def kernel_bytes(S: CSRBlock, r: int, rows_read: int, rows_written: int) -> float:
+def kernel_bytes(S: CSRBlock, r: int, rows_read: int, rows_written: int,
+                 values_written: int = 0) -> float:
     """Compulsory memory traffic of one local kernel call, by the kernel's own accounting.
 
     The sparse structure and values are read once; ``rows_read`` dense rows of width r are read
-    and ``rows_written`` dense rows are read and written (accumulate semantics).
+    and ``rows_written`` dense rows are read and written (accumulate semantics);
+    ``values_written`` scalars (SDDMM's nnz outputs) are read and written.
     """
     item = S.data.dtype.itemsize
     sparse = S.indptr.nbytes + S.indices.nbytes + S.nnz * item
-    return float(sparse + item * r * (rows_read + 2 * rows_written))
+    return float(sparse + item * r * (rows_read + 2 * rows_written) + 2 * item * values_written)
 
 
 class NodeModel:
@@ -115,7 +117,7 @@ class NodeModel:
               out: np.ndarray) -> None:
         """out[k] += vals[k] * <A[row_k], B[col_k]> for every stored nonzero k of S."""
         self._run("sddmm", S, A.shape[1], S.shape[0] + S.shape[1], 0,
-                  (S, vals, A, B, out))
+                  (S, vals, A, B, out), values_written=S.nnz)
 
     def spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
         """out += S(vals) @ B; out has S.shape[0] rows."""
@@ -138,7 +140,7 @@ class NodeModel:
                   (S, vals, A, B, out), flop_factor=2.0)
 
     def _run(self, op: str, S: CSRBlock, r: int, rows_read: int, rows_written: int,
-             args: tuple, flop_factor: float = 1.0) -> None:
+             args: tuple, flop_factor: float = 1.0, values_written: int = 0) -> None:
         fallback = op not in self.native
         impl = self._fallback if fallback else self
         if fallback and impl is None:
@@ -147,7 +149,8 @@ class NodeModel:
         getattr(impl, "_" + op)(*args)
         dt = time.perf_counter() - t0
         self.stats.record(op, dt, flop_factor * spmm_flops(S.nnz, r),
-                          kernel_bytes(S, r, rows_read, rows_written), fallback=fallback)
+                          kernel_bytes(S, r, rows_read, rows_written, values_written),
+                          fallback=fallback)
 
     # implementations, overridden by subclasses for what they support natively
     def _sddmm(self, S, vals, A, B, out) -> None:

@@ -1,0 +1,245 @@
+"""The ``distmm`` command: ``run`` (files in, files out) and ``bench`` (generated matrices).
+
+Launch under the MPI that distmm was installed with, e.g. ``mpiexec -n 4 distmm run ...``.
+Every rank parses the same arguments and makes the same checks, so a bad argument exits every
+rank with status 2 and one message (printed by rank 0). An unexpected error on any rank prints
+that rank's traceback and aborts the whole job, so nothing waits forever for a rank that left.
+Results are JSON Lines on stdout (rank 0): one object per measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+from distmm import api
+from distmm.errors import InputError, agree, require
+from distmm.kernels import NODE_MODELS
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints usage errors once (rank 0) and exits every rank with status 2."""
+
+    def _print_message(self, message, file=None):
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            super()._print_message(message, file)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algorithm", default="15d-dense-shift",
+                   help=f"algorithm family: {', '.join(api.ALGORITHMS)} (default %(default)s)")
+    p.add_argument("-c", "--replication", type=int, default=1, dest="c",
+                   help="replication factor c; must divide the number of ranks (default 1)")
+    p.add_argument("--strategy", default="fusion",
+                   help="FusedMM strategy: none, reuse or fusion (default %(default)s)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--node-model", default="reference", choices=list(NODE_MODELS))
+    p.add_argument("--order", default="fiber", choices=["fiber", "layer"],
+                   help="rank order: fiber- or layer-contiguous world ranks (default fiber)")
+    p.add_argument("--no-permute", action="store_true",
+                   help="keep S's row/column order (default: random symmetric permutation)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the permutation/generator")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``distmm`` command."""
+    parser = _Parser(prog="distmm", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one operation on a Matrix Market matrix and .npy "
+                                     "dense inputs; write the result to HDF5")
+    run.add_argument("op", help=f"one of {', '.join(api.OPS)}")
+    run.add_argument("--sparse", required=True, help="S as .mtx or .mtx.gz (m x n)")
+    run.add_argument("--a", help="A as .npy (m x r)")
+    run.add_argument("--b", help="B as .npy (n x r)")
+    run.add_argument("--out", required=True, help="output HDF5 file (written atomically)")
+    run.add_argument("--repeat", type=int, default=1,
+                     help="run the operation this many times; report each (default 1)")
+    _common(run)
+    bench = sub.add_parser("bench", help="time operations on a generated Erdos-Renyi matrix")
+    bench.add_argument("--n", type=int, default=1 << 14, help="rows and columns of S")
+    bench.add_argument("--nnz-per-row", type=int, default=32)
+    bench.add_argument("--r", type=int, default=128, help="dense width r")
+    bench.add_argument("--repeat", type=int, default=3, help="timed repetitions per op")
+    bench.add_argument("--ops", default="fusedmm-a", help="comma-separated operations")
+    bench.add_argument("--strategies", default="none,reuse,fusion",
+                       help="comma-separated FusedMM strategies to time")
+    _common(bench)
+    return parser
+
+
+def _emit(obj: dict) -> None:
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print(json.dumps(obj, sort_keys=True, default=_json_default), flush=True)
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o).__name__)
+
+
+def _check_common(args) -> None:
+    require(args.algorithm in api.ALGORITHMS,
+            f"unknown algorithm {args.algorithm!r}; choose one of {', '.join(api.ALGORITHMS)}")
+    cls = api.ALGORITHMS[args.algorithm]
+    require(args.strategy in cls.strategies,
+            f"unknown strategy {args.strategy!r} for {args.algorithm}; choose one of "
+            f"{', '.join(cls.strategies)}")
+    p = MPI.COMM_WORLD.Get_size()
+    require(args.c >= 1 and p % args.c == 0,
+            f"replication factor -c {args.c} must be a positive divisor of the {p} ranks")
+
+
+def _timed(obj, fn):
+    """Run ``fn`` between barriers; returns (result, seconds on the slowest rank)."""
+    obj.comm.Barrier()
+    t0 = time.perf_counter()
+    out = fn()
+    dt = time.perf_counter() - t0
+    return out, obj.comm.allreduce(dt, op=MPI.MAX)
+
+
+def _summary(report: dict) -> dict:
+    """Per-phase max-over-ranks seconds, words and messages from a gathered report."""
+    out = {}
+    for ph, counters in report["phases"].items():
+        if ph.startswith("kernel:"):
+            continue
+        out[ph] = {k: counters[k]["max"] for k in ("seconds", "words_sent", "messages_sent")
+                   if k in counters}
+    return out
+
+
+def cmd_run(args) -> int:
+    comm = MPI.COMM_WORLD
+    require(args.op in api.OPS, f"unknown operation {args.op!r}; choose one of "
+                                f"{', '.join(api.OPS)}")
+    _check_common(args)
+    require(args.repeat >= 1, "--repeat must be at least 1")
+    need_a, need_b = api.op_inputs(args.op)
+    require(not need_a or args.a, f"{args.op} needs --a A.npy")
+    require(not need_b or args.b, f"{args.op} needs --b B.npy")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    agree(comm, None if comm.rank != 0 or os.path.isdir(out_dir)
+          else f"output directory {out_dir} does not exist")
+    agree(comm, None if comm.rank != 0 or os.access(out_dir, os.W_OK)
+          else f"output directory {out_dir} is not writable")
+    from distmm.io import load_dense_npy
+
+    # Every rank opens the same files, so every rank raises the same error without talking.
+    A = load_dense_npy(args.a) if need_a else None
+    B = load_dense_npy(args.b) if need_b else None
+    if A is not None and B is not None:
+        require(A.shape[1] == B.shape[1],
+                f"A has {A.shape[1]} columns but B has {B.shape[1]}; both must have r columns")
+    obj = api.distribute(args.sparse, comm, algorithm=args.algorithm, c=args.c,
+                         node_model=args.node_model, dtype=np.dtype(args.dtype),
+                         permute=not args.no_permute, seed=args.seed, order=args.order)
+    m, n = obj.shape
+    require(A is None or A.shape[0] == m,
+            f"A has {A.shape[0] if A is not None else 0} rows but S has {m} rows")
+    require(B is None or B.shape[0] == n,
+            f"B has {B.shape[0] if B is not None else 0} rows but S has {n} columns")
+    A_loc = obj.scatter("a", A, root=None) if A is not None else None
+    B_loc = obj.scatter("b", B, root=None) if B is not None else None
+    r = (A if A is not None else B).shape[1]
+    nnz = int(comm.allreduce(obj.values.size))
+    for rep in range(args.repeat):
+        obj.reset_stats()
+        result, seconds = _timed(obj, lambda: api.run_op(obj, args.op, A_loc, B_loc,
+                                                         args.strategy))
+        report = obj.report()
+        _emit({"event": "run", "op": args.op, "strategy": args.strategy, "repeat": rep,
+               "seconds": seconds, "nnz": nnz, "r": r,
+               "gflops": api.op_flops(args.op, nnz, r) / seconds / 1e9 if seconds else None,
+               **obj.describe(), "phases": _summary(report) if report else None})
+    side = api.op_output_side(args.op)
+    if side is None:
+        gathered = obj.gather_values(result)
+        datasets = dict(zip(("row", "col", "val"), gathered, strict=True)) if gathered else {}
+    else:
+        full = obj.gather(side, result)
+        datasets = {"result": full} if full is not None else {}
+    if comm.rank == 0:
+        from distmm.io import write_h5_atomic
+
+        write_h5_atomic(args.out, datasets, {
+            "op": args.op, "strategy": args.strategy, "config": obj.describe(),
+            "seconds": seconds, "report": report, "sparse": os.path.abspath(args.sparse)})
+    comm.Barrier()
+    return 0
+
+
+def cmd_bench(args) -> int:
+    comm = MPI.COMM_WORLD
+    _check_common(args)
+    ops = args.ops.split(",")
+    strategies = args.strategies.split(",")
+    for op in ops:
+        require(op in api.OPS, f"unknown operation {op!r}; choose from {', '.join(api.OPS)}")
+    cls = api.ALGORITHMS[args.algorithm]
+    for s in strategies:
+        require(s in cls.strategies, f"unknown strategy {s!r}")
+    require(args.n >= 1 and args.r >= 1 and args.nnz_per_row >= 0 and args.repeat >= 1,
+            "--n, --r and --repeat must be positive and --nnz-per-row non-negative")
+    from distmm.generate import erdos_renyi
+
+    share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
+    obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c,
+                         node_model=args.node_model, dtype=np.dtype(args.dtype),
+                         permute=not args.no_permute, seed=args.seed, order=args.order)
+    rng = np.random.default_rng([args.seed, comm.rank])
+    A_loc = rng.standard_normal((obj.dense_rows("a", comm.rank).size, args.r)).astype(obj.dtype)
+    B_loc = rng.standard_normal((obj.dense_rows("b", comm.rank).size, args.r)).astype(obj.dtype)
+    nnz = int(comm.allreduce(obj.values.size))
+    for op in ops:
+        for strategy in (strategies if op.startswith("fusedmm") else ["-"]):
+            def call(op=op, strategy=strategy):
+                return api.run_op(obj, op, A_loc, B_loc, strategy)
+            call()  # warm-up: JIT compilation, building S^T where the strategy needs it
+            times = []
+            for _ in range(args.repeat):
+                obj.reset_stats()
+                _, seconds = _timed(obj, call)
+                times.append(seconds)
+            report = obj.report()
+            best = min(times)
+            _emit({"event": "bench", "op": op, "strategy": strategy, "n": args.n,
+                   "nnz": nnz, "r": args.r, "times": times, "seconds": best,
+                   "gflops": api.op_flops(op, nnz, args.r) / best / 1e9,
+                   **obj.describe(), "phases": _summary(report) if report else None})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``distmm`` console script."""
+    comm = MPI.COMM_WORLD
+    try:
+        args = build_parser().parse_args(argv)
+        return {"run": cmd_run, "bench": cmd_bench}[args.command](args)
+    except InputError as exc:
+        if comm.rank == 0:
+            print(f"distmm: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except SystemExit:
+        raise
+    except BaseException:
+        sys.stderr.write(f"distmm: rank {comm.rank} of {comm.size} failed:\n"
+                         + traceback.format_exc())
+        sys.stderr.flush()
+        if comm.size > 1:
+            comm.Abort(1)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The counting communicator: every word the algorithms send passes through here.
+
+Words are matrix elements (one float, or one index), messages are point-to-point messages. For
+collectives the counts follow the bandwidth-optimal algorithms the paper's cost model assumes
+(section V, citing Chan et al.): a ring all-gather or reduce-scatter among c ranks moves c - 1
+messages per rank, and each rank sends its own block to the c - 1 others (all-gather) or its
+contribution to the c - 1 other blocks (reduce-scatter). A cyclic shift is one message each way.
+A communicator of one rank moves nothing and counts nothing.
+
+Each phase is also timed: ``replication`` (all-gather of an input along the fiber),
+``propagation`` (cyclic shifts inside a layer), ``reduction`` (reduce-scatter of an output along
+the fiber), ``compute`` (local kernels), ``distribute`` (placing S once), ``other``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+PHASES = ("distribute", "replication", "propagation", "reduction", "compute", "other")
+COUNTERS = ("words_sent", "words_received", "messages_sent", "messages_received")
+
+
+@dataclass
+class CommStats:
+    """Per-phase counters and wall-clock seconds of one rank. Not collective."""
+
+    counts: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: dict.fromkeys(COUNTERS, 0))
+    )
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def add(self, phase: str, sent: int, received: int, msgs_sent: int, msgs_received: int) -> None:
+        c = self.counts[phase]
+        c["words_sent"] += int(sent)
+        c["words_received"] += int(received)
+        c["messages_sent"] += int(msgs_sent)
+        c["messages_received"] += int(msgs_received)
+
+    @contextmanager
+    def timer(self, phase: str) -> Iterator[None]:
+        """Add the wall-clock time of the ``with`` body to ``phase``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - t0
+
+    def words(self, phase: str | None = None, kind: str = "words_sent") -> int:
+        """Words (or messages, with ``kind``) of one phase, or of all communication phases."""
+        if phase is not None:
+            return self.counts[phase][kind] if phase in self.counts else 0
+        return sum(c[kind] for ph, c in self.counts.items() if ph != "distribute")
+
+    def reset(self) -> None:
+        self.counts.clear()
+        self.seconds.clear()
+
+    def as_dict(self) -> dict:
+        phases = sorted(set(self.counts) | set(self.seconds), key=_phase_key)
+        return {
+            ph: {**(dict(self.counts[ph]) if ph in self.counts else dict.fromkeys(COUNTERS, 0)),
+                 "seconds": self.seconds.get(ph, 0.0)}
+            for ph in phases
+        }
+
+
+def _phase_key(ph: str) -> tuple[int, str]:
+    return (PHASES.index(ph) if ph in PHASES else len(PHASES), ph)
+
+
+def gather_report(comm: MPI.Comm, per_rank: dict, root: int = 0) -> dict | None:
+    """Gather every rank's ``{phase: {counter: value}}`` dict and summarise on ``root``.
+
+    Collective. Returns, on root only, ``{phase: {counter: {"max", "mean", "sum"}}}`` plus
+    ``"ranks"``: the per-rank dicts; ``None`` elsewhere. Runs once per report, off the hot path,
+    so it uses a pickle-based gather.
+    """
+    everything = comm.gather(per_rank, root=root)
+    if comm.Get_rank() != root:
+        return None
+    phases = sorted({ph for d in everything for ph in d}, key=_phase_key)
+    summary: dict = {}
+    for ph in phases:
+        keys = sorted({k for d in everything for k in d.get(ph, {})})
+        summary[ph] = {}
+        for k in keys:
+            vals = [float(d.get(ph, {}).get(k, 0.0)) for d in everything]
+            summary[ph][k] = {"max": max(vals), "mean": sum(vals) / len(vals), "sum": sum(vals)}
+    return {"phases": summary, "ranks": everything}
+
+
+_MPI_TYPES = {
+    np.dtype(np.float32): MPI.FLOAT,
+    np.dtype(np.float64): MPI.DOUBLE,
+    np.dtype(np.int32): MPI.INT32_T,
+    np.dtype(np.int64): MPI.INT64_T,
+}
+
+
+def mpi_type(dtype: np.dtype) -> MPI.Datatype:
+    """The predefined MPI datatype of a numpy dtype (predefined, so reductions work)."""
+    return _MPI_TYPES[np.dtype(dtype)]
+
+
+def _displs(counts: Sequence[int]) -> np.ndarray:
+    d = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(np.asarray(counts[:-1], dtype=np.int64), out=d[1:])
+    return d
+
+
+class CountingComm:
+    """A communicator wrapper that counts and times what passes through it.
+
+    Wraps any mpi4py intracommunicator; all methods are collective over it, except
+    :meth:`shift`, which pairs with the matching call on the two neighbours. Buffers are numpy
+    arrays; counts are in elements (words), not bytes. Only upper-case (buffer) MPI calls.
+    """
+
+    def __init__(self, comm: MPI.Comm, stats: CommStats) -> None:
+        self.comm = comm
+        self.stats = stats
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+
+    def shift(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
+              phase: str = "propagation") -> None:
+        """Send ``sendbuf`` to ``dest`` and receive ``recvbuf`` from ``source`` (one step of a
+        cyclic shift). Both buffers are contiguous; their sizes may differ (uneven blocks)."""
+        with self.stats.timer(phase):
+            if dest == self.rank and source == self.rank:
+                recvbuf[...] = sendbuf.reshape(recvbuf.shape)
+                return
+            self.comm.Sendrecv(sendbuf, dest=dest, sendtag=17, recvbuf=recvbuf, source=source,
+                               recvtag=17)
+        self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
+
+    def start_shift(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
+                    phase: str = "propagation") -> list[MPI.Request]:
+        """Non-blocking :meth:`shift`: returns requests for :meth:`finish`. Counted at start."""
+        if dest == self.rank and source == self.rank:
+            recvbuf[...] = sendbuf.reshape(recvbuf.shape)
+            return []
+        with self.stats.timer(phase):
+            reqs = [self.comm.Irecv(recvbuf, source=source, tag=18),
+                    self.comm.Isend(sendbuf, dest=dest, tag=18)]
+        self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
+        return reqs
+
+    def finish(self, requests: list[MPI.Request], phase: str = "propagation") -> None:
+        """Wait for requests from :meth:`start_shift`, timing the wait under ``phase``."""
+        if requests:
+            with self.stats.timer(phase):
+                MPI.Request.Waitall(requests)
+
+    def allgatherv(self, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
+                   phase: str = "replication") -> None:
+        """All-gather blocks of ``counts[k]`` elements into ``recvbuf`` in rank order."""
+        counts = [int(x) for x in counts]
+        own, total, c = counts[self.rank], sum(counts), self.size
+        with self.stats.timer(phase):
+            if c == 1:
+                recvbuf.reshape(-1)[:own] = sendbuf.reshape(-1)[:own]
+                return
+            t = mpi_type(recvbuf.dtype)
+            self.comm.Allgatherv([sendbuf, own, t], [recvbuf, (counts, _displs(counts)), t])
+        self.stats.add(phase, own * (c - 1), total - own, c - 1, c - 1)
+
+    def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
+                       phase: str = "reduction") -> None:
+        """Sum ``sendbuf`` over ranks and leave block k (``counts[k]`` elements) on rank k."""
+        counts = [int(x) for x in counts]
+        own, total, c = counts[self.rank], sum(counts), self.size
+        with self.stats.timer(phase):
+            if c == 1:
+                recvbuf.reshape(-1)[:own] = sendbuf.reshape(-1)[:own]
+                return
+            t = mpi_type(recvbuf.dtype)
+            self.comm.Reduce_scatter([sendbuf, total, t], [recvbuf, own, t], counts, op=MPI.SUM)
+        self.stats.add(phase, total - own, own * (c - 1), c - 1, c - 1)
+
+    def alltoallv(self, sendbuf: np.ndarray, sendcounts: Sequence[int], recvbuf: np.ndarray,
+                  recvcounts: Sequence[int], phase: str = "distribute") -> None:
+        """Personalised all-to-all: block k of ``sendbuf`` goes to rank k."""
+        sendcounts = [int(x) for x in sendcounts]
+        recvcounts = [int(x) for x in recvcounts]
+        me = self.rank
+        with self.stats.timer(phase):
+            t = mpi_type(sendbuf.dtype)
+            self.comm.Alltoallv([sendbuf, (sendcounts, _displs(sendcounts)), t],
+                                [recvbuf, (recvcounts, _displs(recvcounts)), t])
+        sent = sum(sendcounts) - sendcounts[me]
+        received = sum(recvcounts) - recvcounts[me]
+        self.stats.add(phase, sent, received,
+                       sum(1 for k, x in enumerate(sendcounts) if x and k != me),
+                       sum(1 for k, x in enumerate(recvcounts) if x and k != me))
+
+    def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, phase: str = "other") -> None:
+        """Sum-allreduce (counted as a reduce-scatter plus an all-gather of the buffer)."""
+        n, c = sendbuf.size, self.size
+        with self.stats.timer(phase):
+            if c == 1:
+                recvbuf[...] = sendbuf
+                return
+            self.comm.Allreduce(sendbuf, recvbuf, op=MPI.SUM)
+        words = 2 * n * (c - 1) // c
+        self.stats.add(phase, words, words, 2 * (c - 1), 2 * (c - 1))

@@ -1,0 +1,599 @@
+"""File input and output: parallel Matrix Market reading, atomic HDF5 writing, dense .npy loading.
+
+:func:`read_matrix_market` is collective and returns each rank's :class:`~distmm.coo.CooShare`;
+every problem it finds in the file is raised as the same :class:`~distmm.errors.InputError` on
+every rank, naming the file and (where there is one) the line. :func:`write_h5_atomic` and
+:func:`load_dense_npy` are plain single-process helpers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import tempfile
+import warnings
+import zlib
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import h5py
+import numpy as np
+from mpi4py import MPI
+
+from .coo import CooShare
+from .errors import InputError, agree, require
+
+__all__ = ["read_matrix_market", "write_h5_atomic", "load_dense_npy"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_MAX_HEADER_LINE = 1 << 20  # a header line longer than this is not Matrix Market
+_SCAN_BLOCK = 1 << 16  # read size when looking for the end of a line
+_GZ_BLOCK = 1 << 22  # decompressed block size when streaming a gzip file
+
+# The bytes that separate fields: space, \t, \n, \v, \f, \r (what numpy's text parser skips).
+_IS_SPACE = np.zeros(256, dtype=bool)
+_IS_SPACE[[9, 10, 11, 12, 13, 32]] = True
+_NEWLINE = 10
+_PERCENT = ord("%")
+
+_FIELDS = {"real": "real", "double": "real", "integer": "integer", "pattern": "pattern"}
+_SYMMETRIES = ("general", "symmetric", "skew-symmetric")
+
+
+@dataclass(frozen=True)
+class _Header:
+    """What the banner and size line of a Matrix Market coordinate file say."""
+
+    field: str  # "real", "integer" or "pattern"
+    symmetry: str  # "general", "symmetric" or "skew-symmetric"
+    nrows: int
+    ncols: int
+    nnz: int  # entries stored in the file (before symmetric mirroring)
+    lines: int  # lines up to and including the size line
+    data_offset: int  # offset of the data section in the (decompressed) byte stream
+    gzipped: bool
+
+    @property
+    def nfields(self) -> int:
+        return 2 if self.field == "pattern" else 3
+
+
+# --------------------------------------------------------------------------------------------
+# Matrix Market reading
+# --------------------------------------------------------------------------------------------
+
+
+def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare:
+    """Read a Matrix Market coordinate file into one COO share per rank.
+
+    Collective over ``comm``; every rank passes the same ``path`` (a shared file system is
+    assumed). Supported: format ``coordinate``; field ``real`` (or ``double``), ``integer`` or
+    ``pattern`` (every value 1.0); symmetry ``general``, ``symmetric`` (each off-diagonal entry
+    is mirrored) or ``skew-symmetric`` (mirrored with its value negated). Refused: ``array``
+    (dense) files, ``complex`` and ``hermitian`` matrices, ``pattern skew-symmetric``.
+    Indices are converted from 1-based to 0-based; duplicates are kept (summed later).
+
+    How the file is split. Every rank reads the header (banner, comments, size line). For an
+    uncompressed file, rank k of p then reads only the bytes [k*L/p, (k+1)*L/p) of the
+    L-byte data section, moved to line boundaries: a line belongs to the rank whose range holds
+    its first byte. A gzip file (recognised by its magic bytes, whatever its name) cannot be
+    seeked, so every rank decompresses the stream from the start and keeps only data lines
+    [k*nnz/p, (k+1)*nnz/p) (the last rank keeps everything from its first line to the end);
+    a rank stops decompressing once it is past its lines. Blank lines and lines starting with
+    ``%`` are allowed anywhere and skipped; fields may be separated by any mix of spaces and
+    tabs, lines may end in ``\\r\\n``.
+
+    Validation. Any of the following raises the same InputError on every rank, naming the file
+    and, where there is one, the line: a missing or unreadable file (or corrupt gzip data); a
+    first line that is not a Matrix Market banner; an unsupported object, format, field or
+    symmetry; a size line that is not three non-negative integers (or a non-square size for a
+    symmetric file); a data line with the wrong number of fields or a field that is not a
+    number; a row or column index that is not an integer in 1..rows or 1..cols; a value of an
+    ``integer`` file that is not an integer; a NaN or infinite value (refused rather than
+    passed on, since it would silently poison every product it touches); and a total number
+    of entries (summed over ranks) different from the size line's.
+    """
+    path = os.fspath(path)
+    rank, p = comm.Get_rank(), comm.Get_size()
+
+    header: _Header | None = None
+    msg: str | None = None
+    chunk = b""
+    with contextlib.ExitStack() as stack:
+        try:
+            fh, gzipped = stack.enter_context(_open_stream(path))
+            header, msg = _parse_header(fh, path, gzipped)
+        except (OSError, EOFError, zlib.error) as exc:
+            msg = _read_failure(path, exc)
+        agree(comm, msg)
+        assert header is not None
+        first_line = header.lines + 1
+        try:
+            if header.gzipped:
+                # The stream is where the header ended: stream on to this rank's lines.
+                lo = rank * header.nnz // p
+                hi = None if rank == p - 1 else (rank + 1) * header.nnz // p
+                chunk = _read_gzip_lines(fh, lo, hi)
+                first_line = header.lines + lo + 1
+            else:
+                size = os.fstat(fh.fileno()).st_size
+                start, end = _byte_share(fh, header.data_offset, size, rank, p)
+                fh.seek(start)
+                chunk = fh.read(end - start)
+        except (OSError, EOFError, zlib.error) as exc:
+            msg = _read_failure(path, exc)
+            chunk = b""
+    if not header.gzipped:
+        # Line numbers for error messages: count the lines of the ranks before this one.
+        before = comm.exscan(_count_lines(chunk))
+        first_line = header.lines + (before or 0) + 1
+
+    rows = cols = np.zeros(0, dtype=np.int64)
+    vals = np.zeros(0, dtype=np.float64)
+    if msg is None:
+        parsed = _parse_chunk(chunk, first_line, header, path)
+        if isinstance(parsed, str):
+            msg = parsed
+        else:
+            rows, cols, vals = parsed
+    del chunk
+    agree(comm, msg)
+
+    total = comm.allreduce(int(rows.size), op=MPI.SUM)
+    require(
+        total == header.nnz,
+        f"{path}: the size line declares {header.nnz} entries but the file holds {total}",
+    )
+
+    if header.symmetry != "general":
+        off = rows != cols
+        sign = 1.0 if header.symmetry == "symmetric" else -1.0
+        rows, cols, vals = (
+            np.concatenate((rows, cols[off])),
+            np.concatenate((cols, rows[off])),
+            np.concatenate((vals, sign * vals[off])),
+        )
+    return CooShare(shape=(header.nrows, header.ncols), rows=rows, cols=cols, vals=vals)
+
+
+@contextlib.contextmanager
+def _open_stream(path: str):
+    """Open ``path`` for binary reading, through gzip when it starts with the gzip magic."""
+    with open(path, "rb") as raw:
+        gzipped = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        if not gzipped:
+            yield raw, False
+            return
+        with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+            yield gz, True
+
+
+def _read_failure(path: str, exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"{path}: no such file"
+    if isinstance(exc, IsADirectoryError):
+        return f"{path}: is a directory, not a Matrix Market file"
+    if isinstance(exc, PermissionError):
+        return f"{path}: permission denied"
+    if isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
+        return f"{path}: corrupt or truncated gzip data ({exc})"
+    return f"{path}: cannot read the file ({exc})"
+
+
+def _parse_header(fh: BinaryIO, path: str, gzipped: bool) -> tuple[_Header | None, str | None]:
+    """Read the banner, comments and size line; return the header or a problem. Not collective."""
+    line = fh.readline(_MAX_HEADER_LINE)
+    if line.startswith(b"\xef\xbb\xbf"):  # tolerate a UTF-8 byte-order mark
+        line = line[3:]
+    if not line.lower().startswith(b"%%matrixmarket"):
+        return None, (
+            f"{path}, line 1: not a Matrix Market file (the first line must start with "
+            "'%%MatrixMarket')"
+        )
+    tokens = line.decode("ascii", "replace").split()
+    if len(tokens) != 5 or tokens[0].lower() != "%%matrixmarket":
+        return None, (
+            f"{path}, line 1: malformed banner {line.strip()[:100]!r}; expected "
+            "'%%MatrixMarket matrix coordinate <field> <symmetry>'"
+        )
+    obj, fmt, field, symmetry = (t.lower() for t in tokens[1:])
+    where = f"{path}, line 1"
+    if obj != "matrix":
+        return None, f"{where}: unsupported object '{obj}' (only 'matrix' is supported)"
+    if fmt == "array":
+        return None, (
+            f"{where}: dense 'array' Matrix Market files are not supported; "
+            "a sparse 'coordinate' file is required"
+        )
+    if fmt != "coordinate":
+        return None, f"{where}: unknown format '{fmt}' (only 'coordinate' is supported)"
+    if field == "complex":
+        return None, f"{where}: complex matrices are not supported (field 'complex')"
+    if field not in _FIELDS:
+        return None, (
+            f"{where}: unknown field '{field}' (supported: real, integer, pattern)"
+        )
+    if symmetry == "hermitian":
+        return None, f"{where}: 'hermitian' matrices are not supported (complex values)"
+    if symmetry not in _SYMMETRIES:
+        return None, (
+            f"{where}: unknown symmetry '{symmetry}' "
+            "(supported: general, symmetric, skew-symmetric)"
+        )
+    field = _FIELDS[field]
+    if field == "pattern" and symmetry == "skew-symmetric":
+        return None, f"{where}: 'pattern skew-symmetric' is not a valid combination"
+
+    lines = 1
+    while True:
+        line = fh.readline(_MAX_HEADER_LINE)
+        lines += 1
+        if not line:
+            return None, f"{path}: the file ends before the size line"
+        stripped = line.strip()
+        if stripped and not stripped.startswith(b"%"):
+            break
+    parts = stripped.split()
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        text = stripped[:100].decode("ascii", "replace")
+        return None, (
+            f"{path}, line {lines}: bad size line {text!r}; expected 'rows cols entries' "
+            "(three non-negative integers)"
+        )
+    nrows, ncols, nnz = (int(part) for part in parts)
+    if symmetry != "general" and nrows != ncols:
+        return None, (
+            f"{path}, line {lines}: a {symmetry} matrix must be square, "
+            f"but the size line says {nrows} x {ncols}"
+        )
+    return (
+        _Header(
+            field=field,
+            symmetry=symmetry,
+            nrows=nrows,
+            ncols=ncols,
+            nnz=nnz,
+            lines=lines,
+            data_offset=fh.tell(),
+            gzipped=gzipped,
+        ),
+        None,
+    )
+
+
+def _line_start_after(fh: BinaryIO, pos: int, lo: int, hi: int) -> int:
+    """The first line start at or after ``pos`` within [lo, hi]: the owner of byte ``pos``.
+
+    A line starts at ``lo`` or right after a newline, so this is ``pos`` when the byte before
+    it is a newline, otherwise one past the next newline (or ``hi`` when there is none).
+    """
+    if pos <= lo:
+        return lo
+    if pos >= hi:
+        return hi
+    fh.seek(pos - 1)
+    at = pos - 1
+    while at < hi:
+        block = fh.read(min(_SCAN_BLOCK, hi - at))
+        if not block:
+            break
+        found = block.find(b"\n")
+        if found >= 0:
+            return at + found + 1
+        at += len(block)
+    return hi
+
+
+def _byte_share(fh: BinaryIO, data_offset: int, size: int, rank: int, p: int) -> tuple[int, int]:
+    """The byte range [start, end) of the data section that rank ``rank`` of ``p`` parses.
+
+    The data section [data_offset, size) is cut at data_offset + k*L/p and each cut is moved
+    forward to the next line start, so every line goes to the rank whose raw range holds its
+    first byte. Not collective; ``fh`` must be seekable.
+    """
+    length = size - data_offset
+    start = _line_start_after(fh, data_offset + rank * length // p, data_offset, size)
+    end = _line_start_after(fh, data_offset + (rank + 1) * length // p, data_offset, size)
+    return start, end
+
+
+def _read_gzip_lines(fh: BinaryIO, lo: int, hi: int | None) -> bytes:
+    """From a stream at the start of the data section, the bytes of lines [lo, hi).
+
+    ``hi=None`` means to the end of the stream. Reads in blocks and stops as soon as line
+    ``hi`` starts, so only the stream up to this rank's last line is decompressed.
+    """
+    if hi is not None and hi <= lo:
+        return b""
+    pieces: list[bytes] = []
+    seen = 0  # newlines in the blocks before the current one
+    collecting = lo == 0
+    while True:
+        block = fh.read(_GZ_BLOCK)
+        if not block:
+            break
+        count = block.count(b"\n")
+        begin = 0
+        if not collecting:
+            if seen + count < lo:
+                seen += count
+                continue
+            newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == _NEWLINE)
+            begin = int(newlines[lo - seen - 1]) + 1
+            collecting = True
+        if hi is not None and seen + count >= hi:
+            newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == _NEWLINE)
+            pieces.append(block[begin : int(newlines[hi - seen - 1]) + 1])
+            break
+        pieces.append(block[begin:])
+        seen += count
+    return b"".join(pieces)
+
+
+def _count_lines(chunk: bytes) -> int:
+    """Lines in ``chunk``, counting an unterminated last line."""
+    if not chunk:
+        return 0
+    return chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+
+
+def _parse_numbers(data: bytes, expected: int) -> np.ndarray | None:
+    """Parse whitespace-separated numbers; None unless exactly ``expected`` parse cleanly."""
+    if expected == 0:
+        # numpy returns [-1.0] for a whitespace-only string: never ask it.
+        return np.zeros(0, dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            out = np.fromstring(data, dtype=np.float64, sep=" ")
+        except (ValueError, DeprecationWarning):
+            return None
+    return out if out.size == expected else None
+
+
+def _parse_chunk(
+    chunk: bytes, first_line: int, header: _Header, path: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
+    """Parse one rank's data lines into 0-based (rows, cols, vals), or describe a problem.
+
+    ``first_line`` is the 1-based line number of the chunk's first line in the file. Not
+    collective. Vectorised: fields are located with numpy on the raw bytes (to check the number
+    of fields per line) and converted with numpy's C text parser in one call; only when that
+    fails is the chunk bisected to find the first line that does not parse.
+    """
+    nfields = header.nfields
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
+    if not chunk:
+        return empty
+    buf = np.frombuffer(chunk, dtype=np.uint8)
+    newlines = np.flatnonzero(buf == _NEWLINE)
+    nlines = newlines.size + (0 if buf[-1] == _NEWLINE else 1)
+    line_starts = np.zeros(nlines + 1, dtype=np.int64)
+    line_starts[1 : newlines.size + 1] = newlines + 1
+    line_starts[nlines] = buf.size
+
+    space = _IS_SPACE[buf]
+    field_starts = np.flatnonzero(~space[1:] & space[:-1]) + 1
+    if not space[0]:
+        field_starts = np.concatenate(([0], field_starts))
+    field_line = np.searchsorted(newlines, field_starts)  # line index of each field
+
+    if b"%" in chunk:
+        # Comment lines (first field starts with '%'): blank them out, keeping the newlines.
+        firsts = np.concatenate(([True], field_line[1:] != field_line[:-1]))
+        comment = firsts & (buf[field_starts] == _PERCENT)
+        if comment.any():
+            is_comment = np.zeros(nlines, dtype=bool)
+            is_comment[field_line[comment]] = True
+            keep = ~is_comment[field_line]
+            field_starts, field_line = field_starts[keep], field_line[keep]
+            blank = np.repeat(is_comment, np.diff(line_starts)) & (buf != _NEWLINE)
+            editable = buf.copy()
+            editable[blank] = ord(" ")
+            buf = editable
+            chunk = editable.tobytes()
+    del space
+
+    per_line = np.bincount(field_line, minlength=nlines)
+    wrong = np.flatnonzero((per_line != 0) & (per_line != nfields))
+    if wrong.size:
+        line = int(wrong[0])
+        what = "row col" if nfields == 2 else "row col value"
+        return (
+            f"{path}, line {first_line + line}: expected {nfields} fields ({what}) for a "
+            f"'{header.field}' file, found {per_line[line]}: {_line_text(chunk, line_starts, line)}"
+        )
+    entry_line = np.flatnonzero(per_line)  # local line index of every entry
+    numbers = _parse_numbers(chunk, int(field_starts.size))
+    if numbers is None:
+        line = _first_unparsable_line(chunk, line_starts, per_line)
+        return (
+            f"{path}, line {first_line + line}: cannot parse the numbers of "
+            f"{_line_text(chunk, line_starts, line)}"
+        )
+    table = numbers.reshape(-1, nfields)
+
+    checks: list[tuple[np.ndarray, Any]] = []
+    for col, name, limit in ((0, "row", header.nrows), (1, "column", header.ncols)):
+        idx = table[:, col]
+        integral = np.isfinite(idx) & (idx == np.floor(idx))
+        checks.append((~integral, lambda e, n=name, i=idx: f"{n} index {i[e]!r} is not an integer"))
+        checks.append(
+            (
+                integral & ((idx < 1) | (idx > limit)),
+                lambda e, n=name, i=idx, m=limit: (
+                    f"{n} index {int(i[e])} is out of range 1..{m} (indices are 1-based)"
+                ),
+            )
+        )
+    if nfields == 3:
+        val = table[:, 2]
+        checks.append(
+            (
+                ~np.isfinite(val),
+                lambda e: (
+                    f"value {val[e]} is not finite; NaN and infinite values are refused"
+                ),
+            )
+        )
+        if header.field == "integer":
+            checks.append(
+                (
+                    np.isfinite(val) & (val != np.floor(val)),
+                    lambda e: f"value {val[e]!r} is not an integer in an 'integer' file",
+                )
+            )
+    first_bad = None
+    for bad, describe in checks:
+        hits = np.flatnonzero(bad)
+        if hits.size and (first_bad is None or hits[0] < first_bad[0]):
+            first_bad = (int(hits[0]), describe)
+    if first_bad is not None:
+        entry, describe = first_bad
+        line = int(entry_line[entry])
+        return (
+            f"{path}, line {first_line + line}: {describe(entry)}: "
+            f"{_line_text(chunk, line_starts, line)}"
+        )
+
+    rows = table[:, 0].astype(np.int64) - 1
+    cols = table[:, 1].astype(np.int64) - 1
+    vals = np.ones(rows.size) if nfields == 2 else np.ascontiguousarray(table[:, 2])
+    return rows, cols, vals
+
+
+def _first_unparsable_line(chunk: bytes, line_starts: np.ndarray, per_line: np.ndarray) -> int:
+    """The first line whose fields numpy cannot parse, found by bisection (lines are independent).
+
+    Invariant: lines [lo, hi) do not parse as a whole. Each step parses half of the range, so
+    the total work is about twice the chunk.
+    """
+    fields_before = np.concatenate(([0], np.cumsum(per_line)))
+    lo, hi = 0, per_line.size
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        part = chunk[line_starts[lo] : line_starts[mid]]
+        if _parse_numbers(part, int(fields_before[mid] - fields_before[lo])) is None:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+def _line_text(chunk: bytes, line_starts: np.ndarray, line: int) -> str:
+    """The text of a line of ``chunk`` for an error message (quoted, shortened)."""
+    text = chunk[line_starts[line] : line_starts[line + 1]].strip()
+    shown = text[:100].decode("ascii", "replace")
+    return repr(shown + ("..." if len(text) > 100 else ""))
+
+
+# --------------------------------------------------------------------------------------------
+# HDF5 writing
+# --------------------------------------------------------------------------------------------
+
+
+def write_h5_atomic(
+    path: str | os.PathLike[str],
+    datasets: dict[str, np.ndarray],
+    attrs: dict[str, Any] | None = None,
+) -> None:
+    """Write ``datasets`` and file attributes ``attrs`` to an HDF5 file at ``path``, atomically.
+
+    Not collective: call it on one rank. The file is written under a temporary name in the same
+    directory (``<name>.tmp-XXXXXXXX``), flushed to disk and then renamed into place with
+    :func:`os.replace`, so ``path`` is either its old self or the complete new file, never a
+    half-written one. On any failure the temporary file is removed and the exception
+    re-raised. Dataset names may contain ``/`` (groups are created). Attribute values that are
+    dicts, lists, tuples or None are stored as JSON strings; strings, numbers and arrays are
+    stored as they are.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=directory)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as out:
+            for name, data in datasets.items():
+                out.create_dataset(name, data=np.asarray(data))
+            for key, value in (attrs or {}).items():
+                out.attrs[key] = _attr_value(value)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable, where supported
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _attr_value(value: Any) -> Any:
+    """An HDF5-storable form of an attribute value (JSON text for containers and None)."""
+    if value is None or isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, default=_json_default, sort_keys=True)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    raise TypeError(f"attribute value of type {type(obj).__name__} is not JSON serialisable")
+
+
+# --------------------------------------------------------------------------------------------
+# Dense .npy input
+# --------------------------------------------------------------------------------------------
+
+
+def load_dense_npy(path: str | os.PathLike[str], block_rows: int = 65536) -> np.ndarray:
+    """Load a 2-D real array from a ``.npy`` file, memory-mapped read-only.
+
+    Not collective: it raises InputError locally. When every rank loads the same file every
+    rank raises the same error, so the call needs no agreement; a caller that loads on some
+    ranks only must pass the error through :func:`~distmm.errors.agree`. Refused with an
+    InputError naming the file: a missing file, a file that is not a (pickle-free) ``.npy``
+    array, an array that is not 2-D, a non-real dtype, and NaN or infinite values (checked in
+    blocks of ``block_rows`` rows; the first one is reported by row and column). The array is
+    returned in its stored dtype.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"{path}: not a readable .npy array file ({exc})") from exc
+    if not isinstance(arr, np.ndarray):
+        with contextlib.suppress(Exception):
+            arr.close()
+        raise InputError(f"{path}: is an .npz archive; a single .npy array is expected")
+    if arr.ndim != 2:
+        raise InputError(f"{path}: expected a 2-D array, got shape {arr.shape}")
+    if arr.dtype.kind not in "iuf":
+        raise InputError(f"{path}: expected a real numeric array, got dtype {arr.dtype}")
+    if arr.dtype.kind == "f":
+        step = max(int(block_rows), 1)
+        for start in range(0, arr.shape[0], step):
+            block = np.asarray(arr[start : start + step])
+            bad = ~np.isfinite(block)
+            if bad.any():
+                i, j = (int(x[0]) for x in np.nonzero(bad))
+                raise InputError(
+                    f"{path}: non-finite value {block[i, j]} at row {start + i}, column {j}; "
+                    "NaN and infinite values are refused"
+                )
+    return arr

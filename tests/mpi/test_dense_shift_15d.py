@@ -1,0 +1,246 @@
+"""1.5D dense shifting: every op and strategy against a serial scipy oracle, at this run's p.
+
+Run under mpiexec at several rank counts by ./tasks test. Each case builds the same global
+problem on every rank (fixed seeds), distributes it, gathers the result and compares it with
+scipy in float64 on the gathered matrices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from mpi4py import MPI
+
+import distmm
+from distmm import costmodel
+from distmm.errors import InputError
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+CS = [c for c in (1, 2, 3, 4, 8) if P % c == 0]
+
+
+def problem(m, n, r, density=0.2, seed=0, empty_rows=False):
+    rng = np.random.default_rng(seed)
+    S = sp.random(m, n, density=density, format="coo", random_state=rng,
+                  data_rvs=lambda k: rng.uniform(0.5, 1.5, k))
+    if empty_rows and m > 2:
+        keep = S.row % 3 != 0
+        S = sp.coo_matrix((S.data[keep], (S.row[keep], S.col[keep])), shape=(m, n))
+    A = rng.standard_normal((m, r))
+    B = rng.standard_normal((n, r))
+    return S, A, B
+
+
+def oracle(op, S, A, B):
+    S = sp.csr_matrix(S, dtype=np.float64)
+    if op == "sddmm":
+        coo = S.tocoo()
+        return coo.row, coo.col, coo.data * np.einsum("ij,ij->i", A[coo.row], B[coo.col])
+    if op == "spmm-a":
+        return S @ B
+    if op == "spmm-b":
+        return S.T @ A
+    R = S.multiply(A @ B.T).tocsr()
+    return R @ B if op == "fusedmm-a" else R.T @ A
+
+
+def run_and_gather(obj, op, A, B, strategy="fusion"):
+    A_loc = obj.scatter("a", A if COMM.rank == 0 else None)
+    B_loc = obj.scatter("b", B if COMM.rank == 0 else None)
+    out = distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+    if op == "sddmm":
+        return obj.gather_values(out)
+    return obj.gather("a" if op in ("spmm-a", "fusedmm-a") else "b", out)
+
+
+def check(op, got, S, A, B, rtol):
+    if COMM.rank != 0:
+        assert got is None
+        return
+    ref = oracle(op, S, A, B)
+    if op == "sddmm":
+        rows, cols, vals = got
+        order = np.lexsort((ref[1], ref[0]))
+        np.testing.assert_array_equal(rows, ref[0][order])
+        np.testing.assert_array_equal(cols, ref[1][order])
+        np.testing.assert_allclose(vals, ref[2][order], rtol=rtol, atol=rtol)
+    else:
+        ref = np.asarray(ref)
+        scale = max(1.0, float(np.abs(ref).max(initial=0)))
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * scale)
+
+
+SHAPES = [(37, 23, 5, False), (24, 24, 1, True), (3, 11, 17, False), (50, 50, 8, True)]
+
+
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("m,n,r,empty", SHAPES)
+@pytest.mark.parametrize("op", ["sddmm", "spmm-a", "spmm-b"])
+def test_kernels_match_scipy(c, m, n, r, empty, op):
+    S, A, B = problem(m, n, r, seed=m * 7 + n, empty_rows=empty)
+    obj = distmm.distribute(S if COMM.rank == 0 else None, COMM, c=c)
+    check(op, run_and_gather(obj, op, A, B), S, A, B, rtol=2e-4)
+
+
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("strategy", ["none", "reuse", "fusion"])
+@pytest.mark.parametrize("op", ["fusedmm-a", "fusedmm-b"])
+@pytest.mark.parametrize("m,n,r,empty", SHAPES[:2] + [(29, 41, 3, False)])
+def test_fusedmm_matches_scipy(c, strategy, op, m, n, r, empty):
+    S, A, B = problem(m, n, r, seed=m + n, empty_rows=empty)
+    obj = distmm.distribute(S if COMM.rank == 0 else None, COMM, c=c)
+    check(op, run_and_gather(obj, op, A, B, strategy), S, A, B, rtol=3e-4)
+
+
+@pytest.mark.parametrize("order", ["fiber", "layer"])
+@pytest.mark.parametrize("permute", [True, False])
+def test_float64_rank_orders_and_permutation(order, permute):
+    S, A, B = problem(31, 31, 6, seed=5)
+    c = CS[-1]
+    obj = distmm.distribute(S, COMM, c=c, dtype=np.float64, permute=permute, order=order,
+                            root=None)
+    for op in ("sddmm", "fusedmm-a", "fusedmm-b"):
+        check(op, run_and_gather(obj, op, A, B, "reuse"), S, A, B, rtol=1e-10)
+
+
+def test_strategies_agree_to_rounding():
+    S, A, B = problem(40, 40, 16, seed=9)
+    obj = distmm.distribute(S, COMM, c=CS[-1], dtype=np.float64, root=None)
+    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+    outs = [obj.fusedmm_b(A_loc, B_loc, s) for s in ("none", "reuse", "fusion")]
+    for o in outs[1:]:
+        np.testing.assert_allclose(o, outs[0], rtol=1e-12, atol=1e-12)
+
+
+def test_empty_matrix_and_one_column():
+    for m, n in ((8, 1), (13, 9)):
+        S = sp.coo_matrix((m, n))
+        rng = np.random.default_rng(1)
+        A, B = rng.standard_normal((m, 3)), rng.standard_normal((n, 3))
+        obj = distmm.distribute(S, COMM, c=CS[-1], root=None)
+        for op in ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b"):
+            check(op, run_and_gather(obj, op, A, B, "reuse"), S, A, B, rtol=1e-6)
+
+
+def test_set_values_reaches_every_orientation():
+    S, A, B = problem(30, 30, 4, seed=3)
+    obj = distmm.distribute(S, COMM, c=CS[-1], dtype=np.float64, root=None)
+    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+    # Use the transposed orientation once so that it exists, then change the values.
+    obj.fusedmm_a(A_loc, B_loc, "reuse")
+    rows, cols = obj.value_coordinates()
+    new_vals = (np.sin(obj.row_perm[rows] + 2.0 * obj.col_perm[cols]) + 2.0)
+    obj.set_values(new_vals)
+    S2 = sp.csr_matrix(S)
+    S2.sum_duplicates()
+    coo = S2.tocoo()
+    S2 = sp.coo_matrix((np.sin(coo.row + 2.0 * coo.col) + 2.0, (coo.row, coo.col)),
+                       shape=S.shape)
+    for strategy in ("none", "reuse", "fusion"):
+        for op, fn in (("fusedmm-a", obj.fusedmm_a), ("fusedmm-b", obj.fusedmm_b)):
+            out = obj.gather("a" if op == "fusedmm-a" else "b", fn(A_loc, B_loc, strategy))
+            check(op, out, S2, A, B, rtol=1e-10)
+
+
+def test_sddmm_output_feeds_spmm():
+    S, A, B = problem(33, 27, 5, seed=11)
+    obj = distmm.distribute(S, COMM, c=CS[-1], dtype=np.float64, root=None)
+    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+    R = obj.sddmm(A_loc, B_loc)
+    out = obj.gather("a", obj.spmm_a(B_loc, values=R))
+    check("fusedmm-a", out, S, A, B, rtol=1e-10)
+    out = obj.gather("b", obj.spmm_b(A_loc, values=R))
+    check("fusedmm-b", out, S, A, B, rtol=1e-10)
+
+
+# ------------------------------------------------------------------ communication = model
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("strategy", ["none", "reuse", "fusion"])
+def test_fusedmm_words_equal_table3(c, strategy):
+    n, r = 12 * P, 8
+    S, A, B = problem(n, n, r, density=0.1, seed=2)
+    obj = distmm.distribute(S, COMM, c=c, root=None)
+    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+    for fn in (obj.fusedmm_a, obj.fusedmm_b):
+        fn(A_loc, B_loc, strategy)  # builds S^T if needed; counted under "distribute"
+        obj.reset_stats()
+        fn(A_loc, B_loc, strategy)
+        exact = costmodel.dense_shift_15d_exact("fusedmm_a", n, n, r, P, c, strategy)
+        for phase, want in exact.items():
+            for kind in ("words_sent", "words_received"):
+                assert obj.stats.words(phase, kind) == want["words"], (phase, kind)
+            for kind in ("messages_sent", "messages_received"):
+                assert obj.stats.words(phase, kind) == want["messages"], (phase, kind)
+        msgs, words = costmodel.table3_dense_shift_15d(n, r, P, c, strategy)
+        counted = sum(obj.stats.words(ph) for ph in exact)
+        counted_msgs = sum(obj.stats.words(ph, "messages_sent") for ph in exact)
+        if c < P:
+            assert counted == pytest.approx(words, rel=1e-12)
+            assert counted_msgs == pytest.approx(msgs, rel=1e-12)
+        else:  # c = p: one rank per layer, no shifts are sent (see costmodel)
+            assert counted == pytest.approx(words - n * r * (2 if strategy != "fusion" else 1)
+                                            / c, rel=1e-12)
+
+
+@pytest.mark.parametrize("op", ["sddmm", "spmm_a", "spmm_b"])
+def test_single_kernel_words(op):
+    c = CS[-1]
+    m, n, r = 6 * P, 9 * P, 3
+    S, A, B = problem(m, n, r, seed=4)
+    obj = distmm.distribute(S, COMM, c=c, root=None)
+    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+    obj.reset_stats()
+    distmm.api.run_op(obj, op.replace("_", "-"), A_loc, B_loc)
+    exact = costmodel.dense_shift_15d_exact(op, m, n, r, P, c)
+    for phase, want in exact.items():
+        assert obj.stats.words(phase) == want["words"]
+        assert obj.stats.words(phase, "messages_sent") == want["messages"]
+
+
+# ------------------------------------------------------------------ bad input, every rank
+def test_bad_c_raises_everywhere():
+    S, _, _ = problem(10, 10, 2)
+    with pytest.raises(InputError, match="divisor"):
+        distmm.distribute(S, COMM, c=P + 1, root=None)
+
+
+def test_unknown_algorithm_and_strategy():
+    S, A, B = problem(10, 10, 2)
+    with pytest.raises(InputError, match="unknown algorithm"):
+        distmm.distribute(S, COMM, algorithm="3d-magic", root=None)
+    obj = distmm.distribute(S, COMM, root=None)
+    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+    with pytest.raises(InputError, match="strategy"):
+        obj.fusedmm_a(A_loc, B_loc, "telepathy")
+
+
+def test_wrong_block_on_one_rank_raises_everywhere():
+    S, A, B = problem(20, 20, 4)
+    obj = distmm.distribute(S, COMM, c=CS[-1], root=None)
+    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+    last = COMM.size - 1
+    bad = A_loc[:, :3].copy() if COMM.rank == last else A_loc
+    with pytest.raises(InputError, match="disagree on r|different widths"):
+        obj.fusedmm_a(bad, B_loc)
+    bad = np.vstack([A_loc, A_loc[:1]]) if COMM.rank == last else A_loc
+    with pytest.raises(InputError, match="rows on this rank"):
+        obj.sddmm(bad, B_loc)
+    nan = A_loc.copy()
+    if COMM.rank == last and nan.size:
+        nan[0, 0] = np.nan
+    if COMM.allreduce(nan.size if COMM.rank == last else 1, op=MPI.MIN):
+        with pytest.raises(InputError, match="NaN"):
+            obj.spmm_b(nan)
+    with pytest.raises(InputError, match="dtype"):
+        obj.spmm_a(B_loc.astype(np.float64))
+    # The object still works after the refused calls.
+    obj.fusedmm_a(A_loc, B_loc)
+
+
+def test_global_shape_mismatch():
+    S, A, B = problem(12, 7, 3)
+    obj = distmm.distribute(S, COMM, root=None)
+    with pytest.raises(InputError, match="rows, expected 7"):
+        obj.scatter("b", A if COMM.rank == 0 else None)
