@@ -13,13 +13,13 @@ import argparse
 import json
 import os
 import sys
-import time
 import traceback
 
 import numpy as np
 from mpi4py import MPI
 
 from distmm import api
+from distmm.bench import measure, phase_summary, random_blocks, timed
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NODE_MODELS
 
@@ -99,26 +99,6 @@ def _check_common(args) -> None:
             f"replication factor -c {args.c} must be a positive divisor of the {p} ranks")
 
 
-def _timed(obj, fn):
-    """Run ``fn`` between barriers; returns (result, seconds on the slowest rank)."""
-    obj.comm.Barrier()
-    t0 = time.perf_counter()
-    out = fn()
-    dt = time.perf_counter() - t0
-    return out, obj.comm.allreduce(dt, op=MPI.MAX)
-
-
-def _summary(report: dict) -> dict:
-    """Per-phase max-over-ranks seconds, words and messages from a gathered report."""
-    out = {}
-    for ph, counters in report["phases"].items():
-        if ph.startswith("kernel:"):
-            continue
-        out[ph] = {k: counters[k]["max"] for k in ("seconds", "words_sent", "messages_sent")
-                   if k in counters}
-    return out
-
-
 def cmd_run(args) -> int:
     comm = MPI.COMM_WORLD
     require(args.op in api.OPS, f"unknown operation {args.op!r}; choose one of "
@@ -155,13 +135,13 @@ def cmd_run(args) -> int:
     nnz = int(comm.allreduce(obj.values.size))
     for rep in range(args.repeat):
         obj.reset_stats()
-        result, seconds = _timed(obj, lambda: api.run_op(obj, args.op, A_loc, B_loc,
+        result, seconds = timed(comm, lambda: api.run_op(obj, args.op, A_loc, B_loc,
                                                          args.strategy))
         report = obj.report()
         _emit({"event": "run", "op": args.op, "strategy": args.strategy, "repeat": rep,
                "seconds": seconds, "nnz": nnz, "r": r,
                "gflops": api.op_flops(args.op, nnz, r) / seconds / 1e9 if seconds else None,
-               **obj.describe(), "phases": _summary(report) if report else None})
+               **obj.describe(), "phases": phase_summary(report) if report else None})
     side = api.op_output_side(args.op)
     if side is None:
         gathered = obj.gather_values(result)
@@ -197,26 +177,11 @@ def cmd_bench(args) -> int:
     obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c,
                          node_model=args.node_model, dtype=np.dtype(args.dtype),
                          permute=not args.no_permute, seed=args.seed, order=args.order)
-    rng = np.random.default_rng([args.seed, comm.rank])
-    A_loc = rng.standard_normal((obj.dense_rows("a", comm.rank).size, args.r)).astype(obj.dtype)
-    B_loc = rng.standard_normal((obj.dense_rows("b", comm.rank).size, args.r)).astype(obj.dtype)
-    nnz = int(comm.allreduce(obj.values.size))
+    A_loc, B_loc = random_blocks(obj, args.r, args.seed)
     for op in ops:
         for strategy in (strategies if op.startswith("fusedmm") else ["-"]):
-            def call(op=op, strategy=strategy):
-                return api.run_op(obj, op, A_loc, B_loc, strategy)
-            call()  # warm-up: JIT compilation, building S^T where the strategy needs it
-            times = []
-            for _ in range(args.repeat):
-                obj.reset_stats()
-                _, seconds = _timed(obj, call)
-                times.append(seconds)
-            report = obj.report()
-            best = min(times)
-            _emit({"event": "bench", "op": op, "strategy": strategy, "n": args.n,
-                   "nnz": nnz, "r": args.r, "times": times, "seconds": best,
-                   "gflops": api.op_flops(op, nnz, args.r) / best / 1e9,
-                   **obj.describe(), "phases": _summary(report) if report else None})
+            _emit({"event": "bench", "n": args.n,
+                   **measure(obj, op, A_loc, B_loc, strategy, args.repeat)})
     return 0
 
 

@@ -1,0 +1,66 @@
+"""Timing of distributed operations, shared by ``distmm bench`` and the experiments."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from distmm import api
+from distmm.algorithms.base import DistributedAlgorithm
+
+
+def timed(comm: MPI.Comm, fn):
+    """Run ``fn`` between barriers (collective); returns (result, slowest rank's seconds)."""
+    comm.Barrier()
+    t0 = time.perf_counter()
+    out = fn()
+    dt = time.perf_counter() - t0
+    return out, comm.allreduce(dt, op=MPI.MAX)
+
+
+def phase_summary(report: dict) -> dict:
+    """Per-phase max-over-ranks seconds, words and messages sent, from a gathered report."""
+    out = {}
+    for ph, counters in report["phases"].items():
+        if ph.startswith("kernel:"):
+            continue
+        out[ph] = {k: counters[k]["max"] for k in ("seconds", "words_sent", "messages_sent")
+                   if k in counters}
+    return out
+
+
+def random_blocks(obj: DistributedAlgorithm, r: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's blocks of random normal A (m x r) and B (n x r). Not collective."""
+    rng = np.random.default_rng([seed, obj.rank])
+    A = rng.standard_normal((obj.dense_rows("a", obj.rank).size, r)).astype(obj.dtype)
+    B = rng.standard_normal((obj.dense_rows("b", obj.rank).size, r)).astype(obj.dtype)
+    return A, B
+
+
+def measure(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray, B_loc: np.ndarray,
+            strategy: str = "-", repeat: int = 3) -> dict:
+    """Time one operation ``repeat`` times after one untimed warm-up (collective).
+
+    The warm-up absorbs JIT compilation and the one-off construction of S^T. Returns, on every
+    rank, the record: times, best seconds, GFLOP/s at the best time, and (on rank 0 only, None
+    elsewhere) the per-phase breakdown of the fastest repetition.
+    """
+    def call():
+        return api.run_op(obj, op, A_loc, B_loc, strategy)
+
+    call()
+    times, reports = [], []
+    for _ in range(repeat):
+        obj.reset_stats()
+        _, seconds = timed(obj.comm, call)
+        times.append(seconds)
+        reports.append(obj.report())
+    nnz = int(obj.comm.allreduce(obj.values.size))
+    best = min(times)
+    report = reports[times.index(best)]
+    return {"op": op, "strategy": strategy, "nnz": nnz, "r": int(A_loc.shape[1]),
+            "times": times, "seconds": best, "gflops": api.op_flops(op, nnz, A_loc.shape[1])
+            / best / 1e9, **obj.describe(),
+            "phases": phase_summary(report) if report else None}
