@@ -1,0 +1,130 @@
+"""Process grids and the counting communicator, at this run's rank count."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from distmm.comm import CommStats, CountingComm, gather_report
+from distmm.errors import InputError
+from distmm.grid import ProcessGrid15D, ProcessGrid25D
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+RANK = COMM.Get_rank()
+
+
+@pytest.mark.parametrize("order", ["fiber", "layer"])
+@pytest.mark.parametrize("c", [c for c in (1, 2, 3, 4, 8) if P % c == 0])
+def test_grid15d_membership(c, order):
+    g = ProcessGrid15D.create(COMM, c, order)
+    q = P // c
+    assert (g.q, g.layer_comm.Get_size(), g.fiber_comm.Get_size()) == (q, q, c)
+    assert g.world_rank(g.u, g.v) == RANK
+    # Layer: same v, ordered by u. Fiber: same u, ordered by v.
+    layer = g.layer_comm.allgather((g.u, g.v, RANK))
+    assert [x[0] for x in layer] == list(range(q)) and {x[1] for x in layer} == {g.v}
+    fiber = g.fiber_comm.allgather((g.u, g.v, RANK))
+    assert [x[1] for x in fiber] == list(range(c)) and {x[0] for x in fiber} == {g.u}
+    # Every position is taken exactly once.
+    positions = COMM.allgather((g.u, g.v))
+    assert sorted(positions) == [(u, v) for u in range(q) for v in range(c)]
+    if order == "fiber":
+        assert [x[2] for x in fiber] == list(range(g.u * c, g.u * c + c))
+    else:
+        assert [x[2] for x in layer] == list(range(g.v * q, g.v * q + q))
+    g.free()
+
+
+@pytest.mark.parametrize("order", ["fiber", "layer"])
+@pytest.mark.parametrize("c", [c for c in (1, 2, 3, 4, 8) if P % c == 0
+                               and math.isqrt(P // c) ** 2 == P // c])
+def test_grid25d_membership(c, order):
+    g = ProcessGrid25D.create(COMM, c, order)
+    s = math.isqrt(P // c)
+    assert g.s == s and g.world_rank(g.i, g.j, g.k) == RANK
+    assert g.row_comm.Get_size() == s and g.col_comm.Get_size() == s
+    assert g.layer_comm.Get_size() == s * s and g.fiber_comm.Get_size() == c
+    row = g.row_comm.allgather((g.i, g.j, g.k))
+    assert [x[1] for x in row] == list(range(s)) and {(x[0], x[2]) for x in row} == {(g.i, g.k)}
+    col = g.col_comm.allgather((g.i, g.j, g.k))
+    assert [x[0] for x in col] == list(range(s)) and {(x[1], x[2]) for x in col} == {(g.j, g.k)}
+    fib = g.fiber_comm.allgather((g.i, g.j, g.k))
+    assert [x[2] for x in fib] == list(range(c))
+    assert sorted(COMM.allgather((g.i, g.j, g.k))) == [
+        (i, j, k) for i in range(s) for j in range(s) for k in range(c)]
+    g.free()
+
+
+def test_grid_errors_on_every_rank():
+    with pytest.raises(InputError, match="does not divide"):
+        ProcessGrid15D.create(COMM, P + 1)
+    with pytest.raises(InputError, match="integer >= 1"):
+        ProcessGrid15D.create(COMM, 0)
+    with pytest.raises(InputError, match="rank order"):
+        ProcessGrid15D.create(COMM, 1, order="diagonal")
+    if P in (2, 3, 8):
+        with pytest.raises(InputError, match="perfect square"):
+            ProcessGrid25D.create(COMM, 1)
+
+
+def test_counted_collectives_uneven_blocks():
+    stats = CommStats()
+    cc = CountingComm(COMM, stats)
+    counts = [k + 1 for k in range(P)]  # rank k contributes k + 1 elements
+    mine = np.full(counts[RANK], RANK, dtype=np.float64)
+    out = np.empty(sum(counts))
+    cc.allgatherv(mine, out, counts)
+    np.testing.assert_array_equal(out, np.repeat(np.arange(P), counts).astype(float))
+    total = sum(counts)
+    if P > 1:
+        assert stats.words("replication", "words_sent") == counts[RANK] * (P - 1)
+        assert stats.words("replication", "words_received") == total - counts[RANK]
+        assert stats.words("replication", "messages_sent") == P - 1
+    else:
+        assert stats.words("replication") == 0
+
+    send = np.arange(total, dtype=np.float32)
+    red = np.empty(counts[RANK], dtype=np.float32)
+    cc.reduce_scatter(send, red, counts)
+    lo = sum(counts[:RANK])
+    np.testing.assert_allclose(red, P * np.arange(lo, lo + counts[RANK]))
+    if P > 1:
+        assert stats.words("reduction", "words_sent") == total - counts[RANK]
+        assert stats.words("reduction", "words_received") == counts[RANK] * (P - 1)
+
+    # A cyclic shift of blocks of different sizes around the ring.
+    left, right = (RANK - 1) % P, (RANK + 1) % P
+    blk = np.full((counts[RANK], 3), RANK, dtype=np.float64)
+    got = np.empty((counts[right], 3))
+    cc.shift(blk, got, dest=left, source=right)
+    assert (got == right).all()
+    if P > 1:
+        assert stats.words("propagation", "words_sent") == blk.size
+        assert stats.words("propagation", "words_received") == got.size
+        assert stats.words("propagation", "messages_sent") == 1
+    else:
+        assert stats.words("propagation") == 0
+    assert stats.seconds["propagation"] >= 0.0
+
+    rep = gather_report(COMM, stats.as_dict())
+    if RANK == 0:
+        assert rep["phases"]["replication"]["words_sent"]["sum"] == (
+            sum(counts) * (P - 1) if P > 1 else 0)
+        assert len(rep["ranks"]) == P
+    else:
+        assert rep is None
+
+
+def test_nonblocking_shift_counts_like_blocking():
+    stats = CommStats()
+    cc = CountingComm(COMM, stats)
+    left, right = (RANK - 1) % P, (RANK + 1) % P
+    send = np.full(5, float(RANK))
+    recv = np.empty(5)
+    cc.finish(cc.start_shift(send, recv, dest=left, source=right))
+    assert (recv == right).all()
+    assert stats.words("propagation") == (5 if P > 1 else 0)
