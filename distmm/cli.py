@@ -50,7 +50,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``distmm`` command."""
-    parser = _Parser(prog="distmm", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="distmm", description="Distributed SDDMM, SpMM and FusedMM on MPI "
+                                                "process grids (run under mpiexec or srun).")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one operation on a Matrix Market matrix and .npy "
                                      "dense inputs; write the result to HDF5")

@@ -100,8 +100,7 @@ def erdos_renyi(
     p, rank = comm.Get_size(), comm.Get_rank()
     nchunks = -(-m // chunk_rows)
     parts = [
-        erdos_renyi_chunk(m, n, nnz_per_row, seed, t, chunk_rows)
-        for t in range(rank, nchunks, p)
+        erdos_renyi_chunk(m, n, nnz_per_row, seed, t, chunk_rows) for t in range(rank, nchunks, p)
     ]
     rows, cols, vals = _concat(parts)
     return CooShare(shape=(m, n), rows=rows, cols=cols, vals=vals)

@@ -15,6 +15,7 @@ import os
 import tempfile
 import warnings
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -213,9 +214,7 @@ def _parse_header(fh: BinaryIO, path: str, gzipped: bool) -> tuple[_Header | Non
     if field == "complex":
         return None, f"{where}: complex matrices are not supported (field 'complex')"
     if field not in _FIELDS:
-        return None, (
-            f"{where}: unknown field '{field}' (supported: real, integer, pattern)"
-        )
+        return None, (f"{where}: unknown field '{field}' (supported: real, integer, pattern)")
     if symmetry == "hermitian":
         return None, f"{where}: 'hermitian' matrices are not supported (complex values)"
     if symmetry not in _SYMMETRIES:
@@ -398,25 +397,59 @@ def _parse_chunk(
     del space
 
     per_line = np.bincount(field_line, minlength=nlines)
+    entry_line = np.flatnonzero(per_line)  # local line index of every entry
+
+    # A structural problem (wrong field count, unparsable field) at line `broken` is reported
+    # only if no line before it has a bad value, so that the first bad line is the one named.
+    structural: str | None = None
+    broken = nlines
     wrong = np.flatnonzero((per_line != 0) & (per_line != nfields))
     if wrong.size:
-        line = int(wrong[0])
+        broken = int(wrong[0])
         what = "row col" if nfields == 2 else "row col value"
-        return (
-            f"{path}, line {first_line + line}: expected {nfields} fields ({what}) for a "
-            f"'{header.field}' file, found {per_line[line]}: {_line_text(chunk, line_starts, line)}"
+        structural = (
+            f"{path}, line {first_line + broken}: expected {nfields} fields ({what}) for a "
+            f"'{header.field}' file, found {per_line[broken]}: "
+            f"{_line_text(chunk, line_starts, broken)}"
         )
-    entry_line = np.flatnonzero(per_line)  # local line index of every entry
-    numbers = _parse_numbers(chunk, int(field_starts.size))
+    nentries = int(np.count_nonzero(per_line[:broken]))
+    prefix = chunk if broken == nlines else chunk[: line_starts[broken]]
+    numbers = _parse_numbers(prefix, nentries * nfields)
     if numbers is None:
-        line = _first_unparsable_line(chunk, line_starts, per_line)
-        return (
-            f"{path}, line {first_line + line}: cannot parse the numbers of "
-            f"{_line_text(chunk, line_starts, line)}"
+        broken = _first_unparsable_line(chunk, line_starts, per_line[:broken])
+        structural = (
+            f"{path}, line {first_line + broken}: cannot parse the numbers of "
+            f"{_line_text(chunk, line_starts, broken)}"
         )
+        nentries = int(np.count_nonzero(per_line[:broken]))
+        numbers = _parse_numbers(chunk[: line_starts[broken]], nentries * nfields)
+        assert numbers is not None  # the lines before the first unparsable one parse
     table = numbers.reshape(-1, nfields)
 
-    checks: list[tuple[np.ndarray, Any]] = []
+    problem = _first_bad_entry(table, header)
+    if problem is not None:
+        entry, description = problem
+        line = int(entry_line[entry])
+        return (
+            f"{path}, line {first_line + line}: {description}: "
+            f"{_line_text(chunk, line_starts, line)}"
+        )
+    if structural is not None:
+        return structural
+
+    rows = table[:, 0].astype(np.int64) - 1
+    cols = table[:, 1].astype(np.int64) - 1
+    vals = np.ones(rows.size) if nfields == 2 else np.ascontiguousarray(table[:, 2])
+    return rows, cols, vals
+
+
+def _first_bad_entry(table: np.ndarray, header: _Header) -> tuple[int, str] | None:
+    """The first entry (row of ``table``) with a bad index or value, and what is wrong with it.
+
+    ``table`` holds the parsed fields (row, col[, value]) of one entry per row, indices still
+    1-based. Not collective.
+    """
+    checks: list[tuple[np.ndarray, Callable[[int], str]]] = []
     for col, name, limit in ((0, "row", header.nrows), (1, "column", header.ncols)):
         idx = table[:, col]
         integral = np.isfinite(idx) & (idx == np.floor(idx))
@@ -429,40 +462,25 @@ def _parse_chunk(
                 ),
             )
         )
-    if nfields == 3:
+    if table.shape[1] == 3:
         val = table[:, 2]
+        finite = np.isfinite(val)
         checks.append(
-            (
-                ~np.isfinite(val),
-                lambda e: (
-                    f"value {val[e]} is not finite; NaN and infinite values are refused"
-                ),
-            )
+            (~finite, lambda e: f"value {val[e]} is not finite (NaN and inf values are refused)")
         )
         if header.field == "integer":
             checks.append(
                 (
-                    np.isfinite(val) & (val != np.floor(val)),
+                    finite & (val != np.floor(val)),
                     lambda e: f"value {val[e]!r} is not an integer in an 'integer' file",
                 )
             )
-    first_bad = None
+    first: tuple[int, str] | None = None
     for bad, describe in checks:
         hits = np.flatnonzero(bad)
-        if hits.size and (first_bad is None or hits[0] < first_bad[0]):
-            first_bad = (int(hits[0]), describe)
-    if first_bad is not None:
-        entry, describe = first_bad
-        line = int(entry_line[entry])
-        return (
-            f"{path}, line {first_line + line}: {describe(entry)}: "
-            f"{_line_text(chunk, line_starts, line)}"
-        )
-
-    rows = table[:, 0].astype(np.int64) - 1
-    cols = table[:, 1].astype(np.int64) - 1
-    vals = np.ones(rows.size) if nfields == 2 else np.ascontiguousarray(table[:, 2])
-    return rows, cols, vals
+        if hits.size and (first is None or hits[0] < first[0]):
+            first = (int(hits[0]), describe(int(hits[0])))
+    return first
 
 
 def _first_unparsable_line(chunk: bytes, line_starts: np.ndarray, per_line: np.ndarray) -> int:

@@ -1,0 +1,50 @@
+"""Run pytest on every MPI rank: ``mpiexec -n N python tests/mpi_pytest.py [--allow-empty] ARGS``.
+
+ARGS go to pytest (e.g. ``tests/mpi -q``). Only rank 0 prints pytest's report: the other ranks'
+stdout goes to /dev/null, their stderr stays, so crashes and harness messages from any rank
+are seen. The lock-step harness itself (one outcome for all ranks, timeouts) is
+tests/mpi/conftest.py. pytest's cache plugin is off: the ranks would race on .pytest_cache.
+
+Exit status: pytest's, the same on every rank. "No tests collected" (5) is an error, as it
+usually means a wrong path or -k; pass --allow-empty to turn it into success.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str]) -> int:
+    allow_empty = "--allow-empty" in argv
+    args = [arg for arg in argv if arg != "--allow-empty"]
+
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    if rank != 0:
+        sys.stdout.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+
+    # Like `python -m pytest`: the checkout is importable even without `pip install -e .`.
+    sys.path.insert(0, str(REPO))
+    import pytest
+
+    code = int(pytest.main(["-p", "no:cacheprovider", *args]))
+    if code == pytest.ExitCode.NO_TESTS_COLLECTED:
+        if allow_empty:
+            code = 0
+        elif rank == 0:
+            print(f"mpi_pytest: no tests collected for {args} (exit 5); "
+                  "pass --allow-empty if that is expected", file=sys.stderr)
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
