@@ -40,13 +40,15 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
 
 
 def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-shift",
-               c: int = 1, node_model: str = "reference", dtype=np.float32,
-               permute: bool = True, seed: int = 0, order: str = "fiber",
+               c: int = 1, r: int | None = None, node_model: str = "reference",
+               dtype=np.float32, permute: bool = True, seed: int = 0, order: str = "fiber",
                root: int | None = 0, check_finite: bool = True) -> DistributedAlgorithm:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
 
     Collective over ``comm``. ``algorithm`` picks the family (see :data:`ALGORITHMS`), ``c``
-    the replication factor, ``node_model`` the local kernel, ``dtype`` float32 or float64.
+    the replication factor, ``r`` the dense width (needed by the families that split A and B
+    by columns; the others ignore it), ``node_model`` the local kernel, ``dtype`` float32 or
+    float64.
     ``permute`` applies a random symmetric row/column permutation (seeded by ``seed``) for load
     balance; results gathered with the object's helpers are always in the original order.
     Every parameter error raises the same :class:`distmm.errors.InputError` on every rank
@@ -59,7 +61,7 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     require(isinstance(c, int) and c >= 1 and comm.Get_size() % c == 0,
             f"replication factor c={c!r} must be a positive divisor of p={comm.Get_size()}")
     share = as_coo_share(S, comm, root=root)
-    return cls(share, comm, c=c, node_model=node_model, dtype=dtype, permute=permute,
+    return cls(share, comm, c=c, r=r, node_model=node_model, dtype=dtype, permute=permute,
                seed=seed, order=order, check_finite=check_finite)
 
 

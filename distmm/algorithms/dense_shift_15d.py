@@ -51,9 +51,11 @@ class DenseShift15D(DistributedAlgorithm):
     name = "15d-dense-shift"
     strategies = STRATEGIES
 
-    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1,
+    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
                  node_model: str = "reference", dtype=np.float32, permute: bool = True,
                  seed: int = 0, order: str = "fiber", check_finite: bool = True) -> None:
+        # r is not needed here (A and B keep whole rows); the families that split the dense
+        # matrices by columns take it at construction.
         super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
                          seed=seed, check_finite=check_finite)
         self.grid = ProcessGrid15D.create(comm, c, order)
