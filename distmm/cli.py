@@ -20,8 +20,10 @@ from mpi4py import MPI
 
 from distmm import api
 from distmm.bench import measure, phase_summary, random_blocks, timed
+from distmm.calibrate import calibrate, save
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NODE_MODELS
+from distmm.planner import Machine, format_table, plan
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,11 +36,15 @@ class _Parser(argparse.ArgumentParser):
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithm", default="15d-dense-shift",
-                   help=f"algorithm family: {', '.join(api.ALGORITHMS)} (default %(default)s)")
+                   help=f"algorithm family: {', '.join(api.ALGORITHMS)}, or auto (the planner "
+                        "picks algorithm, strategy and c; -c and --strategy are then ignored) "
+                        "(default %(default)s)")
+    p.add_argument("--machine", help="machine file for --algorithm auto (distmm calibrate)")
     p.add_argument("-c", "--replication", type=int, default=1, dest="c",
                    help="replication factor c; must divide the number of ranks (default 1)")
-    p.add_argument("--strategy", default="fusion",
-                   help="FusedMM strategy: none, reuse or fusion (default %(default)s)")
+    p.add_argument("--strategy", default=None,
+                   help="FusedMM strategy: none, reuse or fusion (default: the algorithm's most "
+                        "communication-eliding one, fusion for 15d-dense-shift)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--node-model", default="reference", choices=list(NODE_MODELS))
     p.add_argument("--order", default="fiber", choices=["fiber", "layer"],
@@ -69,9 +75,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--r", type=int, default=128, help="dense width r")
     bench.add_argument("--repeat", type=int, default=3, help="timed repetitions per op")
     bench.add_argument("--ops", default="fusedmm-a", help="comma-separated operations")
-    bench.add_argument("--strategies", default="none,reuse,fusion",
-                       help="comma-separated FusedMM strategies to time")
+    bench.add_argument("--strategies", default="all",
+                       help="comma-separated FusedMM strategies to time (default: all the "
+                            "algorithm has)")
     _common(bench)
+    cal = sub.add_parser("calibrate", help="measure alpha, beta (MPI) and gamma (node model) "
+                                           "for the planner; needs >= 2 ranks")
+    cal.add_argument("--out", required=True, help="machine file to write (JSON)")
+    cal.add_argument("--node-model", default="reference", choices=list(NODE_MODELS))
+    cal.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    cal.add_argument("--quick", action="store_true", help="fewer, smaller measurements")
+    pl = sub.add_parser("plan", help="rank every algorithm, strategy and c by predicted time")
+    pl.add_argument("--m", type=int, required=True, help="rows of S")
+    pl.add_argument("--n", type=int, help="columns of S (default m)")
+    pl.add_argument("--nnz", type=int, required=True, help="nonzeros of S")
+    pl.add_argument("--r", type=int, required=True, help="dense width r")
+    pl.add_argument("-p", "--ranks", type=int, required=True, dest="p", help="rank count p")
+    pl.add_argument("--machine", help="machine file from distmm calibrate (default: built-in)")
+    pl.add_argument("--all-algorithms", action="store_true",
+                    help="include families this build does not implement yet")
+    pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
+    pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
     return parser
 
 
@@ -89,15 +113,63 @@ def _json_default(o):
 
 
 def _check_common(args) -> None:
+    if args.algorithm == "auto":
+        return
     require(args.algorithm in api.ALGORITHMS,
             f"unknown algorithm {args.algorithm!r}; choose one of {', '.join(api.ALGORITHMS)}")
     cls = api.ALGORITHMS[args.algorithm]
+    if args.strategy is None:
+        args.strategy = cls.strategies[-1]
     require(args.strategy in cls.strategies,
             f"unknown strategy {args.strategy!r} for {args.algorithm}; choose one of "
             f"{', '.join(cls.strategies)}")
     p = MPI.COMM_WORLD.Get_size()
     require(args.c >= 1 and p % args.c == 0,
             f"replication factor -c {args.c} must be a positive divisor of the {p} ranks")
+
+
+def _choose(args, m: int, n: int, nnz: int, r: int) -> None:
+    """Resolve --algorithm auto with the planner (identical on every rank: no communication)."""
+    if args.algorithm != "auto":
+        return
+    machine = Machine.load(args.machine) if args.machine else Machine()
+    best = plan(m, n, nnz, r, MPI.COMM_WORLD.Get_size(), machine,
+                algorithms=tuple(api.ALGORITHMS))[0]
+    args.algorithm, args.strategy, args.c = best["algorithm"], best["strategy"], best["c"]
+    _emit({"event": "plan", "m": m, "n": n, "nnz": nnz, "r": r, **best,
+           "machine": machine.as_dict()})
+
+
+def cmd_calibrate(args) -> int:
+    comm = MPI.COMM_WORLD
+    data = calibrate(comm, args.node_model, np.dtype(args.dtype), quick=args.quick)
+    if comm.rank == 0:
+        save(args.out, data)
+    _emit({"event": "calibrate", "out": args.out,
+           **{k: data[k] for k in ("alpha", "beta", "gamma", "beta_allgather",
+                                   "beta_reduce_scatter", "p")}})
+    return 0
+
+
+def cmd_plan(args) -> int:
+    machine = Machine.load(args.machine) if args.machine else Machine()
+    algorithms = None if args.all_algorithms else tuple(api.ALGORITHMS)
+    rows = plan(args.m, args.n or args.m, args.nnz, args.r, args.p, machine, algorithms)
+    if MPI.COMM_WORLD.Get_rank() != 0:
+        return 0
+    if args.json:
+        for row in rows[:args.top or None]:
+            print(json.dumps(row, sort_keys=True))
+        return 0
+    n = args.n or args.m
+    print(f"m={args.m} n={n} nnz={args.nnz} r={args.r} p={args.p} "
+          f"phi={rows[0]['phi']:.4g}; machine: {machine.source} (alpha={machine.alpha:.3g} "
+          f"s, beta={machine.beta:.3g} s/word, gamma={machine.gamma:.3g} s/flop)")
+    print(format_table(rows, args.top or None))
+    best = rows[0]
+    print(f"winner: --algorithm {best['algorithm']} --strategy {best['strategy']} "
+          f"-c {best['c']}")
+    return 0
 
 
 def cmd_run(args) -> int:
@@ -122,7 +194,11 @@ def cmd_run(args) -> int:
     if A is not None and B is not None:
         require(A.shape[1] == B.shape[1],
                 f"A has {A.shape[1]} columns but B has {B.shape[1]}; both must have r columns")
-    obj = api.distribute(args.sparse, comm, algorithm=args.algorithm, c=args.c,
+    share = api.as_coo_share(args.sparse, comm)
+    r = (A if A is not None else B).shape[1]
+    _choose(args, share.shape[0], share.shape[1], int(comm.allreduce(share.nnz)), r)
+    _check_common(args)
+    obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=r,
                          node_model=args.node_model, dtype=np.dtype(args.dtype),
                          permute=not args.no_permute, seed=args.seed, order=args.order)
     m, n = obj.shape
@@ -132,7 +208,6 @@ def cmd_run(args) -> int:
             f"B has {B.shape[0] if B is not None else 0} rows but S has {n} columns")
     A_loc = obj.scatter("a", A, root=None) if A is not None else None
     B_loc = obj.scatter("b", B, root=None) if B is not None else None
-    r = (A if A is not None else B).shape[1]
     nnz = int(comm.allreduce(obj.values.size))
     for rep in range(args.repeat):
         obj.reset_stats()
@@ -164,18 +239,23 @@ def cmd_bench(args) -> int:
     comm = MPI.COMM_WORLD
     _check_common(args)
     ops = args.ops.split(",")
-    strategies = args.strategies.split(",")
+    strategies = (api.ALGORITHMS[args.algorithm].strategies
+                  if args.strategies == "all" and args.algorithm != "auto"
+                  else args.strategies.split(","))
     for op in ops:
         require(op in api.OPS, f"unknown operation {op!r}; choose from {', '.join(api.OPS)}")
-    cls = api.ALGORITHMS[args.algorithm]
-    for s in strategies:
-        require(s in cls.strategies, f"unknown strategy {s!r}")
     require(args.n >= 1 and args.r >= 1 and args.nnz_per_row >= 0 and args.repeat >= 1,
             "--n, --r and --repeat must be positive and --nnz-per-row non-negative")
+    if args.algorithm == "auto":
+        _choose(args, args.n, args.n, args.n * args.nnz_per_row, args.r)
+        strategies = [args.strategy]
+    cls = api.ALGORITHMS[args.algorithm]
+    for s in strategies:
+        require(s in cls.strategies, f"unknown strategy {s!r} for {args.algorithm}")
     from distmm.generate import erdos_renyi
 
     share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
-    obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c,
+    obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
                          node_model=args.node_model, dtype=np.dtype(args.dtype),
                          permute=not args.no_permute, seed=args.seed, order=args.order)
     A_loc, B_loc = random_blocks(obj, args.r, args.seed)
@@ -191,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     try:
         args = build_parser().parse_args(argv)
-        return {"run": cmd_run, "bench": cmd_bench}[args.command](args)
+        return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate,
+                "plan": cmd_plan}[args.command](args)
     except InputError as exc:
         if comm.rank == 0:
             print(f"distmm: error: {exc}", file=sys.stderr, flush=True)

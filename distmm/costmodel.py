@@ -73,23 +73,86 @@ def total(phases: dict[str, dict[str, float]], key: str = "words") -> float:
     return sum(ph[key] for ph in phases.values())
 
 
-def table3_dense_shift_15d(n: int, r: int, p: int, c: int, strategy: str
-                           ) -> tuple[float, float]:
-    """Paper Table III (and section V-A for no elision): (messages, words) per rank of one
-    FusedMM with the 1.5D dense shifting algorithm, m = n."""
-    if strategy == "none":
-        return 2 * p / c + 2 * (c - 1), n * r * (2 / c + 2 * (c - 1) / p)
-    if strategy == "reuse":
-        return 2 * p / c + (c - 1), n * r * (2 / c + (c - 1) / p)
-    if strategy == "fusion":
-        return p / c + 2 * (c - 1), n * r * (1 / c + 2 * (c - 1) / p)
-    raise ValueError(f"unknown strategy {strategy!r}")
+# (algorithm, strategy) pairs the paper analyses and distmm implements (Table III, section V).
+CONFIGS = (
+    ("15d-dense-shift", "none"),
+    ("15d-dense-shift", "reuse"),
+    ("15d-dense-shift", "fusion"),
+    ("15d-sparse-shift", "none"),
+    ("15d-sparse-shift", "reuse"),
+    ("25d-dense-replicate", "none"),
+    ("25d-dense-replicate", "reuse"),
+    ("25d-sparse-replicate", "none"),
+)
 
 
-def table4_best_c_dense_shift_15d(p: int, strategy: str) -> float:
-    """Paper Table IV: the real-valued replication factor minimising words (1.5D dense)."""
-    return {"none": math.sqrt(p), "reuse": math.sqrt(2 * p),
-            "fusion": math.sqrt(p / 2)}[strategy]
+def table3(algorithm: str, strategy: str, n: int, r: int, p: int, c: float,
+           phi: float = 0.0) -> tuple[float, float]:
+    """Paper Table III: (messages, words) per rank of one FusedMM, m = n, phi = nnz / (n r).
+
+    Rows the table omits are derived the way section V derives the others: "none" runs the two
+    kernels back to back, so it pays the replication of the second kernel (an all-gather or a
+    reduce-scatter of the same size) that the eliding strategy avoids. The sparse matrix costs
+    3 words per nonzero (COO) wherever it moves.
+    """
+    require((algorithm, strategy) in CONFIGS, f"no model for {algorithm} / {strategy}")
+    nr = n * r
+    if algorithm == "15d-dense-shift":
+        if strategy == "none":
+            return 2 * p / c + 2 * (c - 1), nr * (2 / c + 2 * (c - 1) / p)
+        if strategy == "reuse":
+            return 2 * p / c + (c - 1), nr * (2 / c + (c - 1) / p)
+        return p / c + 2 * (c - 1), nr * (1 / c + 2 * (c - 1) / p)
+    if algorithm == "15d-sparse-shift":
+        repl = 2 if strategy == "none" else 1
+        return 2 * p / c + repl * (c - 1), nr * (6 * phi / c + repl * (c - 1) / p)
+    if algorithm == "25d-dense-replicate":
+        repl = 2 if strategy == "none" else 1
+        shifts = 4 * math.sqrt(p / c)
+        return shifts + repl * (c - 1), nr * ((6 * phi + 2) / math.sqrt(p * c)
+                                              + repl * (c - 1) / p)
+    return (4 * math.sqrt(p / c) + 3 * (c - 1),
+            nr / math.sqrt(p) * (4 / math.sqrt(c) + 3 * phi * (c - 1) / math.sqrt(p)))
+
+
+def table4_best_c(algorithm: str, strategy: str, p: int, phi: float = 0.0) -> float:
+    """Paper Table IV: the real replication factor minimising Table III's words.
+
+    For 1.5D sparse shifting without elision (not in the table) the same derivation gives
+    sqrt(3 p phi)."""
+    if algorithm == "15d-dense-shift":
+        return {"none": math.sqrt(p), "reuse": math.sqrt(2 * p),
+                "fusion": math.sqrt(p / 2)}[strategy]
+    if algorithm == "15d-sparse-shift":
+        return math.sqrt((6 if strategy == "reuse" else 3) * p * phi)
+    if algorithm == "25d-dense-replicate":
+        return (p * (1 + 3 * phi) ** 2 / (4 if strategy == "none" else 1)) ** (1 / 3)
+    require(algorithm == "25d-sparse-replicate", f"no model for {algorithm}")
+    # Section V-D's text, c = p^(1/3) (2 / (3 phi))^(2/3), which minimises Table III's words.
+    # Table IV prints (p / (2 phi / 3)^2)^(1/3), with the fraction inverted: a typo.
+    return p ** (1 / 3) * (2 / (3 * phi)) ** (2 / 3)
+
+
+def valid_cs(algorithm: str, p: int, r: int | None = None) -> list[int]:
+    """Replication factors the algorithm's grid allows on p ranks (and width r, if given).
+
+    1.5D grids need c | p; 2.5D grids also need p/c to be a perfect square. Families that split
+    r by columns need at least one column per rank of a layer (1.5D sparse: r >= p/c; 2.5D:
+    r >= sqrt(p/c); 2.5D sparse replicating splits r over all p/sqrt(p/c) of a row's layers)."""
+    out = []
+    for c in range(1, p + 1):
+        if p % c:
+            continue
+        q = p // c
+        if algorithm.startswith("25d") and math.isqrt(q) ** 2 != q:
+            continue
+        if r is not None:
+            need = {"15d-sparse-shift": q, "25d-dense-replicate": math.isqrt(q),
+                    "25d-sparse-replicate": math.isqrt(q) * c}.get(algorithm, 1)
+            if r < need:
+                continue
+        out.append(c)
+    return out
 
 
 def best_c_dense_shift_15d(n: int, r: int, p: int, strategy: str) -> int:

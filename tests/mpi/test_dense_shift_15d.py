@@ -173,7 +173,7 @@ def test_fusedmm_words_equal_table3(c, strategy):
                 assert obj.stats.words(phase, kind) == want["words"], (phase, kind)
             for kind in ("messages_sent", "messages_received"):
                 assert obj.stats.words(phase, kind) == want["messages"], (phase, kind)
-        msgs, words = costmodel.table3_dense_shift_15d(n, r, P, c, strategy)
+        msgs, words = costmodel.table3("15d-dense-shift", strategy, n, r, P, c)
         counted = sum(obj.stats.words(ph) for ph in exact)
         counted_msgs = sum(obj.stats.words(ph, "messages_sent") for ph in exact)
         if c < P:

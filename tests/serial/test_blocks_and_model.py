@@ -62,7 +62,7 @@ def test_exact_model_reduces_to_table3(p, strategy):
     n, r = 1024 * p, 32
     for c in [c for c in range(1, p) if p % c == 0]:
         exact = costmodel.dense_shift_15d_exact("fusedmm_a", n, n, r, p, c, strategy)
-        msgs, words = costmodel.table3_dense_shift_15d(n, r, p, c, strategy)
+        msgs, words = costmodel.table3("15d-dense-shift", strategy, n, r, p, c)
         assert costmodel.total(exact) == pytest.approx(words)
         assert costmodel.total(exact, "messages") == pytest.approx(msgs)
 
@@ -71,22 +71,22 @@ def test_table4_best_c_is_the_minimiser():
     """Table IV's closed forms minimise Table III's words over real c (checked numerically)."""
     p, n, r = 64, 1 << 20, 64
     for strategy in ("none", "reuse", "fusion"):
-        c_star = costmodel.table4_best_c_dense_shift_15d(p, strategy)
+        c_star = costmodel.table4_best_c("15d-dense-shift", strategy, p)
         grid = np.linspace(1, p, 20000)
-        words = [costmodel.table3_dense_shift_15d(n, r, p, c, strategy)[1] for c in grid]
+        words = [costmodel.table3("15d-dense-shift", strategy, n, r, p, c)[1] for c in grid]
         assert grid[int(np.argmin(words))] == pytest.approx(c_star, rel=1e-3)
     # The paper's ordering (Figure 7): reuse >= none >= fusion.
-    assert (costmodel.table4_best_c_dense_shift_15d(p, "reuse")
-            > costmodel.table4_best_c_dense_shift_15d(p, "none")
-            > costmodel.table4_best_c_dense_shift_15d(p, "fusion"))
+    assert (costmodel.table4_best_c("15d-dense-shift", "reuse", p)
+            > costmodel.table4_best_c("15d-dense-shift", "none", p)
+            > costmodel.table4_best_c("15d-dense-shift", "fusion", p))
     assert costmodel.best_c_dense_shift_15d(n, r, p, "none") == math.isqrt(p)
 
 
 def test_elision_saving_tends_to_one_over_sqrt2():
     """Section V-A: at each strategy's best c, words fall to ~1/sqrt(2) of no elision."""
     p, n, r = 1 << 20, 1 << 30, 64
-    best = {s: costmodel.table3_dense_shift_15d(
-        n, r, p, costmodel.table4_best_c_dense_shift_15d(p, s), s)[1]
+    best = {s: costmodel.table3("15d-dense-shift", s, n, r, p,
+                                costmodel.table4_best_c("15d-dense-shift", s, p))[1]
         for s in ("none", "reuse", "fusion")}
     assert best["reuse"] / best["none"] == pytest.approx(1 / math.sqrt(2), rel=2e-3)
     assert best["fusion"] / best["none"] == pytest.approx(1 / math.sqrt(2), rel=2e-3)
@@ -97,3 +97,21 @@ def test_model_rejects_bad_parameters():
         costmodel.dense_shift_15d_exact("fusedmm_a", 8, 8, 2, 6, 4, "none")
     with pytest.raises(InputError):
         costmodel.dense_shift_15d_exact("spgemm", 8, 8, 2, 4, 2)
+
+
+@pytest.mark.parametrize("algorithm,strategy", costmodel.CONFIGS)
+@pytest.mark.parametrize("phi", [0.05, 0.5, 4.0])
+def test_table4_minimises_table3_for_every_family(algorithm, strategy, phi):
+    """Table IV's closed forms (and the derived ones) are the minimisers of Table III."""
+    p, n, r = 4096, 1 << 24, 128
+    grid = np.geomspace(0.01, 4 * p, 200001)
+    words = np.array([costmodel.table3(algorithm, strategy, n, r, p, c, phi)[1] for c in grid])
+    assert grid[int(np.argmin(words))] == pytest.approx(
+        costmodel.table4_best_c(algorithm, strategy, p, phi), rel=1e-3)
+
+
+def test_valid_cs():
+    assert costmodel.valid_cs("15d-dense-shift", 8) == [1, 2, 4, 8]
+    assert costmodel.valid_cs("25d-dense-replicate", 8) == [2, 8]
+    assert costmodel.valid_cs("15d-sparse-shift", 8, r=2) == [4, 8]
+    assert costmodel.valid_cs("25d-sparse-replicate", 3) == [3]

@@ -1,0 +1,42 @@
+"""distmm calibrate on every rank: a usable machine file, or a clear refusal on one rank."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from mpi4py import MPI
+
+from distmm.cli import main
+from distmm.planner import Machine
+
+COMM = MPI.COMM_WORLD
+
+
+def test_calibrate_writes_a_machine_file(shared_tmp, capsys):
+    out = os.path.join(shared_tmp, "machine.json")
+    code = main(["calibrate", "--quick", "--out", out])
+    err = capsys.readouterr().err
+    if COMM.size == 1:
+        assert code == 2
+        assert ("at least 2 ranks" in err) == (COMM.rank == 0)
+        return
+    assert code == 0
+    COMM.Barrier()
+    m = Machine.load(out)
+    assert m.alpha > 0 and m.beta > 0 and m.gamma > 0
+    with open(out) as fh:
+        data = json.load(fh)
+    assert data["p"] == COMM.size and data["node_model"] == "reference"
+    assert len(data["pingpong"]["words"]) == len(data["pingpong"]["seconds"])
+
+
+def test_fit_recovers_a_line():
+    import numpy as np
+
+    from distmm.calibrate import fit_alpha_beta
+
+    sizes = np.array([1, 10, 100, 1000, 10000, 100000])
+    alpha, beta = fit_alpha_beta(sizes, 3e-6 + 2e-10 * sizes)
+    assert alpha == pytest.approx(3e-6, rel=1e-6) and beta == pytest.approx(2e-10, rel=1e-6)
