@@ -42,7 +42,8 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
 def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-shift",
                c: int = 1, r: int | None = None, node_model: str = "reference",
                dtype=np.float32, permute: bool = True, seed: int = 0, order: str = "fiber",
-               root: int | None = 0, check_finite: bool = True) -> DistributedAlgorithm:
+               root: int | None = 0, check_finite: bool = True,
+               overlap: bool = False) -> DistributedAlgorithm:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
 
     Collective over ``comm``. ``algorithm`` picks the family (see :data:`ALGORITHMS`), ``c``
@@ -52,7 +53,8 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     ``permute`` applies a random symmetric row/column permutation (seeded by ``seed``) for load
     balance; results gathered with the object's helpers are always in the original order.
     Every parameter error raises the same :class:`distmm.errors.InputError` on every rank
-    before any data moves.
+    before any data moves. ``overlap`` overlaps each propagation shift with the local kernel
+    (non-blocking send/receive into a second buffer) in the families that support it.
     """
     require(algorithm in ALGORITHMS,
             f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
@@ -60,9 +62,12 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     # Check the grid parameters before touching the file, so every rank fails fast and alike.
     require(isinstance(c, int) and c >= 1 and comm.Get_size() % c == 0,
             f"replication factor c={c!r} must be a positive divisor of p={comm.Get_size()}")
+    require(not overlap or getattr(cls, "supports_overlap", False),
+            f"{algorithm} does not support --overlap")
     share = as_coo_share(S, comm, root=root)
+    extra = {"overlap": True} if overlap else {}
     return cls(share, comm, c=c, r=r, node_model=node_model, dtype=dtype, permute=permute,
-               seed=seed, order=order, check_finite=check_finite)
+               seed=seed, order=order, check_finite=check_finite, **extra)
 
 
 def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,

@@ -52,6 +52,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-permute", action="store_true",
                    help="keep S's row/column order (default: random symmetric permutation)")
     p.add_argument("--seed", type=int, default=0, help="seed of the permutation/generator")
+    p.add_argument("--overlap", action="store_true",
+                   help="overlap each propagation shift with the local kernel")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -200,7 +202,8 @@ def cmd_run(args) -> int:
     _check_common(args)
     obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=r,
                          node_model=args.node_model, dtype=np.dtype(args.dtype),
-                         permute=not args.no_permute, seed=args.seed, order=args.order)
+                         permute=not args.no_permute, seed=args.seed, order=args.order,
+                         overlap=args.overlap)
     m, n = obj.shape
     require(A is None or A.shape[0] == m,
             f"A has {A.shape[0] if A is not None else 0} rows but S has {m} rows")
@@ -257,7 +260,8 @@ def cmd_bench(args) -> int:
     share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
     obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
                          node_model=args.node_model, dtype=np.dtype(args.dtype),
-                         permute=not args.no_permute, seed=args.seed, order=args.order)
+                         permute=not args.no_permute, seed=args.seed, order=args.order,
+                         overlap=args.overlap)
     A_loc, B_loc = random_blocks(obj, args.r, args.seed)
     for op in ops:
         for strategy in (strategies if op.startswith("fusedmm") else ["-"]):

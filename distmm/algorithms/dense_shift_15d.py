@@ -50,16 +50,19 @@ class DenseShift15D(DistributedAlgorithm):
 
     name = "15d-dense-shift"
     strategies = STRATEGIES
+    supports_overlap = True
 
     def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
                  node_model: str = "reference", dtype=np.float32, permute: bool = True,
-                 seed: int = 0, order: str = "fiber", check_finite: bool = True) -> None:
+                 seed: int = 0, order: str = "fiber", check_finite: bool = True,
+                 overlap: bool = False) -> None:
         # r is not needed here (A and B keep whole rows); the families that split the dense
         # matrices by columns take it at construction.
         super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
                          seed=seed, check_finite=check_finite)
         self.grid = ProcessGrid15D.create(comm, c, order)
         self.c, self.q = c, self.grid.q
+        self.overlap = bool(overlap)
         self.layer = CountingComm(self.grid.layer_comm, self.stats)
         self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
         m, n = self.shape
@@ -143,7 +146,8 @@ class DenseShift15D(DistributedAlgorithm):
         return self._o["a"].coordinates()
 
     def describe(self) -> dict:
-        return {**super().describe(), "c": self.c, "order": self.grid.order}
+        return {**super().describe(), "c": self.c, "order": self.grid.order,
+                "overlap": self.overlap}
 
     # ----------------------------------------------------------------- the loop (Algorithm 1)
     def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
@@ -184,10 +188,16 @@ class DenseShift15D(DistributedAlgorithm):
             cur[:sizes[u]] = Y_loc
         k = self.kernel
         left, right = (u - 1) % q, (u + 1) % q
+        # Overlap (the paper's future work, section VII): send the Y block on while the kernel
+        # reads it. Impossible when Y is the output (spmm_y): it must be finished first.
+        overlap = self.overlap and q > 1 and mode != "spmm_y"
         for step in range(q):
             t = (u + step) % q
             Yb = cur[:sizes[t]]
             S, sv = o.blocks[t], o.block_values(vals, t)
+            if overlap:
+                pending = self.layer.start_shift(cur[:sizes[t]], nxt[:sizes[(t + 1) % q]],
+                                                 dest=left, source=right)
             with self.stats.timer("compute"):
                 if mode == "sddmm":
                     k.sddmm(S, sv, T, Yb, o.block_values(out, t))
@@ -197,7 +207,10 @@ class DenseShift15D(DistributedAlgorithm):
                     k.spmm_b(S, sv, T, Yb)
                 else:
                     k.fusedmm_a(S, sv, T, Yb, out)
-            if q > 1:
+            if overlap:
+                self.layer.finish(pending)
+                cur, nxt = nxt, cur
+            elif q > 1:
                 t_next = (t + 1) % q
                 self.layer.shift(cur[:sizes[t]], nxt[:sizes[t_next]], dest=left, source=right)
                 cur, nxt = nxt, cur
