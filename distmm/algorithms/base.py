@@ -103,7 +103,7 @@ class DistributedAlgorithm:
         self.row_inv = inverse_permutation(self.row_perm)
         self.col_inv = self.row_inv if self.col_perm is self.row_perm else inverse_permutation(
             self.col_perm)
-        self._source = source
+        self._agree(_check_share(source, check_finite))
 
     # ----------------------------------------------------------------- subclass hooks
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
@@ -394,6 +394,19 @@ class DistributedAlgorithm:
         """The configuration as a JSON-ready dict."""
         return {"algorithm": self.name, "p": self.p, "m": self.shape[0], "n": self.shape[1],
                 "node_model": self.node_model, "dtype": str(self.dtype)}
+
+
+def _check_share(source: CooShare, check_finite: bool) -> str | None:
+    """Local check of a rank's COO share (a hand-made one may hold anything)."""
+    m, n = source.shape
+    if min(m, n) < 0:
+        return f"the sparse matrix has a negative dimension {source.shape}"
+    if source.nnz and (source.rows.min() < 0 or source.rows.max() >= m
+                       or source.cols.min() < 0 or source.cols.max() >= n):
+        return f"a nonzero of the sparse matrix lies outside its shape {source.shape}"
+    if check_finite and not np.isfinite(source.vals).all():
+        return "the sparse matrix has NaN or infinite values"
+    return None
 
 
 def _check_global(X, nrows: int, side: str, check_finite: bool = True) -> str | None:

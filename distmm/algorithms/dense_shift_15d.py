@@ -73,7 +73,6 @@ class DenseShift15D(DistributedAlgorithm):
                                     source.vals, self._layout("a"))}
         self._plan = None
         self._b_stale = False
-        self._source = None
 
     # ----------------------------------------------------------------- layout
     def _frames(self, name: str) -> tuple[str, str]:

@@ -263,3 +263,15 @@ def test_overlap_same_results_and_words(c):
                               ("replication", "propagation", "reduction")})
             np.testing.assert_array_equal(outs[0], outs[1])
             assert words[0] == words[1]
+
+
+def test_hand_made_share_is_checked_on_every_rank():
+    last = COMM.size - 1
+    rows = np.array([0, 1]) if COMM.rank != last else np.array([0, 7])
+    share = distmm.CooShare((5, 5), rows, np.array([0, 1]), np.array([1.0, 2.0]))
+    with pytest.raises(InputError, match="outside its shape"):
+        distmm.distribute(share, COMM)
+    share = distmm.CooShare((5, 5), np.array([0, 1]), np.array([0, 1]),
+                            np.array([1.0, np.inf if COMM.rank == last else 2.0]))
+    with pytest.raises(InputError, match="NaN or infinite"):
+        distmm.distribute(share, COMM)
