@@ -54,6 +54,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the permutation/generator")
     p.add_argument("--overlap", action="store_true",
                    help="overlap each propagation shift with the local kernel")
+    p.add_argument("--log-dir", help="every rank appends its own counters and kernel stats "
+                                     "to DIR/rank-K.jsonl after each measurement")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +101,31 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
     pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
     return parser
+
+
+def _open_log_dir(args) -> None:
+    """Create --log-dir once (rank 0) and agree on failure (collective)."""
+    if not args.log_dir:
+        return
+    comm = MPI.COMM_WORLD
+    msg = None
+    if comm.rank == 0:
+        try:
+            os.makedirs(args.log_dir, exist_ok=True)
+        except OSError as exc:
+            msg = f"cannot create --log-dir {args.log_dir}: {exc.strerror}"
+    agree(comm, msg)
+
+
+def _log_rank(args, obj, record: dict) -> None:
+    """Append this rank's own counters to its log file (not collective)."""
+    if not args.log_dir:
+        return
+    line = {"rank": obj.rank, **{k: record[k] for k in ("event", "op", "strategy")
+                                 if k in record},
+            "comm": obj.stats.as_dict(), "kernel": obj.kernel.stats.as_dict()}
+    with open(os.path.join(args.log_dir, f"rank-{obj.rank}.jsonl"), "a") as fh:
+        fh.write(json.dumps(line, sort_keys=True, default=_json_default) + "\n")
 
 
 def _emit(obj: dict) -> None:
@@ -209,6 +236,7 @@ def cmd_run(args) -> int:
             f"A has {A.shape[0] if A is not None else 0} rows but S has {m} rows")
     require(B is None or B.shape[0] == n,
             f"B has {B.shape[0] if B is not None else 0} rows but S has {n} columns")
+    _open_log_dir(args)
     A_loc = obj.scatter("a", A, root=None) if A is not None else None
     B_loc = obj.scatter("b", B, root=None) if B is not None else None
     nnz = int(comm.allreduce(obj.values.size))
@@ -217,10 +245,12 @@ def cmd_run(args) -> int:
         result, seconds = timed(comm, lambda: api.run_op(obj, args.op, A_loc, B_loc,
                                                          args.strategy))
         report = obj.report()
-        _emit({"event": "run", "op": args.op, "strategy": args.strategy, "repeat": rep,
-               "seconds": seconds, "nnz": nnz, "r": r,
-               "gflops": api.op_flops(args.op, nnz, r) / seconds / 1e9 if seconds else None,
-               **obj.describe(), "phases": phase_summary(report) if report else None})
+        record = {"event": "run", "op": args.op, "strategy": args.strategy, "repeat": rep,
+                  "seconds": seconds, "nnz": nnz, "r": r,
+                  "gflops": api.op_flops(args.op, nnz, r) / seconds / 1e9 if seconds else None,
+                  **obj.describe(), "phases": phase_summary(report) if report else None}
+        _emit(record)
+        _log_rank(args, obj, record)
     side = api.op_output_side(args.op)
     if side is None:
         gathered = obj.gather_values(result)
@@ -262,11 +292,14 @@ def cmd_bench(args) -> int:
                          node_model=args.node_model, dtype=np.dtype(args.dtype),
                          permute=not args.no_permute, seed=args.seed, order=args.order,
                          overlap=args.overlap)
+    _open_log_dir(args)
     A_loc, B_loc = random_blocks(obj, args.r, args.seed)
     for op in ops:
         for strategy in (strategies if op.startswith("fusedmm") else ["-"]):
-            _emit({"event": "bench", "n": args.n,
-                   **measure(obj, op, A_loc, B_loc, strategy, args.repeat)})
+            record = {"event": "bench", "n": args.n,
+                      **measure(obj, op, A_loc, B_loc, strategy, args.repeat)}
+            _emit(record)
+            _log_rank(args, obj, record)
     return 0
 
 

@@ -159,11 +159,16 @@ def test_usage_error_exits_2_everywhere(capsys):
     assert ("usage" in err) == (COMM.rank == 0)
 
 
-def test_bench_prints_json_lines(capsys):
+def test_bench_prints_json_lines(capsys, shared_tmp):
     c = P if P <= 2 else 2 if P % 2 == 0 else 1
+    logs = os.path.join(shared_tmp, "logs")
     code = main(["bench", "--n", "200", "--nnz-per-row", "4", "--r", "8", "--repeat", "1",
-                 "--ops", "fusedmm-a,sddmm", "-c", str(c)])
+                 "--ops", "fusedmm-a,sddmm", "-c", str(c), "--log-dir", logs])
     assert code == 0
+    with open(os.path.join(logs, f"rank-{COMM.rank}.jsonl")) as fh:
+        mine = [json.loads(line) for line in fh]
+    assert [x["strategy"] for x in mine] == ["none", "reuse", "fusion", "-"]
+    assert all(x["rank"] == COMM.rank and "compute" in x["comm"] for x in mine)
     out = capsys.readouterr().out
     if COMM.rank == 0:
         recs = [json.loads(line) for line in out.strip().splitlines()]
