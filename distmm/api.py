@@ -10,11 +10,13 @@ from mpi4py import MPI
 
 from distmm.algorithms.base import DistributedAlgorithm
 from distmm.algorithms.dense_shift_15d import DenseShift15D
+from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
 from distmm.coo import CooShare
 from distmm.errors import require
 
 ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
     DenseShift15D.name: DenseShift15D,
+    SparseReplicate25D.name: SparseReplicate25D,
 }
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
 
@@ -71,12 +73,15 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
 
 
 def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,
-           B_loc: np.ndarray | None, strategy: str = "fusion") -> np.ndarray:
+           B_loc: np.ndarray | None, strategy: str | None = None) -> np.ndarray:
     """Run one named operation (CLI spelling, e.g. ``"fusedmm-a"``) on distributed blocks.
 
-    Collective. Returns the SDDMM values (value order) or this rank's dense output block.
+    Collective. ``strategy`` (FusedMM only) defaults to the family's most communication-eliding
+    one. Returns the SDDMM values (value order) or this rank's dense output block.
     """
     require(op in OPS, f"unknown operation {op!r}; choose one of {', '.join(OPS)}")
+    if strategy is None or strategy == "-":
+        strategy = obj.strategies[-1]
     if op == "sddmm":
         return obj.sddmm(A_loc, B_loc)
     if op == "spmm-a":

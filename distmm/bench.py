@@ -32,16 +32,22 @@ def phase_summary(report: dict) -> dict:
 
 
 def random_blocks(obj: DistributedAlgorithm, r: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """This rank's blocks of random normal A (m x r) and B (n x r). Not collective."""
+    """This rank's blocks of random normal A (m x r) and B (n x r), in the object's
+    distribution (rows and columns of r). Not collective."""
     rng = np.random.default_rng([seed, obj.rank])
-    A = rng.standard_normal((obj.dense_rows("a", obj.rank).size, r)).astype(obj.dtype)
-    B = rng.standard_normal((obj.dense_rows("b", obj.rank).size, r)).astype(obj.dtype)
-    return A, B
+
+    def block(side: str) -> np.ndarray:
+        shape = (obj.dense_rows(side, obj.rank).size,
+                 len(range(r)[obj.dense_cols(side, obj.rank)]))
+        return rng.standard_normal(shape).astype(obj.dtype)
+
+    return block("a"), block("b")
 
 
-def measure(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray, B_loc: np.ndarray,
+def measure(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray, B_loc: np.ndarray, r: int,
             strategy: str = "-", repeat: int = 3) -> dict:
-    """Time one operation ``repeat`` times after one untimed warm-up (collective).
+    """Time one operation on blocks of dense width ``r``, ``repeat`` times after one untimed
+    warm-up (collective).
 
     The warm-up absorbs JIT compilation and the one-off construction of S^T. Returns, on every
     rank, the record: times, best seconds, GFLOP/s at the best time, and (on rank 0 only, None
@@ -60,7 +66,7 @@ def measure(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray, B_loc: np.nda
     nnz = int(obj.comm.allreduce(obj.values.size))
     best = min(times)
     report = reports[times.index(best)]
-    return {"op": op, "strategy": strategy, "nnz": nnz, "r": int(A_loc.shape[1]),
-            "times": times, "seconds": best, "gflops": api.op_flops(op, nnz, A_loc.shape[1])
-            / best / 1e9, **obj.describe(),
+    return {"op": op, "strategy": strategy, "nnz": nnz, "r": r,
+            "times": times, "seconds": best, "gflops": api.op_flops(op, nnz, r) / best / 1e9,
+            **obj.describe(),
             "phases": phase_summary(report) if report else None}

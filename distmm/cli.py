@@ -297,7 +297,7 @@ def cmd_bench(args) -> int:
     for op in ops:
         for strategy in (strategies if op.startswith("fusedmm") else ["-"]):
             record = {"event": "bench", "n": args.n,
-                      **measure(obj, op, A_loc, B_loc, strategy, args.repeat)}
+                      **measure(obj, op, A_loc, B_loc, args.r, strategy, args.repeat)}
             _emit(record)
             _log_rank(args, obj, record)
     return 0

@@ -58,7 +58,7 @@ def main() -> None:
         obj = distmm.distribute(source, comm, c=c, dtype=np.dtype(args.dtype), seed=args.seed)
         A_loc, B_loc = random_blocks(obj, args.r, args.seed)
         for strategy in args.strategies.split(","):
-            rec = measure(obj, args.op, A_loc, B_loc, strategy, args.repeat)
+            rec = measure(obj, args.op, A_loc, B_loc, args.r, strategy, args.repeat)
             m, n = obj.shape
             model = costmodel.dense_shift_15d_exact(args.op.replace("-", "_"), m, n, args.r, p,
                                                     c, strategy)

@@ -1,0 +1,462 @@
+"""2.5D sparse replicating algorithms (paper section V-D; Table II fourth block; Table III row
+"2.5D Sparse Replicate, No Elision"; Table IV last row).
+
+Grid: s x s x c with s = sqrt(p/c) (:class:`ProcessGrid25D`); p/c must be a perfect square.
+Rank (i, j, k) sits in row i, column j of layer k. Each layer runs Cannon's algorithm on its
+s x s square, with S stationary and both dense matrices shifting; the layers share S's sparsity
+pattern and split the dense width r among themselves.
+
+Layout (paper Table II, in the form this module implements; see "Differences" below):
+  * S (m x n) is cut into s x s blocks by rows (``block_offsets(m, s)``) and columns
+    (``block_offsets(n, s)``). Block (I, J) lives on (I, J, *): every rank of the fiber (I, J)
+    stores the block's coordinates (one CSR structure, identical on the c ranks).
+    The block's values are sharded along the fiber: with the block's nonzeros in CSR order
+    (row-major, sorted by (row, column) in the permuted frame), rank (I, J, k) owns the k-th of
+    c near-equal contiguous pieces (``block_offsets(nnz_block, c)``). That piece, in that
+    order, is the rank's *value order*: ``values``, ``set_values``, SDDMM results and the
+    ``values=`` arguments of SpMM all use it (``value_coordinates`` names its coordinates).
+  * r is cut into s*c = sqrt(pc) near-equal column blocks (``block_offsets(r, s*c)``); column
+    block g = k*s + l is the l-th of the s column blocks of layer k, so layer k works with
+    columns [co[k s], co[(k+1) s]) of r only. This is the sentence of section V-D: the
+    algorithm "divides the dense embedding matrices into successively more block columns as c
+    increases" (sqrt(pc) of them, against sqrt(p/c) for the dense replicating algorithm).
+  * A (m x r): row block I (the rows of S's row block I) times column block g = k*s + l is
+    held by rank (I, (l - I) mod s, k). B (n x r): row block J times column block k*s + l is
+    held by rank ((l - J) mod s, J, k). So rank (i, j, k) holds A[rows i, block k*s+(i+j)%s]
+    and B[rows j, block k*s+(i+j)%s], mr/p and nr/p words when everything divides. These are
+    the blocks Cannon's algorithm needs at its first step: the inputs are kept pre-skewed in the
+    distribution, so no initial skew is ever sent (section V-C: "applications do not need to
+    perform this initial shift if they fill the input and output buffers appropriately").
+
+The loop (Algorithm 2 with S stationary, section IV-A's unified form): at step t = 0..s-1 rank
+(i, j, k) holds A[i, l] and B[j, l] with l = (i + j + t) mod s, applies the local kernel to its
+S block, then shifts its A block one place left along its row (to (i, j-1), from (i, j+1)) and
+its B block one place up its column (to (i-1, j), from (i+1, j)). After s steps every block is
+home again, so outputs come back in the distribution the inputs came in.
+  * SDDMM: A and B are inputs. Each layer accumulates the partial dot products over its own
+    columns of r for all nonzeros of its block (kernel ``sddmm`` with unit values); the partial
+    sums are reduce-scattered along the fiber (each rank receives its 1/c share), and each rank
+    then scales its share by its own share of S's values. The scaling after the reduction is
+    the post-multiplication of section IV-A and needs no communication; it is the one piece of
+    local arithmetic not done by the node model (an elementwise product of nnz/p values).
+  * SpMMA / SpMMB: the values are all-gathered along the fiber first (every layer needs all
+    values of its block), then the input dense matrix shifts and the output accumulator (zeros
+    in the home block's shape) shifts with it, collecting S_IJ B_J (resp. S_IJ^T A_I) from every
+    rank it visits; after s shifts it is home with the finished block.
+  * FusedMM, strategy "none" (the only one: section V-D, "Because this algorithm does not
+    replicate dense matrices, it cannot benefit from communication elision"): SDDMM with S's
+    values, then SpMMA (FusedMMA) or SpMMB (FusedMMB) on the result.
+Only one orientation of S is stored: SpMMB uses the kernel's ``spmm_b`` on the same block (its
+cached transposed structure), so no S^T is ever redistributed. With ``overlap=True`` the input
+shifts are posted before the local kernel and completed after it (the kernel only reads those
+blocks); output accumulators are always shifted after the kernel that updates them. Overlap
+changes no count.
+
+Words sent per rank (value words count one word per value: the coordinates never move after
+distribution, section V-D), for rank (i, j, k) with m_i, n_j rows in its A and B blocks, r_k
+columns in its layer, block nonzeros Z and own share z_k (see :meth:`exact_words`):
+    SDDMM:        propagation (m_i + n_j) r_k in 2s messages; reduction Z - z_k in c-1 msgs
+    SpMMA, SpMMB: replication (c-1) z_k in c-1 messages; propagation (m_i + n_j) r_k in 2s
+    FusedMM none: replication (c-1) z_k; propagation 2 (m_i + n_j) r_k in 4s messages;
+                  reduction Z - z_k
+With m = n, s | n, sc | r, uniform blocks (Z = nnz c/p) and c | Z this is, for FusedMM,
+    words    = 4 nr/sqrt(pc) + 2 (c-1) nnz/p = nr/sqrt(p) (4/sqrt(c) + 2 phi (c-1)/sqrt(p))
+    messages = 4 sqrt(p/c) + 2 (c-1)
+against Table III's nr/sqrt(p) (4/sqrt(c) + 3 phi (c-1)/sqrt(p)) and 4 sqrt(p/c) + 3 (c-1).
+Representation: S's coordinates are stored once per rank at distribution (phase
+"distribute"); afterwards only values travel, one word each. The paper's 3 words per nonzero
+(COO) apply only to algorithms that shift S, so they do not enter these formulas.
+
+Differences from the paper, and why:
+  * One value collective fewer. Section V-D describes "an initial all-gather to accumulate the
+    sparse matrix values at each layer, and an all-reduce (reduce-scatter + all-gather) between
+    the SDDMM and SpMM calls": 3 (c-1) nnz/p words. Here SDDMM needs no all-gather of S's
+    values, because each layer reduces unscaled partial dot products and every rank scales
+    only its own share afterwards (section IV-A's post-multiplication); the SpMM all-gather is
+    the second half of the paper's all-reduce. So FusedMM sends (c-1) nnz/p words and c-1
+    messages fewer than Table III; the dense-shift term is identical.
+  * When c = p a layer holds a single rank (s = 1): a "cyclic shift" is a local no-op that
+    sends nothing, whereas Table III's 4/sqrt(c) term still counts it (as in costmodel's
+    note for the 1.5D family).
+  * Table II's printed grid shapes for this algorithm (A: p x sqrt(p/c) blocks with owner
+    (i/c, j, i%c); B: sqrt(p/c) x p with owner (i, j/c, j%c)) do not map onto an s x s x c grid
+    (i/c ranges over p/c values, not s), and Table III's local B dimension n/sqrt(pc) x
+    r sqrt(c)/sqrt(p) is not the column count of its own local S (n sqrt(c)/sqrt(p)), so a local
+    kernel could not multiply them. The layout above keeps Table III's local S dimensions and
+    the same nr/p words per dense block, with B's local block n/s x r/(sc): rows that match
+    S's columns, and r cut sqrt(pc) ways as section V-D's prose says.
+  * Every operation performs s shifts of each dense matrix, as Algorithm 2 does; the last
+    shift of an *input* only returns a copy the caller still holds (3 of the 4s FusedMM shifts
+    could be skipped). They are kept so the counts match the paper's 4 sqrt(p/c).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from mpi4py import MPI
+
+from distmm.algorithms.base import SIDES, DistributedAlgorithm, Orientation
+from distmm.comm import CountingComm
+from distmm.coo import CooShare
+from distmm.errors import require
+from distmm.grid import ProcessGrid25D
+from distmm.layout import block_of, block_offsets
+
+STRATEGIES = ("none",)
+OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
+
+
+def _valid_cs(p: int) -> list[int]:
+    """The replication factors c for which p/c is a perfect square."""
+    return [c for c in range(1, p + 1) if p % c == 0 and math.isqrt(p // c) ** 2 == p // c]
+
+
+def _check_grid(p: int, c) -> int:
+    """Rank-independent checks of p and c; returns s = sqrt(p/c)."""
+    valid = ", ".join(map(str, _valid_cs(p)))
+    require(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1,
+            f"replication factor c must be an integer >= 1, got {c!r}")
+    require(p % c == 0, f"replication factor c={c} does not divide the number of ranks p={p} "
+                        f"(the 2.5D sparse replicating algorithm accepts c in {{{valid}}})")
+    s = math.isqrt(p // c)
+    require(s * s * c == p,
+            f"the 2.5D sparse replicating algorithm needs p/c to be a perfect square; p={p}, "
+            f"c={c} gives p/c={p // c} (valid c for p={p}: {valid})")
+    return s
+
+
+class SparseReplicate25D(DistributedAlgorithm):
+    """S distributed for the 2.5D sparse replicating algorithm; SDDMM, SpMM and FusedMM on it.
+
+    Construction is collective over ``comm`` (p ranks), with replication factor ``c`` (p/c
+    must be a perfect square) and the dense width ``r`` (required: A and B are split by
+    columns; r >= sqrt(pc)). Every operation is collective and takes/returns dense blocks in
+    this object's distribution: rank (i, j, k) holds rows ``dense_rows(side, rank)`` and
+    columns ``dense_cols(side, rank)`` of A ("a", m x r) and of B ("b", n x r). Values of S are
+    in this rank's value order (its 1/c share of its fiber's block; see the module docstring).
+    """
+
+    name = "25d-sparse-replicate"
+    strategies = STRATEGIES
+    supports_overlap = True
+
+    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
+                 node_model: str = "reference", dtype=np.float32, permute: bool = True,
+                 seed: int = 0, order: str = "fiber", check_finite: bool = True,
+                 overlap: bool = False) -> None:
+        p = comm.Get_size()
+        s = _check_grid(p, c)
+        c = int(c)
+        require(r is not None,
+                "the 2.5D sparse replicating algorithm splits A and B by columns, so it needs "
+                "the dense width r at construction (pass r=...)")
+        require(isinstance(r, (int, np.integer)) and not isinstance(r, bool),
+                f"the dense width r must be an integer, got {r!r}")
+        r = int(r)
+        require(r >= s * c,
+                f"the 2.5D sparse replicating algorithm cuts r into sqrt(p/c)*c = {s}*{c} = "
+                f"{s * c} column blocks (one per layer and grid column), so it needs "
+                f"r >= {s * c} for p={p}, c={c}; got r={r}")
+        super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
+                         seed=seed, check_finite=check_finite)
+        self.grid = ProcessGrid25D.create(comm, c, order)
+        self.c, self.s, self.r = c, s, r
+        self.overlap = bool(overlap)
+        g = self.grid
+        self.row = CountingComm(g.row_comm, self.stats)
+        self.col = CountingComm(g.col_comm, self.stats)
+        self.fiber = CountingComm(g.fiber_comm, self.stats)
+        m, n = self.shape
+        self.offsets = {"a": block_offsets(m, s), "b": block_offsets(n, s)}
+        self.col_offsets = block_offsets(r, s * c)
+        # widths of this layer's s column blocks, indexed by l
+        self._widths = np.diff(self.col_offsets[g.k * s:(g.k + 1) * s + 1]).astype(np.int64)
+
+        rows = self.row_inv[source.rows]
+        cols = self.col_inv[source.cols]
+        pos = block_of(rows, self.offsets["a"]) * s + block_of(cols, self.offsets["b"])
+        owners = np.concatenate([self._world_rank(pos, k) for k in range(c)]).astype(np.int64)
+        rep = (np.tile(rows, c), np.tile(cols, c), np.tile(source.vals, c))
+        self._o: Orientation = self._place("a", owners, *rep, self._layout())
+        self._source = None
+        self._S = self._o.blocks[0]
+        self._nnz_block = self._o.nnz
+        self._vo = block_offsets(self._nnz_block, c)
+        self._counts = [int(x) for x in np.diff(self._vo)]
+        self._own = slice(int(self._vo[g.k]), int(self._vo[g.k + 1]))
+        self._vals = self._o.values[self._own].copy()
+        # The block keeps only its structure: its data become the unit weights SDDMM uses, so
+        # no stale full copy of S's values lingers (they live in the fiber shares).
+        self._ones = np.ones(self._nnz_block, dtype=self.dtype)
+        self._S.data = self._o.values = self._ones
+
+    # ----------------------------------------------------------------- layout
+    def _world_rank(self, pos: np.ndarray | int, k: np.ndarray | int):
+        """World rank of grid position (pos // s, pos % s, k) (vectorised)."""
+        if self.grid.order == "fiber":
+            return pos * self.c + k
+        return k * self.s * self.s + pos
+
+    def _position(self, rank: int) -> tuple[int, int, int]:
+        """Grid position (i, j, k) of a world rank."""
+        s, c = self.s, self.c
+        if self.grid.order == "fiber":
+            pos, k = divmod(rank, c)
+        else:
+            k, pos = divmod(rank, s * s)
+        i, j = divmod(pos, s)
+        return i, j, k
+
+    def _layout(self):
+        g = self.grid
+        mo, no = self.offsets["a"], self.offsets["b"]
+        row_base, col_base = int(mo[g.i]), int(no[g.j])
+        shape = (int(mo[g.i + 1]) - row_base, int(no[g.j + 1]) - col_base)
+
+        def layout(x: np.ndarray, y: np.ndarray):
+            t = np.zeros(x.size, dtype=np.int64)
+            return t, x - row_base, y - col_base, 1, [shape], row_base, [col_base]
+
+        return layout
+
+    def _col_block(self, rank: int) -> int:
+        """Index g = k*s + (i+j) mod s of the column block of r that ``rank`` holds."""
+        i, j, k = self._position(rank)
+        return k * self.s + (i + j) % self.s
+
+    def dense_rows(self, side: str, rank: int) -> np.ndarray:
+        """Global permuted rows of ``side``'s block on ``rank``: row block i of A, j of B."""
+        i, j, _ = self._position(rank)
+        b = i if side == "a" else j
+        off = self.offsets[side]
+        return np.arange(off[b], off[b + 1], dtype=np.int64)
+
+    def dense_cols(self, side: str, rank: int) -> slice:
+        """Columns of r in ``side``'s block on ``rank`` (the same for A and B)."""
+        g = self._col_block(rank)
+        return slice(int(self.col_offsets[g]), int(self.col_offsets[g + 1]))
+
+    # ----------------------------------------------------------------- values of S
+    @property
+    def values(self) -> np.ndarray:
+        """This rank's share of its block's values, in value order (a view: do not resize)."""
+        return self._vals
+
+    @property
+    def block_nnz(self) -> int:
+        """Nonzeros of this rank's S block (i, j), whose values its fiber shares."""
+        return self._nnz_block
+
+    def _store_values(self, values: np.ndarray) -> None:
+        self._vals[...] = values
+
+    def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
+        """Global permuted (row, col) of this rank's share of its block, in value order."""
+        rows, cols = self._o.coordinates()
+        return rows[self._own], cols[self._own]
+
+    def describe(self) -> dict:
+        return {**super().describe(), "c": self.c, "s": self.s, "r": self.r,
+                "order": self.grid.order, "overlap": self.overlap,
+                "value_order": "k-th of c contiguous shares of the fiber's S block (CSR order)"}
+
+    # ----------------------------------------------------------------- checks
+    def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
+                     values: np.ndarray | None = None) -> int:
+        """Check dense blocks (side, array, name) and optional values; returns r.
+
+        Collective (one small allgather): a problem on any rank raises the same InputError
+        everywhere. Overrides the base check, which requires equal block widths on every
+        rank: here the widths are this rank's column block of the r fixed at construction,
+        and differ by one where sqrt(pc) does not divide r.
+        """
+        msg = None
+        for side, X, what in pairs:
+            msg = msg or self._check_dense(side, X, what)
+            if msg is None:
+                cols = self.dense_cols(side, self.rank)
+                want = cols.stop - cols.start
+                if X.shape[1] != want:
+                    msg = (f"{what} has {X.shape[1]} columns on this rank but the distribution "
+                           f"gives it {want} (columns {cols.start}..{cols.stop - 1} of "
+                           f"r={self.r})")
+        if values is not None:
+            msg = msg or self._check_values(values)
+        self._agree(msg)
+        return self.r
+
+    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> np.ndarray:
+        """Distribute a global dense matrix (see the base class); it must have r columns.
+
+        Collective."""
+        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
+        msg = None
+        if (root is None or self.rank == root) and isinstance(X, np.ndarray) and X.ndim == 2 \
+                and X.shape[1] != self.r:
+            msg = (f"the global matrix for side {side!r} has {X.shape[1]} columns, but this "
+                   f"distribution was built for r={self.r}")
+        self._agree(msg)
+        return super().scatter(side, X, root)
+
+    # ----------------------------------------------------------------- the loop
+    def _cannon(self, mode: str, A_loc: np.ndarray | None, B_loc: np.ndarray | None,
+                vals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+        """s steps of local kernel + cyclic shifts of A (along the row) and B (up the column).
+
+        ``mode``: "sddmm" (A, B in; partial dot products accumulate into ``out``, one per
+        nonzero of the block), "spmm_a" (B in, A out) or "spmm_b" (A in, B out). Returns the
+        finished output block for the SpMM modes. Collective over the layer.
+        """
+        s, g = self.s, self.grid
+        w = self._widths
+        wmax = int(w.max())
+        mi, nj = self._S.shape
+        l0 = (g.i + g.j) % s
+        a_in, b_in = mode != "spmm_a", mode != "spmm_b"
+        a_cur, a_nxt = np.empty(mi * wmax, self.dtype), np.empty(mi * wmax, self.dtype)
+        b_cur, b_nxt = np.empty(nj * wmax, self.dtype), np.empty(nj * wmax, self.dtype)
+
+        def view(buf: np.ndarray, rows: int, l: int) -> np.ndarray:
+            return buf[:rows * int(w[l])].reshape(rows, int(w[l]))
+
+        view(a_cur, mi, l0)[...] = A_loc if a_in else 0
+        view(b_cur, nj, l0)[...] = B_loc if b_in else 0
+        west, east = (g.j - 1) % s, (g.j + 1) % s
+        north, south = (g.i - 1) % s, (g.i + 1) % s
+        S, k = self._S, self.kernel
+        overlap = self.overlap and s > 1
+        for t in range(s):
+            l = (l0 + t) % s
+            ln = (l + 1) % s
+            Ab, Bb = view(a_cur, mi, l), view(b_cur, nj, l)
+            An, Bn = view(a_nxt, mi, ln), view(b_nxt, nj, ln)
+            reqs = []
+            if overlap and a_in:
+                reqs += self.row.start_shift(Ab, An, dest=west, source=east)
+            if overlap and b_in:
+                reqs += self.col.start_shift(Bb, Bn, dest=north, source=south)
+            with self.stats.timer("compute"):
+                if mode == "sddmm":
+                    k.sddmm(S, vals, Ab, Bb, out)
+                elif mode == "spmm_a":
+                    k.spmm_a(S, vals, Bb, Ab)
+                else:
+                    k.spmm_b(S, vals, Ab, Bb)
+            if s > 1:
+                self.row.finish(reqs)
+                if not (overlap and a_in):
+                    self.row.shift(Ab, An, dest=west, source=east)
+                if not (overlap and b_in):
+                    self.col.shift(Bb, Bn, dest=north, source=south)
+                a_cur, a_nxt = a_nxt, a_cur
+                b_cur, b_nxt = b_nxt, b_cur
+        if mode == "spmm_a":
+            return view(a_cur, mi, l0).copy()
+        if mode == "spmm_b":
+            return view(b_cur, nj, l0).copy()
+        return None
+
+    def _sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        partial = np.zeros(self._nnz_block, dtype=self.dtype)
+        self._cannon("sddmm", A_loc, B_loc, self._ones, partial)
+        mine = np.empty(self._own.stop - self._own.start, dtype=self.dtype)
+        self.fiber.reduce_scatter(partial, mine, self._counts)
+        with self.stats.timer("compute"):
+            mine *= vals  # section IV-A: post-multiply by S's values, no communication
+        return mine
+
+    def _spmm(self, mode: str, X_loc: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        full = np.empty(self._nnz_block, dtype=self.dtype)
+        self.fiber.allgatherv(np.ascontiguousarray(vals), full, self._counts)
+        if mode == "spmm_a":
+            return self._cannon(mode, None, X_loc, full)
+        return self._cannon(mode, X_loc, None, full)
+
+    # ----------------------------------------------------------------- public operations
+    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
+              values: np.ndarray | None = None) -> np.ndarray:
+        """R = S(values) * (A B^T) at S's nonzeros; returns this rank's share of R in value
+        order. Collective. ``values`` (value order) defaults to S's current values."""
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
+        return self._sddmm(A_loc, B_loc, self._vals if values is None else values)
+
+    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        """A-side output S(values) @ B (m x r); returns this rank's block. Collective."""
+        self.check_inputs(("b", B_loc, "B"), values=values)
+        return self._spmm("spmm_a", B_loc, self._vals if values is None else values)
+
+    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective."""
+        self.check_inputs(("a", A_loc, "A"), values=values)
+        return self._spmm("spmm_b", A_loc, self._vals if values is None else values)
+
+    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray,
+                  strategy: str = "none") -> np.ndarray:
+        """FusedMMA: (S * (A B^T)) @ B, m x r, with S's current values. Collective.
+
+        Only ``strategy="none"`` exists (SDDMM, then SpMMA on its output): this family
+        replicates no dense matrix, so neither elision of section IV-B applies (V-D)."""
+        return self._fusedmm("spmm_a", A_loc, B_loc, strategy)
+
+    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray,
+                  strategy: str = "none") -> np.ndarray:
+        """FusedMMB: (S * (A B^T))^T @ A, n x r; SDDMM then SpMMB. Collective."""
+        return self._fusedmm("spmm_b", A_loc, B_loc, strategy)
+
+    def _fusedmm(self, mode: str, A_loc, B_loc, strategy: str) -> np.ndarray:
+        require(strategy in STRATEGIES,
+                f"unknown FusedMM strategy {strategy!r} for {self.name}; it supports only "
+                f"{', '.join(STRATEGIES)} (it replicates no dense matrix, so neither "
+                "replication reuse nor local kernel fusion applies: paper section V-D)")
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"))
+        R = self._sddmm(A_loc, B_loc, self._vals)
+        return self._spmm(mode, B_loc if mode == "spmm_a" else A_loc, R)
+
+    # ----------------------------------------------------------------- cost model
+    @staticmethod
+    def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
+                    *, block_nnz: float | None = None, nnz: float | None = None,
+                    i: int | None = None, j: int | None = None, k: int | None = None
+                    ) -> dict[str, dict[str, float]]:
+        """Words and messages sent per rank, per phase, by one call of ``op``.
+
+        ``op`` is one of sddmm, spmm_a, spmm_b, fusedmm_a, fusedmm_b (strategy "none").
+        ``block_nnz`` is the nonzero count of the rank's S block (shared by its fiber); with
+        only ``nnz`` (all of S's nonzeros) it is taken as nnz*c/p, uniform blocks. Needed when
+        c > 1. With the grid position (i, j, k) the result is exact for that rank for any sizes;
+        without it, m/s, n/s, r/c and block_nnz/c stand for the rank's A rows, B rows, layer
+        columns and value share (exact when they divide). Returns ``{phase: {"words",
+        "messages"}}`` for replication, propagation and reduction.
+        """
+        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
+        require(strategy in STRATEGIES, f"unknown strategy {strategy!r}")
+        s = _check_grid(p, c)
+        if block_nnz is None and nnz is not None:
+            block_nnz = nnz * c / p
+        require(block_nnz is not None or c == 1,
+                "exact_words needs block_nnz (or nnz) to count the value collectives when c > 1")
+        block_nnz = 0 if block_nnz is None else block_nnz
+        if i is None or j is None or k is None:
+            mi, nj, rk, own = m / s, n / s, r / c, block_nnz / c
+        else:
+            mo, no, co = block_offsets(m, s), block_offsets(n, s), block_offsets(r, s * c)
+            vo = block_offsets(int(block_nnz), c)
+            mi, nj = int(mo[i + 1] - mo[i]), int(no[j + 1] - no[j])
+            rk, own = int(co[(k + 1) * s] - co[k * s]), int(vo[k + 1] - vo[k])
+        shifts = s if s > 1 else 0
+        fiber_msgs = c - 1
+        rounds = 2 if op.startswith("fusedmm") else 1
+        prop = {"words": rounds * (mi + nj) * rk if shifts else 0,
+                "messages": rounds * 2 * shifts}
+        repl = {"words": 0, "messages": 0}
+        red = {"words": 0, "messages": 0}
+        if op != "sddmm":
+            repl = {"words": (c - 1) * own, "messages": fiber_msgs}
+        if op in ("sddmm", "fusedmm_a", "fusedmm_b"):
+            red = {"words": block_nnz - own, "messages": fiber_msgs}
+        return {"replication": repl, "propagation": prop, "reduction": red}
+
+
+__all__ = ["SparseReplicate25D"]
