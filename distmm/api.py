@@ -11,11 +11,13 @@ from mpi4py import MPI
 from distmm.algorithms.base import DistributedAlgorithm
 from distmm.algorithms.dense_shift_15d import DenseShift15D
 from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
+from distmm.algorithms.sparse_shift_15d import SparseShift15D
 from distmm.coo import CooShare
 from distmm.errors import require
 
 ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
     DenseShift15D.name: DenseShift15D,
+    SparseShift15D.name: SparseShift15D,
     SparseReplicate25D.name: SparseReplicate25D,
 }
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
