@@ -78,6 +78,9 @@ class DistributedAlgorithm:
 
     name = "abstract"
     strategies: tuple[str, ...] = ()
+    # Families that split A and B by columns fix r at construction; the others leave it None
+    # and take r from each call's blocks.
+    r: int | None = None
 
     def __init__(self, source: CooShare, comm: MPI.Comm, node_model: str = "reference",
                  dtype=np.float32, permute: bool = True, seed: int = 0,
@@ -224,10 +227,19 @@ class DistributedAlgorithm:
         widths = set()
         for side, X, what in pairs:
             msg = msg or self._check_dense(side, X, what)
+            if msg is None and self.r is not None:
+                cols = range(self.r)[self.dense_cols(side, self.rank)]
+                if X.shape[1] != len(cols):
+                    msg = (f"{what} has {X.shape[1]} columns on this rank but the distribution "
+                           f"gives it {len(cols)} (columns {cols.start}..{cols.stop - 1} of "
+                           f"r={self.r})")
             if isinstance(X, np.ndarray) and X.ndim == 2:
                 widths.add(X.shape[1])
         if values is not None:
             msg = msg or self._check_values(values)
+        if self.r is not None:
+            self._agree(msg)
+            return self.r
         if len(widths) > 1:
             msg = msg or f"the dense operands have different widths {sorted(widths)}"
         width = widths.pop() if len(widths) == 1 else -1
@@ -288,6 +300,13 @@ class DistributedAlgorithm:
         require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
         nrows = self.shape[0] if side == "a" else self.shape[1]
         perm = self.row_perm if side == "a" else self.col_perm
+        if self.r is not None:
+            msg = None
+            if (root is None or self.rank == root) and isinstance(X, np.ndarray) \
+                    and X.ndim == 2 and X.shape[1] != self.r:
+                msg = (f"the global matrix for side {side!r} has {X.shape[1]} columns, but "
+                       f"this matrix was distributed for r={self.r}")
+            self._agree(msg)
         if root is None:
             # Every rank reads only its own rows (X may be a memory-mapped file), so the
             # finiteness check runs on the local block, then all ranks agree.

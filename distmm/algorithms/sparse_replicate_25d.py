@@ -97,7 +97,7 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from distmm.algorithms.base import SIDES, DistributedAlgorithm, Orientation
+from distmm.algorithms.base import DistributedAlgorithm, Orientation
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
@@ -263,43 +263,6 @@ class SparseReplicate25D(DistributedAlgorithm):
                 "value_order": "k-th of c contiguous shares of the fiber's S block (CSR order)"}
 
     # ----------------------------------------------------------------- checks
-    def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
-                     values: np.ndarray | None = None) -> int:
-        """Check dense blocks (side, array, name) and optional values; returns r.
-
-        Collective (one small allgather): a problem on any rank raises the same InputError
-        everywhere. Overrides the base check, which requires equal block widths on every
-        rank: here the widths are this rank's column block of the r fixed at construction,
-        and differ by one where sqrt(pc) does not divide r.
-        """
-        msg = None
-        for side, X, what in pairs:
-            msg = msg or self._check_dense(side, X, what)
-            if msg is None:
-                cols = self.dense_cols(side, self.rank)
-                want = cols.stop - cols.start
-                if X.shape[1] != want:
-                    msg = (f"{what} has {X.shape[1]} columns on this rank but the distribution "
-                           f"gives it {want} (columns {cols.start}..{cols.stop - 1} of "
-                           f"r={self.r})")
-        if values is not None:
-            msg = msg or self._check_values(values)
-        self._agree(msg)
-        return self.r
-
-    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> np.ndarray:
-        """Distribute a global dense matrix (see the base class); it must have r columns.
-
-        Collective."""
-        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        msg = None
-        if (root is None or self.rank == root) and isinstance(X, np.ndarray) and X.ndim == 2 \
-                and X.shape[1] != self.r:
-            msg = (f"the global matrix for side {side!r} has {X.shape[1]} columns, but this "
-                   f"distribution was built for r={self.r}")
-        self._agree(msg)
-        return super().scatter(side, X, root)
-
     # ----------------------------------------------------------------- the loop
     def _cannon(self, mode: str, A_loc: np.ndarray | None, B_loc: np.ndarray | None,
                 vals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:

@@ -278,41 +278,6 @@ class SparseShift15D(DistributedAlgorithm):
         return {**super().describe(), "c": self.c, "r": self.r, "order": self.grid.order}
 
     # ----------------------------------------------------------------- checks
-    def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
-                     values: np.ndarray | None = None) -> int:
-        """Check dense blocks given as (side, array, name) and optional values of S.
-
-        Collective (one small allgather): a problem found on any rank raises the same
-        InputError on every rank. Unlike the base class, local widths legitimately differ
-        between ranks (column blocks of r); each block must have its own rank's width. Returns
-        the global width r.
-        """
-        msg = None
-        width = self._width()
-        for side, X, what in pairs:
-            msg = msg or self._check_dense(side, X, what)
-            if msg is None and X.shape[1] != width:
-                msg = (f"{what} has {X.shape[1]} columns on this rank but the distribution gives "
-                       f"it {width} (column block {self.grid.u} of r={self.r} split over "
-                       f"p/c={self.q} ranks)")
-        if values is not None:
-            msg = msg or self._check_values(values)
-        self._agree(msg)
-        return self.r
-
-    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> np.ndarray:
-        """Distribute a global dense matrix (m x r for "a", n x r for "b", original order).
-
-        Collective; as :meth:`DistributedAlgorithm.scatter`, and the matrix must have the r
-        columns this object was built for."""
-        msg = None
-        if (root is None or self.rank == root) and isinstance(X, np.ndarray) and X.ndim == 2 \
-                and X.shape[1] != self.r:
-            msg = (f"the global matrix for side {side!r} has {X.shape[1]} columns, but this "
-                   f"matrix was distributed for r={self.r}")
-        self._agree(msg)
-        return super().scatter(side, X, root)
-
     # ----------------------------------------------------------------- moving S blocks
     def _index_part(self, name: str, frame: str) -> tuple[np.ndarray, np.ndarray | None]:
         """The (row, col) part of this rank's packed block, and the value permutation.

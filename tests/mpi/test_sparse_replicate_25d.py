@@ -346,9 +346,9 @@ def test_unknown_strategy_and_global_width():
         with pytest.raises(InputError, match="supports only none"):
             obj.fusedmm_a(A_loc, B_loc, strategy)
     wide = np.hstack([A, A])
-    with pytest.raises(InputError, match=f"built for r={r}"):
+    with pytest.raises(InputError, match=f"distributed for r={r}"):
         obj.scatter("a", wide if COMM.rank == 0 else None)
-    with pytest.raises(InputError, match=f"built for r={r}"):
+    with pytest.raises(InputError, match=f"distributed for r={r}"):
         obj.scatter("a", wide, root=None)
     with pytest.raises(InputError, match="rows, expected 10"):
         obj.scatter("b", np.zeros((7, r)) if COMM.rank == 0 else None)

@@ -1,0 +1,635 @@
+"""2.5D dense replicating algorithms (paper section V-C, Algorithm 2, Tables II-IV).
+
+Grid and layout (Table II, third block)
+---------------------------------------
+p ranks form an s x s x c grid, s = sqrt(p/c) (p/c must be a perfect square); rank (i, j, k)
+is row i, column j of layer k (:class:`~distmm.grid.ProcessGrid25D`). The rows of A (m) and of
+B (n) are cut into s*c near-equal row blocks and the r columns into s near-equal column blocks
+(``layout.block_offsets``; r >= s is required so that no rank holds an empty column block).
+"Superblock" x of A (or B) is row blocks xc .. xc+c-1. S is cut into s row superblocks (those of
+A) by s*c column blocks (the row blocks of B).
+
+* A: rank (i, j, k) holds row block ic+k, column block j: Table II's owner (I // c, J, I % c)
+  of block (I, J). A never moves except along the fiber.
+* B: rank (i, j, k) holds row block ((i+j) mod s)c + k, column block j. This is Table II's
+  layout with Algorithm 2's initial skew (line 4) applied once, at distribution time.
+* S: rank (i, j, k) stores block (row superblock i, column block ((i+j) mod s)c + k): Table II's
+  owner (I, J // c, J % c) with the skew of Algorithm 2 line 3 applied at distribution time.
+
+Because B and S are stored pre-skewed, no skew is ever sent; the paper does not count the skew
+either ("applications do not need to perform this initial shift if they fill the input and
+output buffers appropriately"). Scatter/gather handle the layout, so callers never see it.
+
+The loop (Algorithm 2), one function for every kernel (section IV-A)
+-------------------------------------------------------------------
+All-gather the "X" operand along the fiber (rank (i, j, k) then holds X superblock rows, column
+block j), then run s Cannon steps inside the layer: apply the local kernel to the S block and the
+"Y" block present, then cyclically shift the S block one way and the Y block along the processor
+column (to (i-1, j), from (i+1, j)). After s steps every S and Y block is home again. Outputs:
+
+* SDDMM: the partial dot products over column block j travel *with* the S block and accumulate
+  as it visits the s ranks of its group, so they come home complete; the values of S are applied
+  there, once (R = S(values) o sum_t A_t B_t^T; one elementwise product, O(nnz)).
+* SpMM with an X-side output (SpMMA in orientation "a"): the X superblock accumulates locally and
+  is reduce-scattered along the fiber at the end (Algorithm 2 line 22).
+* SpMM with a Y-side output (SpMMB in orientation "a"): the output block travels with the Y
+  shifts and arrives home complete; no reduction.
+
+Two stored orientations of S
+----------------------------
+"a" (S; X = A, Y = B): the S block moves along the processor row (to (i, j-1), from (i, j+1)),
+exactly as in Algorithm 2. At step t rank (i, j, k) holds S(superblock i, B block
+((i+j+t) mod s)c + k) and that B block's column block j.
+
+"b" (S^T; X = B, Y = A), for FusedMM with the roles of A and B interchanged (section IV-B). With
+one fixed layout of A and B for all operations, X = B superblock (i+j) mod s is constant along
+the wrapped anti-diagonals i + j = const of a layer, not along processor rows, so the S^T block
+moves along the anti-diagonal (to (i-1, j+1), from (i+1, j-1)) while A moves along the column as
+B does in "a". At step t rank (i, j, k) holds S^T(B superblock (i+j) mod s, A block
+((i+t) mod s)c + k). It is still one cyclic shift of one block per step among s ranks: words
+and messages are those of a row shift. (A row shift would need A or B stored in a second,
+differently skewed layout and a re-layout per call, which the paper does not count either.)
+"b" is built from "a" on first use (an all-to-all of the nonzeros, counted as "distribute");
+after ``set_values`` its values are refreshed by one all-to-all of values (phase "other").
+
+SDDMM, SpMMA and SpMMB use "a". FusedMM strategies (local kernel fusion is impossible here: A and
+B are divided by columns, so no rank sees whole dot products, section IV-B and V-C):
+
+* "none": SDDMM then SpMM, both in the output's own orientation ("a" for FusedMMA: all-gather
+  A, 2s shifts of S and of B, reduce-scatter A; "b" for FusedMMB, mirrored).
+* "reuse": replication reuse, the only elision the paper allows for this family. FusedMMA
+  all-gathers B once and runs SDDMM then SpMMB in orientation "b": the output A travels with the
+  Y shifts and arrives home, so there is no reduction. FusedMMB mirrors it in orientation "a".
+
+Sparse blocks on the wire, and the paper's 3 words per nonzero
+---------------------------------------------------------------
+A moving S block is sent as one message of 3 words per nonzero, COO: local row, local column and
+one value (the word is an int32 for float32 data, an int64 for float64 data; the value's bits are
+carried in that word). The third word is S's value in SpMM and the partial SDDMM sum in SDDMM
+(S's values are not needed while an SDDMM propagates: they are applied at home). This is the
+paper's COO accounting exactly (section V-B, "each nonzero consists of three words"). Nonzeros
+are sent in the block's CSR order, so the receiver rebuilds the CSR structure by a bincount of
+the rows; only two packets are ever held, as the paper's memory analysis assumes. The nonzero
+count of every block of the layer is learnt once (an all-gather at distribution time).
+
+Words per rank (exact, counted by the wrapper)
+----------------------------------------------
+With m and n multiples of s*c, r a multiple of s, a = mr/p and b = nr/p (one dense block), and z
+= the nonzeros of the s blocks this rank sends in one propagation loop (z = s nnz/p when the
+blocks are balanced), every loop costs 3z + s*(dense block) words and 2s messages (s of S, s of
+the dense block) when s > 1, and nothing when s = 1 (one rank per layer: the shift is a no-op):
+
+    SDDMM, SpMMB:            replication (c-1)a;   propagation 3z + s b
+    SpMMA:                   propagation 3z + s b;  reduction (c-1)a
+    FusedMMA, "none":        replication (c-1)a;   propagation 2(3z + s b);  reduction (c-1)a
+    FusedMMA, "reuse":       replication (c-1)b;   propagation 2(3z + s a)
+    FusedMMB:                FusedMMA with m and n (a and b) interchanged.
+
+Messages: c-1 per all-gather or reduce-scatter, 2s per loop. Reduction to Table III for
+FusedMM with replication reuse, m = n, balanced blocks (z = s nnz/p = s phi nr/p) and s > 1:
+since s/p = 1/sqrt(pc) and (c-1)/p = (c^(3/2) - c^(1/2)) / (sqrt(p) sqrt(pc)),
+
+    words = 6 s phi nr/p + 2 s nr/p + (c-1) nr/p
+          = nr/sqrt(pc) (6 phi + 2 + c^(3/2)/sqrt(p) - sqrt(c)/sqrt(p)),
+    messages = 4 sqrt(p/c) + (c-1),
+
+which is Table III's row "2.5D Dense Replicate, Repl. Reuse". "none" adds the reduce-scatter,
+nr(c-1)/p words and c-1 messages, whose minimisation gives Table IV's c = (p(1+3phi)^2/4)^(1/3)
+(reuse: (p(1+3phi)^2)^(1/3)). Differences from the paper's accounting: when s = 1 (c = p) the
+4 sqrt(p/c) shifts are not sent; and every propagation loop resends the coordinates of S (the
+paper's 6 phi = 2 loops x 3 words, so this matches). Local kernel dimensions are Table III's:
+S blocks (m/s) x (n/(sc)) = (n sqrt(c)/sqrt(p)) x (n/sqrt(pc)), dense blocks (n/(sc)) x (r/s).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from distmm.algorithms.base import DistributedAlgorithm, Orientation
+from distmm.comm import CountingComm
+from distmm.coo import CooShare
+from distmm.errors import require
+from distmm.grid import RANK_ORDERS, ProcessGrid25D
+from distmm.layout import block_of, block_offsets
+from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
+
+STRATEGIES = ("none", "reuse")
+OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
+PHASES = ("replication", "propagation", "reduction")
+# The integer word that carries one COO entry (row, column, value bits) of each data type.
+_WORD = {np.dtype(np.float32): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.int64)}
+
+
+def grid_side(p: int, c: int) -> int:
+    """s = sqrt(p/c) for a valid 2.5D grid; raises InputError (not collective) otherwise."""
+    require(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1,
+            f"replication factor c must be an integer >= 1, got {c!r}")
+    require(p % c == 0, f"replication factor c={c} does not divide the number of ranks p={p}")
+    s = math.isqrt(p // c)
+    require(s * s * c == p,
+            f"the 2.5D dense replicating algorithm needs p/c to be a perfect square; p={p}, "
+            f"c={c} gives p/c={p // c} (valid c here: "
+            f"{', '.join(str(d) for d in range(1, p + 1) if p % d == 0 and _square(p // d))})")
+    return s
+
+
+def _square(q: int) -> bool:
+    return math.isqrt(q) ** 2 == q
+
+
+@dataclass
+class _Loop:
+    """What one rank needs to run the propagation loop of one orientation.
+
+    ``step_nnz[t]`` / ``step_yrows[t]``: nonzeros of the S block and rows of the Y block this
+    rank holds at step t; ``home_rows`` / ``home_cols``: the home block's COO coordinates as
+    wire words; ``s_comm``, ``s_dest``, ``s_src``: where the S block goes and comes from.
+    """
+
+    step_nnz: np.ndarray
+    step_yrows: np.ndarray
+    home_rows: np.ndarray
+    home_cols: np.ndarray
+    s_comm: CountingComm
+    s_dest: int
+    s_src: int
+
+
+class DenseReplicate25D(DistributedAlgorithm):
+    """S distributed for the 2.5D dense replicating algorithms; SDDMM, SpMM and FusedMM on it.
+
+    Collective construction over ``comm`` with p ranks, replication factor ``c`` (p/c a perfect
+    square) and dense width ``r`` (required: A and B are split into s = sqrt(p/c) column blocks,
+    so r >= s). Every operation is collective over ``comm`` and takes/returns dense blocks in
+    this object's distribution: rows ``dense_rows(side, rank)`` and columns
+    ``dense_cols(side, rank)`` of A ("a", m x r) and B ("b", n x r).
+    """
+
+    name = "25d-dense-replicate"
+    strategies = STRATEGIES
+
+    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
+                 node_model: str = "reference", dtype=np.float32, permute: bool = True,
+                 seed: int = 0, order: str = "fiber", check_finite: bool = True) -> None:
+        # Every check below is rank-independent and runs before any communication.
+        p = comm.Get_size()
+        s = grid_side(p, c)
+        require(order in RANK_ORDERS,
+                f"unknown rank order {order!r}; choose one of {', '.join(RANK_ORDERS)}")
+        require(r is not None,
+                f"the {self.name} algorithm splits A and B by columns, so it needs the dense "
+                "width r at construction (pass r=...)")
+        require(isinstance(r, (int, np.integer)) and not isinstance(r, bool),
+                f"the dense width r must be an integer, got {r!r}")
+        require(r >= s,
+                f"the {self.name} algorithm splits the r={r} columns of A and B into "
+                f"s = sqrt(p/c) = {s} column blocks, so it needs r >= {s} (p={p}, c={c}); "
+                "use a larger r or a larger c")
+        super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
+                         seed=seed, check_finite=check_finite)
+        self.grid = ProcessGrid25D.create(comm, int(c), order)
+        self.c, self.s, self.r = int(c), s, int(r)
+        self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
+        self.row = CountingComm(self.grid.row_comm, self.stats)
+        self.col = CountingComm(self.grid.col_comm, self.stats)
+        self.layer = CountingComm(self.grid.layer_comm, self.stats)
+        self._word = _WORD[self.dtype]
+        m, n = self.shape
+        self.offsets = {"a": block_offsets(m, s * self.c), "b": block_offsets(n, s * self.c)}
+        self.col_offsets = block_offsets(self.r, s)
+        self.width = int(self.col_offsets[self.grid.j + 1] - self.col_offsets[self.grid.j])
+        rows = self.row_inv[source.rows]
+        cols = self.col_inv[source.cols]
+        self._o: dict[str, Orientation] = {}
+        self._loops: dict[str, _Loop] = {}
+        self._add_orientation("a", rows, cols, source.vals)
+        self._plan = None
+        self._b_stale = False
+        self._source = None
+
+    # ----------------------------------------------------------------- grid positions
+    def _position(self, rank):
+        """(i, j, k) of a world rank (scalar or array)."""
+        c, s = self.c, self.s
+        if self.grid.order == "fiber":
+            pos, k = np.divmod(rank, c)
+        else:
+            k, pos = np.divmod(rank, s * s)
+        i, j = np.divmod(pos, s)
+        return i, j, k
+
+    def _world_rank(self, i, j, k):
+        pos = i * self.s + j
+        if self.grid.order == "fiber":
+            return pos * self.c + k
+        return k * self.s * self.s + pos
+
+    @staticmethod
+    def _frames(name: str) -> tuple[str, str]:
+        """(X side, Y side) of an orientation."""
+        return ("a", "b") if name == "a" else ("b", "a")
+
+    def _xsuper(self, name: str, i, j):
+        """The X superblock held (after replication) at layer position (i, j)."""
+        return i if name == "a" else (i + j) % self.s
+
+    def _yblock(self, name: str, i, j, t):
+        """Layer index of the Y block at (i, j) in step t (global block: that * c + k)."""
+        return (i + j + t) % self.s if name == "a" else (i + t) % self.s
+
+    def _member(self, name: str, i, j, t):
+        """Layer position whose home S block sits at (i, j) in step t."""
+        s = self.s
+        return (i, (j + t) % s) if name == "a" else ((i + t) % s, (j - t) % s)
+
+    # ----------------------------------------------------------------- layout
+    def _owner(self, name: str, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """World rank storing each S entry (given in S's frame) in orientation ``name``."""
+        ab = block_of(rows, self.offsets["a"])
+        bb = block_of(cols, self.offsets["b"])
+        c, s = self.c, self.s
+        if name == "a":  # S(A superblock i, B block Jc+k) on (i, (J - i) mod s, k)
+            i, big_j, k = ab // c, bb // c, bb % c
+            j = (big_j - i) % s
+        else:  # S^T(B superblock d, A block ic+k) on (i, (d - i) mod s, k)
+            i, k, d = ab // c, ab % c, bb // c
+            j = (d - i) % s
+        return np.asarray(self._world_rank(i, j, k), dtype=np.int64)
+
+    def _home(self, name: str) -> tuple[int, int, int, int]:
+        """(row_base, nrows, col_base, ncols) of this rank's home block, orientation frame."""
+        xs, ys = self._frames(name)
+        i, j, k, c = self.grid.i, self.grid.j, self.grid.k, self.c
+        xo, yo = self.offsets[xs], self.offsets[ys]
+        x = self._xsuper(name, i, j)
+        y = self._yblock(name, i, j, 0) * c + k
+        return (int(xo[x * c]), int(xo[x * c + c] - xo[x * c]), int(yo[y]),
+                int(yo[y + 1] - yo[y]))
+
+    def _layout(self, name: str):
+        row_base, nrows, col_base, ncols = self._home(name)
+
+        def layout(rows: np.ndarray, cols: np.ndarray):
+            x, y = (rows, cols) if name == "a" else (cols, rows)
+            t = np.zeros(x.size, dtype=np.int64)
+            return (t, x - row_base, y - col_base, 1, [(nrows, ncols)], row_base,
+                    np.array([col_base], dtype=np.int64))
+
+        return layout
+
+    def _add_orientation(self, name: str, rows, cols, vals) -> None:
+        """Place S in orientation ``name`` and learn the layer's block sizes (collective)."""
+        o = self._place(name, self._owner(name, rows, cols), rows, cols, vals,
+                        self._layout(name))
+        self._o[name] = o
+        home = o.blocks[0]
+        s, c = self.s, self.c
+        table = np.empty(s * s, dtype=np.int64)
+        self.layer.allgatherv(np.array([home.nnz], dtype=np.int64), table, [1] * (s * s),
+                              phase="distribute")
+        i, j, k = self.grid.i, self.grid.j, self.grid.k
+        yo = self.offsets[self._frames(name)[1]]
+        step_nnz = np.empty(s, dtype=np.int64)
+        step_yrows = np.empty(s, dtype=np.int64)
+        for t in range(s):
+            mi, mj = self._member(name, i, j, t)
+            step_nnz[t] = table[mi * s + mj]
+            y = self._yblock(name, i, j, t) * c + k
+            step_yrows[t] = yo[y + 1] - yo[y]
+        if name == "a":
+            s_comm, dest, src = self.row, (j - 1) % s, (j + 1) % s
+        else:
+            s_comm = self.layer
+            dest = ((i - 1) % s) * s + (j + 1) % s
+            src = ((i + 1) % s) * s + (j - 1) % s
+        self._loops[name] = _Loop(step_nnz, step_yrows,
+                                  home.row_ids().astype(self._word),
+                                  home.indices.astype(self._word), s_comm, dest, src)
+
+    def dense_rows(self, side: str, rank: int) -> np.ndarray:
+        """Global permuted rows of ``side``'s block on ``rank``: A row block ic+k, B row block
+        ((i+j) mod s)c+k (pre-skewed). Not collective."""
+        i, j, k = (int(v) for v in self._position(rank))
+        x = i if side == "a" else (i + j) % self.s
+        b = x * self.c + k
+        off = self.offsets[side]
+        return np.arange(off[b], off[b + 1], dtype=np.int64)
+
+    def dense_cols(self, side: str, rank: int) -> slice:
+        """Columns (of r) of ``side``'s block on ``rank``: column block j. Not collective."""
+        j = int(self._position(rank)[1])
+        return slice(int(self.col_offsets[j]), int(self.col_offsets[j + 1]))
+
+    def _orientation(self, name: str) -> Orientation:
+        """The stored orientation, building "b" (S^T) from "a" on first use (collective)."""
+        if name not in self._o:
+            a = self._o["a"]
+            rows, cols = a.coordinates()
+            self._add_orientation("b", rows, cols, a.values)
+            self._b_stale = False
+        elif name == "b" and self._b_stale:
+            if self._plan is None:
+                self._plan = self._value_plan(
+                    self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
+                    lambda i, j: self._owner("b", i, j))
+            self._move_values(self._plan, self._o["a"].values, self._o["b"].values)
+            self._b_stale = False
+        return self._o[name]
+
+    @property
+    def values(self) -> np.ndarray:
+        """S's current values on this rank (its home block of orientation "a", CSR order)."""
+        return self._o["a"].values
+
+    def _store_values(self, values: np.ndarray) -> None:
+        self._o["a"].values[...] = values
+        self._b_stale = "b" in self._o
+
+    def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
+        """Global permuted (row, col) of S for each value in value order. Not collective."""
+        return self._o["a"].coordinates()
+
+    def describe(self) -> dict:
+        """The configuration as a JSON-ready dict. Not collective."""
+        return {**super().describe(), "c": self.c, "s": self.s, "r": self.r,
+                "order": self.grid.order,
+                "layout": "A per Table II; B and S stored with Algorithm 2's initial skew"}
+
+    # ----------------------------------------------------------------- checks
+    def _check_dense(self, side: str, X: np.ndarray, what: str) -> str | None:
+        msg = super()._check_dense(side, X, what)
+        if msg is None:
+            cols = self.dense_cols(side, self.rank)
+            want = cols.stop - cols.start
+            if X.shape[1] != want:
+                msg = (f"{what} has {X.shape[1]} columns on this rank but the distribution "
+                       f"gives it {want} (column block {self.grid.j} of r={self.r} split into "
+                       f"{self.s})")
+        return msg
+
+    def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
+                     values: np.ndarray | None = None) -> int:
+        """Check dense blocks given as (side, array, name) and optional values of S.
+
+        Collective (one small allgather): a problem found on any rank raises the same
+        InputError everywhere. Each rank's block must have exactly the rows and columns the
+        distribution gives it (column blocks differ in width when s does not divide r).
+        Returns the global dense width r.
+        """
+        msg = None
+        for side, X, what in pairs:
+            msg = msg or self._check_dense(side, X, what)
+        if values is not None:
+            msg = msg or self._check_values(values)
+        self._agree(msg)
+        return self.r
+
+    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> np.ndarray:
+        """Distribute a global dense matrix (m x r or n x r, original order); see the base
+        class. Collective; also checks that X has the r columns this object was built for."""
+        msg = None
+        if (root is None or self.rank == root) and isinstance(X, np.ndarray) and X.ndim == 2 \
+                and X.shape[1] != self.r:
+            msg = (f"the global matrix for side {side!r} has {X.shape[1]} columns, but this "
+                   f"distribution was built for r={self.r}")
+        self._agree(msg)
+        return super().scatter(side, X, root)
+
+    # ----------------------------------------------------------------- the loop (Algorithm 2)
+    def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
+        """All-gather this fiber's X blocks into the X superblock T (replication)."""
+        xs, _ = self._frames(name)
+        off, c, w = self.offsets[xs], self.c, self.width
+        x = self._xsuper(name, self.grid.i, self.grid.j)
+        counts = [int(off[x * c + q + 1] - off[x * c + q]) * w for q in range(c)]
+        T = np.empty((int(off[x * c + c] - off[x * c]), w), dtype=self.dtype)
+        self.fiber.allgatherv(X_loc, T, counts)
+        return T
+
+    def _reduce(self, name: str, T: np.ndarray) -> np.ndarray:
+        """Reduce-scatter the X superblock T back to the fiber's blocks (reduction)."""
+        xs, _ = self._frames(name)
+        off, c, k, w = self.offsets[xs], self.c, self.grid.k, self.width
+        x = self._xsuper(name, self.grid.i, self.grid.j)
+        counts = [int(off[x * c + q + 1] - off[x * c + q]) * w for q in range(c)]
+        out = np.empty((counts[k] // w if w else 0, w), dtype=self.dtype)
+        self.fiber.reduce_scatter(T, out, counts)
+        return out
+
+    def _unpack(self, packet: np.ndarray, nnz: int, shape: tuple[int, int],
+                vals: np.ndarray) -> CSRBlock:
+        """The CSR block of a received COO packet (nonzeros arrive in CSR order)."""
+        rows = packet[:nnz]
+        indptr = np.zeros(shape[0] + 1, dtype=INDPTR_DTYPE)
+        np.cumsum(np.bincount(rows, minlength=shape[0]), out=indptr[1:])
+        indices = packet[nnz:2 * nnz].astype(INDEX_DTYPE, copy=False)
+        return CSRBlock(shape=shape, indptr=indptr, indices=indices, data=vals)
+
+    def _propagate(self, name: str, mode: str, third: np.ndarray, T: np.ndarray | None,
+                   Y_loc: np.ndarray | None, T_out: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+        """s Cannon steps: local kernel, then shift the S block and the Y block (propagation).
+
+        ``third`` is the third COO word of the home block's nonzeros at the start: S's values
+        for SpMM, zeros for SDDMM (the partial sums). ``mode``: "sddmm" (T and Y_loc in),
+        "spmm_x" (Y_loc in, T_out accumulates the X superblock) or "spmm_y" (T in; the Y
+        block is the output and travels). Returns (third word of the home block after the
+        loop, this rank's Y output block for "spmm_y" or None).
+        """
+        o = self._orientation(name)
+        lp = self._loops[name]
+        home, s, w, dt = o.blocks[0], self.s, self.width, self.dtype
+        z, yrows = lp.step_nnz, lp.step_yrows
+        z0 = int(z[0])
+        cur = np.empty(3 * int(z.max()), dtype=self._word)
+        nxt = np.empty_like(cur)
+        cur[:z0] = lp.home_rows
+        cur[z0:2 * z0] = lp.home_cols
+        cur[2 * z0:3 * z0].view(dt)[:] = third
+        ycur = np.zeros((int(yrows.max()), w), dtype=dt)
+        ynxt = np.empty_like(ycur)
+        if mode != "spmm_y":
+            ycur[:yrows[0]] = Y_loc
+        ones = np.ones(int(z.max()), dtype=dt) if mode == "sddmm" else None
+        kern = self.kernel
+        i = self.grid.i
+        up, down = (i - 1) % s, (i + 1) % s
+        for step in range(s):
+            zs, ys = int(z[step]), int(yrows[step])
+            vals = cur[2 * zs:3 * zs].view(dt)
+            Yb = ycur[:ys]
+            with self.stats.timer("compute"):
+                blk = home if step == 0 else self._unpack(cur, zs, (home.shape[0], ys), vals)
+                if mode == "sddmm":
+                    kern.sddmm(blk, ones[:zs], T, Yb, vals)
+                elif mode == "spmm_x":
+                    kern.spmm_a(blk, vals, Yb, T_out)
+                else:
+                    kern.spmm_b(blk, vals, T, Yb)
+            if s > 1:
+                nz, ny = int(z[(step + 1) % s]), int(yrows[(step + 1) % s])
+                reqs = lp.s_comm.start_shift(cur[:3 * zs], nxt[:3 * nz], dest=lp.s_dest,
+                                             source=lp.s_src)
+                reqs += self.col.start_shift(ycur[:ys], ynxt[:ny], dest=up, source=down)
+                self.col.finish(reqs)
+                cur, nxt = nxt, cur
+                ycur, ynxt = ynxt, ycur
+        out_third = cur[2 * z0:3 * z0].view(dt).copy()
+        return out_third, (np.ascontiguousarray(ycur[:yrows[0]]) if mode == "spmm_y" else None)
+
+    # pieces expressed in an orientation's frame ------------------------------------------
+    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, T=None):
+        o = self._orientation(name)
+        if T is None:
+            T = self._replicate(name, X_loc)
+        partial, _ = self._propagate(name, "sddmm", np.zeros(o.nnz, dtype=self.dtype), T,
+                                     Y_loc)
+        partial *= vals  # R = S(vals) o (sum over the s column blocks of A_t B_t^T)
+        return partial, T
+
+    def _spmm_x_in(self, name: str, Y_loc, vals):
+        o = self._orientation(name)
+        T_out = np.zeros((o.blocks[0].shape[0], self.width), dtype=self.dtype)
+        self._propagate(name, "spmm_x", vals, None, Y_loc, T_out)
+        return self._reduce(name, T_out)
+
+    def _spmm_y_in(self, name: str, X_loc, vals, T=None):
+        if T is None:
+            T = self._replicate(name, X_loc)
+        return self._propagate(name, "spmm_y", vals, T, None)[1]
+
+    # ----------------------------------------------------------------- public operations
+    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
+              values: np.ndarray | None = None) -> np.ndarray:
+        """R = S(values) * (A B^T) at S's nonzeros; returns this rank's R in value order.
+
+        Collective. ``values`` defaults to S's current values."""
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
+        vals = self.values if values is None else values
+        return self._sddmm_in("a", A_loc, B_loc, vals)[0]
+
+    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        """A-side output S(values) @ B (m x r); returns this rank's block. Collective."""
+        self.check_inputs(("b", B_loc, "B"), values=values)
+        vals = self.values if values is None else values
+        return self._spmm_x_in("a", B_loc, vals)
+
+    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective."""
+        self.check_inputs(("a", A_loc, "A"), values=values)
+        vals = self.values if values is None else values
+        return self._spmm_y_in("a", A_loc, vals)
+
+    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray,
+                  strategy: str = "reuse") -> np.ndarray:
+        """FusedMMA: (S * (A B^T)) @ B, m x r, with S's current values. Collective.
+
+        ``strategy``: "none" (SDDMM then SpMMA, two full loops, all-gather and reduce-scatter
+        of A) or "reuse" (replicate B once; SDDMM then SpMMB on S^T, the output travelling
+        home with the shifts: no reduction)."""
+        return self._fusedmm("a", A_loc, B_loc, strategy)
+
+    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray,
+                  strategy: str = "reuse") -> np.ndarray:
+        """FusedMMB: (S * (A B^T))^T @ A, n x r; the mirror of :meth:`fusedmm_a`. Collective."""
+        return self._fusedmm("b", A_loc, B_loc, strategy)
+
+    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
+        require(strategy != "fusion",
+                f"local kernel fusion is not possible with the {self.name} algorithm: A and B "
+                "are divided by columns, so no rank holds whole dot products (paper sections "
+                "IV-B, V-C); choose one of " + ", ".join(STRATEGIES))
+        require(strategy in STRATEGIES,
+                f"unknown FusedMM strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"))
+        # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
+        same, other = ("a", "b") if side == "a" else ("b", "a")
+        X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)
+        if strategy == "none":
+            o = self._orientation(same)
+            R, _ = self._sddmm_in(same, X, Y, o.values)
+            return self._spmm_x_in(same, Y, R)
+        o = self._orientation(other)
+        R, T = self._sddmm_in(other, Y, X, o.values)
+        return self._spmm_y_in(other, None, R, T=T)
+
+    # ----------------------------------------------------------------- communication model
+    @staticmethod
+    def orientation_of(op: str, strategy: str = "none") -> str:
+        """The orientation of S ("a" or "b") whose blocks ``op`` shifts."""
+        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
+        if op == "fusedmm_a":
+            return "b" if strategy == "reuse" else "a"
+        if op == "fusedmm_b":
+            return "a" if strategy == "reuse" else "b"
+        return "a"
+
+    def shifted_nnz(self, op: str, strategy: str = "none") -> int:
+        """Nonzeros this rank sends in one propagation loop of ``op`` (0 when s = 1).
+
+        Collective when it has to build the transposed orientation; pass the result to
+        :meth:`exact_words` as ``shifted_nnz``."""
+        lp = self._loops.get(self.orientation_of(op, strategy))
+        if lp is None:
+            self._orientation("b")
+            lp = self._loops["b"]
+        return int(lp.step_nnz.sum()) if self.s > 1 else 0
+
+    @staticmethod
+    def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
+                    nnz: float | None = None, shifted_nnz: float | None = None
+                    ) -> dict[str, dict[str, float]]:
+        """Words and messages sent per rank, per phase, by one ``op`` (see module docstring).
+
+        Exact when s*c divides m and n and s divides r (s = sqrt(p/c)). ``shifted_nnz`` is
+        the number of nonzeros this rank sends in one propagation loop (its group's s blocks;
+        :meth:`shifted_nnz`); without it the blocks are taken as balanced, s * nnz / p.
+        Returns ``{phase: {"words": w, "messages": k}}`` for replication, propagation and
+        reduction. Not collective.
+        """
+        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
+        s = grid_side(p, c)
+        if op.startswith("fusedmm"):
+            require(strategy in STRATEGIES,
+                    f"unknown FusedMM strategy {strategy!r}; choose one of "
+                    f"{', '.join(STRATEGIES)}")
+        if op == "fusedmm_b":
+            # FusedMMB is FusedMMA on the transposed problem (section IV-B).
+            return DenseReplicate25D.exact_words("fusedmm_a", n, m, r, p, c, strategy, nnz,
+                                                 shifted_nnz)
+        if shifted_nnz is None:
+            require(nnz is not None, "exact_words needs nnz or shifted_nnz")
+            shifted_nnz = s * nnz / p
+        a_blk, b_blk = m * r / p, n * r / p
+        shifts = s if s > 1 else 0
+        z = shifted_nnz if s > 1 else 0
+        out = {ph: {"words": 0.0, "messages": 0} for ph in PHASES}
+
+        def add(phase: str, words: float, msgs: int) -> None:
+            out[phase]["words"] += words
+            out[phase]["messages"] += msgs
+
+        def loop(dense_blk: float, times: int = 1) -> None:
+            add("propagation", times * (3 * z + shifts * dense_blk), times * 2 * shifts)
+
+        if op in ("sddmm", "spmm_b"):
+            add("replication", (c - 1) * a_blk, c - 1)
+            loop(b_blk)
+        elif op == "spmm_a":
+            loop(b_blk)
+            add("reduction", (c - 1) * a_blk, c - 1)
+        elif strategy == "none":
+            add("replication", (c - 1) * a_blk, c - 1)
+            loop(b_blk, 2)
+            add("reduction", (c - 1) * a_blk, c - 1)
+        else:
+            add("replication", (c - 1) * b_blk, c - 1)
+            loop(a_blk, 2)
+        return out
+
+
+__all__ = ["DenseReplicate25D", "grid_side"]
