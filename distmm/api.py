@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from distmm.algorithms.base import DistributedAlgorithm
+from distmm.algorithms.dense_replicate_25d import DenseReplicate25D
 from distmm.algorithms.dense_shift_15d import DenseShift15D
 from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
@@ -18,6 +19,7 @@ from distmm.errors import require
 ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
     DenseShift15D.name: DenseShift15D,
     SparseShift15D.name: SparseShift15D,
+    DenseReplicate25D.name: DenseReplicate25D,
     SparseReplicate25D.name: SparseReplicate25D,
 }
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")

@@ -359,46 +359,6 @@ class DenseReplicate25D(DistributedAlgorithm):
                 "order": self.grid.order,
                 "layout": "A per Table II; B and S stored with Algorithm 2's initial skew"}
 
-    # ----------------------------------------------------------------- checks
-    def _check_dense(self, side: str, X: np.ndarray, what: str) -> str | None:
-        msg = super()._check_dense(side, X, what)
-        if msg is None:
-            cols = self.dense_cols(side, self.rank)
-            want = cols.stop - cols.start
-            if X.shape[1] != want:
-                msg = (f"{what} has {X.shape[1]} columns on this rank but the distribution "
-                       f"gives it {want} (column block {self.grid.j} of r={self.r} split into "
-                       f"{self.s})")
-        return msg
-
-    def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
-                     values: np.ndarray | None = None) -> int:
-        """Check dense blocks given as (side, array, name) and optional values of S.
-
-        Collective (one small allgather): a problem found on any rank raises the same
-        InputError everywhere. Each rank's block must have exactly the rows and columns the
-        distribution gives it (column blocks differ in width when s does not divide r).
-        Returns the global dense width r.
-        """
-        msg = None
-        for side, X, what in pairs:
-            msg = msg or self._check_dense(side, X, what)
-        if values is not None:
-            msg = msg or self._check_values(values)
-        self._agree(msg)
-        return self.r
-
-    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> np.ndarray:
-        """Distribute a global dense matrix (m x r or n x r, original order); see the base
-        class. Collective; also checks that X has the r columns this object was built for."""
-        msg = None
-        if (root is None or self.rank == root) and isinstance(X, np.ndarray) and X.ndim == 2 \
-                and X.shape[1] != self.r:
-            msg = (f"the global matrix for side {side!r} has {X.shape[1]} columns, but this "
-                   f"distribution was built for r={self.r}")
-        self._agree(msg)
-        return super().scatter(side, X, root)
-
     # ----------------------------------------------------------------- the loop (Algorithm 2)
     def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
         """All-gather this fiber's X blocks into the X superblock T (replication)."""

@@ -6,13 +6,22 @@ it is also the model that runs by default, so it is written to be fast on a mult
 * **Row-parallel, race-free.** Every kernel walks the rows of a CSR structure in parallel and each
   row is owned by exactly one thread, so nothing is ever written by two threads. The operations
   that produce one output row per *column* of the block (``spmm_b``, ``fusedmm_b``) run the same
-  row-parallel kernels on the cached transposed structure (:meth:`CSRBlock.transpose`), reading
-  the values through ``perm`` (``vals[perm[t]]``) inside the kernel instead of materialising
-  ``vals[perm]``.
+  row-parallel kernels on the cached transposed structure (:meth:`CSRBlock.transpose`), after
+  one parallel gather ``vals[perm]`` into a scratch array of nnz values (measured faster than
+  reading ``vals[perm[t]]`` at random inside the kernel).
 * **Balanced by nonzeros, not rows.** ``prange`` hands each thread one contiguous range of its
   iterations, so the kernels prange over one chunk per thread, and the chunk boundaries are found
-  by binary search so that every chunk holds about the same ``nnz + rows``. A power-law block
-  with a few dense rows no longer leaves one thread with most of the work.
+  by binary search so that every chunk holds about the same ``nnz + rows``. A block with a few
+  dense rows does not leave one thread with most of the work.
+* **Column panels.** The dense rows gathered through the column indices (B for the a-side
+  operations, A for the b-side ones) are random accesses; when the gathered matrix is larger than
+  the cache budget (``panel_bytes``, default half the last-level cache), each thread sweeps its
+  rows once per panel of consecutive columns, resuming every row where the previous panel
+  stopped, so the gathers hit the cache instead of DRAM. The price is one more pass over the
+  output rows (SpMM, FusedMM) or the rows of A (SDDMM) per panel, so panels are only used while a
+  row keeps a few entries per panel on average.
+* **Software prefetch.** The gathered rows of the next few entries (and of the next row's first
+  entries) are prefetched with ``llvm.prefetch``; no hardware prefetcher can guess them.
 * **Vectorised inner loops.** Dense rows are C-contiguous; the loop over the dense width r is the
   innermost loop and is compiled with the ``reassoc`` and ``contract`` fast-math flags, so LLVM
   vectorises dot products (a reduction) and emits fused multiply-adds. NaN and infinity keep their
@@ -24,14 +33,16 @@ it is also the model that runs by default, so it is written to be fast on a mult
 
 Accumulation precision: all arithmetic is done in the dtype of the operands. float64 inputs are
 accumulated in float64; float32 inputs are accumulated in float32 (dot products in SDDMM/FusedMM
-and the row sums of SpMM). The vectorised reductions keep 8 to 32 independent partial sums,
-which keeps the float32 rounding error of a dot product of length r well below
-``r * eps32 * sum|a_k b_k|``; the tests check float32 results against a float64 oracle at a
-relative tolerance of 1e-4 for r up to 128 (and the error grows like sqrt(r) in practice, so
-r ~ 1024 is fine). Callers who need more should pass float64.
+and the row sums of SpMM). The vectorised reductions keep 8 to 32 independent partial sums, so
+the float32 error of a length-r dot product stays far below the worst-case bound
+``r * eps32 * sum|a_k b_k|``; the tests check float32 results against a float64 oracle to
+``2e-5 * sum of |terms|`` for r up to 128, which the worst-case bound already guarantees for r up
+to about 300 and which the typical (sqrt(r)) growth keeps for r ~ 1024. Callers who need more
+should pass float64. Panelling changes only the order in which a row's entries are summed.
 
 The Python wrappers check dtypes, dimensions, shapes and contiguity (raising :class:`ValueError`
 with a precise message; nothing is cast silently) and then make exactly one numba call.
+The kernels are compiled on first use per dtype and cached on disk (``cache=True``).
 """
 
 from __future__ import annotations
@@ -55,7 +66,6 @@ _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 # each row costs about as much as this many nonzeros (loop overhead, writing the output row)
 _ROW_COST = 1
-_EMPTY_PERM = np.zeros(0, dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,32 +110,9 @@ def _prefetch_row(typingctx, arr, idx):
     return types.void(arr, idx), codegen
 
 
-@intrinsic
-def _prefetch_elem(typingctx, arr, idx):
-    """Prefetch the cache line holding ``arr[idx]`` of a 1-D array (a hint; never faults)."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        aryty, idxty = signature.args
-        ary = context.make_array(aryty)(context, builder, args[0])
-        intp = context.get_value_type(types.intp)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        strides = cgutils.unpack_tuple(builder, ary.strides)
-        i = context.cast(builder, args[1], idxty, types.intp)
-        addr = builder.add(builder.ptrtoint(ary.data, intp), builder.mul(i, strides[0]))
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [builder.inttoptr(addr, i8p), i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return types.void(arr, idx), codegen
-
-
 def _prefetch_distance(r: int, itemsize: int) -> int:
-    """How many nonzeros ahead to prefetch gathered rows: about 4 KiB ahead, 4 to 16 rows."""
-    return max(4, min(16, 4096 // max(1, r * itemsize)))
+    """How many nonzeros ahead to prefetch gathered rows: about 2 KiB ahead, 4 to 16 rows."""
+    return max(4, min(16, 2048 // max(1, r * itemsize)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,12 +151,11 @@ def _num_chunks(m: int) -> int:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _scan(indices, vals, perm, X, t, end, col_end, ncols, npf):
+def _scan(indices, X, t, end, col_end, ncols, npf):
     """End of the run of entries in [t, end) with column < col_end (columns are sorted).
 
-    Also prefetches the gathered rows (and, on a transposed structure, the values) of the first
-    ``npf`` entries of that run: the scan of row i + 1 is done before row i is processed, so
-    those rows arrive while row i computes.
+    Also prefetches the gathered rows of the first ``npf`` entries of that run: the scan of row
+    i + 1 is done before row i is processed, so those rows arrive while row i computes.
     """
     if col_end >= ncols:
         stop = end
@@ -179,9 +165,14 @@ def _scan(indices, vals, perm, X, t, end, col_end, ncols, npf):
             stop += 1
     for q in range(t, min(stop, t + npf)):
         _prefetch_row(X, indices[q])
-        if perm.shape[0] > 0:
-            _prefetch_elem(vals, perm[q])
     return stop
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _gather(vals, perm, out):
+    """out[t] = vals[perm[t]]: the values of the transposed block, gathered in parallel."""
+    for t in prange(perm.shape[0]):
+        out[t] = vals[perm[t]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,17 +183,16 @@ def _scan(indices, vals, perm, X, t, end, col_end, ncols, npf):
 # ``npanels`` panels of consecutive rows (= columns of the sparse structure) that fit in the
 # last-level cache; each thread sweeps its rows once per panel, resuming every row where the
 # previous panel stopped (``cur``), so the random gathers hit cache instead of DRAM. With
-# npanels = 1 this is a plain row-by-row CSR kernel. ``perm`` is empty for a block's own
-# structure and the transpose permutation for the cached transposed structure: the value of
-# stored entry t is then vals[perm[t]].
+# npanels = 1 this is a plain row-by-row CSR kernel. On the cached transposed structure the
+# values are first gathered through ``perm`` (one parallel pass, much cheaper than reading
+# vals[perm[t]] at random inside the kernel).
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
-def _spmm_kernel(indptr, indices, vals, perm, X, out, nchunks, dist, npanels):
-    """out[i] += sum_t vals(t) * X[indices[t]] over the stored entries t of row i."""
+def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels):
+    """out[i] += sum_t vals[t] * X[indices[t]] over the stored entries t of row i."""
     r = out.shape[1]
     ncols = X.shape[0]
-    use_perm = perm.shape[0] > 0
     for c in prange(nchunks):
         lo = _row_split(indptr, c, nchunks)
         hi = _row_split(indptr, c + 1, nchunks)
@@ -211,13 +201,13 @@ def _spmm_kernel(indptr, indices, vals, perm, X, out, nchunks, dist, npanels):
             cur = indptr[lo:hi].copy()
             for p in range(npanels):
                 col_end = ((p + 1) * ncols) // npanels
-                nxt = _scan(indices, vals, perm, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
+                nxt = _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
                 for i in range(lo, hi):
                     start = cur[i - lo]
                     seg = nxt
                     cur[i - lo] = seg
                     if i + 1 < hi:
-                        nxt = _scan(indices, vals, perm, X, cur[i + 1 - lo], indptr[i + 2],
+                        nxt = _scan(indices, X, cur[i + 1 - lo], indptr[i + 2],
                                     col_end, ncols, dist)
                     if seg == start:
                         continue
@@ -229,18 +219,10 @@ def _spmm_kernel(indptr, indices, vals, perm, X, out, nchunks, dist, npanels):
                             tp = t + dist + q
                             if tp < seg:
                                 _prefetch_row(X, indices[tp])
-                                if use_perm:
-                                    _prefetch_elem(vals, perm[tp])
-                        if use_perm:
-                            v0 = vals[perm[t]]
-                            v1 = vals[perm[t + 1]]
-                            v2 = vals[perm[t + 2]]
-                            v3 = vals[perm[t + 3]]
-                        else:
-                            v0 = vals[t]
-                            v1 = vals[t + 1]
-                            v2 = vals[t + 2]
-                            v3 = vals[t + 3]
+                        v0 = vals[t]
+                        v1 = vals[t + 1]
+                        v2 = vals[t + 2]
+                        v3 = vals[t + 3]
                         x0 = X[indices[t]]
                         x1 = X[indices[t + 1]]
                         x2 = X[indices[t + 2]]
@@ -249,7 +231,7 @@ def _spmm_kernel(indptr, indices, vals, perm, X, out, nchunks, dist, npanels):
                             acc[k] += v0 * x0[k] + v1 * x1[k] + v2 * x2[k] + v3 * x3[k]
                         t += 4
                     while t < seg:
-                        v = vals[perm[t]] if use_perm else vals[t]
+                        v = vals[t]
                         x = X[indices[t]]
                         for k in range(r):
                             acc[k] += v * x[k]
@@ -272,14 +254,14 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels):
             cur = indptr[lo:hi].copy()
             for p in range(npanels):
                 col_end = ((p + 1) * ncols) // npanels
-                nxt = _scan(indices, vals, indptr[:0], B, cur[0], indptr[lo + 1], col_end,
+                nxt = _scan(indices, B, cur[0], indptr[lo + 1], col_end,
                             ncols, dist)
                 for i in range(lo, hi):
                     start = cur[i - lo]
                     seg = nxt
                     cur[i - lo] = seg
                     if i + 1 < hi:
-                        nxt = _scan(indices, vals, indptr[:0], B, cur[i + 1 - lo],
+                        nxt = _scan(indices, B, cur[i + 1 - lo],
                                     indptr[i + 2], col_end, ncols, dist)
                     a = A[i]
                     t = start
@@ -317,15 +299,14 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels):
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
-def _fused_kernel(indptr, indices, vals, perm, X, Y, out, nchunks, dist, npanels):
-    """out[i] += sum_t w_t * Y[j_t] with w_t = vals(t) * dot(X[i], Y[j_t]), j_t = indices[t].
+def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels):
+    """out[i] += sum_t w_t * Y[j_t] with w_t = vals[t] * dot(X[i], Y[j_t]), j_t = indices[t].
 
     On a block's own structure (X, Y) = (A, B) gives fusedmm_a; on the transposed structure
     (X, Y) = (B, A) gives fusedmm_b.
     """
     r = out.shape[1]
     ncols = Y.shape[0]
-    use_perm = perm.shape[0] > 0
     zero = out.dtype.type(0)
     for c in prange(nchunks):
         lo = _row_split(indptr, c, nchunks)
@@ -335,13 +316,13 @@ def _fused_kernel(indptr, indices, vals, perm, X, Y, out, nchunks, dist, npanels
             cur = indptr[lo:hi].copy()
             for p in range(npanels):
                 col_end = ((p + 1) * ncols) // npanels
-                nxt = _scan(indices, vals, perm, Y, cur[0], indptr[lo + 1], col_end, ncols, dist)
+                nxt = _scan(indices, Y, cur[0], indptr[lo + 1], col_end, ncols, dist)
                 for i in range(lo, hi):
                     start = cur[i - lo]
                     seg = nxt
                     cur[i - lo] = seg
                     if i + 1 < hi:
-                        nxt = _scan(indices, vals, perm, Y, cur[i + 1 - lo], indptr[i + 2],
+                        nxt = _scan(indices, Y, cur[i + 1 - lo], indptr[i + 2],
                                     col_end, ncols, dist)
                     if seg == start:
                         continue
@@ -354,8 +335,6 @@ def _fused_kernel(indptr, indices, vals, perm, X, Y, out, nchunks, dist, npanels
                             tp = t + dist + q
                             if tp < seg:
                                 _prefetch_row(Y, indices[tp])
-                                if use_perm:
-                                    _prefetch_elem(vals, perm[tp])
                         y0 = Y[indices[t]]
                         y1 = Y[indices[t + 1]]
                         y2 = Y[indices[t + 2]]
@@ -370,16 +349,10 @@ def _fused_kernel(indptr, indices, vals, perm, X, Y, out, nchunks, dist, npanels
                             s1 += xk * y1[k]
                             s2 += xk * y2[k]
                             s3 += xk * y3[k]
-                        if use_perm:
-                            w0 = vals[perm[t]] * s0
-                            w1 = vals[perm[t + 1]] * s1
-                            w2 = vals[perm[t + 2]] * s2
-                            w3 = vals[perm[t + 3]] * s3
-                        else:
-                            w0 = vals[t] * s0
-                            w1 = vals[t + 1] * s1
-                            w2 = vals[t + 2] * s2
-                            w3 = vals[t + 3] * s3
+                        w0 = vals[t] * s0
+                        w1 = vals[t + 1] * s1
+                        w2 = vals[t + 2] * s2
+                        w3 = vals[t + 3] * s3
                         for k in range(r):
                             acc[k] += w0 * y0[k] + w1 * y1[k] + w2 * y2[k] + w3 * y3[k]
                         t += 4
@@ -388,7 +361,7 @@ def _fused_kernel(indptr, indices, vals, perm, X, Y, out, nchunks, dist, npanels
                         s = zero
                         for k in range(r):
                             s += x[k] * y[k]
-                        w = (vals[perm[t]] if use_perm else vals[t]) * s
+                        w = vals[t] * s
                         for k in range(r):
                             acc[k] += w * y[k]
                         t += 1
@@ -460,10 +433,10 @@ def _check_out_dense(out: np.ndarray, rows: int, dtype: np.dtype, r: int) -> Non
 
 
 def _default_panel_bytes() -> int:
-    """A quarter of the last-level cache (from sysfs), within [1 MiB, 64 MiB]; 8 MiB if unknown.
+    """Half the last-level cache (from sysfs), within [1 MiB, 64 MiB]; 8 MiB if unknown.
 
-    A quarter leaves room for the other threads' panels, the streamed sparse structure and the
-    output rows.
+    The threads of one process sweep the panels in step and share the panel in cache; the other
+    half is left for the streamed sparse structure, the output rows and other processes.
     """
     llc = 0
     base = "/sys/devices/system/cpu/cpu0/cache"
@@ -483,7 +456,7 @@ def _default_panel_bytes() -> int:
         llc = 0
     if llc <= 0:
         return 8 * 2**20
-    return int(min(max(llc // 4, 2**20), 64 * 2**20))
+    return int(min(max(llc // 2, 2**20), 64 * 2**20))
 
 
 class ReferenceModel(NodeModel):
@@ -493,7 +466,7 @@ class ReferenceModel(NodeModel):
     ``_b`` operations use the block's cached transpose, built on their first call.
 
     ``panel_bytes`` is the cache budget for the gathered dense matrix: when that matrix is larger,
-    the kernels sweep the block in column panels whose slice of it fits (default: a quarter of the
+    the kernels sweep the block in column panels whose slice of it fits (default: half of the
     last-level cache). It changes speed only; results agree to rounding.
     """
 
@@ -543,7 +516,7 @@ class ReferenceModel(NodeModel):
         _check_out_dense(out, m, dtype, r)
         if S.nnz == 0 or r == 0:
             return
-        _spmm_kernel(S.indptr, S.indices, vals, _EMPTY_PERM, B, out, _num_chunks(m),
+        _spmm_kernel(S.indptr, S.indices, vals, B, out, _num_chunks(m),
                      _prefetch_distance(r, dtype.itemsize),
                      self._panels(n, r, dtype.itemsize, S.nnz, m, 4))
 
@@ -556,7 +529,9 @@ class ReferenceModel(NodeModel):
         if S.nnz == 0 or r == 0:
             return
         indptr_t, indices_t, perm = S.transpose()
-        _spmm_kernel(indptr_t, indices_t, vals, perm, A, out, _num_chunks(n),
+        vals_t = np.empty_like(vals)
+        _gather(vals, perm, vals_t)
+        _spmm_kernel(indptr_t, indices_t, vals_t, A, out, _num_chunks(n),
                      _prefetch_distance(r, dtype.itemsize),
                      self._panels(m, r, dtype.itemsize, S.nnz, n, 4))
 
@@ -570,7 +545,7 @@ class ReferenceModel(NodeModel):
         _check_out_dense(out, m, dtype, r)
         if S.nnz == 0 or r == 0:
             return
-        _fused_kernel(S.indptr, S.indices, vals, _EMPTY_PERM, A, B, out, _num_chunks(m),
+        _fused_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m),
                       _prefetch_distance(r, dtype.itemsize),
                       self._panels(n, r, dtype.itemsize, S.nnz, m, 4))
 
@@ -585,6 +560,8 @@ class ReferenceModel(NodeModel):
         if S.nnz == 0 or r == 0:
             return
         indptr_t, indices_t, perm = S.transpose()
-        _fused_kernel(indptr_t, indices_t, vals, perm, B, A, out, _num_chunks(n),
+        vals_t = np.empty_like(vals)
+        _gather(vals, perm, vals_t)
+        _fused_kernel(indptr_t, indices_t, vals_t, B, A, out, _num_chunks(n),
                       _prefetch_distance(r, dtype.itemsize),
                       self._panels(m, r, dtype.itemsize, S.nnz, n, 4))
