@@ -5,8 +5,9 @@
   so small and large messages both count. The all-gather and reduce-scatter the algorithms use
   are timed too (all ranks, blocks of 2^18 words), and reported as seconds per word received,
   for comparison; the planner uses the ping-pong beta.
-* gamma: seconds per flop of the node model's fused local kernel on an Erdos-Renyi block, on
-  every rank at once (as in a real run), slowest rank.
+* gamma and delta: seconds per flop and per nonzero walked of the node model's fused local
+  kernel on an Erdos-Renyi block at widths r and 1, on every rank at once (as in a real run),
+  slowest rank.
 """
 
 from __future__ import annotations
@@ -66,25 +67,31 @@ def fit_alpha_beta(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
     return max(float(coef[0]), 0.0), max(float(coef[1]), 0.0)
 
 
-def measure_gamma(comm: MPI.Comm, node_model: str, dtype, n: int = 1 << 15, d: int = 32,
-                  r: int = 64, reps: int = 3) -> float:
-    """Seconds per flop of the fused local kernel, slowest rank (collective)."""
+def measure_gamma_delta(comm: MPI.Comm, node_model: str, dtype, n: int = 1 << 15,
+                        d: int = 32, r: int = 64, reps: int = 3) -> tuple[float, float]:
+    """Seconds per flop (gamma) and per nonzero walked (delta) of the fused local kernel,
+    slowest rank (collective). Two widths, r and 1: t(w) = nnz (delta + 4 gamma w)."""
     rng = np.random.default_rng(comm.Get_rank())
     rows = np.repeat(np.arange(n), d)
     cols = rng.integers(0, n, size=n * d)
     S = CSRBlock.from_coo(rows, cols, rng.random(n * d), (n, n), dtype)
-    A = rng.standard_normal((n, r)).astype(dtype)
-    B = rng.standard_normal((n, r)).astype(dtype)
-    out = np.zeros((n, r), dtype=dtype)
     model = make_node_model(node_model)
-    model.fusedmm_a(S, S.data, A, B, out)  # compile
-    best = float("inf")
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        model.fusedmm_a(S, S.data, A, B, out)
-        best = min(best, time.perf_counter() - t0)
-    return comm.allreduce(best, op=MPI.MAX) / (4.0 * S.nnz * r)
+    seconds = {}
+    for w in (1, r):
+        A = rng.standard_normal((n, w)).astype(dtype)
+        B = rng.standard_normal((n, w)).astype(dtype)
+        out = np.zeros((n, w), dtype=dtype)
+        model.fusedmm_a(S, S.data, A, B, out)  # compile
+        best = float("inf")
+        for _ in range(reps):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            model.fusedmm_a(S, S.data, A, B, out)
+            best = min(best, time.perf_counter() - t0)
+        seconds[w] = comm.allreduce(best, op=MPI.MAX) / S.nnz
+    gamma = max((seconds[r] - seconds[1]) / (4.0 * (r - 1)), 0.0)
+    delta = max(seconds[1] - 4.0 * gamma, 0.0)
+    return gamma, delta
 
 
 def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
@@ -98,10 +105,12 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
     times = np.array([_pingpong(comm, int(s), dtype, reps) for s in sizes])
     alpha, beta = fit_alpha_beta(sizes, times)
     words = 1 << (14 if quick else 18)
+    gamma, delta = measure_gamma_delta(comm, node_model, dtype, n=1 << (12 if quick else 15))
     return {
         "alpha": alpha,
         "beta": beta,
-        "gamma": measure_gamma(comm, node_model, dtype, n=1 << (12 if quick else 15)),
+        "gamma": gamma,
+        "delta": delta,
         "beta_allgather": _collective(comm, words, dtype, reps, "allgather"),
         "beta_reduce_scatter": _collective(comm, words, dtype, reps, "reduce_scatter"),
         "pingpong": {"words": sizes.tolist(), "seconds": times.tolist()},

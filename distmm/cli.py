@@ -175,7 +175,7 @@ def cmd_calibrate(args) -> int:
     if comm.rank == 0:
         save(args.out, data)
     _emit({"event": "calibrate", "out": args.out,
-           **{k: data[k] for k in ("alpha", "beta", "gamma", "beta_allgather",
+           **{k: data[k] for k in ("alpha", "beta", "gamma", "delta", "beta_allgather",
                                    "beta_reduce_scatter", "p")}})
     return 0
 
@@ -193,7 +193,8 @@ def cmd_plan(args) -> int:
     n = args.n or args.m
     print(f"m={args.m} n={n} nnz={args.nnz} r={args.r} p={args.p} "
           f"phi={rows[0]['phi']:.4g}; machine: {machine.source} (alpha={machine.alpha:.3g} "
-          f"s, beta={machine.beta:.3g} s/word, gamma={machine.gamma:.3g} s/flop)")
+          f"s, beta={machine.beta:.3g} s/word, gamma={machine.gamma:.3g} s/flop, "
+          f"delta={machine.delta:.3g} s/nonzero)")
     print(format_table(rows, args.top or None))
     best = rows[0]
     print(f"winner: --algorithm {best['algorithm']} --strategy {best['strategy']} "

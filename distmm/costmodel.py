@@ -68,6 +68,17 @@ def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
     return {"replication": repl, "propagation": prop, "reduction": red}
 
 
+def exact(algorithm: str, op: str, m: int, n: int, r: int, p: int, c: int,
+          strategy: str = "none", nnz: float | None = None) -> dict[str, dict[str, float]]:
+    """Words and messages per rank, per phase, that ``algorithm`` sends for one ``op``
+    (balanced blocks of S where S moves). Each family states its own formula in
+    ``exact_words``; this looks it up by name."""
+    from distmm.api import ALGORITHMS
+
+    require(algorithm in ALGORITHMS, f"unknown algorithm {algorithm!r}")
+    return ALGORITHMS[algorithm].exact_words(op, m, n, r, p, c, strategy, nnz=nnz)
+
+
 def total(phases: dict[str, dict[str, float]], key: str = "words") -> float:
     """Sum of one counter over the phases of an ``*_exact`` result."""
     return sum(ph[key] for ph in phases.values())
@@ -113,6 +124,52 @@ def table3(algorithm: str, strategy: str, n: int, r: int, p: int, c: float,
                                               + repl * (c - 1) / p)
     return (4 * math.sqrt(p / c) + 3 * (c - 1),
             nr / math.sqrt(p) * (4 / math.sqrt(c) + 3 * phi * (c - 1) / math.sqrt(p)))
+
+
+def implemented(algorithm: str, strategy: str, n: int, r: int, p: int, c: float,
+                phi: float = 0.0) -> tuple[float, float]:
+    """(messages, words) per rank of one FusedMM as distmm implements it, m = n.
+
+    Table III with distmm's two documented departures: a layer of one rank (c = p, or s = 1
+    in 2.5D) sends no shifts; and 2.5D sparse replicating SDDMM reduces unscaled partial dot
+    products and scales afterwards (section IV-A), which saves the initial all-gather of S's
+    values: (c-1) nnz/p words and c-1 messages (see sparse_replicate_25d)."""
+    msgs, words = table3(algorithm, strategy, n, r, p, c, phi)
+    nr = n * r
+    if p / c <= 1:  # one rank per layer: shifts are local copies
+        if algorithm == "15d-dense-shift":
+            words -= nr * (1 if strategy == "fusion" else 2) / c
+            msgs -= p / c * (1 if strategy == "fusion" else 2)
+        elif algorithm == "15d-sparse-shift":
+            words -= nr * 6 * phi / c
+            msgs -= 2 * p / c
+        else:
+            shift_words = (nr * (6 * phi + 2) / math.sqrt(p * c) if algorithm.startswith(
+                "25d-dense") else nr * 4 / math.sqrt(p * c))
+            words -= shift_words
+            msgs -= 4 * math.sqrt(p / c)
+    if algorithm == "25d-sparse-replicate":
+        words -= (c - 1) * phi * nr / p
+        msgs -= c - 1
+    return msgs, words
+
+
+def nonzero_visits(algorithm: str, strategy: str, nnz: float, p: int, c: float) -> float:
+    """Nonzeros one rank's local kernels walk through in one FusedMM (both kernels).
+
+    Table III's local-dimension columns in one number: the flops are 4 nnz r / p for every
+    family, but a family that splits r over more ranks makes each of them walk more nonzeros
+    with fewer columns each, and a nonzero costs index reads and row gathers however few
+    columns it carries (section V-B: dividing the dense matrices by columns "can significantly
+    hurt local kernel throughput"). The fused kernel walks S once for both kernels."""
+    if algorithm == "15d-dense-shift":
+        return (1 if strategy == "fusion" else 2) * nnz / p
+    if algorithm == "15d-sparse-shift":
+        return 2 * nnz / c
+    if algorithm == "25d-dense-replicate":
+        return 2 * nnz / math.sqrt(p * c)
+    require(algorithm == "25d-sparse-replicate", f"no model for {algorithm}")
+    return 2 * nnz * math.sqrt(c / p)
 
 
 def table4_best_c(algorithm: str, strategy: str, p: int, phi: float = 0.0) -> float:

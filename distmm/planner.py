@@ -2,11 +2,15 @@
 
 Predicted time of one FusedMM on p ranks, alpha-beta-gamma model (section V):
 
-    T = alpha * messages + beta * words + gamma * 4 nnz r / p
+    T = alpha * messages + beta * words + gamma * 4 nnz r / p + delta * visits
 
-with messages and words per rank from Table III (:func:`distmm.costmodel.table3`) and the
-same local work for every algorithm (4 nnz r flops: SDDMM plus SpMM, split evenly). The paper
-assumes m ~ n; for rectangular S this model uses n := (m + n) / 2 and phi = nnz / (n r).
+with messages and words per rank from Table III as distmm implements it
+(:func:`distmm.costmodel.implemented`; ``model="paper"`` for the table as printed) and the
+same flops for every algorithm (4 nnz r: SDDMM plus SpMM, split evenly); ``visits`` is the
+number of nonzeros a rank's kernels walk (:func:`distmm.costmodel.nonzero_visits`), which grows
+for the families that split r over more ranks, and ``delta`` its cost per nonzero beyond the
+flops (index reads, row gathers). The paper assumes m ~ n; for rectangular S this model uses
+n := (m + n) / 2 and phi = nnz / (n r).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from distmm.errors import InputError, require
 
 @dataclass(frozen=True)
 class Machine:
-    """alpha (s per message), beta (s per word), gamma (s per local flop) of a machine.
+    """alpha (s per message), beta (s per word), gamma (s per local flop) and delta (s per
+    nonzero a local kernel walks, beyond its flops) of a machine.
 
     The defaults are what `distmm calibrate` measured on the 2-core development machine
     (MPICH shared memory, reference numba kernels, float32); calibrate your own cluster.
@@ -30,6 +35,7 @@ class Machine:
     alpha: float = 2.0e-6
     beta: float = 4.0e-10
     gamma: float = 2.0e-10
+    delta: float = 2.0e-9
     source: str = "defaults"
 
     @classmethod
@@ -48,28 +54,36 @@ class Machine:
         require(not missing, f"{path}: missing or non-numeric {', '.join(missing)}")
         require(all(data[k] >= 0 for k in ("alpha", "beta", "gamma")),
                 f"{path}: alpha, beta and gamma must be non-negative")
+        delta = data.get("delta", cls.delta)
+        require(isinstance(delta, (int, float)) and delta >= 0,
+                f"{path}: delta must be a non-negative number")
         return cls(float(data["alpha"]), float(data["beta"]), float(data["gamma"]),
-                   source=os.fspath(path))
+                   float(delta), source=os.fspath(path))
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def predict(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: int, c: int,
-            machine: Machine) -> dict:
-    """Predicted seconds (and their parts) of one FusedMM. Not collective."""
+            machine: Machine, model: str = "implemented") -> dict:
+    """Predicted seconds (and their parts) of one FusedMM. Not collective.
+
+    ``model`` "implemented" counts what distmm sends (:func:`costmodel.implemented`);
+    "paper" uses Table III as printed (:func:`costmodel.table3`)."""
     n_eff = (m + n) / 2
     phi = nnz / (n_eff * r) if n_eff and r else 0.0
-    msgs, words = costmodel.table3(algorithm, strategy, n_eff, r, p, c, phi)
+    formula = costmodel.implemented if model == "implemented" else costmodel.table3
+    msgs, words = formula(algorithm, strategy, n_eff, r, p, c, phi)
     comm = machine.alpha * msgs + machine.beta * words
-    compute = machine.gamma * 4.0 * nnz * r / p
+    visits = costmodel.nonzero_visits(algorithm, strategy, nnz, p, c)
+    compute = machine.gamma * 4.0 * nnz * r / p + machine.delta * visits
     return {"algorithm": algorithm, "strategy": strategy, "c": c, "messages": msgs,
-            "words": words, "comm_s": comm, "compute_s": compute, "time_s": comm + compute,
-            "phi": phi}
+            "words": words, "visits": visits, "comm_s": comm, "compute_s": compute,
+            "time_s": comm + compute, "phi": phi}
 
 
 def plan(m: int, n: int, nnz: int, r: int, p: int, machine: Machine | None = None,
-         algorithms: tuple[str, ...] | None = None) -> list[dict]:
+         algorithms: tuple[str, ...] | None = None, model: str = "implemented") -> list[dict]:
     """Every valid (algorithm, strategy, c), fastest predicted first. Not collective.
 
     ``algorithms`` restricts the candidates (e.g. to the families this build implements)."""
@@ -81,7 +95,7 @@ def plan(m: int, n: int, nnz: int, r: int, p: int, machine: Machine | None = Non
         if algorithms is not None and algorithm not in algorithms:
             continue
         for c in costmodel.valid_cs(algorithm, p, r):
-            rows.append(predict(algorithm, strategy, m, n, nnz, r, p, c, machine))
+            rows.append(predict(algorithm, strategy, m, n, nnz, r, p, c, machine, model))
     require(rows, f"no algorithm fits p={p}, r={r}")
     # Ties (e.g. c = 1, where strategies coincide) go to the simpler configuration.
     return sorted(rows, key=lambda row: (row["time_s"], row["c"], row["algorithm"]))

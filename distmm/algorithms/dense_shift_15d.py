@@ -144,6 +144,15 @@ class DenseShift15D(DistributedAlgorithm):
     def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
         return self._o["a"].coordinates()
 
+    @staticmethod
+    def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
+                    nnz: float | None = None) -> dict[str, dict[str, float]]:
+        """Words and messages sent per rank, per phase, by one ``op`` (nnz does not matter
+        here: only dense blocks move). See :func:`distmm.costmodel.dense_shift_15d_exact`."""
+        from distmm.costmodel import dense_shift_15d_exact
+
+        return dense_shift_15d_exact(op, m, n, r, p, c, strategy)
+
     def describe(self) -> dict:
         return {**super().describe(), "c": self.c, "order": self.grid.order,
                 "overlap": self.overlap}

@@ -50,6 +50,14 @@ def _dense_row_block(dtype) -> CSRBlock:
     return CSRBlock.from_coo(rows, cols, rng.standard_normal(n), (50, n), dtype=dtype)
 
 
+def _dense_last_row_block(dtype) -> CSRBlock:
+    """The last row holds most entries, so a thread's chunk of rows can come out empty."""
+    rng = np.random.default_rng(19)
+    rows = np.concatenate([np.full(30, 9), [0, 4]])
+    cols = np.concatenate([np.arange(30), [3, 29]])
+    return CSRBlock.from_coo(rows, cols, rng.standard_normal(32), (10, 30), dtype=dtype)
+
+
 def _duplicates_block(dtype) -> CSRBlock:
     rng = np.random.default_rng(13)
     rows = rng.integers(0, 6, size=80)  # many repeated coordinates in a 6 x 5 block
@@ -80,6 +88,7 @@ BLOCKS = {
     "one_entry": lambda dt: CSRBlock.from_coo([2], [3], [1.5], (4, 5), dtype=dt),
     "duplicates": _duplicates_block,
     "dense_row": _dense_row_block,
+    "dense_last_row": _dense_last_row_block,
     "skewed": _skewed_block,
 }
 
