@@ -19,6 +19,13 @@ operands of width ``--r``:
 
 Every baseline's result is checked against the reference model once before anything is timed.
 
+Timing: after one untimed warm-up call each, all implementations (and the STREAM triad) are
+timed once per round for ``--repeat`` rounds, interleaved, and the best and median are reported.
+Interleaving puts every implementation into the same time windows, so a slow phase of a shared
+host hits all of them alike. Before each round the script waits (``--wait-idle``) for this
+machine's other processes to go idle, and every record reports the fraction of the machine's CPU
+time other processes used during its timed calls (``background_load``).
+
 Flops: 2 * nnz * r for SpMM and SDDMM, 4 * nnz * r for FusedMM and for sddmm+spmm_a.
 
 Memory bandwidth: a numba-parallel STREAM triad (``a = b + s * c`` over three arrays of
@@ -81,20 +88,19 @@ def _triad(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: float) -> None:
         a[i] = b[i] + s * c[i]
 
 
-def stream_triad(mib: int, repeat: int, wait_s: float) -> dict:
-    """Best and median triad bandwidth (GB/s) over ``repeat`` runs on 3 arrays of ``mib`` MiB."""
+def make_triad(mib: int) -> tuple[Callable[[], None], float, Callable[[], None]]:
+    """A STREAM triad on 3 float64 arrays of ``mib`` MiB: (run, bytes per run, check)."""
     n = mib * 2**20 // 8
     a = np.zeros(n)
     b = np.ones(n)
     c = np.full(n, 2.0)
     _triad(a, b, c, 3.0)  # compile and first-touch
-    times, load = time_call(lambda: _triad(a, b, c, 3.0), max(repeat, 3), wait_s)
-    if not np.all(a == 7.0):
-        raise RuntimeError("STREAM triad produced a wrong result")
-    nbytes = 3.0 * 8 * n
-    return {"best_s": min(times), "median_s": statistics.median(times), "bytes": nbytes,
-            "gbs_best": nbytes / min(times) / 1e9,
-            "gbs_median": nbytes / statistics.median(times) / 1e9, "background_load": load}
+
+    def check() -> None:
+        if not np.all(a == 7.0):
+            raise RuntimeError("STREAM triad produced a wrong result")
+
+    return (lambda: _triad(a, b, c, 3.0)), 3.0 * 8 * n, check
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,36 +153,54 @@ def wait_for_idle(limit_s: float, threshold: float = 0.1) -> float:
     return load
 
 
-def time_call(fn: Callable[[], object], repeat: int, wait_s: float,
-              attempts: int = 3) -> tuple[list[float], float]:
-    """Wall-clock seconds of ``repeat`` calls of ``fn`` after one untimed warm-up call.
+class Timer:
+    """Times one callable per call and the other processes' CPU use while it ran.
 
-    On a shared machine the other processes' CPU use during the timed calls is measured (all
-    CPU time of the machine minus this process's, from /proc/stat). If it exceeds 5% of the
-    machine, the measurement is repeated (after waiting up to ``wait_s`` for the machine to go
-    idle), up to ``attempts`` times; the least disturbed attempt is returned with its background
-    load, which the JSON records report.
+    On a shared machine the other processes' CPU time during the timed calls is measured (the
+    whole machine's busy CPU time from /proc/stat minus this process's own), so every record can
+    say how disturbed it was.
     """
-    fn()
-    best: tuple[list[float], float] | None = None
-    for _ in range(attempts):
-        if wait_s > 0:
-            wait_for_idle(wait_s)
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
+        self.times: list[float] = []
+        self.others = 0.0
+        self.cpu_total = 0.0
+
+    def once(self) -> None:
         b0, t0 = _cpu_ticks()
         s0 = _self_cpu()
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        self.fn()
+        self.times.append(time.perf_counter() - t)
         b1, t1 = _cpu_ticks()
-        others = (b1 - b0) - (_self_cpu() - s0)
-        load = max(0.0, others / (t1 - t0)) if t1 - t0 >= 0.05 else 0.0
-        if best is None or load < best[1]:
-            best = (times, load)
-        if load <= 0.05 or wait_s <= 0:
-            break
-    return best
+        self.others += max(0.0, (b1 - b0) - (_self_cpu() - s0))
+        self.cpu_total += t1 - t0
+
+    @property
+    def load(self) -> float:
+        """Fraction of the machine's CPU time used by other processes during the timed calls."""
+        return min(1.0, self.others / self.cpu_total) if self.cpu_total > 0 else 0.0
+
+
+def time_interleaved(fns: list[Callable[[], object]], rounds: int,
+                     wait_s: float) -> list[Timer]:
+    """Time every callable once per round, ``rounds`` rounds, after one warm-up call each.
+
+    Interleaving puts every implementation in the same time windows, so a slow phase of a shared
+    host (memory bandwidth taken by neighbours, which no counter inside this machine shows)
+    hits all of them alike and the ratios stay fair. Before each round we wait up to ``wait_s``
+    for the other processes of this machine to go idle.
+    """
+    timers = [Timer(fn) for fn in fns]
+    for tm in timers:
+        tm.fn()
+    for _ in range(rounds):
+        if wait_s > 0:
+            wait_for_idle(wait_s)
+        for tm in timers:
+            tm.once()
+    return timers
 
 
 def check_close(name: str, got: np.ndarray, want: np.ndarray, dtype: np.dtype) -> None:
@@ -193,6 +217,30 @@ def check_close(name: str, got: np.ndarray, want: np.ndarray, dtype: np.dtype) -
 # --------------------------------------------------------------------------------------------
 
 
+def gather_bytes(op: str, S: CSRBlock, r: int) -> float:
+    """Traffic if every gathered dense row came from memory (no reuse in any cache).
+
+    The sparse structure and values once, one dense row of width r per nonzero for the gathered
+    operand, the other dense operand's rows once, outputs read and written once. Together with
+    :func:`kernel_bytes` (perfect reuse) it brackets the real traffic of a row-gathering kernel.
+    """
+    m, n = S.shape
+    item = S.data.dtype.itemsize
+    sparse = S.indptr.nbytes + S.indices.nbytes + S.nnz * item
+    gathered = S.nnz * r * item
+    if op == "spmm_a":
+        return float(sparse + gathered + 2 * m * r * item)
+    if op == "spmm_b":
+        return float(sparse + gathered + 2 * n * r * item)
+    if op == "sddmm":
+        return float(sparse + gathered + m * r * item + 2 * S.nnz * item)
+    if op == "fusedmm_a":
+        return float(sparse + gathered + 3 * m * r * item)
+    if op == "fusedmm_b":
+        return float(sparse + gathered + 3 * n * r * item)
+    raise ValueError(op)
+
+
 def build_cases(S: CSRBlock, A: np.ndarray, B: np.ndarray, numpy_chunk: int,
                 use_torch: bool) -> list[dict]:
     """All (op, impl, callable, flops, bytes) cases, with baselines checked against the model."""
@@ -207,6 +255,8 @@ def build_cases(S: CSRBlock, A: np.ndarray, B: np.ndarray, numpy_chunk: int,
     by_spmm = kernel_bytes(S, r, S.shape[1], S.shape[0])
     by_sddmm = kernel_bytes(S, r, S.shape[0] + S.shape[1], 0, values_written=nnz)
     by_fused = kernel_bytes(S, r, S.shape[0] + S.shape[1], S.shape[0])
+    gb = {op: gather_bytes(op, S, r) for op in ("spmm_a", "spmm_b", "sddmm", "fusedmm_a",
+                                                 "fusedmm_b")}
 
     out_a = np.zeros((S.shape[0], r), dtype)
     out_b = np.zeros((S.shape[1], r), dtype)
@@ -296,6 +346,9 @@ def build_cases(S: CSRBlock, A: np.ndarray, B: np.ndarray, numpy_chunk: int,
                 fn=lambda mat2=mat2: torch.sparse.sampled_addmm(t_pat, tA, mat2, beta=0.0,
                                                                 alpha=1.0),
                 flops=f2, bytes=by_sddmm, group="torch.sparse.sampled_addmm"))
+    for c in cases:
+        unfused_pair = c["impl"] == "reference sddmm+spmm_a"
+        c["gather_bytes"] = gb["sddmm"] + gb["spmm_a"] if unfused_pair else gb[c["op"]]
     return cases
 
 
@@ -316,25 +369,34 @@ def run(args: argparse.Namespace) -> list[dict]:
           f"{torch.__version__ if use_torch else 'not used'}", file=sys.stderr)
     numba.set_num_threads(max(threads))
     cases = build_cases(S, A, B, args.numpy_chunk, use_torch)
+    triad, triad_bytes, triad_check = make_triad(args.stream_mib)
     records = []
     for k in threads:
         numba.set_num_threads(k)
         if use_torch:
             torch.set_num_threads(k)
-        st = stream_triad(args.stream_mib, args.repeat, args.wait_idle)
+        timers = time_interleaved([triad] + [c["fn"] for c in cases], args.repeat,
+                                  args.wait_idle)
+        triad_check()
+        tt = timers[0]
+        st = {"best_s": min(tt.times), "median_s": statistics.median(tt.times),
+              "bytes": triad_bytes, "gbs_best": triad_bytes / min(tt.times) / 1e9,
+              "gbs_median": triad_bytes / statistics.median(tt.times) / 1e9,
+              "background_load": tt.load}
         rec = dict(base, op="stream_triad", impl="numba", threads=k, **st)
         records.append(rec)
         print(json.dumps(rec), flush=True)
-        for case in cases:
-            times, load = time_call(case["fn"], args.repeat, args.wait_idle)
-            best, med = min(times), statistics.median(times)
-            rec = dict(base, op=case["op"], impl=case["impl"], threads=k, background_load=load,
+        for case, tm in zip(cases, timers[1:], strict=True):
+            best, med = min(tm.times), statistics.median(tm.times)
+            rec = dict(base, op=case["op"], impl=case["impl"], threads=k,
                        group=case.get("group", case["impl"]), best_s=best, median_s=med,
                        flops=case["flops"], bytes=case["bytes"],
                        gflops_best=case["flops"] / best / 1e9,
                        gflops_median=case["flops"] / med / 1e9,
                        bw_fraction=case["bytes"] / best / 1e9 / st["gbs_best"],
-                       stream_gbs=st["gbs_best"])
+                       gather_bytes=case["gather_bytes"],
+                       bw_fraction_no_reuse=case["gather_bytes"] / best / 1e9 / st["gbs_best"],
+                       stream_gbs=st["gbs_best"], background_load=tm.load)
             records.append(rec)
             print(json.dumps(rec), flush=True)
     return records
@@ -372,14 +434,15 @@ def markdown(records: list[dict], args: argparse.Namespace) -> str:
         f"({args.nnz_per_row} random columns per row, duplicates summed), r = {first['r']}, "
         f"{first['dtype']}; best (median) of {args.repeat} runs.",
         "",
-        "| op | implementation | threads | GFLOP/s best (median) | fraction of STREAM bound "
-        "| vs reference | background load |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| op | implementation | threads | GFLOP/s best (median) | fraction of STREAM "
+        "(compulsory) | fraction of STREAM (no reuse) | vs reference | background load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for k in threads:
         st = [x for x in records if x["op"] == "stream_triad" and x["threads"] == k][0]
         lines.append(f"| STREAM triad | numba | {k} | {st['gbs_best']:.1f} GB/s "
-                     f"({st['gbs_median']:.1f}) | 1.00 | | {st['background_load']:.2f} |")
+                     f"({st['gbs_median']:.1f}) | 1.00 | 1.00 | | "
+                     f"{st['background_load']:.2f} |")
         for op, group in _ORDER:
             rec = best_of_group(records, op, group, k)
             if rec is None:
@@ -388,11 +451,17 @@ def markdown(records: list[dict], args: argparse.Namespace) -> str:
             ratio = "" if group == "reference" else f"{rec['best_s'] / ref['best_s']:.2f}x"
             impl = rec["impl"]
             lines.append(f"| {op} | {impl} | {k} | {rec['gflops_best']:.2f} "
-                         f"({rec['gflops_median']:.2f}) | {rec['bw_fraction']:.3f} | {ratio} "
+                         f"({rec['gflops_median']:.2f}) | {rec['bw_fraction']:.3f} | "
+                         f"{rec['bw_fraction_no_reuse']:.2f} | {ratio} "
                          f"| {rec['background_load']:.2f} |")
     lines += ["", "'vs reference' is the baseline's time over the reference model's time "
-              "(> 1: the reference model is faster). 'background load' is the fraction of the "
-              "machine's CPUs used by other processes during the timed runs. Targets:", "",
+              "(> 1: the reference model is faster). The two bandwidth fractions are the "
+              "achieved traffic over the STREAM triad bandwidth of the same run, under the "
+              "compulsory model (kernel_bytes: every operand moved once) and under the no-reuse "
+              "model (every gathered dense row fetched from memory); a fraction above 1 under "
+              "the no-reuse model means the cache served gathers. 'background load' is the "
+              "fraction of the machine's CPUs used by other processes during the timed runs. "
+              "Targets:", "",
               "| threads | reference op | compared with | target speed-up | measured | met |",
               "|---:|---|---|---:|---:|---|"]
     for k in threads:
@@ -432,7 +501,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="random column indices drawn per row (duplicates summed)")
     p.add_argument("--r", type=int, default=128, help="dense width")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs per measurement")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timed runs per measurement (rounds over all implementations)")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--numpy-chunk", type=int, default=8192,
@@ -441,8 +511,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="MiB per STREAM array (three arrays)")
     p.add_argument("--no-torch", action="store_true", help="skip the torch baselines")
     p.add_argument("--wait-idle", type=float, default=60.0, metavar="SECONDS",
-                   help="on a shared machine, wait up to this long for other processes to go "
-                        "idle before each measurement, and retry disturbed ones (0: never)")
+                   help="on a shared machine, wait up to this long for this machine's other "
+                        "processes to go idle before each round (0: never wait)")
     p.add_argument("--markdown", metavar="FILE", help="write the markdown table here")
     args = p.parse_args(argv)
     records = run(args)

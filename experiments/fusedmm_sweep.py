@@ -1,0 +1,144 @@
+"""FusedMM on p ranks for every algorithm, strategy and replication factor; planner check.
+
+Run under the installed MPI, e.g.::
+
+    .venv/bin/mpiexec -n 2 .venv/bin/python experiments/fusedmm_sweep.py \
+        --n 65536 --r 32,128,512 --d 8,32,128 --machine results/machine.json \
+        --jsonl results/sweep-p2.jsonl --markdown results/sweep-p2.md
+
+For each (r, nonzeros per row d) it generates one Erdos-Renyi S (the same for any p), then
+for every algorithm family, FusedMM strategy and valid c it distributes S, times FusedMMA
+(best of --repeat after a warm-up) and records the per-phase breakdown with the words counted
+against the model (costmodel.implemented). The markdown summary gives, per (r, d), each
+(algorithm, strategy) at its best measured c, the measured winner, and the planner's pick
+with its measured time relative to the winner. --matrix replaces the generator by a Matrix
+Market file (e.g. ../shared/data/metis-mdual.mtx.gz); --algorithms and --c restrict the sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+
+import numpy as np
+from mpi4py import MPI
+
+import distmm
+from distmm import costmodel
+from distmm.bench import measure, random_blocks
+from distmm.generate import erdos_renyi
+from distmm.planner import Machine, plan
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=1 << 16)
+    ap.add_argument("--r", type=ints, default=[128], help="comma-separated dense widths")
+    ap.add_argument("--d", type=ints, default=[32], help="comma-separated nonzeros per row")
+    ap.add_argument("--matrix", help="Matrix Market file instead of Erdos-Renyi (--d unused)")
+    ap.add_argument("--algorithms", default=",".join(distmm.ALGORITHMS))
+    ap.add_argument("--strategies", default="all")
+    ap.add_argument("--c", type=ints, help="only these replication factors")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--overlap", action="store_true")
+    ap.add_argument("--machine", help="machine file for the planner (distmm calibrate)")
+    ap.add_argument("--jsonl", help="append every measurement here (rank 0)")
+    ap.add_argument("--markdown", help="write the summary tables here (rank 0)")
+    args = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    p = comm.Get_size()
+    machine = Machine.load(args.machine) if args.machine else Machine()
+    algorithms = args.algorithms.split(",")
+    sections = []
+    for d in ([0] if args.matrix else args.d):
+        if args.matrix:
+            from distmm.io import read_matrix_market
+
+            source = read_matrix_market(args.matrix, comm)
+            label = os.path.basename(args.matrix)
+        else:
+            source = erdos_renyi(args.n, args.n, d, args.seed, comm)
+            label = f"Erdos-Renyi n={args.n}, {d} per row"
+        m, n = source.shape
+        nnz = int(comm.allreduce(source.nnz))
+        for r in args.r:
+            rows = []
+            for algorithm in algorithms:
+                cls = distmm.ALGORITHMS[algorithm]
+                strategies = (cls.strategies if args.strategies == "all"
+                              else [s for s in args.strategies.split(",")
+                                    if s in cls.strategies])
+                for c in costmodel.valid_cs(algorithm, p, r):
+                    if args.c and c not in args.c:
+                        continue
+                    obj = distmm.distribute(source, comm, algorithm=algorithm, c=c, r=r,
+                                            dtype=np.dtype(args.dtype), seed=args.seed,
+                                            overlap=args.overlap and cls.supports_overlap)
+                    A_loc, B_loc = random_blocks(obj, r, args.seed)
+                    for strategy in strategies:
+                        rec = measure(obj, "fusedmm-a", A_loc, B_loc, r, strategy, args.repeat)
+                        phi = nnz / (((m + n) / 2) * r)
+                        rec.update(matrix=label, d=d, model_words=costmodel.implemented(
+                            algorithm, strategy, (m + n) / 2, r, p, c, phi)[1],
+                            threads=int(os.environ.get("NUMBA_NUM_THREADS", "0")))
+                        rows.append(rec)
+                        if comm.rank == 0 and args.jsonl:
+                            with open(args.jsonl, "a") as fh:
+                                fh.write(json.dumps(rec, sort_keys=True) + "\n")
+                        if comm.rank == 0:
+                            print(f"{label} r={r} {algorithm} {strategy} c={c}: "
+                                  f"{rec['seconds']:.4f} s", flush=True)
+            if comm.rank == 0:
+                best_plan = plan(m, n, nnz, r, p, machine, algorithms=tuple(algorithms))[0]
+                sections.append(summary(label, r, p, rows, best_plan))
+    if comm.rank == 0 and args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(f"p = {p}, FusedMMA, {args.dtype}, NUMBA_NUM_THREADS="
+                     f"{os.environ.get('NUMBA_NUM_THREADS', 'default')}, "
+                     f"{platform.processor() or platform.machine()}, planner machine: "
+                     f"{machine.source}\n\n" + "\n".join(sections))
+
+
+def summary(label: str, r: int, p: int, rows: list[dict], best_plan: dict) -> str:
+    """One markdown section: every (algorithm, strategy) at its best measured c."""
+    best: dict[tuple[str, str], dict] = {}
+    for rec in rows:
+        key = (rec["algorithm"], rec["strategy"])
+        if key not in best or rec["seconds"] < best[key]["seconds"]:
+            best[key] = rec
+    winner = min(best.values(), key=lambda x: x["seconds"])
+    picked = next((x for x in rows if (x["algorithm"], x["strategy"], x["c"]) == (
+        best_plan["algorithm"], best_plan["strategy"], best_plan["c"])), None)
+    out = [f"### {label}, r = {r}, p = {p}\n",
+           "| algorithm | strategy | best c | time (s) | GFLOP/s | comm s | compute s | "
+           "words/rank counted | words/rank model |", "|---|---|---|---|---|---|---|---|---|"]
+    for (alg, strat), rec in sorted(best.items(), key=lambda kv: kv[1]["seconds"]):
+        ph = rec["phases"]
+        comm_s = sum(ph.get(k, {}).get("seconds", 0.0)
+                     for k in ("replication", "propagation", "reduction"))
+        words = sum(ph.get(k, {}).get("words_sent", 0.0)
+                    for k in ("replication", "propagation", "reduction"))
+        out.append(f"| {alg} | {strat} | {rec['c']} | {rec['seconds']:.4f} | "
+                   f"{rec['gflops']:.2f} | {comm_s:.4f} | "
+                   f"{ph.get('compute', {}).get('seconds', 0.0):.4f} | {int(words)} | "
+                   f"{int(rec['model_words'])} |")
+    verdict = "not measured"
+    if picked is not None:
+        ratio = picked["seconds"] / winner["seconds"]
+        verdict = f"measured {picked['seconds']:.4f} s, {ratio:.2f}x the winner"
+    out.append(f"\nMeasured winner: {winner['algorithm']} / {winner['strategy']} / "
+               f"c={winner['c']}. Planner pick: {best_plan['algorithm']} / "
+               f"{best_plan['strategy']} / c={best_plan['c']} ({verdict}).\n")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
