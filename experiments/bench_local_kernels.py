@@ -24,7 +24,7 @@ timed once per round for ``--repeat`` rounds, interleaved, and the best and medi
 Interleaving puts every implementation into the same time windows, so a slow phase of a shared
 host hits all of them alike. Before each round the script waits (``--wait-idle``) for this
 machine's other processes to go idle, and every record reports the fraction of the machine's CPU
-time other processes used during its timed calls (``background_load``).
+time other processes used during the timed rounds of its thread count (``background_load``).
 
 Flops: 2 * nnz * r for SpMM and SDDMM, 4 * nnz * r for FusedMM and for sddmm+spmm_a.
 
@@ -56,6 +56,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -153,54 +154,37 @@ def wait_for_idle(limit_s: float, threshold: float = 0.1) -> float:
     return load
 
 
-class Timer:
-    """Times one callable per call and the other processes' CPU use while it ran.
-
-    On a shared machine the other processes' CPU time during the timed calls is measured (the
-    whole machine's busy CPU time from /proc/stat minus this process's own), so every record can
-    say how disturbed it was.
-    """
-
-    def __init__(self, fn: Callable[[], object]) -> None:
-        self.fn = fn
-        self.times: list[float] = []
-        self.others = 0.0
-        self.cpu_total = 0.0
-
-    def once(self) -> None:
-        b0, t0 = _cpu_ticks()
-        s0 = _self_cpu()
-        t = time.perf_counter()
-        self.fn()
-        self.times.append(time.perf_counter() - t)
-        b1, t1 = _cpu_ticks()
-        self.others += max(0.0, (b1 - b0) - (_self_cpu() - s0))
-        self.cpu_total += t1 - t0
-
-    @property
-    def load(self) -> float:
-        """Fraction of the machine's CPU time used by other processes during the timed calls."""
-        return min(1.0, self.others / self.cpu_total) if self.cpu_total > 0 else 0.0
-
-
 def time_interleaved(fns: list[Callable[[], object]], rounds: int,
-                     wait_s: float) -> list[Timer]:
+                     wait_s: float) -> tuple[list[list[float]], float]:
     """Time every callable once per round, ``rounds`` rounds, after one warm-up call each.
 
     Interleaving puts every implementation in the same time windows, so a slow phase of a shared
     host (memory bandwidth taken by neighbours, which no counter inside this machine shows)
     hits all of them alike and the ratios stay fair. Before each round we wait up to ``wait_s``
-    for the other processes of this machine to go idle.
+    for the other processes of this machine to go idle. Returns the seconds of every call of
+    every callable, and the fraction of the machine's CPU time that other processes used during
+    the timed rounds (the whole machine's busy time from /proc/stat minus this process's own;
+    one figure for all rounds, since /proc/stat counts in 10 ms ticks).
     """
-    timers = [Timer(fn) for fn in fns]
-    for tm in timers:
-        tm.fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for fn in fns:
+        fn()
+    others = 0.0
+    cpu_total = 0.0
     for _ in range(rounds):
         if wait_s > 0:
             wait_for_idle(wait_s)
-        for tm in timers:
-            tm.once()
-    return timers
+        b0, c0 = _cpu_ticks()
+        s0 = _self_cpu()
+        for k, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+        b1, c1 = _cpu_ticks()
+        others += max(0.0, (b1 - b0) - (_self_cpu() - s0))
+        cpu_total += c1 - c0
+    load = min(1.0, others / cpu_total) if cpu_total > 0 else 0.0
+    return times, load
 
 
 def check_close(name: str, got: np.ndarray, want: np.ndarray, dtype: np.dtype) -> None:
@@ -321,8 +305,11 @@ def build_cases(S: CSRBlock, A: np.ndarray, B: np.ndarray, numpy_chunk: int,
     if use_torch:
         tB = torch.from_numpy(B)
         tA = torch.from_numpy(A)
-        t_csr = torch.sparse_csr_tensor(torch.from_numpy(S.indptr), torch.from_numpy(
-            S.indices.astype(np.int64)), torch.from_numpy(vals), size=S.shape)
+        with warnings.catch_warnings():  # "sparse CSR support is in beta", invariant checks
+            warnings.simplefilter("ignore", UserWarning)
+            t_csr = torch.sparse_csr_tensor(torch.from_numpy(S.indptr), torch.from_numpy(
+                S.indices.astype(np.int64)), torch.from_numpy(vals), size=S.shape,
+                check_invariants=True)
         t_coo = t_csr.to_sparse_coo().coalesce()
         for fmt, T in (("csr", t_csr), ("coo", t_coo)):
             check_close(f"torch.sparse.mm ({fmt})", torch.sparse.mm(T, tB).numpy(),
@@ -332,7 +319,8 @@ def build_cases(S: CSRBlock, A: np.ndarray, B: np.ndarray, numpy_chunk: int,
                               group="torch.sparse.mm"))
         # sampled_addmm: alpha * (mat1 @ mat2) on the pattern of input, + beta * input
         t_pat = torch.sparse_csr_tensor(t_csr.crow_indices(), t_csr.col_indices(),
-                                        torch.ones(nnz, dtype=tA.dtype), size=S.shape)
+                                        torch.ones(nnz, dtype=tA.dtype), size=S.shape,
+                                        check_invariants=True)
         tBt_view = tB.t()
         tBt_copy = tB.t().contiguous()
         for lay, mat2 in (("B^T view", tBt_view), ("B^T contiguous", tBt_copy)):
@@ -375,19 +363,19 @@ def run(args: argparse.Namespace) -> list[dict]:
         numba.set_num_threads(k)
         if use_torch:
             torch.set_num_threads(k)
-        timers = time_interleaved([triad] + [c["fn"] for c in cases], args.repeat,
-                                  args.wait_idle)
+        times, load = time_interleaved([triad] + [c["fn"] for c in cases], args.repeat,
+                                       args.wait_idle)
         triad_check()
-        tt = timers[0]
-        st = {"best_s": min(tt.times), "median_s": statistics.median(tt.times),
-              "bytes": triad_bytes, "gbs_best": triad_bytes / min(tt.times) / 1e9,
-              "gbs_median": triad_bytes / statistics.median(tt.times) / 1e9,
-              "background_load": tt.load}
+        tt = times[0]
+        st = {"best_s": min(tt), "median_s": statistics.median(tt),
+              "bytes": triad_bytes, "gbs_best": triad_bytes / min(tt) / 1e9,
+              "gbs_median": triad_bytes / statistics.median(tt) / 1e9,
+              "background_load": load}
         rec = dict(base, op="stream_triad", impl="numba", threads=k, **st)
         records.append(rec)
         print(json.dumps(rec), flush=True)
-        for case, tm in zip(cases, timers[1:], strict=True):
-            best, med = min(tm.times), statistics.median(tm.times)
+        for case, tm in zip(cases, times[1:], strict=True):
+            best, med = min(tm), statistics.median(tm)
             rec = dict(base, op=case["op"], impl=case["impl"], threads=k,
                        group=case.get("group", case["impl"]), best_s=best, median_s=med,
                        flops=case["flops"], bytes=case["bytes"],
@@ -396,7 +384,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                        bw_fraction=case["bytes"] / best / 1e9 / st["gbs_best"],
                        gather_bytes=case["gather_bytes"],
                        bw_fraction_no_reuse=case["gather_bytes"] / best / 1e9 / st["gbs_best"],
-                       stream_gbs=st["gbs_best"], background_load=tm.load)
+                       stream_gbs=st["gbs_best"], background_load=load)
             records.append(rec)
             print(json.dumps(rec), flush=True)
     return records
@@ -460,7 +448,8 @@ def markdown(records: list[dict], args: argparse.Namespace) -> str:
               "compulsory model (kernel_bytes: every operand moved once) and under the no-reuse "
               "model (every gathered dense row fetched from memory); a fraction above 1 under "
               "the no-reuse model means the cache served gathers. 'background load' is the "
-              "fraction of the machine's CPUs used by other processes during the timed runs. "
+              "fraction of the machine's CPU time used by other processes during the timed "
+              "rounds of that thread count. "
               "Targets:", "",
               "| threads | reference op | compared with | target speed-up | measured | met |",
               "|---:|---|---|---:|---:|---|"]

@@ -52,6 +52,8 @@ def main() -> None:
     ap.add_argument("--machine", help="machine file for the planner (distmm calibrate)")
     ap.add_argument("--jsonl", help="append every measurement here (rank 0)")
     ap.add_argument("--markdown", help="write the summary tables here (rank 0)")
+    ap.add_argument("--every-c", action="store_true",
+                    help="list every c in the tables, not only each strategy's best")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     p = comm.Get_size()
@@ -98,7 +100,7 @@ def main() -> None:
                                   f"{rec['seconds']:.4f} s", flush=True)
             if comm.rank == 0:
                 best_plan = plan(m, n, nnz, r, p, machine, algorithms=tuple(algorithms))[0]
-                sections.append(summary(label, r, p, rows, best_plan))
+                sections.append(summary(label, r, p, rows, best_plan, args.every_c))
     if comm.rank == 0 and args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(f"p = {p}, FusedMMA, {args.dtype}, NUMBA_NUM_THREADS="
@@ -107,20 +109,23 @@ def main() -> None:
                      f"{machine.source}\n\n" + "\n".join(sections))
 
 
-def summary(label: str, r: int, p: int, rows: list[dict], best_plan: dict) -> str:
-    """One markdown section: every (algorithm, strategy) at its best measured c."""
-    best: dict[tuple[str, str], dict] = {}
+def summary(label: str, r: int, p: int, rows: list[dict], best_plan: dict,
+            every_c: bool = False) -> str:
+    """One markdown section: every (algorithm, strategy) at its best measured c (or at every
+    c with ``every_c``)."""
+    best: dict[tuple, dict] = {}
     for rec in rows:
-        key = (rec["algorithm"], rec["strategy"])
+        key = (rec["algorithm"], rec["strategy"]) + ((rec["c"],) if every_c else ())
         if key not in best or rec["seconds"] < best[key]["seconds"]:
             best[key] = rec
     winner = min(best.values(), key=lambda x: x["seconds"])
     picked = next((x for x in rows if (x["algorithm"], x["strategy"], x["c"]) == (
         best_plan["algorithm"], best_plan["strategy"], best_plan["c"])), None)
     out = [f"### {label}, r = {r}, p = {p}\n",
-           "| algorithm | strategy | best c | time (s) | GFLOP/s | comm s | compute s | "
-           "words/rank counted | words/rank model |", "|---|---|---|---|---|---|---|---|---|"]
-    for (alg, strat), rec in sorted(best.items(), key=lambda kv: kv[1]["seconds"]):
+           f"| algorithm | strategy | {'c' if every_c else 'best c'} | time (s) | GFLOP/s | "
+           "comm s | compute s | words/rank counted | words/rank model |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for (alg, strat, *_), rec in sorted(best.items(), key=lambda kv: kv[1]["seconds"]):
         ph = rec["phases"]
         comm_s = sum(ph.get(k, {}).get("seconds", 0.0)
                      for k in ("replication", "propagation", "reduction"))
