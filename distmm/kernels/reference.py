@@ -20,8 +20,9 @@ it is also the model that runs by default, so it is written to be fast on a mult
   stopped, so the gathers hit the cache instead of DRAM. The price is one more pass over the
   output rows (SpMM, FusedMM) or the rows of A (SDDMM) per panel, so panels are only used while a
   row keeps a few entries per panel on average.
-* **Software prefetch.** The gathered rows of the next few entries (and of the next row's first
-  entries) are prefetched with ``llvm.prefetch``; no hardware prefetcher can guess them.
+* **Software prefetch.** When the gathered matrix is too large to stay in cache, the gathered
+  rows of the next few entries (and of the next row's first entries) are prefetched with
+  ``llvm.prefetch``; no hardware prefetcher can guess them.
 * **Vectorised inner loops.** Dense rows are C-contiguous; the loop over the dense width r is the
   innermost loop and is compiled with the ``reassoc`` and ``contract`` fast-math flags, so LLVM
   vectorises dot products (a reduction) and emits fused multiply-adds. NaN and infinity keep their
@@ -47,11 +48,13 @@ The kernels are compiled on first use per dtype and cached on disk (``cache=True
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numba
 import numpy as np
 from llvmlite import ir
+from llvmlite.binding import llvm_version_info
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -70,6 +73,10 @@ _ROW_COST = 1
 
 # --------------------------------------------------------------------------------------------
 # software prefetch
+
+# llvm.prefetch is overloaded on the pointer type: "p0" with opaque pointers (LLVM >= 17, the only
+# kind there), "p0i8" with the typed i8* pointers of older LLVMs
+_PREFETCH_NAME = "llvm.prefetch.p0" if llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"
 
 
 @intrinsic
@@ -97,7 +104,7 @@ def _prefetch_row(typingctx, arr, idx):
         base = builder.add(builder.ptrtoint(ary.data, intp), builder.mul(row, strides[0]))
         last = builder.sub(builder.mul(shape[1], item), ir.Constant(intp, 1))
         fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_NAME)
         with cgutils.for_range_slice(builder, ir.Constant(intp, 0),
                                      builder.add(last, ir.Constant(intp, 64)),
                                      ir.Constant(intp, 64)) as (off, _):
@@ -215,10 +222,11 @@ def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels):
                         acc[k] = 0
                     t = start
                     while t + 4 <= seg:
-                        for q in range(4):
-                            tp = t + dist + q
-                            if tp < seg:
-                                _prefetch_row(X, indices[tp])
+                        if dist > 0:
+                            for q in range(4):
+                                tp = t + dist + q
+                                if tp < seg:
+                                    _prefetch_row(X, indices[tp])
                         v0 = vals[t]
                         v1 = vals[t + 1]
                         v2 = vals[t + 2]
@@ -266,10 +274,11 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels):
                     a = A[i]
                     t = start
                     while t + 4 <= seg:
-                        for q in range(4):
-                            tp = t + dist + q
-                            if tp < seg:
-                                _prefetch_row(B, indices[tp])
+                        if dist > 0:
+                            for q in range(4):
+                                tp = t + dist + q
+                                if tp < seg:
+                                    _prefetch_row(B, indices[tp])
                         b0 = B[indices[t]]
                         b1 = B[indices[t + 1]]
                         b2 = B[indices[t + 2]]
@@ -331,10 +340,11 @@ def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels):
                     x = X[i]
                     t = start
                     while t + 4 <= seg:
-                        for q in range(4):
-                            tp = t + dist + q
-                            if tp < seg:
-                                _prefetch_row(Y, indices[tp])
+                        if dist > 0:
+                            for q in range(4):
+                                tp = t + dist + q
+                                if tp < seg:
+                                    _prefetch_row(Y, indices[tp])
                         y0 = Y[indices[t]]
                         y1 = Y[indices[t + 1]]
                         y2 = Y[indices[t + 2]]
@@ -432,6 +442,7 @@ def _check_out_dense(out: np.ndarray, rows: int, dtype: np.dtype, r: int) -> Non
 # --------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
 def _default_panel_bytes() -> int:
     """Half the last-level cache (from sysfs), within [1 MiB, 64 MiB]; 8 MiB if unknown.
 
@@ -494,6 +505,18 @@ class ReferenceModel(NodeModel):
         cap = nnz // (max(rows, 1) * min_run)
         return int(max(1, min(want, cap, gathered_rows)))
 
+    def _plan(self, gathered_rows: int, r: int, itemsize: int, nnz: int, rows: int,
+              min_run: int) -> tuple[int, int]:
+        """(prefetch distance, number of panels) for one call.
+
+        Software prefetch pays off only when the gathered matrix is unlikely to sit in cache
+        already (measured: above about a quarter of the panel budget it gains up to 1.5x; below,
+        it cost up to about 25% in SDDMM), so it is off for small gathered matrices.
+        """
+        size = gathered_rows * r * itemsize
+        dist = _prefetch_distance(r, itemsize) if size > self.panel_bytes // 4 else 0
+        return dist, self._panels(gathered_rows, r, itemsize, nnz, rows, min_run)
+
     def _sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                out: np.ndarray) -> None:
         """out[k] += vals[k] * dot(A[row_k], B[col_k])."""
@@ -504,9 +527,8 @@ class ReferenceModel(NodeModel):
         _check_out_vector(S, out, dtype)
         if S.nnz == 0 or r == 0:
             return
-        _sddmm_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m),
-                      _prefetch_distance(r, dtype.itemsize),
-                      self._panels(n, r, dtype.itemsize, S.nnz, m, 2))
+        dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 2)
+        _sddmm_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels)
 
     def _spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
         """out += S(vals) @ B."""
@@ -516,9 +538,8 @@ class ReferenceModel(NodeModel):
         _check_out_dense(out, m, dtype, r)
         if S.nnz == 0 or r == 0:
             return
-        _spmm_kernel(S.indptr, S.indices, vals, B, out, _num_chunks(m),
-                     _prefetch_distance(r, dtype.itemsize),
-                     self._panels(n, r, dtype.itemsize, S.nnz, m, 4))
+        dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
+        _spmm_kernel(S.indptr, S.indices, vals, B, out, _num_chunks(m), dist, panels)
 
     def _spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray) -> None:
         """out += S(vals)^T @ A, row-parallel over the cached transpose."""
@@ -531,9 +552,8 @@ class ReferenceModel(NodeModel):
         indptr_t, indices_t, perm = S.transpose()
         vals_t = np.empty_like(vals)
         _gather(vals, perm, vals_t)
-        _spmm_kernel(indptr_t, indices_t, vals_t, A, out, _num_chunks(n),
-                     _prefetch_distance(r, dtype.itemsize),
-                     self._panels(m, r, dtype.itemsize, S.nnz, n, 4))
+        dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
+        _spmm_kernel(indptr_t, indices_t, vals_t, A, out, _num_chunks(n), dist, panels)
 
     def _fusedmm_a(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                    out: np.ndarray) -> None:
@@ -545,9 +565,8 @@ class ReferenceModel(NodeModel):
         _check_out_dense(out, m, dtype, r)
         if S.nnz == 0 or r == 0:
             return
-        _fused_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m),
-                      _prefetch_distance(r, dtype.itemsize),
-                      self._panels(n, r, dtype.itemsize, S.nnz, m, 4))
+        dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
+        _fused_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels)
 
     def _fusedmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                    out: np.ndarray) -> None:
@@ -562,6 +581,5 @@ class ReferenceModel(NodeModel):
         indptr_t, indices_t, perm = S.transpose()
         vals_t = np.empty_like(vals)
         _gather(vals, perm, vals_t)
-        _fused_kernel(indptr_t, indices_t, vals_t, B, A, out, _num_chunks(n),
-                      _prefetch_distance(r, dtype.itemsize),
-                      self._panels(m, r, dtype.itemsize, S.nnz, n, 4))
+        dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
+        _fused_kernel(indptr_t, indices_t, vals_t, B, A, out, _num_chunks(n), dist, panels)
