@@ -68,30 +68,43 @@ def fit_alpha_beta(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
 
 
 def measure_gamma_delta(comm: MPI.Comm, node_model: str, dtype, n: int = 1 << 15,
-                        d: int = 32, r: int = 64, reps: int = 3) -> tuple[float, float]:
-    """Seconds per flop (gamma) and per nonzero walked (delta) of the fused local kernel,
-    slowest rank (collective). Two widths, r and 1: t(w) = nnz (delta + 4 gamma w)."""
+                        d: int = 32, r: int = 64, reps: int = 3) -> tuple[float, float, float]:
+    """Seconds per flop of the fused local kernel (gamma) and of SDDMM then SpMMA
+    (gamma_unfused), and per nonzero walked (delta), slowest rank (collective). Two widths,
+    r and 1: t(w) = nnz (delta + 4 gamma w) for the fused kernel."""
     rng = np.random.default_rng(comm.Get_rank())
     rows = np.repeat(np.arange(n), d)
     cols = rng.integers(0, n, size=n * d)
     S = CSRBlock.from_coo(rows, cols, rng.random(n * d), (n, n), dtype)
     model = make_node_model(node_model)
+    R = np.zeros(S.nnz, dtype=dtype)
+
+    def fused(A, B, out):
+        model.fusedmm_a(S, S.data, A, B, out)
+
+    def separate(A, B, out):
+        R[:] = 0
+        model.sddmm(S, S.data, A, B, R)
+        model.spmm_a(S, R, B, out)
+
     seconds = {}
-    for w in (1, r):
+    for name, w, fn in (("fused", 1, fused), ("fused", r, fused), ("separate", r, separate)):
         A = rng.standard_normal((n, w)).astype(dtype)
         B = rng.standard_normal((n, w)).astype(dtype)
         out = np.zeros((n, w), dtype=dtype)
-        model.fusedmm_a(S, S.data, A, B, out)  # compile
+        fn(A, B, out)  # compile
         best = float("inf")
         for _ in range(reps):
             comm.Barrier()
             t0 = time.perf_counter()
-            model.fusedmm_a(S, S.data, A, B, out)
+            fn(A, B, out)
             best = min(best, time.perf_counter() - t0)
-        seconds[w] = comm.allreduce(best, op=MPI.MAX) / S.nnz
-    gamma = max((seconds[r] - seconds[1]) / (4.0 * (r - 1)), 0.0)
-    delta = max(seconds[1] - 4.0 * gamma, 0.0)
-    return gamma, delta
+        seconds[name, w] = comm.allreduce(best, op=MPI.MAX) / S.nnz
+    gamma = max((seconds["fused", r] - seconds["fused", 1]) / (4.0 * (r - 1)), 0.0)
+    delta = max(seconds["fused", 1] - 4.0 * gamma, 0.0)
+    # The separate kernels walk S twice: 2 delta per nonzero, the rest is flops.
+    gamma_unfused = max((seconds["separate", r] - 2 * delta) / (4.0 * r), 0.0)
+    return gamma, delta, gamma_unfused
 
 
 def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
@@ -105,11 +118,13 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
     times = np.array([_pingpong(comm, int(s), dtype, reps) for s in sizes])
     alpha, beta = fit_alpha_beta(sizes, times)
     words = 1 << (14 if quick else 18)
-    gamma, delta = measure_gamma_delta(comm, node_model, dtype, n=1 << (12 if quick else 15))
+    gamma, delta, gamma_unfused = measure_gamma_delta(comm, node_model, dtype,
+                                                      n=1 << (12 if quick else 15))
     return {
         "alpha": alpha,
         "beta": beta,
         "gamma": gamma,
+        "gamma_unfused": gamma_unfused,
         "delta": delta,
         "beta_allgather": _collective(comm, words, dtype, reps, "allgather"),
         "beta_reduce_scatter": _collective(comm, words, dtype, reps, "reduce_scatter"),

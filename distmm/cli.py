@@ -175,7 +175,8 @@ def cmd_calibrate(args) -> int:
     if comm.rank == 0:
         save(args.out, data)
     _emit({"event": "calibrate", "out": args.out,
-           **{k: data[k] for k in ("alpha", "beta", "gamma", "delta", "beta_allgather",
+           **{k: data[k] for k in ("alpha", "beta", "gamma", "gamma_unfused", "delta",
+                                   "beta_allgather",
                                    "beta_reduce_scatter", "p")}})
     return 0
 

@@ -28,15 +28,24 @@ class Machine:
     """alpha (s per message), beta (s per word), gamma (s per local flop) and delta (s per
     nonzero a local kernel walks, beyond its flops) of a machine.
 
+    ``gamma`` is measured on the fused local kernel and ``gamma_unfused`` on SDDMM followed by
+    SpMM (the strategies without local fusion run those); None means the same as ``gamma``.
     The defaults are what `distmm calibrate` measured on the 2-core development machine
-    (MPICH shared memory, reference numba kernels, float32); calibrate your own cluster.
+    (MPICH shared memory, reference numba kernels, float32, one thread per rank); calibrate
+    your own cluster.
     """
 
-    alpha: float = 2.0e-6
-    beta: float = 4.0e-10
-    gamma: float = 2.0e-10
-    delta: float = 2.0e-9
+    alpha: float = 3.1e-6
+    beta: float = 4.5e-10
+    gamma: float = 9.8e-11
+    delta: float = 5.7e-9
+    gamma_unfused: float | None = 1.46e-10
     source: str = "defaults"
+
+    @property
+    def gamma_separate(self) -> float:
+        """Seconds per flop when SDDMM and SpMM run as two kernels (no local fusion)."""
+        return self.gamma if self.gamma_unfused is None else self.gamma_unfused
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Machine:
@@ -57,8 +66,12 @@ class Machine:
         delta = data.get("delta", cls.delta)
         require(isinstance(delta, (int, float)) and delta >= 0,
                 f"{path}: delta must be a non-negative number")
+        unfused = data.get("gamma_unfused")
+        require(unfused is None or (isinstance(unfused, (int, float)) and unfused >= 0),
+                f"{path}: gamma_unfused must be a non-negative number")
         return cls(float(data["alpha"]), float(data["beta"]), float(data["gamma"]),
-                   float(delta), source=os.fspath(path))
+                   float(delta), None if unfused is None else float(unfused),
+                   source=os.fspath(path))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -76,7 +89,8 @@ def predict(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: 
     msgs, words = formula(algorithm, strategy, n_eff, r, p, c, phi)
     comm = machine.alpha * msgs + machine.beta * words
     visits = costmodel.nonzero_visits(algorithm, strategy, nnz, p, c)
-    compute = machine.gamma * 4.0 * nnz * r / p + machine.delta * visits
+    gamma = machine.gamma if strategy == "fusion" else machine.gamma_separate
+    compute = gamma * 4.0 * nnz * r / p + machine.delta * visits
     return {"algorithm": algorithm, "strategy": strategy, "c": c, "messages": msgs,
             "words": words, "visits": visits, "comm_s": comm, "compute_s": compute,
             "time_s": comm + compute, "phi": phi}

@@ -16,8 +16,19 @@ P = 32
 BANDWIDTH_ONLY = Machine(alpha=0.0, beta=1.0, gamma=0.0, source="words only")
 
 
-def winner(d: int, r: int, machine: Machine | None = None) -> dict:
-    return plan(M, M, M * d, r, P, machine)[0]
+# Figure 6 was measured on Cori: one 68-core KNL rank per node on the Aries network. Per
+# node, roughly 8 GB/s injection (beta = 4 bytes / 8 GB/s), a few microseconds of latency, and
+# a local kernel some 20x faster than one core here; which family wins depends on that
+# balance, so the map is checked on a machine like the paper's, not on this laptop-sized one.
+# The map is the paper's prediction, so it is checked with the paper's Table III; with what
+# distmm actually sends (model="implemented"), 2.5D sparse replicating at c = p, which the
+# paper did not run, becomes the prediction at the lowest phi (see the README).
+KNL_LIKE = Machine(alpha=3e-6, beta=5e-10, gamma=5e-12, delta=3e-10, gamma_unfused=7.5e-12,
+                   source="KNL-like")
+
+
+def winner(d: int, r: int, machine: Machine = KNL_LIKE) -> dict:
+    return plan(M, M, M * d, r, P, machine, model="paper")[0]
 
 
 @pytest.mark.parametrize("d,r", [(8, 512), (8, 128), (16, 256), (32, 512)])
