@@ -171,10 +171,13 @@ class DenseReplicate25D(DistributedAlgorithm):
 
     name = "25d-dense-replicate"
     strategies = STRATEGIES
+    supports_overlap = True
 
     def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
                  node_model: str = "reference", dtype=np.float32, permute: bool = True,
-                 seed: int = 0, order: str = "fiber", check_finite: bool = True) -> None:
+                 seed: int = 0, order: str = "fiber", check_finite: bool = True,
+                 overlap: bool = False) -> None:
+        self.overlap = bool(overlap)
         # Every check below is rank-independent and runs before any communication.
         p = comm.Get_size()
         s = grid_side(p, c)
@@ -356,7 +359,7 @@ class DenseReplicate25D(DistributedAlgorithm):
     def describe(self) -> dict:
         """The configuration as a JSON-ready dict. Not collective."""
         return {**super().describe(), "c": self.c, "s": self.s, "r": self.r,
-                "order": self.grid.order,
+                "order": self.grid.order, "overlap": self.overlap,
                 "layout": "A per Table II; B and S stored with Algorithm 2's initial skew"}
 
     # ----------------------------------------------------------------- the loop (Algorithm 2)
@@ -418,10 +421,21 @@ class DenseReplicate25D(DistributedAlgorithm):
         kern = self.kernel
         i = self.grid.i
         up, down = (i - 1) % s, (i + 1) % s
+        # Overlap: a block the kernel only reads is sent on before the kernel runs; a block it
+        # writes (SDDMM's partial sums travelling with S, SpMMB's output Y) after.
+        pre_s = self.overlap and s > 1 and mode != "sddmm"
+        pre_y = self.overlap and s > 1 and mode != "spmm_y"
         for step in range(s):
             zs, ys = int(z[step]), int(yrows[step])
+            nz, ny = int(z[(step + 1) % s]), int(yrows[(step + 1) % s])
             vals = cur[2 * zs:3 * zs].view(dt)
             Yb = ycur[:ys]
+            reqs = []
+            if pre_s:
+                reqs += lp.s_comm.start_shift(cur[:3 * zs], nxt[:3 * nz], dest=lp.s_dest,
+                                              source=lp.s_src)
+            if pre_y:
+                reqs += self.col.start_shift(ycur[:ys], ynxt[:ny], dest=up, source=down)
             with self.stats.timer("compute"):
                 blk = home if step == 0 else self._unpack(cur, zs, (home.shape[0], ys), vals)
                 if mode == "sddmm":
@@ -431,10 +445,11 @@ class DenseReplicate25D(DistributedAlgorithm):
                 else:
                     kern.spmm_b(blk, vals, T, Yb)
             if s > 1:
-                nz, ny = int(z[(step + 1) % s]), int(yrows[(step + 1) % s])
-                reqs = lp.s_comm.start_shift(cur[:3 * zs], nxt[:3 * nz], dest=lp.s_dest,
-                                             source=lp.s_src)
-                reqs += self.col.start_shift(ycur[:ys], ynxt[:ny], dest=up, source=down)
+                if not pre_s:
+                    reqs += lp.s_comm.start_shift(cur[:3 * zs], nxt[:3 * nz], dest=lp.s_dest,
+                                                  source=lp.s_src)
+                if not pre_y:
+                    reqs += self.col.start_shift(ycur[:ys], ynxt[:ny], dest=up, source=down)
                 self.col.finish(reqs)
                 cur, nxt = nxt, cur
                 ycur, ynxt = ynxt, ycur

@@ -123,10 +123,13 @@ class SparseShift15D(DistributedAlgorithm):
 
     name = "15d-sparse-shift"
     strategies = STRATEGIES
+    supports_overlap = True
 
     def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
                  node_model: str = "reference", dtype=np.float32, permute: bool = True,
-                 seed: int = 0, order: str = "fiber", check_finite: bool = True) -> None:
+                 seed: int = 0, order: str = "fiber", check_finite: bool = True,
+                 overlap: bool = False) -> None:
+        self.overlap = bool(overlap)
         p = comm.Get_size()
         # Every check below depends only on arguments that agree across ranks: they raise the
         # same InputError everywhere before anything is communicated.
@@ -275,7 +278,8 @@ class SparseShift15D(DistributedAlgorithm):
         return self._o["a"].coordinates()
 
     def describe(self) -> dict:
-        return {**super().describe(), "c": self.c, "r": self.r, "order": self.grid.order}
+        return {**super().describe(), "c": self.c, "r": self.r, "order": self.grid.order,
+                "overlap": self.overlap}
 
     # ----------------------------------------------------------------- checks
     # ----------------------------------------------------------------- moving S blocks
@@ -363,9 +367,9 @@ class SparseShift15D(DistributedAlgorithm):
         nxt = np.empty_like(cur)
         self._pack(name, frame, None if mode == "sddmm" else vals, cur)
         ones = np.ones(int(nnz.max(initial=0)), dtype=self.dtype) if mode == "sddmm" else None
-        # SpMM steps only read the block, so its shift overlaps the local kernel; SDDMM must
+        # With overlap, SpMM steps send the block on while the kernel reads it; SDDMM must
         # finish accumulating before its block leaves.
-        overlap = q > 1 and mode != "sddmm"
+        overlap = self.overlap and q > 1 and mode != "sddmm"
         left, right = (u - 1) % q, (u + 1) % q
         k = self.kernel
         for step in range(q):

@@ -246,25 +246,6 @@ def test_global_shape_mismatch():
         obj.scatter("b", A if COMM.rank == 0 else None)
 
 
-@pytest.mark.parametrize("c", CS)
-def test_overlap_same_results_and_words(c):
-    S, A, B = problem(35, 26, 7, seed=13)
-    plain = distmm.distribute(S, COMM, c=c, dtype=np.float64, root=None)
-    over = distmm.distribute(S, COMM, c=c, dtype=np.float64, root=None, overlap=True)
-    A_loc, B_loc = plain.scatter("a", A, root=None), plain.scatter("b", B, root=None)
-    for op in ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b"):
-        for strategy in (("none", "reuse", "fusion") if op.startswith("fused") else ("-",)):
-            outs, words = [], []
-            for obj in (plain, over):
-                distmm.api.run_op(obj, op, A_loc, B_loc, strategy)  # build S^T if needed
-                obj.reset_stats()
-                outs.append(distmm.api.run_op(obj, op, A_loc, B_loc, strategy))
-                words.append({ph: obj.stats.words(ph) for ph in
-                              ("replication", "propagation", "reduction")})
-            np.testing.assert_array_equal(outs[0], outs[1])
-            assert words[0] == words[1]
-
-
 def test_hand_made_share_is_checked_on_every_rank():
     last = COMM.size - 1
     rows = np.array([0, 1]) if COMM.rank != last else np.array([0, 7])
