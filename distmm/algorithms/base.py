@@ -268,6 +268,44 @@ class DistributedAlgorithm:
             return "values contain NaN or infinite entries"
         return None
 
+    # ----------------------------------------------------------------- public operations
+    # Families that store S in orientations "a" (S) and "b" (S^T) implement the loop pieces
+    # _sddmm_in / _spmm_x_in / _spmm_y_in and _fusedmm; the others override these methods.
+    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
+              values: np.ndarray | None = None) -> np.ndarray:
+        """R = S(values) * (A B^T) at S's nonzeros; returns this rank's R in value order.
+
+        Collective. ``values`` defaults to S's current values."""
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
+        vals = self.values if values is None else values
+        return self._sddmm_in("a", A_loc, B_loc, vals)[0]
+
+    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        """A-side output S(values) @ B (m x r); returns this rank's block. Collective."""
+        self.check_inputs(("b", B_loc, "B"), values=values)
+        vals = self.values if values is None else values
+        return self._spmm_x_in("a", B_loc, vals)
+
+    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective."""
+        self.check_inputs(("a", A_loc, "A"), values=values)
+        vals = self.values if values is None else values
+        return self._spmm_y_in("a", A_loc, vals)
+
+    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray,
+                  strategy: str | None = None) -> np.ndarray:
+        """FusedMMA: (S * (A B^T)) @ B, m x r, with S's current values. Collective.
+
+        ``strategy`` is one of :attr:`strategies` ("none": SDDMM then SpMM as two calls;
+        "reuse": replication reuse; "fusion": local kernel fusion, where the family has it);
+        default: the family's most eliding one (the last of :attr:`strategies`)."""
+        return self._fusedmm("a", A_loc, B_loc, strategy or self.strategies[-1])
+
+    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray,
+                  strategy: str | None = None) -> np.ndarray:
+        """FusedMMB: (S * (A B^T))^T @ A, n x r; the mirror of :meth:`fusedmm_a`. Collective."""
+        return self._fusedmm("b", A_loc, B_loc, strategy or self.strategies[-1])
+
     # ----------------------------------------------------------------- values of S
     @property
     def values(self) -> np.ndarray:

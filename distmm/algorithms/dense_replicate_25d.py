@@ -477,42 +477,7 @@ class DenseReplicate25D(DistributedAlgorithm):
             T = self._replicate(name, X_loc)
         return self._propagate(name, "spmm_y", vals, T, None)[1]
 
-    # ----------------------------------------------------------------- public operations
-    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
-              values: np.ndarray | None = None) -> np.ndarray:
-        """R = S(values) * (A B^T) at S's nonzeros; returns this rank's R in value order.
-
-        Collective. ``values`` defaults to S's current values."""
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
-        vals = self.values if values is None else values
-        return self._sddmm_in("a", A_loc, B_loc, vals)[0]
-
-    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """A-side output S(values) @ B (m x r); returns this rank's block. Collective."""
-        self.check_inputs(("b", B_loc, "B"), values=values)
-        vals = self.values if values is None else values
-        return self._spmm_x_in("a", B_loc, vals)
-
-    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective."""
-        self.check_inputs(("a", A_loc, "A"), values=values)
-        vals = self.values if values is None else values
-        return self._spmm_y_in("a", A_loc, vals)
-
-    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str = "reuse") -> np.ndarray:
-        """FusedMMA: (S * (A B^T)) @ B, m x r, with S's current values. Collective.
-
-        ``strategy``: "none" (SDDMM then SpMMA, two full loops, all-gather and reduce-scatter
-        of A) or "reuse" (replicate B once; SDDMM then SpMMB on S^T, the output travelling
-        home with the shifts: no reduction)."""
-        return self._fusedmm("a", A_loc, B_loc, strategy)
-
-    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str = "reuse") -> np.ndarray:
-        """FusedMMB: (S * (A B^T))^T @ A, n x r; the mirror of :meth:`fusedmm_a`. Collective."""
-        return self._fusedmm("b", A_loc, B_loc, strategy)
-
+    # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
         require(strategy != "fusion",
                 f"local kernel fusion is not possible with the {self.name} algorithm: A and B "

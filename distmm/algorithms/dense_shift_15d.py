@@ -225,82 +225,47 @@ class DenseShift15D(DistributedAlgorithm):
         return np.ascontiguousarray(cur[:sizes[u]]) if mode == "spmm_y" else None
 
     # pieces expressed in an orientation's frame ------------------------------------------
-    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None):
-        o = self._orientation(name)
+    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, T=None):
+        o, r = self._orientation(name), Y_loc.shape[1]
         if T is None:
             T = self._replicate(name, X_loc)
         out = np.zeros(o.nnz, dtype=self.dtype)
         self._propagate(name, "sddmm", vals, T, Y_loc, r, out)
         return out, T
 
-    def _spmm_x_in(self, name: str, Y_loc, vals, r):
-        o = self._orientation(name)
+    def _spmm_x_in(self, name: str, Y_loc, vals):
+        o, r = self._orientation(name), Y_loc.shape[1]
         T_out = np.zeros((o.blocks[0].shape[0] if o.blocks else 0, r), dtype=self.dtype)
         self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out)
         return self._reduce(name, T_out)
 
-    def _spmm_y_in(self, name: str, X_loc, vals, r, T=None):
+    def _spmm_y_in(self, name: str, X_loc, vals, T=None):
         if T is None:
             T = self._replicate(name, X_loc)
-        return self._propagate(name, "spmm_y", vals, T, None, r, None)
+        return self._propagate(name, "spmm_y", vals, T, None, T.shape[1], None)
 
-    def _fused_x_in(self, name: str, X_loc, Y_loc, vals, r):
-        o = self._orientation(name)
+    def _fused_x_in(self, name: str, X_loc, Y_loc, vals):
+        o, r = self._orientation(name), Y_loc.shape[1]
         T = self._replicate(name, X_loc)
         T_out = np.zeros((o.blocks[0].shape[0] if o.blocks else 0, r), dtype=self.dtype)
         self._propagate(name, "fused_x", vals, T, Y_loc, r, T_out)
         return self._reduce(name, T_out)
 
-    # ----------------------------------------------------------------- public operations
-    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
-              values: np.ndarray | None = None) -> np.ndarray:
-        """R = S(values) * (A B^T) at S's nonzeros; returns this rank's R in value order.
-
-        Collective. ``values`` defaults to S's current values."""
-        r = self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
-        vals = self.values if values is None else values
-        return self._sddmm_in("a", A_loc, B_loc, vals, r)[0]
-
-    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """A-side output S(values) @ B (m x r); returns this rank's block. Collective."""
-        r = self.check_inputs(("b", B_loc, "B"), values=values)
-        vals = self.values if values is None else values
-        return self._spmm_x_in("a", B_loc, vals, r)
-
-    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective."""
-        r = self.check_inputs(("a", A_loc, "A"), values=values)
-        vals = self.values if values is None else values
-        return self._spmm_y_in("a", A_loc, vals, r)
-
-    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str = "fusion") -> np.ndarray:
-        """FusedMMA: (S * (A B^T)) @ B, m x r, with S's current values. Collective.
-
-        ``strategy``: "none" (SDDMM then SpMMA, two full calls), "reuse" (replicate B once
-        and finish with SpMMB on S^T: no reduction) or "fusion" (one propagation round with
-        the fused local kernel)."""
-        return self._fusedmm("a", A_loc, B_loc, strategy)
-
-    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str = "fusion") -> np.ndarray:
-        """FusedMMB: (S * (A B^T))^T @ A, n x r; the mirror of :meth:`fusedmm_a`. Collective."""
-        return self._fusedmm("b", A_loc, B_loc, strategy)
-
+    # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
         require(strategy in STRATEGIES,
                 f"unknown FusedMM strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        r = self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"))
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"))
         # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)
         if strategy == "fusion":
             o = self._orientation(same)
-            return self._fused_x_in(same, X, Y, o.values, r)
+            return self._fused_x_in(same, X, Y, o.values)
         if strategy == "none":
             o = self._orientation(same)
-            R, _ = self._sddmm_in(same, X, Y, o.values, r)
-            return self._spmm_x_in(same, Y, R, r)
+            R, _ = self._sddmm_in(same, X, Y, o.values)
+            return self._spmm_x_in(same, Y, R)
         o = self._orientation(other)
-        R, T = self._sddmm_in(other, Y, X, o.values, r)
-        return self._spmm_y_in(other, None, R, r, T=T)
+        R, T = self._sddmm_in(other, Y, X, o.values)
+        return self._spmm_y_in(other, None, R, T=T)

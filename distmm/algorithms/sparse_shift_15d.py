@@ -420,44 +420,7 @@ class SparseShift15D(DistributedAlgorithm):
         self._propagate(name, "spmm_y", vals, T, None, out)
         return out
 
-    # ----------------------------------------------------------------- public operations
-    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
-              values: np.ndarray | None = None) -> np.ndarray:
-        """R = S(values) * (A B^T) at S's nonzeros; returns this rank's R in value order.
-
-        Collective. ``values`` defaults to S's current values."""
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
-        vals = self.values if values is None else values
-        return self._sddmm_in("a", A_loc, B_loc, vals)[0]
-
-    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """A-side output S(values) @ B (m x r); returns this rank's block. Collective."""
-        self.check_inputs(("b", B_loc, "B"), values=values)
-        vals = self.values if values is None else values
-        return self._spmm_x_in("a", B_loc, vals)
-
-    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective."""
-        self.check_inputs(("a", A_loc, "A"), values=values)
-        vals = self.values if values is None else values
-        return self._spmm_y_in("a", A_loc, vals)
-
-    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str = "reuse") -> np.ndarray:
-        """FusedMMA: (S * (A B^T)) @ B, m x r, with S's current values. Collective.
-
-        ``strategy``: "none" (SDDMM then SpMMA: all-gather A, 2q shifts, reduce-scatter A) or
-        "reuse" (all-gather B once, SDDMM and SpMMB on S^T: no reduction)."""
-        return self._fusedmm("a", A_loc, B_loc, strategy)
-
-    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str = "reuse") -> np.ndarray:
-        """FusedMMB: (S * (A B^T))^T @ A, n x r. Collective.
-
-        ``strategy``: "none" (SDDMM then SpMMB, each all-gathering A) or "reuse" (one
-        all-gather of A serves both halves)."""
-        return self._fusedmm("b", A_loc, B_loc, strategy)
-
+    # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
         require(strategy in STRATEGIES,
                 f"unknown FusedMM strategy {strategy!r} for {self.name}; choose one of "
