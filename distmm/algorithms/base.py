@@ -478,4 +478,50 @@ def _check_global(X, nrows: int, side: str, check_finite: bool = True) -> str | 
     return None
 
 
-__all__ = ["DistributedAlgorithm", "InputError", "Orientation"]
+
+
+class TwoOrientationAlgorithm(DistributedAlgorithm):
+    """A family that stores S as orientation "a" (S) and, built on first use, "b" (S^T).
+
+    Subclasses fill ``self._o["a"]`` at construction, define ``_owner(name, rows, cols)``
+    (the rank storing each entry of S in an orientation) and ``_build_b(rows, cols, vals)``
+    (place S^T's entries, given in S's frame, as ``self._o["b"]``). S's values live in
+    orientation "a"; after :meth:`set_values` they reach "b" with one all-to-all of the values.
+    """
+
+    _plan = None
+    _b_stale = False
+
+    def _build_b(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _orientation(self, name: str) -> Orientation:
+        """The stored orientation, building "b" (S^T) from "a" on first use (collective)."""
+        if name not in self._o:
+            a = self._o["a"]
+            rows, cols = a.coordinates()
+            self._build_b(rows, cols, a.values)
+            self._b_stale = False
+        elif name == "b" and self._b_stale:
+            if self._plan is None:
+                self._plan = self._value_plan(
+                    self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
+                    lambda i, j: self._owner("b", i, j))
+            self._move_values(self._plan, self._o["a"].values, self._o["b"].values)
+            self._b_stale = False
+        return self._o[name]
+
+    @property
+    def values(self) -> np.ndarray:
+        """S's current values on this rank, in value order (orientation "a")."""
+        return self._o["a"].values
+
+    def _store_values(self, values: np.ndarray) -> None:
+        self._o["a"].values[...] = values
+        self._b_stale = "b" in self._o
+
+    def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._o["a"].coordinates()
+
+
+__all__ = ["DistributedAlgorithm", "InputError", "Orientation", "TwoOrientationAlgorithm"]

@@ -109,7 +109,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from distmm.algorithms.base import DistributedAlgorithm, Orientation
+from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
@@ -159,7 +159,7 @@ class _Loop:
     s_src: int
 
 
-class DenseReplicate25D(DistributedAlgorithm):
+class DenseReplicate25D(TwoOrientationAlgorithm):
     """S distributed for the 2.5D dense replicating algorithms; SDDMM, SpMM and FusedMM on it.
 
     Collective construction over ``comm`` with p ranks, replication factor ``c`` (p/c a perfect
@@ -327,34 +327,8 @@ class DenseReplicate25D(DistributedAlgorithm):
         j = int(self._position(rank)[1])
         return slice(int(self.col_offsets[j]), int(self.col_offsets[j + 1]))
 
-    def _orientation(self, name: str) -> Orientation:
-        """The stored orientation, building "b" (S^T) from "a" on first use (collective)."""
-        if name not in self._o:
-            a = self._o["a"]
-            rows, cols = a.coordinates()
-            self._add_orientation("b", rows, cols, a.values)
-            self._b_stale = False
-        elif name == "b" and self._b_stale:
-            if self._plan is None:
-                self._plan = self._value_plan(
-                    self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
-                    lambda i, j: self._owner("b", i, j))
-            self._move_values(self._plan, self._o["a"].values, self._o["b"].values)
-            self._b_stale = False
-        return self._o[name]
-
-    @property
-    def values(self) -> np.ndarray:
-        """S's current values on this rank (its home block of orientation "a", CSR order)."""
-        return self._o["a"].values
-
-    def _store_values(self, values: np.ndarray) -> None:
-        self._o["a"].values[...] = values
-        self._b_stale = "b" in self._o
-
-    def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
-        """Global permuted (row, col) of S for each value in value order. Not collective."""
-        return self._o["a"].coordinates()
+    def _build_b(self, rows, cols, vals) -> None:
+        self._add_orientation("b", rows, cols, vals)
 
     def describe(self) -> dict:
         """The configuration as a JSON-ready dict. Not collective."""

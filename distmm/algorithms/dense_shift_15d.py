@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from distmm.algorithms.base import DistributedAlgorithm, Orientation
+from distmm.algorithms.base import TwoOrientationAlgorithm
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
@@ -39,7 +39,7 @@ from distmm.layout import block_of, block_offsets
 STRATEGIES = ("none", "reuse", "fusion")
 
 
-class DenseShift15D(DistributedAlgorithm):
+class DenseShift15D(TwoOrientationAlgorithm):
     """S distributed for the 1.5D dense shifting algorithms; SDDMM, SpMM and FusedMM on it.
 
     Collective construction over ``comm`` with p ranks and replication factor ``c`` (c must
@@ -116,33 +116,9 @@ class DenseShift15D(DistributedAlgorithm):
         off = self.offsets[side]
         return np.arange(off[b], off[b + 1], dtype=np.int64)
 
-    def _orientation(self, name: str) -> Orientation:
-        """The stored orientation, building "b" (S^T) from "a" on first use (collective)."""
-        if name not in self._o:
-            a = self._o["a"]
-            rows, cols = a.coordinates()
-            self._o["b"] = self._place("b", self._owner("b", rows, cols), rows, cols,
-                                       a.values, self._layout("b"))
-            self._b_stale = False
-        elif name == "b" and self._b_stale:
-            if self._plan is None:
-                self._plan = self._value_plan(
-                    self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
-                    lambda i, j: self._owner("b", i, j))
-            self._move_values(self._plan, self._o["a"].values, self._o["b"].values)
-            self._b_stale = False
-        return self._o[name]
-
-    @property
-    def values(self) -> np.ndarray:
-        return self._o["a"].values
-
-    def _store_values(self, values: np.ndarray) -> None:
-        self._o["a"].values[...] = values
-        self._b_stale = "b" in self._o
-
-    def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._o["a"].coordinates()
+    def _build_b(self, rows, cols, vals) -> None:
+        self._o["b"] = self._place("b", self._owner("b", rows, cols), rows, cols, vals,
+                                   self._layout("b"))
 
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from distmm.algorithms.base import DistributedAlgorithm, Orientation
+from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
@@ -111,7 +111,7 @@ class _FiberOrientation(Orientation):
                 blk.indices.astype(np.int64) + int(self.col_bases[0]))
 
 
-class SparseShift15D(DistributedAlgorithm):
+class SparseShift15D(TwoOrientationAlgorithm):
     """S distributed for the 1.5D sparse shifting algorithms; SDDMM, SpMM and FusedMM on it.
 
     Collective construction over ``comm`` with p ranks, replication factor ``c`` (a divisor of
@@ -242,21 +242,8 @@ class SparseShift15D(DistributedAlgorithm):
         u = self.grid.u
         return int(self.col_offsets[u + 1] - self.col_offsets[u])
 
-    def _orientation(self, name: str) -> _FiberOrientation:
-        """The stored orientation, building "b" (S^T) from "a" on first use (collective)."""
-        if name not in self._o:
-            a = self._o["a"]
-            rows, cols = a.coordinates()
-            self._build("b", rows, cols, a.values)
-            self._b_stale = False
-        elif name == "b" and self._b_stale:
-            if self._plan is None:
-                self._plan = self._value_plan(
-                    self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
-                    lambda i, j: self._owner("b", i, j))
-            self._move_values(self._plan, self._o["a"].values, self._o["b"].values)
-            self._b_stale = False
-        return self._o[name]
+    def _build_b(self, rows, cols, vals) -> None:
+        self._build("b", rows, cols, vals)
 
     def shifted_nnz(self, name: str = "a") -> int:
         """Nonzeros this rank sends (and receives) in one propagation round in orientation
@@ -265,17 +252,6 @@ class SparseShift15D(DistributedAlgorithm):
         require(name in ("a", "b"), f"orientation must be 'a' or 'b', got {name!r}")
         self._orientation(name)
         return int(self._layer_nnz[name].sum()) if self.q > 1 else 0
-
-    @property
-    def values(self) -> np.ndarray:
-        return self._o["a"].values
-
-    def _store_values(self, values: np.ndarray) -> None:
-        self._o["a"].values[...] = values
-        self._b_stale = "b" in self._o
-
-    def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._o["a"].coordinates()
 
     def describe(self) -> dict:
         return {**super().describe(), "c": self.c, "r": self.r, "order": self.grid.order,
