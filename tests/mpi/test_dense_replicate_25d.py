@@ -311,33 +311,6 @@ def test_unknown_and_impossible_strategies():
     assert DenseReplicate25D.strategies == ("none", "reuse")
 
 
-def test_wrong_block_on_one_rank_raises_everywhere():
-    S, A, B = problem(20, 20, 6)
-    obj = build(S, C_SHIFT, 6, root=None)
-    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
-    last = COMM.size - 1
-    bad = A_loc[:, :-1].copy() if COMM.rank == last else A_loc
-    with pytest.raises(InputError, match="columns on this rank"):
-        obj.fusedmm_a(bad, B_loc)
-    bad = np.vstack([A_loc, A_loc[:1]]) if COMM.rank == last else A_loc
-    with pytest.raises(InputError, match="rows on this rank"):
-        obj.sddmm(bad, B_loc)
-    nan = A_loc.copy()
-    if COMM.rank == last and nan.size:
-        nan[0, 0] = np.nan
-    if COMM.allreduce(nan.size if COMM.rank == last else 1, op=MPI.MIN):
-        with pytest.raises(InputError, match="NaN"):
-            obj.spmm_b(nan)
-    with pytest.raises(InputError, match="dtype"):
-        obj.spmm_a(B_loc.astype(np.float64))
-    if COMM.bcast(obj.values.size if COMM.rank == last else None, root=last):
-        vals = obj.values[:-1].copy() if COMM.rank == last else obj.values
-        with pytest.raises(InputError, match="values"):
-            obj.sddmm(A_loc, B_loc, values=vals)
-    # The object still works after the refused calls.
-    obj.fusedmm_a(A_loc, B_loc)
-
-
 def test_global_width_and_shape_mismatch():
     S, A, B = problem(12, 7, 4)
     obj = build(S, C_SHIFT, 4, root=None)

@@ -166,29 +166,6 @@ def test_unknown_algorithm_and_strategy():
         obj.fusedmm_a(A_loc, B_loc, "telepathy")
 
 
-def test_wrong_block_on_one_rank_raises_everywhere():
-    S, A, B = problem(20, 20, 4)
-    obj = distmm.distribute(S, COMM, c=CS[-1], root=None)
-    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
-    last = COMM.size - 1
-    bad = A_loc[:, :3].copy() if COMM.rank == last else A_loc
-    with pytest.raises(InputError, match="disagree on r|different widths"):
-        obj.fusedmm_a(bad, B_loc)
-    bad = np.vstack([A_loc, A_loc[:1]]) if COMM.rank == last else A_loc
-    with pytest.raises(InputError, match="rows on this rank"):
-        obj.sddmm(bad, B_loc)
-    nan = A_loc.copy()
-    if COMM.rank == last and nan.size:
-        nan[0, 0] = np.nan
-    if COMM.allreduce(nan.size if COMM.rank == last else 1, op=MPI.MIN):
-        with pytest.raises(InputError, match="NaN"):
-            obj.spmm_b(nan)
-    with pytest.raises(InputError, match="dtype"):
-        obj.spmm_a(B_loc.astype(np.float64))
-    # The object still works after the refused calls.
-    obj.fusedmm_a(A_loc, B_loc)
-
-
 def test_global_shape_mismatch():
     S, A, B = problem(12, 7, 3)
     obj = distmm.distribute(S, COMM, root=None)

@@ -304,31 +304,3 @@ def test_unknown_strategy_and_global_width():
         obj.scatter("b", np.zeros((7, r)) if COMM.rank == 0 else None)
 
 
-def test_wrong_block_on_one_rank_raises_everywhere():
-    c = CS[-1]
-    r = r_of(c, "odd")
-    S, A, B = problem(20, 20, r)
-    obj = make(S, c, r, root=None)
-    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
-    last = COMM.size - 1
-    bad = A_loc[:, :1].copy() if COMM.rank == last else A_loc
-    if COMM.allreduce(A_loc.shape[1] if COMM.rank == last else 2, op=MPI.MIN) > 1:
-        with pytest.raises(InputError, match="columns on this rank"):
-            obj.fusedmm_a(bad, B_loc)
-    bad = np.vstack([A_loc, A_loc[:1]]) if COMM.rank == last else A_loc
-    with pytest.raises(InputError, match="rows on this rank"):
-        obj.sddmm(bad, B_loc)
-    nan = A_loc.copy()
-    if COMM.rank == last and nan.size:
-        nan[0, 0] = np.nan
-    if COMM.allreduce(nan.size if COMM.rank == last else 1, op=MPI.MIN):
-        with pytest.raises(InputError, match="NaN"):
-            obj.spmm_b(nan)
-    with pytest.raises(InputError, match="dtype"):
-        obj.spmm_a(B_loc.astype(np.float64))
-    short = np.append(obj.values, np.ones(1, obj.values.dtype)) if COMM.rank == last \
-        else obj.values
-    with pytest.raises(InputError, match="values must be"):
-        obj.spmm_a(B_loc, values=short)
-    # The object still works after the refused calls.
-    check("fusedmm-a", obj.gather("a", obj.fusedmm_a(A_loc, B_loc)), S, A, B, rtol=3e-4)

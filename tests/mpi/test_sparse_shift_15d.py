@@ -270,34 +270,6 @@ def test_fusion_and_unknown_strategy_refused():
     assert SparseShift15D.strategies == ("none", "reuse")
 
 
-def test_wrong_block_on_one_rank_raises_everywhere():
-    c = CS[-1]
-    r = width(c, "awkward")
-    S, A, B = problem(20, 20, r)
-    obj = build(S, c, r, root=None)
-    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
-    last = COMM.size - 1
-    bad = A_loc[:, :1].copy() if COMM.rank == last else A_loc
-    with pytest.raises(InputError, match="columns on this rank"):
-        obj.fusedmm_a(bad, B_loc)
-    bad = np.vstack([A_loc, A_loc[:1]]) if COMM.rank == last else A_loc
-    with pytest.raises(InputError, match="rows on this rank"):
-        obj.sddmm(bad, B_loc)
-    nan = A_loc.copy()
-    if COMM.rank == last and nan.size:
-        nan[0, 0] = np.nan
-    if COMM.allreduce(nan.size if COMM.rank == last else 1, op=MPI.MIN):
-        with pytest.raises(InputError, match="NaN"):
-            obj.spmm_b(nan)
-    with pytest.raises(InputError, match="dtype"):
-        obj.spmm_a(B_loc.astype(np.float64))
-    with pytest.raises(InputError, match="values"):
-        obj.spmm_a(B_loc, values=np.ones(obj.values.size + (COMM.rank == last),
-                                         dtype=np.float32))
-    # The object still works after the refused calls.
-    check("fusedmm-a", obj.gather("a", obj.fusedmm_a(A_loc, B_loc)), S, A, B, rtol=3e-4)
-
-
 def test_global_shape_and_width_mismatch():
     r = width(1, "awkward")
     S, A, B = problem(12, 7, r)
