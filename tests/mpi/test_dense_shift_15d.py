@@ -74,26 +74,6 @@ def test_empty_matrix_and_one_column():
             check(op, run_and_gather(obj, op, A, B, "reuse"), S, A, B, rtol=1e-6)
 
 
-def test_set_values_reaches_every_orientation():
-    S, A, B = problem(30, 30, 4, seed=3)
-    obj = distmm.distribute(S, COMM, c=CS[-1], dtype=np.float64, root=None)
-    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
-    # Use the transposed orientation once so that it exists, then change the values.
-    obj.fusedmm_a(A_loc, B_loc, "reuse")
-    rows, cols = obj.value_coordinates()
-    new_vals = (np.sin(obj.row_perm[rows] + 2.0 * obj.col_perm[cols]) + 2.0)
-    obj.set_values(new_vals)
-    S2 = sp.csr_matrix(S)
-    S2.sum_duplicates()
-    coo = S2.tocoo()
-    S2 = sp.coo_matrix((np.sin(coo.row + 2.0 * coo.col) + 2.0, (coo.row, coo.col)),
-                       shape=S.shape)
-    for strategy in ("none", "reuse", "fusion"):
-        for op, fn in (("fusedmm-a", obj.fusedmm_a), ("fusedmm-b", obj.fusedmm_b)):
-            out = obj.gather("a" if op == "fusedmm-a" else "b", fn(A_loc, B_loc, strategy))
-            check(op, out, S2, A, B, rtol=1e-10)
-
-
 def test_sddmm_output_feeds_spmm():
     S, A, B = problem(33, 27, 5, seed=11)
     obj = distmm.distribute(S, COMM, c=CS[-1], dtype=np.float64, root=None)

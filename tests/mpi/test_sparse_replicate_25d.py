@@ -159,25 +159,6 @@ def test_values_are_fiber_shares_and_duplicates_sum():
         np.testing.assert_allclose(got[2], coo.data[order], rtol=1e-15)
 
 
-def test_set_values_then_fusedmm():
-    c = CS[-1]
-    r = r_of(c, "odd")
-    S, A, B = problem(30, 30, r, seed=3)
-    obj = make(S, c, r, root=None, dtype=np.float64)
-    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
-    obj.fusedmm_a(A_loc, B_loc)
-    rows, cols = obj.value_coordinates()
-    obj.set_values(np.sin(obj.row_perm[rows] + 2.0 * obj.col_perm[cols]) + 2.0)
-    S2 = sp.csr_matrix(S)
-    S2.sum_duplicates()
-    coo = S2.tocoo()
-    S2 = sp.coo_matrix((np.sin(coo.row + 2.0 * coo.col) + 2.0, (coo.row, coo.col)),
-                       shape=S.shape)
-    check("fusedmm-a", obj.gather("a", obj.fusedmm_a(A_loc, B_loc)), S2, A, B, rtol=1e-10)
-    check("fusedmm-b", obj.gather("b", obj.fusedmm_b(A_loc, B_loc)), S2, A, B, rtol=1e-10)
-    check("sddmm", obj.gather_values(obj.sddmm(A_loc, B_loc)), S2, A, B, rtol=1e-10)
-
-
 def test_sddmm_output_feeds_spmm():
     c = CS[0]
     r = r_of(c, "odd")
