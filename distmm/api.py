@@ -15,6 +15,7 @@ from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
 from distmm.coo import CooShare
 from distmm.errors import require
+from distmm.kernels import NodeModel
 
 ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
     DenseShift15D.name: DenseShift15D,
@@ -46,7 +47,7 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
 
 
 def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-shift",
-               c: int = 1, r: int | None = None, node_model: str = "reference",
+               c: int = 1, r: int | None = None, node_model: str | NodeModel = "reference",
                dtype=np.float32, permute: bool = True, seed: int = 0, order: str = "fiber",
                root: int | None = 0, check_finite: bool = True,
                overlap: bool = False) -> DistributedAlgorithm:

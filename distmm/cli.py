@@ -22,7 +22,7 @@ from distmm import api
 from distmm.bench import measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
 from distmm.errors import InputError, agree, require
-from distmm.kernels import NODE_MODELS
+from distmm.kernels import NODE_MODELS, make_node_model
 from distmm.planner import Machine, format_table, plan
 
 
@@ -47,6 +47,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "communication-eliding one, fusion for 15d-dense-shift)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--node-model", default="reference", choices=list(NODE_MODELS))
+    p.add_argument("--node-config", metavar="FILE",
+                   help="JSON object of the node model's options (e.g. tile sizes, simulator "
+                        "parameters); every rank reads it")
     p.add_argument("--order", default="fiber", choices=["fiber", "layer"],
                    help="rank order: fiber- or layer-contiguous world ranks (default fiber)")
     p.add_argument("--no-permute", action="store_true",
@@ -157,6 +160,24 @@ def _check_common(args) -> None:
             f"replication factor -c {args.c} must be a positive divisor of the {p} ranks")
 
 
+def node_model_from_args(args):
+    """The node model named by --node-model, configured by --node-config (every rank reads
+    the same file, so a bad one raises the same InputError everywhere)."""
+    options = {}
+    if getattr(args, "node_config", None):
+        try:
+            with open(args.node_config) as fh:
+                options = json.load(fh)
+        except FileNotFoundError:
+            raise InputError(f"--node-config {args.node_config}: no such file") from None
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--node-config {args.node_config}: not a JSON file ({exc})"
+                             ) from None
+        require(isinstance(options, dict),
+                f"--node-config {args.node_config}: must hold a JSON object of options")
+    return make_node_model(args.node_model, **options)
+
+
 def _choose(args, m: int, n: int, nnz: int, r: int) -> None:
     """Resolve --algorithm auto with the planner (identical on every rank: no communication)."""
     if args.algorithm != "auto":
@@ -230,7 +251,7 @@ def cmd_run(args) -> int:
     _choose(args, share.shape[0], share.shape[1], int(comm.allreduce(share.nnz)), r)
     _check_common(args)
     obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=r,
-                         node_model=args.node_model, dtype=np.dtype(args.dtype),
+                         node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
                          permute=not args.no_permute, seed=args.seed, order=args.order,
                          overlap=args.overlap)
     m, n = obj.shape
@@ -291,7 +312,7 @@ def cmd_bench(args) -> int:
 
     share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
     obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
-                         node_model=args.node_model, dtype=np.dtype(args.dtype),
+                         node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
                          permute=not args.no_permute, seed=args.seed, order=args.order,
                          overlap=args.overlap)
     _open_log_dir(args)

@@ -24,7 +24,7 @@ from mpi4py import MPI
 from distmm.comm import CommStats, CountingComm, gather_report, mpi_type
 from distmm.coo import CooShare
 from distmm.errors import InputError, agree, require
-from distmm.kernels import make_node_model
+from distmm.kernels import NodeModel, make_node_model
 from distmm.permute import identity_permutation, inverse_permutation, random_permutation
 from distmm.sparse import CSRBlock
 
@@ -82,7 +82,7 @@ class DistributedAlgorithm:
     # and take r from each call's blocks.
     r: int | None = None
 
-    def __init__(self, source: CooShare, comm: MPI.Comm, node_model: str = "reference",
+    def __init__(self, source: CooShare, comm: MPI.Comm, node_model: str | NodeModel = "reference",
                  dtype=np.float32, permute: bool = True, seed: int = 0,
                  check_finite: bool = True) -> None:
         dtype = np.dtype(dtype)
@@ -95,8 +95,11 @@ class DistributedAlgorithm:
         self.check_finite = check_finite
         self.stats = CommStats()
         self.world = CountingComm(comm, self.stats)
-        self.kernel = make_node_model(node_model)
-        self.node_model = node_model
+        # A name makes a fresh model with default options; an instance (configured by the
+        # caller, e.g. from --node-config) is used as it is.
+        self.kernel = (node_model if isinstance(node_model, NodeModel)
+                       else make_node_model(node_model))
+        self.node_model = self.kernel.name
         m, n = self.shape
         if permute:
             self.row_perm = random_permutation(m, seed)
@@ -450,7 +453,8 @@ class DistributedAlgorithm:
     def describe(self) -> dict:
         """The configuration as a JSON-ready dict."""
         return {"algorithm": self.name, "p": self.p, "m": self.shape[0], "n": self.shape[1],
-                "node_model": self.node_model, "dtype": str(self.dtype)}
+                "node_model": self.node_model, "node_options": self.kernel.options(),
+                "dtype": str(self.dtype)}
 
 
 def _check_share(source: CooShare, check_finite: bool) -> str | None:

@@ -85,6 +85,7 @@ from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
 from distmm.grid import RANK_ORDERS, ProcessGrid15D
+from distmm.kernels import NodeModel
 from distmm.layout import block_of, block_offsets
 from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
@@ -126,7 +127,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
     supports_overlap = True
 
     def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
-                 node_model: str = "reference", dtype=np.float32, permute: bool = True,
+                 node_model: str | NodeModel = "reference", dtype=np.float32, permute: bool = True,
                  seed: int = 0, order: str = "fiber", check_finite: bool = True,
                  overlap: bool = False) -> None:
         self.overlap = bool(overlap)

@@ -15,8 +15,14 @@ Shapes, for a block ``S`` of shape (m_loc, n_loc) and a dense width r:
         out += (S(vals) * (A B^T)) @ B, the SDDMM never materialised
     fusedmm_b(S, vals, A, B, out): out (n_loc, r)
         out += (S(vals) * (A B^T))^T @ A
+    spgemm(X, Y) -> C:             X (m, k), Y (k, n) CSR blocks; returns C = X @ Y as a new
+        CSRBlock with sorted column indices (values are X.data and Y.data); not accumulating
 Dense arrays are C-contiguous and of the block's dtype (float32 or float64). None of the methods
 communicate: they are called by one rank on its own data.
+
+Model counters: an implementation may call :meth:`NodeModel.count` while it runs (probes per
+insertion, modelled cycles, DRAM bytes, ...); the counters are added to that operation's
+:class:`OpStats` ``extra`` and reach the run report beside the measured time.
 """
 
 from __future__ import annotations
@@ -84,6 +90,21 @@ def spmm_flops(nnz: int, r: int) -> float:
     return 2.0 * nnz * r
 
 
+def spgemm_flops(X: CSRBlock, Y: CSRBlock) -> float:
+    """Flops of C = X @ Y: a multiply and an add for every pair (X[i,k], Y[k,j])."""
+    if X.nnz == 0:
+        return 0.0
+    row_len = np.diff(Y.indptr)
+    return 2.0 * float(row_len[X.indices].sum())
+
+
+def spgemm_bytes(X: CSRBlock, Y: CSRBlock, C: CSRBlock) -> float:
+    """Compulsory traffic of one SpGEMM: X and Y read once, C written once (structure+values)."""
+    def size(M: CSRBlock) -> int:
+        return M.indptr.nbytes + M.indices.nbytes + M.data.nbytes
+    return float(size(X) + size(Y) + size(C))
+
+
 def kernel_bytes(S: CSRBlock, r: int, rows_read: int, rows_written: int,
                  values_written: int = 0) -> float:
     """Compulsory memory traffic of one local kernel call, by the kernel's own accounting.
@@ -111,6 +132,16 @@ class NodeModel:
     def __init__(self, fallback: NodeModel | None = None) -> None:
         self.stats = KernelStats()
         self._fallback = fallback
+        self._pending: dict[str, float] = {}
+
+    def count(self, **counters: float) -> None:
+        """Add model counters to the operation now running (called by implementations)."""
+        for k, v in counters.items():
+            self._pending[k] = self._pending.get(k, 0.0) + float(v)
+
+    def options(self) -> dict:
+        """The model's configuration as a JSON-ready dict (recorded in run reports)."""
+        return {}
 
     # public entry points: timing, accounting and fallback live here, once
     def sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
@@ -139,18 +170,40 @@ class NodeModel:
         self._run("fusedmm_b", S, A.shape[1], S.shape[0] + S.shape[1], S.shape[1],
                   (S, vals, A, B, out), flop_factor=2.0)
 
-    def _run(self, op: str, S: CSRBlock, r: int, rows_read: int, rows_written: int,
-             args: tuple, flop_factor: float = 1.0, values_written: int = 0) -> None:
+    def spgemm(self, X: CSRBlock, Y: CSRBlock) -> CSRBlock:
+        """C = X @ Y for two CSR blocks of one dtype; C has sorted column indices.
+
+        X's column count must equal Y's row count. Not collective."""
+        if X.shape[1] != Y.shape[0]:
+            raise ValueError(f"spgemm: X is {X.shape[0]} x {X.shape[1]} but Y has "
+                             f"{Y.shape[0]} rows")
+        if X.dtype != Y.dtype:
+            raise ValueError(f"spgemm: X is {X.dtype} but Y is {Y.dtype}")
+        flops = spgemm_flops(X, Y)
+        C, impl, fallback, dt = self._call("spgemm", (X, Y))
+        self._record(impl, "spgemm", dt, flops, spgemm_bytes(X, Y, C), fallback)
+        return C
+
+    def _call(self, op: str, args: tuple):
         fallback = op not in self.native
         impl = self._fallback if fallback else self
         if fallback and impl is None:
             raise NotImplementedError(f"node model {self.name!r} has no {op} and no fallback")
+        impl._pending = {}
         t0 = time.perf_counter()
-        getattr(impl, "_" + op)(*args)
-        dt = time.perf_counter() - t0
-        self.stats.record(op, dt, flop_factor * spmm_flops(S.nnz, r),
-                          kernel_bytes(S, r, rows_read, rows_written, values_written),
-                          fallback=fallback)
+        result = getattr(impl, "_" + op)(*args)
+        return result, impl, fallback, time.perf_counter() - t0
+
+    def _record(self, impl: NodeModel, op: str, dt: float, flops: float, nbytes: float,
+                fallback: bool) -> None:
+        extra, impl._pending = impl._pending, {}
+        self.stats.record(op, dt, flops, nbytes, fallback=fallback, **extra)
+
+    def _run(self, op: str, S: CSRBlock, r: int, rows_read: int, rows_written: int,
+             args: tuple, flop_factor: float = 1.0, values_written: int = 0) -> None:
+        _, impl, fallback, dt = self._call(op, args)
+        self._record(impl, op, dt, flop_factor * spmm_flops(S.nnz, r),
+                     kernel_bytes(S, r, rows_read, rows_written, values_written), fallback)
 
     # implementations, overridden by subclasses for what they support natively
     def _sddmm(self, S, vals, A, B, out) -> None:
@@ -166,4 +219,7 @@ class NodeModel:
         raise NotImplementedError
 
     def _fusedmm_b(self, S, vals, A, B, out) -> None:
+        raise NotImplementedError
+
+    def _spgemm(self, X, Y) -> CSRBlock:
         raise NotImplementedError

@@ -60,7 +60,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from distmm.kernels.base import NodeModel
-from distmm.sparse import CSRBlock
+from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
 __all__ = ["ReferenceModel"]
 
@@ -482,7 +482,7 @@ class ReferenceModel(NodeModel):
     """
 
     name = "reference"
-    native = frozenset({"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b"})
+    native = frozenset({"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b", "spgemm"})
 
     def __init__(self, fallback: NodeModel | None = None, panel_bytes: int | None = None) -> None:
         super().__init__(fallback)
@@ -491,6 +491,17 @@ class ReferenceModel(NodeModel):
         if int(panel_bytes) <= 0:
             raise ValueError(f"panel_bytes must be positive, got {panel_bytes}")
         self.panel_bytes = int(panel_bytes)
+
+    def options(self) -> dict:
+        return {"panel_bytes": self.panel_bytes}
+
+    def _spgemm(self, X: CSRBlock, Y: CSRBlock) -> CSRBlock:
+        # scipy's SMMP SpGEMM is the oracle here; the hash-SpGEMM and SpArch models are the
+        # fast or modelled ones.
+        C = (X.to_scipy() @ Y.to_scipy()).tocsr()
+        C.sort_indices()
+        return CSRBlock((X.shape[0], Y.shape[1]), C.indptr.astype(INDPTR_DTYPE),
+                        C.indices.astype(INDEX_DTYPE), C.data.astype(X.dtype, copy=False))
 
     def _panels(self, gathered_rows: int, r: int, itemsize: int, nnz: int, rows: int,
                 min_run: int) -> int:

@@ -1,0 +1,101 @@
+"""The node-model interface itself: registry, options, model counters, fallback, SpGEMM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from distmm.errors import InputError
+from distmm.kernels import NODE_MODELS, NodeModel, make_node_model
+from distmm.kernels.reference import ReferenceModel
+from distmm.sparse import CSRBlock
+
+
+def _block(m, n, density, seed, dtype=np.float64):
+    M = sp.random(m, n, density=density, random_state=seed, format="csr", dtype=np.float64)
+    return CSRBlock.from_scipy(M, dtype=dtype), M
+
+
+class _Counting(NodeModel):
+    """A model that natively has only spmm_a (via the reference code) and counts something."""
+
+    name = "counting"
+    native = frozenset({"spmm_a"})
+
+    def __init__(self):
+        super().__init__(fallback=ReferenceModel())
+        self._ref = ReferenceModel()
+
+    def _spmm_a(self, S, vals, B, out):
+        self.count(widgets=2, calls_seen=1)
+        self._ref._spmm_a(S, vals, B, out)
+
+
+def test_registry_and_options():
+    assert NODE_MODELS[0] == "reference"
+    m = make_node_model("reference", panel_bytes=4096)
+    assert m.options() == {"panel_bytes": 4096}
+    with pytest.raises(InputError, match="unknown node model"):
+        make_node_model("no-such-model")
+    with pytest.raises(InputError, match="invalid options"):
+        make_node_model("reference", tile=3)
+    with pytest.raises(InputError, match="invalid options"):
+        make_node_model("reference", panel_bytes=-1)
+
+
+def test_counters_and_fallback_are_recorded():
+    S, M = _block(7, 5, 0.4, 1)
+    model = _Counting()
+    B = np.random.default_rng(0).standard_normal((5, 3))
+    out = np.zeros((7, 3))
+    model.spmm_a(S, S.data, B, out)
+    model.spmm_a(S, S.data, B, out)
+    np.testing.assert_allclose(out, 2 * (M @ B), rtol=1e-12)
+    A = np.random.default_rng(1).standard_normal((7, 3))
+    vals = np.zeros(S.nnz)
+    model.sddmm(S, S.data, A, B, vals)
+    stats = model.stats.as_dict()
+    assert stats["spmm_a"]["widgets"] == 4 and stats["spmm_a"]["calls_seen"] == 2
+    assert stats["spmm_a"]["fallback_calls"] == 0
+    assert stats["sddmm"]["fallback_calls"] == 1
+    assert "widgets" not in stats["sddmm"]
+    # nothing without a fallback
+    bare = NodeModel()
+    with pytest.raises(NotImplementedError, match="no sddmm"):
+        bare.sddmm(S, S.data, A, B, vals)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reference_spgemm_matches_scipy(dtype):
+    X, Xs = _block(40, 30, 0.1, 2, dtype)
+    Y, Ys = _block(30, 25, 0.15, 3, dtype)
+    model = make_node_model("reference")
+    C = model.spgemm(X, Y)
+    ref = (Xs.astype(dtype) @ Ys.astype(dtype)).tocsr()
+    ref.sort_indices()
+    assert C.shape == (40, 25) and C.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(C.indptr, ref.indptr)
+    np.testing.assert_array_equal(C.indices, ref.indices)
+    np.testing.assert_allclose(C.data, ref.data, rtol=1e-6)
+    st = model.stats.as_dict()["spgemm"]
+    expected_flops = 2 * sum(Ys.indptr[k + 1] - Ys.indptr[k] for k in Xs.indices)
+    assert st["flops"] == expected_flops and st["calls"] == 1 and st["bytes"] > 0
+
+
+def test_spgemm_rejects_mismatched_operands():
+    X, _ = _block(4, 3, 0.5, 4)
+    Y, _ = _block(4, 3, 0.5, 5)
+    model = make_node_model("reference")
+    with pytest.raises(ValueError, match="has 4 rows"):
+        model.spgemm(X, Y)
+    Z, _ = _block(3, 3, 0.5, 6, np.float32)
+    with pytest.raises(ValueError, match="float64 but Y is float32"):
+        model.spgemm(X, Z)
+
+
+def test_spgemm_empty_operands():
+    X = CSRBlock.from_coo([], [], [], (3, 4), np.float64)
+    Y, _ = _block(4, 2, 0.5, 7)
+    C = make_node_model("reference").spgemm(X, Y)
+    assert C.shape == (3, 2) and C.nnz == 0 and C.indptr.tolist() == [0, 0, 0, 0]
