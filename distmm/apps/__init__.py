@@ -1,0 +1,1 @@
+"""Applications built on distmm's kernels and node models (GNN inference on Dynaspase, ...)."""

@@ -1,0 +1,81 @@
+"""The Dynaspase node model: each rank's SpMM runs on the simulated accelerator.
+
+In a distributed step, ``spmm_a`` (out += S B) and ``spmm_b`` (out += S^T A) are Aggregate
+kernels (paper section III-A): the sparse block plays A and the dense block plays H, and the
+runtime partitions, profiles and maps them block by block (Algorithm 7) before scheduling the
+tasks on the cores (Algorithm 8). SDDMM has no primitive on Dynaspase, so ``sddmm`` and the
+fused operations fall back to the reference model (counted in ``fallback_calls``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distmm.kernels.base import NodeModel
+from distmm.kernels.dynaspase.config import DynaspaseConfig
+from distmm.kernels.dynaspase.kernel import KernelResult, simulate_kernel
+from distmm.sparse import CSRBlock
+
+
+def _check(S: CSRBlock, vals: np.ndarray, X: np.ndarray, rows: int, out: np.ndarray,
+           out_rows: int) -> None:
+    """The checks the reference model makes (dtypes, shapes, contiguity), as ValueErrors."""
+    if not isinstance(vals, np.ndarray) or vals.dtype not in (np.float32, np.float64):
+        raise ValueError(f"vals must be a float32 or float64 array, got "
+                         f"{getattr(vals, 'dtype', type(vals))}")
+    if vals.shape != (S.nnz,):
+        raise ValueError(f"vals must have shape ({S.nnz},), got {vals.shape}")
+    for name, M, want in (("dense input", X, rows), ("out", out, out_rows)):
+        if not isinstance(M, np.ndarray) or M.ndim != 2:
+            raise ValueError(f"{name} must be a 2-D array")
+        if M.dtype != vals.dtype:
+            raise ValueError(f"{name} has dtype {M.dtype}, expected {vals.dtype}")
+        if M.shape[0] != want:
+            raise ValueError(f"{name} must have {want} rows, got {M.shape[0]}")
+    if X.shape[1] != out.shape[1]:
+        raise ValueError(f"out has {out.shape[1]} columns, expected {X.shape[1]}")
+    if not out.flags.writeable:
+        raise ValueError("out must be writeable")
+
+
+class DynaspaseModel(NodeModel):
+    """Simulated Dynaspase FPGA (U250, 7 cores of 16 x 16 ALUs at 250 MHz by default).
+
+    Keyword options are the fields of :class:`DynaspaseConfig` (``strategy``, ``p_sys``,
+    ``n_cc``, ``eta``, ``freq_mhz``, ``ddr_gbps``, ...). Results are exact (computed in the
+    block's dtype); every call adds model counters: ``model_cycles``, ``model_seconds``,
+    ``blocks_gemm``, ``blocks_spdmm``, ``blocks_spmm``, ``blocks_empty`` (block pairs per
+    primitive), ``model_tasks``, ``model_dram_bytes``.
+    """
+
+    name = "dynaspase"
+    native = frozenset({"spmm_a", "spmm_b"})
+
+    def __init__(self, fallback: NodeModel | None = None, **options) -> None:
+        super().__init__(fallback)
+        self.config = DynaspaseConfig(**options)
+        self.last: KernelResult | None = None
+
+    def options(self) -> dict:
+        return self.config.as_dict()
+
+    def _aggregate(self, X, Y: np.ndarray, out: np.ndarray) -> None:
+        if X.shape[0] == 0 or Y.shape[1] == 0:
+            return
+        res = simulate_kernel(X, Y, "aggregate", self.config)
+        out += res.result
+        self.last = res
+        self.count(model_cycles=res.cycles, model_seconds=res.seconds,
+                   blocks_gemm=res.counts["gemm"], blocks_spdmm=res.counts["spdmm"],
+                   blocks_spmm=res.counts["spmm"], blocks_empty=res.counts["empty"],
+                   model_tasks=res.tasks, model_dram_bytes=res.schedule.dram_bytes)
+
+    def _spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
+        """out += S(vals) @ B as one Aggregate kernel."""
+        _check(S, vals, B, S.shape[1], out, S.shape[0])
+        self._aggregate(S.to_scipy(vals), B, out)
+
+    def _spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray) -> None:
+        """out += S(vals)^T @ A as one Aggregate kernel on the transposed block."""
+        _check(S, vals, A, S.shape[0], out, S.shape[1])
+        self._aggregate(S.to_scipy(vals).T.tocsr(), A, out)
