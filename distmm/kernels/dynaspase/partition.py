@@ -70,8 +70,9 @@ def choose_partition(kernels: list[KernelShape], config: DynaspaseConfig) -> tup
     least eta * N_CC tasks (load balance) and no side exceeds N_max (on-chip memory).
 
     Step 1 takes N2 from the Update kernels, step 2 N1 from the Aggregate kernels given N2.
-    N1 is then rounded down to a multiple of N2 (a fiber holds N1/N2 subfibers), and N2 is
-    lowered to N1 if N1 came out smaller (more tasks never violate the constraints). The
+    If N1 comes out smaller than N2 (an Aggregate on few columns while N2 is still large),
+    N1 = N2 = the largest square side that satisfies every Aggregate kernel; N1 is then
+    rounded down to a multiple of N2 (a fiber holds N1/N2 subfibers). The
     config's ``n1``/``n2`` override the choice. Not collective.
     """
     n_max = config.max_partition
@@ -86,6 +87,15 @@ def choose_partition(kernels: list[KernelShape], config: DynaspaseConfig) -> tup
     for s in kernels:
         if s.kind == "aggregate":
             n1 = min(n1, _largest(lambda N, s=s: cdiv(s.m, N) * cdiv(s.n, n2), target, n_max))
+    if n1 < n2 and not config.n2:
+        # an Aggregate kernel needs short fibers (few columns, e.g. a lone Aggregate whose N2
+        # is still N_max): take square blocks N1 = N2 = N, the largest N that gives every
+        # Aggregate kernel enough tasks (more tasks never break an Update's constraint)
+        for s in kernels:
+            if s.kind == "aggregate":
+                n2 = min(n2, _largest(lambda N, s=s: cdiv(s.m, N) * cdiv(s.n, N), target,
+                                      n_max))
+        n1 = max(n1, n2)
     if config.n1:
         n1 = config.n1
         if not config.n2:
