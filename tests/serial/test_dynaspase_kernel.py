@@ -16,6 +16,7 @@ from distmm.kernels.dynaspase import (
     num_tasks,
     simulate_kernel,
 )
+from distmm.kernels.dynaspase.kernel import rowwise_work
 from distmm.kernels.dynaspase.partition import block_nnz
 from distmm.kernels.dynaspase.perfmodel import EMPTY, GEMM, SPDMM, SPMM, k2p
 
@@ -241,3 +242,46 @@ def test_memory_bound_when_ddr_is_slow():
     assert slow.cycles > 100 * fast.cycles
     # the transfers cannot be hidden: the makespan is at least the cores' share of them
     assert slow.cycles >= slow.schedule.transfer_cycles / 7
+
+
+def test_rowwise_spmm_work_matches_brute_force():
+    X = _sparse(37, 29, 0.2, 12)
+    Y = _sparse(29, 11, 0.3, 13)
+    tm, tk, tn = 8, 6, 4
+    got = rowwise_work(X, Y, tm, tk, tn)
+    Xd, Yd = X.toarray(), Y.toarray()
+    want = np.zeros_like(got)
+    for r, c in zip(*np.nonzero(Xd), strict=True):
+        for j in range(got.shape[2]):
+            want[r // tm, c // tk, j] += np.count_nonzero(Yd[c, j * tn:(j + 1) * tn])
+    assert np.array_equal(got, want)
+    assert np.array_equal(rowwise_work(Xd, Yd, tm, tk, tn), want)
+
+
+def test_rowwise_cost_sees_clustered_nonzeros():
+    """100 nonzeros in 4 columns of X meeting 4 rows of Y with 25 each: both densities are
+    below 2/p (SPMM), Table IV expects 100 * 100 / (32 * 16) = 20 cycles, the row-wise
+    products are 100 * 25 = 2500, i.e. 157 cycles."""
+    X = np.zeros((32, 32))
+    idx = np.arange(100)
+    X[idx % 32, idx // 32] = 1.0  # columns 0..3, filled column by column
+    Y = np.zeros((32, 32))
+    Y[:4, :25] = 1.0
+    fast = {"ddr_gbps": FAST_DDR, "n1": 32, "n2": 32}
+    table = simulate_kernel(X, Y, "update", DynaspaseConfig(**fast))
+    rowwise = simulate_kernel(X, Y, "update", DynaspaseConfig(spmm_cost="rowwise", **fast))
+    assert table.counts["spmm"] == rowwise.counts["spmm"] == 1
+    switch = 1  # the first pair sets the execution mode
+    assert table.schedule.compute_cycles == 20 + switch
+    assert rowwise.schedule.compute_cycles == 157 + switch
+    np.testing.assert_array_equal(rowwise.result, X @ Y)
+
+
+def test_empty_dimensions():
+    for shape_x, shape_y in (((0, 5), (5, 3)), ((4, 0), (0, 3)), ((4, 5), (5, 0))):
+        res = simulate_kernel(np.zeros(shape_x), np.zeros(shape_y), "aggregate",
+                              DynaspaseConfig(spmm_cost="rowwise"))
+        assert res.result.shape == (shape_x[0], shape_y[1])
+        assert sum(res.counts.values()) == 0  # no block pairs
+        # no work but the (empty or zero) output blocks written back
+        assert res.schedule.compute_cycles == 0

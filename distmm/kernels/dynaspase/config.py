@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 STRATEGIES = ("dynamic", "s1", "s2")
+SPMM_COSTS = ("table", "rowwise")
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,10 @@ class DynaspaseConfig:
     partition side (0: the largest that fits the double-buffered buffers of one core, g(S_o)
     of Algorithm 9). ``cache_operands``: a core keeps the blocks it has loaded when the whole
     operand fits in its share of on-chip memory (data locality, section VI-C objective 2).
+    ``spmm_cost``: ``table`` charges an SPMM pair Table IV's a_X a_Y m n d / p cycles (its
+    expectation for uniformly spread nonzeros); ``rowwise`` charges the pair's actual row-wise
+    products (each nonzero X[r][c] times the nonzeros of Y's row c in the block), divided by
+    p. Algorithm 7 decides by densities either way.
     """
 
     p_sys: int = 16
@@ -40,6 +45,7 @@ class DynaspaseConfig:
     n2: int = 0
     n_max: int = 0
     cache_operands: bool = True
+    spmm_cost: str = "table"
 
     def __post_init__(self) -> None:
         for name in ("p_sys", "n_cc", "eta", "value_bytes", "index_bytes"):
@@ -60,6 +66,9 @@ class DynaspaseConfig:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, "
                              f"got {self.strategy!r}")
+        if self.spmm_cost not in SPMM_COSTS:
+            raise ValueError(f"spmm_cost must be one of {', '.join(SPMM_COSTS)}, got "
+                             f"{self.spmm_cost!r}")
         if not isinstance(self.cache_operands, bool):
             raise ValueError(f"cache_operands must be true or false, got "
                              f"{self.cache_operands!r}")

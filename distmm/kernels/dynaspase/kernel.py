@@ -102,6 +102,25 @@ def _product(X, Y, dtype: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(Z, dtype=dtype)
 
 
+def rowwise_work(X, Y, tm: int, tk: int, tn: int) -> np.ndarray:
+    """Row-wise products of every block pair (SPMM mode, Algorithm 6): for pair (i, t, j), the
+    sum over the nonzeros X[r][c] of block (i, t) of the nonzeros of row c of Y in column
+    block j. Returns an int64 array (I, T, J). Not collective."""
+    m, k = X.shape
+    n_i, n_t = int(-(-m // tm)), int(-(-k // tk))
+    row_nnz = block_nnz(Y, 1, tn)  # (k, J): nonzeros of each row of Y per column block
+    if sp.issparse(X):
+        coo = X.tocoo()
+        keep = coo.data != 0
+        r, c = coo.row[keep], coo.col[keep]
+    else:
+        r, c = np.nonzero(X)
+    pair = (r.astype(np.int64) // tm) * n_t + c // tk
+    hits = sp.csr_matrix((np.ones(pair.size, dtype=np.int64), (pair, c)),
+                         shape=(n_i * n_t, k))
+    return np.asarray(hits @ row_nnz, dtype=np.int64).reshape(n_i, n_t, row_nnz.shape[1])
+
+
 def simulate_kernel(X, Y, kind: str = "aggregate", config: DynaspaseConfig | None = None,
                     partition: tuple[int, int] | None = None) -> KernelResult:
     """Simulate Z = X @ Y (X m x k, Y k x n; each a scipy sparse matrix or a dense array).
@@ -130,9 +149,11 @@ def simulate_kernel(X, Y, kind: str = "aggregate", config: DynaspaseConfig | Non
     rows, inner, cols = block_sizes(m, tm), block_sizes(k, tk), block_sizes(n, tn)
     nnz_x = block_nnz(X, tm, tk)
     nnz_y = block_nnz(Y, tk, tn)
+    work = (rowwise_work(X, Y, tm, tk, tn)
+            if config.spmm_cost == "rowwise" and config.strategy == "dynamic" else None)
     prim, cycles, skip_x, skip_y = pair_plan(
         kind, config.strategy, nnz_x[:, :, None], nnz_y[None, :, :], rows[:, None, None],
-        inner[None, :, None], cols[None, None, :], config.p_sys)
+        inner[None, :, None], cols[None, None, :], config.p_sys, work)
     Z = _product(_mask(X, skip_x, tm, tk), _mask(Y, skip_y, tk, tn), dtype)
     x_bytes = stored_bytes(nnz_x, rows[:, None], inner[None, :], config)
     y_bytes = stored_bytes(nnz_y, inner[:, None], cols[None, :], config)

@@ -47,12 +47,15 @@ def spmm_cycles(nnz_x, nnz_y, n, p_sys: int):
     return cdiv(nnz_x * nnz_y, np.maximum(n, 1) * p_sys)
 
 
-def pair_plan(kind: str, strategy: str, nnz_x, nnz_y, m, n, d, p_sys: int):
+def pair_plan(kind: str, strategy: str, nnz_x, nnz_y, m, n, d, p_sys: int,
+              spmm_work=None):
     """Primitive and compute cycles of every block pair of one kernel under one strategy.
 
     ``nnz_x`` (I, T, 1), ``nnz_y`` (1, T, J) and the block sides ``m`` (I, 1, 1),
     ``n`` (1, T, 1), ``d`` (1, 1, J) broadcast to (I, T, J). Returns ``(prim, cycles, skip_x,
     skip_y)`` where skip_x (I, T) / skip_y (T, J) mark the blocks whose pairs are skipped.
+    ``spmm_work`` (I, T, J), if given, replaces Table IV's SPMM estimate by the pairs' actual
+    row-wise products (charged at p per cycle).
 
     * dynamic: Algorithm 7; SpDMM treats the sparser operand as the sparse one.
     * s1 (HyGCN, BoostGCN): Aggregate on SpDMM with A sparse, Update on GEMM; no profiling,
@@ -71,7 +74,8 @@ def pair_plan(kind: str, strategy: str, nnz_x, nnz_y, m, n, d, p_sys: int):
             [prim == GEMM, prim == SPDMM, prim == SPMM],
             [gemm_cycles(m, n, d, p_sys),
              spdmm_cycles(np.minimum(nnz_x * d, nnz_y * m), p_sys),
-             spmm_cycles(nnz_x, nnz_y, n, p_sys)], 0)
+             spmm_cycles(nnz_x, nnz_y, n, p_sys) if spmm_work is None
+             else cdiv(spmm_work, p_sys)], 0)
         return (prim, np.broadcast_to(cycles, shape).astype(np.int64), (nnz_x == 0)[:, :, 0],
                 (nnz_y == 0)[0])
     if strategy == "s1" and kind == "update":
