@@ -37,7 +37,8 @@ PAPER_VIII = {0.5: ("50%-70%", 4.36, 1.64), 0.7: ("70%-90%", 10.77, 2.11),
 SPARSITIES = (0.0, 0.5, 0.7, 0.9)
 
 
-def load(data: str):
+def load(data: str) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """Cora's adjacency matrix and 0/1 features from the shared data directory."""
     A = sp.csr_matrix(scipy.io.mmread(os.path.join(data, "cora-adjacency.mtx.gz")))
     X = sp.csr_matrix(scipy.io.mmread(os.path.join(data, "cora-features.mtx.gz")))
     return A, X
@@ -67,10 +68,12 @@ def sweep(A, X, base: DynaspaseConfig, sink) -> dict:
 
 
 def geomean(values) -> float:
+    """Geometric mean (how Table VIII averages speedups)."""
     return float(np.exp(np.mean(np.log(values))))
 
 
 def print_tables(title: str, res: dict) -> None:
+    """Markdown: unpruned latencies beside Table VII, pruned speedups beside Table VIII."""
     print(f"\n#### {title}\n")
     print("| model | S1 (ms) | S2 (ms) | Dynamic (ms) | SO-S1 | SO-S2 | paper S1 / S2 / Dynamic "
           "(ms) | paper SO-S1 | paper SO-S2 |")
@@ -100,6 +103,7 @@ def print_tables(title: str, res: dict) -> None:
 
 
 def main() -> None:
+    """Run the sweeps and print the tables."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="/work/shared/data")
     ap.add_argument("--json", help="append one JSON line per run (full per-kernel report)")

@@ -95,10 +95,12 @@ class GnnRun:
 
     @property
     def cycles(self) -> int:
+        """Modelled cycles of the whole inference (kernels run one after another)."""
         return int(sum(k["cycles"] for k in self.kernels))
 
     @property
     def seconds(self) -> float:
+        """Modelled seconds of the whole inference."""
         return float(sum(k["seconds"] for k in self.kernels))
 
     def layer_seconds(self) -> dict[int, float]:
@@ -117,8 +119,8 @@ class GnnRun:
 
 
 def _plan(model: str, n: int, features: int, hidden: int, classes: int) -> list[tuple]:
-    """The model's kernels as (layer, name, kind, operator or input, weight), in order; used for
-    Algorithm 9's shapes and for running."""
+    """The model's kernels as (layer, kind, inner size, output columns), in the order
+    :func:`run_gnn` runs them (Algorithm 9's input)."""
     if model == "gcn":
         return [(1, "update", features, hidden), (1, "aggregate", n, hidden),
                 (2, "update", hidden, classes), (2, "aggregate", n, classes)]

@@ -34,7 +34,7 @@ class KernelShape:
             raise ValueError(f"kernel dimensions must be non-negative, got {self}")
 
 
-def cdiv(a, b):
+def cdiv(a: int | np.ndarray, b: int | np.ndarray) -> int | np.ndarray:
     """Ceiling division for non-negative integers (or integer arrays)."""
     return -(-a // b)
 

@@ -12,11 +12,14 @@ import numpy as np
 
 from distmm.kernels.dynaspase.partition import cdiv
 
+IntArray = int | np.ndarray
+
 EMPTY, GEMM, SPDMM, SPMM = 0, 1, 2, 3
 PRIMITIVES = {EMPTY: "empty", GEMM: "gemm", SPDMM: "spdmm", SPMM: "spmm"}
 
 
-def k2p(nnz_x, size_x, nnz_y, size_y, p_sys: int) -> np.ndarray:
+def k2p(nnz_x: IntArray, size_x: IntArray, nnz_y: IntArray, size_y: IntArray,
+        p_sys: int) -> np.ndarray:
     """Algorithm 7 on arrays of block pairs: the primitive code of each pair.
 
     a_min = 0 -> EMPTY (skipped, line 6); a_min >= 1/2 -> GEMM (line 8); else a_max >= 2/p_sys
@@ -31,24 +34,25 @@ def k2p(nnz_x, size_x, nnz_y, size_y, p_sys: int) -> np.ndarray:
     return np.where((nnz_x == 0) | (nnz_y == 0), EMPTY, prim).astype(np.int8)
 
 
-def gemm_cycles(m, n, d, p_sys: int):
+def gemm_cycles(m: IntArray, n: IntArray, d: IntArray, p_sys: int) -> IntArray:
     """Table IV, GEMM: m n d / p^2 (p^2 MACs per cycle on the systolic array)."""
     return cdiv(m * n * d, p_sys * p_sys)
 
 
-def spdmm_cycles(sparse_work, p_sys: int):
+def spdmm_cycles(sparse_work: IntArray, p_sys: int) -> IntArray:
     """Table IV, SpDMM: 2 (nnz of the sparse operand) (its partner's other side) / p^2
     (p^2 / 2 MACs per cycle); ``sparse_work`` is nnz_X d or nnz_Y m."""
     return cdiv(2 * sparse_work, p_sys * p_sys)
 
 
-def spmm_cycles(nnz_x, nnz_y, n, p_sys: int):
+def spmm_cycles(nnz_x: IntArray, nnz_y: IntArray, n: IntArray, p_sys: int) -> IntArray:
     """Table IV, SPMM: a_X a_Y m n d / p = nnz_X nnz_Y / (n p) (p MACs per cycle)."""
     return cdiv(nnz_x * nnz_y, np.maximum(n, 1) * p_sys)
 
 
-def pair_plan(kind: str, strategy: str, nnz_x, nnz_y, m, n, d, p_sys: int,
-              spmm_work=None):
+def pair_plan(kind: str, strategy: str, nnz_x: np.ndarray, nnz_y: np.ndarray, m: np.ndarray,
+              n: np.ndarray, d: np.ndarray, p_sys: int, spmm_work: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Primitive and compute cycles of every block pair of one kernel under one strategy.
 
     ``nnz_x`` (I, T, 1), ``nnz_y`` (1, T, J) and the block sides ``m`` (I, 1, 1),
