@@ -5,7 +5,7 @@ GCN, GraphSAGE, GIN or SGC with seeded Glorot weights (magnitude-pruned with ``-
 every Aggregate and Update kernel through the simulator under one or all K2P strategies, checks
 the output against a float64 numpy reference, and prints one JSON line per strategy (modelled
 latency per kernel and per layer) plus one with the speedups of Dynamic over S1 and S2.
-Serial: run it without mpiexec (or on one rank).
+Serial: every rank computes the same thing, and only rank 0 prints and writes the report.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import numpy as np
 import scipy.io
 import scipy.sparse as sp
+from mpi4py import MPI
 
 from distmm.apps.gnn import MODELS, init_weights, reference_forward, run_gnn
 from distmm.errors import InputError, require
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     ref = reference_forward(A, X, args.model, weights)
     scale = max(1.0, float(np.abs(ref).max(initial=0.0)))
     strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
+    rank0 = MPI.COMM_WORLD.Get_rank() == 0
     runs = []
     for strategy in strategies:
         res = run_gnn(A, X, args.model, weights, base.with_strategy(strategy))
@@ -109,15 +111,17 @@ def run(args: argparse.Namespace) -> int:
         runs.append(record)
         compact = {k: v for k, v in record.items() if k != "kernels"}
         compact["kernel_seconds"] = {k["name"]: k["seconds"] for k in record["kernels"]}
-        print(json.dumps(compact, sort_keys=True), flush=True)
+        if rank0:
+            print(json.dumps(compact, sort_keys=True), flush=True)
     report = {"config": base.as_dict(), "runs": runs}
     seconds = {r["strategy"]: r["seconds"] for r in runs}
     if "dynamic" in seconds and len(seconds) > 1:
         speed = {f"so_{s}": seconds[s] / seconds["dynamic"] for s in seconds if s != "dynamic"}
         report["speedups"] = speed
-        print(json.dumps({"event": "speedup", "model": args.model, "prune": args.prune,
-                          **speed}, sort_keys=True), flush=True)
-    if args.report:
+        if rank0:
+            print(json.dumps({"event": "speedup", "model": args.model, "prune": args.prune,
+                              **speed}, sort_keys=True), flush=True)
+    if args.report and rank0:
         tmp = args.report + ".tmp"
         with open(tmp, "w") as fh:
             json.dump(report, fh, indent=1, sort_keys=True)
