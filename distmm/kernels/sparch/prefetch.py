@@ -13,7 +13,8 @@ Policies:
   paper does not say how the reduction tree breaks ties). With a window at least as long as the
   whole sequence this is exactly Belady's MIN.
 * ``lru``: evict the least recently used line.
-* ``none``: no buffer; every access reads its row from DRAM.
+* ``none``: no buffer; an access reads its row from DRAM unless the previous access used the
+  same row (the multipliers hold the row they are using).
 
 A missed line is loaded, used, and then kept if the policy would keep it (with a full buffer
 the victim may be the new line itself: Belady's MIN bypasses a line that is used farthest).
@@ -118,8 +119,13 @@ def simulate_buffer(seq, nxt, y_ptr, line_elements, capacity, lookahead, policy)
     if policy == 0 or capacity == 0:
         for t in range(n):
             r = seq[t]
-            missed[t] = y_ptr[r + 1] - y_ptr[r]
             accesses += line_first[r + 1] - line_first[r]
+            if t > 0 and seq[t - 1] == r:
+                # the multipliers still hold the row they just used (a column of X streamed
+                # against one row of Y: OuterSPACE's input reuse needs no buffer)
+                hits += line_first[r + 1] - line_first[r]
+                continue
+            missed[t] = y_ptr[r + 1] - y_ptr[r]
             fetched[t] = True
         return missed, fetched, hits, accesses, evictions
     inbuf = np.full(nlines, -1, dtype=np.int64)      # slot in buf_lines, or -1
