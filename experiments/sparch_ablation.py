@@ -117,26 +117,36 @@ def run(quick: bool, out) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The README tables: per matrix and step, and a summary per matrix."""
-    lines = ["| matrix | step | DRAM MB | elements/mult | GFLOP/s | vs OuterSPACE-flow | "
-             "partial matrices | rounds | hit rate |", "|---|---|---:|---:|---:|---:|---:|"
-             "---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['matrix']} | {r['step']} | {r['dram_bytes'] / 1e6:.1f} | "
-                     f"{r['dram_bytes'] / 12 / max(r['multiplications'], 1):.2f} | "
-                     f"{r['gflops']:.2f} | {r['speedup']:.2f}x | "
-                     f"{r['partial_matrices']:.0f} | {r['merge_rounds']:.0f} | "
-                     f"{r['hit_rate']:.0%} |")
-    lines += ["", "| matrix | workload | nnz | multiplications | columns -> condensed columns | "
-              "Belady hit | LRU hit | SpArch GFLOP/s | energy mJ | simulator s |",
-              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
-    for name in dict.fromkeys(r["matrix"] for r in rows):
-        by = {r["step"]: r for r in rows if r["matrix"] == name}
-        s = by["prefetch"]
-        lines.append(f"| {name} | {s['note']} | {s['nnz']} | {s['multiplications']:.3g} | "
-                     f"{s['uncondensed']} -> {s['condensed']} | {s['hit_rate']:.0%} | "
-                     f"{by['lru']['hit_rate']:.0%} | {s['gflops']:.2f} | "
-                     f"{s['energy_nj'] / 1e6:.3f} | {s['sim_wall_s']:.1f} |")
+    """The README tables: Fig. 16 as DRAM traffic and as modelled GFLOP/s per step, then
+    condensing, prefetch hit rates, energy and the simulator's own time per matrix."""
+    names = list(dict.fromkeys(r["matrix"] for r in rows))
+    by = {(r["matrix"], r["step"]): r for r in rows}
+    steps = [s for s, _ in STEPS]
+    head = "| matrix | " + " | ".join(steps) + " |"
+    rule = "|---|" + "---:|" * len(steps)
+    lines = ["DRAM traffic in 12-byte elements per multiplication (the unit of the paper's "
+             "III-C: 2.5M, 13.9M, 2.5M, 1.5M, 0.88M):", "", head, rule]
+    for n in names:
+        lines.append(f"| {n} | " + " | ".join(
+            f"{by[n, s]['dram_bytes'] / 12 / max(by[n, s]['multiplications'], 1):.2f}"
+            for s in steps) + " |")
+    lines += ["", "Modelled GFLOP/s (in brackets: speedup over the OuterSPACE flow; paper: "
+              "0.18x, 1.54x, ..., 4.2x):", "", head, rule]
+    for n in names:
+        lines.append(f"| {n} | " + " | ".join(
+            f"{by[n, s]['gflops']:.2f} ({by[n, s]['speedup']:.2f}x)" for s in steps) + " |")
+    lines += ["", "| matrix | workload | nnz | multiplications | partial matrices: columns -> "
+              "condensed | merge rounds (SpArch) | Belady hit | LRU hit | SpArch GFLOP/s | "
+              "energy nJ/FLOP | simulator s |",
+              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for n in names:
+        s = by[n, "prefetch"]
+        lines.append(f"| {n} | {s['note']} | {s['nnz']} | {s['multiplications']:.3g} | "
+                     f"{s['uncondensed']} -> {s['condensed']} | {s['merge_rounds']:.0f} | "
+                     f"{s['hit_rate']:.0%} | {by[n, 'lru']['hit_rate']:.0%} | "
+                     f"{s['gflops']:.2f} | "
+                     f"{s['energy_nj'] / (2 * max(s['multiplications'], 1)):.2f} | "
+                     f"{s['sim_wall_s']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -145,13 +155,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small matrices only")
     ap.add_argument("--jsonl", help="write one JSON record per (matrix, step)")
     ap.add_argument("--markdown", help="write the README tables")
+    ap.add_argument("--from-jsonl", help="only render the tables of an earlier --jsonl run")
     args = ap.parse_args()
-    out = open(args.jsonl, "w") if args.jsonl else None
-    try:
-        rows = run(args.quick, out)
-    finally:
-        if out:
-            out.close()
+    if args.from_jsonl:
+        with open(args.from_jsonl) as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+    else:
+        out = open(args.jsonl, "w") if args.jsonl else None
+        try:
+            rows = run(args.quick, out)
+        finally:
+            if out:
+                out.close()
     md = markdown(rows)
     print(md)
     if args.markdown:
