@@ -30,6 +30,9 @@ Assumptions where the paper leaves gaps (also in README, "SpArch simulator"):
    element crosses every layer; the round overlaps compute and DRAM perfectly, then pays fill
    and drain: DRAM latency (100 cycles, assumed), tree depth x 6 cycles (comparator + adder +
    log2(16) zero eliminator, assumed), filling the look-ahead FIFO, flushing the writer FIFO.
+   The 16 row fetchers (one per channel, up to 48 rows ahead, Table I) are assumed to hide
+   DRAM latency within a round; bank conflicts and back-pressure inside the tree are not
+   modelled.
 2. Formats: left and right matrix elements 12 bytes (32-bit index + 64-bit value, Table I's
    buffer element), row pointers 4 bytes (two per fetched row / CSC column), partial matrices
    in the merger's COO format, 16 bytes (Table I: 64-bit index + 64-bit value), the final
