@@ -1,4 +1,5 @@
-"""The ``distmm`` command: ``run`` (files in, files out) and ``bench`` (generated matrices).
+"""The ``distmm`` command: ``run`` (files in, files out), ``bench`` (generated matrices) and
+``simulate`` (one accelerator simulator on one node).
 
 Launch under the MPI that distmm was installed with, e.g. ``mpiexec -n 4 distmm run ...``.
 Every rank parses the same arguments and makes the same checks, so a bad argument exits every
@@ -103,7 +104,123 @@ def build_parser() -> argparse.ArgumentParser:
                     help="include families this build does not implement yet")
     pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
     pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
+    _add_simulate(sub)
     return parser
+
+
+def _add_simulate(sub) -> None:
+    """``distmm simulate <simulator>``: one accelerator simulator on one node (serial); each
+    simulator is a nested subcommand with its own options and its own function."""
+    sim = sub.add_parser("simulate", help="run a kernel or a GNN on a simulated accelerator "
+                                          "(serial; one nested subcommand per simulator)")
+    sims = sim.add_subparsers(dest="simulator", required=True)
+    from distmm.kernels.sparch import PREFETCH_POLICIES, SCHEDULERS
+
+    sa = sims.add_parser("sparch", help="C = X Y on the SpArch accelerator model (HPCA'20); "
+                                        "writes the modelled cycles, DRAM traffic and energy")
+    sa.add_argument("--x", required=True, help="left matrix X as .mtx or .mtx.gz")
+    sa.add_argument("--y", help="right matrix Y as .mtx or .mtx.gz (default: X, i.e. A times A)")
+    sa.add_argument("--config", metavar="FILE",
+                    help="JSON object of SpArch parameters (Table I names, see "
+                         "distmm.kernels.sparch.SpArchConfig); the flags below override it")
+    sa.add_argument("--no-condense", action="store_true", help="read X by original columns")
+    sa.add_argument("--scheduler", choices=list(SCHEDULERS),
+                    help="merge order (default huffman)")
+    sa.add_argument("--prefetch", choices=list(PREFETCH_POLICIES),
+                    help="row-buffer replacement (default belady)")
+    sa.add_argument("--no-pipeline", action="store_true",
+                    help="multiply phase to DRAM, then merge (OuterSPACE's flow)")
+    sa.add_argument("--report", required=True, help="report JSON file (written atomically)")
+    sa.set_defaults(simulate_func=cmd_simulate_sparch)
+    from distmm.apps import dynaspase_cli
+
+    dynaspase_cli.add_parser(sims)
+
+
+def _read_json_object(path: str, what: str) -> dict:
+    try:
+        with open(path) as fh:
+            obj = json.load(fh)
+    except FileNotFoundError:
+        raise InputError(f"{what} {path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{what} {path}: not a JSON file ({exc})") from None
+    require(isinstance(obj, dict), f"{what} {path}: must hold a JSON object")
+    return obj
+
+
+def _write_json_atomic(path: str, obj: dict) -> None:
+    """Write ``obj`` as JSON to ``path`` under a temporary name, then rename into place."""
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=1, sort_keys=True, default=_json_default)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _read_csr(path: str, name: str):
+    from distmm.io import read_matrix_market
+    from distmm.sparse import CSRBlock
+
+    share = read_matrix_market(path, MPI.COMM_SELF)
+    return CSRBlock.from_coo(share.rows, share.cols, share.vals, share.shape, np.float64)
+
+
+def cmd_simulate(args) -> int:
+    require(MPI.COMM_WORLD.Get_size() == 1,
+            f"distmm simulate models one chip and runs serially; start it without mpiexec "
+            f"(got {MPI.COMM_WORLD.Get_size()} ranks)")
+    return args.simulate_func(args)
+
+
+def cmd_simulate_sparch(args) -> int:
+    """Model C = X Y on SpArch; write the report JSON and print a one-line summary."""
+    from distmm.kernels.sparch import simulate
+    from distmm.kernels.sparch.simulate import make_config
+
+    out_dir = os.path.dirname(os.path.abspath(args.report))
+    require(os.path.isdir(out_dir), f"report directory {out_dir} does not exist")
+    require(os.access(out_dir, os.W_OK), f"report directory {out_dir} is not writable")
+    options = _read_json_object(args.config, "--config") if args.config else {}
+    if args.no_condense:
+        options["condense"] = False
+    if args.no_pipeline:
+        options["pipeline"] = False
+    if args.scheduler:
+        options["scheduler"] = args.scheduler
+    if args.prefetch:
+        options["prefetch"] = args.prefetch
+    try:
+        cfg = make_config(options)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"SpArch configuration: {exc}") from None
+    X = _read_csr(args.x, "X")
+    Y = X if args.y is None else _read_csr(args.y, "Y")
+    require(X.shape[1] == Y.shape[0],
+            f"X is {X.shape[0]} x {X.shape[1]} but Y has {Y.shape[0]} rows; X's columns must "
+            "equal Y's rows")
+    C, report = simulate(X, Y, cfg)
+    report.update({"simulator": "sparch", "x": os.path.abspath(args.x),
+                   "y": os.path.abspath(args.y) if args.y else None,
+                   "x_nnz": X.nnz, "y_nnz": Y.nnz, "c_nnz": C.nnz})
+    _write_json_atomic(args.report, report)
+    c, d = report["counters"], report["derived"]
+    _emit({"event": "simulate", "simulator": "sparch", "report": args.report,
+           "model_seconds": c["model_seconds"], "gflops": d["gflops"],
+           "dram_bytes": c["dram_read_bytes"] + c["dram_write_bytes"],
+           "energy_nj": c["energy_nj"], "partial_matrices": c["partial_matrices"],
+           "merge_rounds": c["merge_rounds"], "prefetch_hit_rate": d["prefetch_hit_rate"]})
+    return 0
 
 
 def _open_log_dir(args) -> None:
@@ -332,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate,
-                "plan": cmd_plan}[args.command](args)
+                "plan": cmd_plan, "simulate": cmd_simulate}[args.command](args)
     except InputError as exc:
         if comm.rank == 0:
             print(f"distmm: error: {exc}", file=sys.stderr, flush=True)

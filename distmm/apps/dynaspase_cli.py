@@ -43,7 +43,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--report", help="write every run's full report to this JSON file")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights (default 0)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.set_defaults(simulate_handler=run)
+    p.set_defaults(simulate_func=run)
     return p
 
 

@@ -116,7 +116,7 @@ def test_cli_handler(tmp_path, capsys):
                       str(tmp_path / "X.mtx"), "--model", "gin", "--hidden", "6",
                       "--classes", "3", "--prune", "0.5", "--config",
                       str(tmp_path / "cfg.json"), "--report", str(tmp_path / "r.json")])
-    assert args.simulate_handler is dynaspase_cli.run
+    assert args.simulate_func is dynaspase_cli.run
     assert dynaspase_cli.run(args) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [x.get("strategy") for x in lines[:3]] == ["dynamic", "s1", "s2"]
@@ -145,3 +145,19 @@ def test_cli_bad_input(tmp_path):
     for extra, msg in cases:
         with pytest.raises(InputError, match=msg):
             dynaspase_cli.run(_cli_args(base + extra))
+
+
+def test_wired_into_distmm_simulate(tmp_path, capsys):
+    from distmm.cli import main
+
+    A, X = _graph()
+    scipy.io.mmwrite(tmp_path / "A.mtx", A)
+    scipy.io.mmwrite(tmp_path / "X.mtx", X)
+    argv = ["simulate", "dynaspase", "--graph", str(tmp_path / "A.mtx"), "--features",
+            str(tmp_path / "X.mtx"), "--model", "sgc", "--strategy", "dynamic",
+            "--hidden", "4", "--classes", "3"]
+    assert main(argv) == 0
+    line = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert line["strategy"] == "dynamic" and line["max_rel_error"] < 1e-5
+    assert main(argv[:-4] + ["--hidden", "0"]) == 2
+    assert "--hidden must be at least 1" in capsys.readouterr().err
