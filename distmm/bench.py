@@ -31,6 +31,21 @@ def phase_summary(report: dict) -> dict:
     return out
 
 
+def kernel_summary(report: dict) -> dict:
+    """Per local operation, the max over ranks of the node model's measured seconds, calls
+    that fell back to the reference model, and every model counter (a simulator's
+    ``model_seconds``, DRAM bytes, ...), from a gathered report.
+
+    Beside the measured communication phases this answers "communication measured here plus
+    computation on p modelled chips": the slowest rank's modelled kernel time."""
+    out = {}
+    for ph, counters in report["phases"].items():
+        if ph.startswith("kernel:"):
+            out[ph[len("kernel:"):]] = {k: v["max"] for k, v in counters.items()
+                                        if k not in ("flops", "bytes")}
+    return out
+
+
 def random_blocks(obj: DistributedAlgorithm, r: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """This rank's blocks of random normal A (m x r) and B (n x r), in the object's
     distribution (rows and columns of r). Not collective."""
@@ -69,4 +84,5 @@ def measure(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray, B_loc: np.nda
     return {"op": op, "strategy": strategy, "nnz": nnz, "r": r,
             "times": times, "seconds": best, "gflops": api.op_flops(op, nnz, r) / best / 1e9,
             **obj.describe(),
-            "phases": phase_summary(report) if report else None}
+            "phases": phase_summary(report) if report else None,
+            "kernels": kernel_summary(report) if report else None}

@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm import api
-from distmm.bench import measure, phase_summary, random_blocks, timed
+from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NODE_MODELS, make_node_model
@@ -388,7 +388,8 @@ def cmd_run(args) -> int:
         record = {"event": "run", "op": args.op, "strategy": args.strategy, "repeat": rep,
                   "seconds": seconds, "nnz": nnz, "r": r,
                   "gflops": api.op_flops(args.op, nnz, r) / seconds / 1e9 if seconds else None,
-                  **obj.describe(), "phases": phase_summary(report) if report else None}
+                  **obj.describe(), "phases": phase_summary(report) if report else None,
+                  "kernels": kernel_summary(report) if report else None}
         _emit(record)
         _log_rank(args, obj, record)
     side = api.op_output_side(args.op)

@@ -77,6 +77,8 @@ def test_run_writes_result(files, op, sparse, capsys):
         rec = json.loads(printed.strip().splitlines()[-1])
         assert rec["op"] == op and rec["p"] == P and rec["c"] == c
         assert set(rec["phases"]) >= {"compute"}
+        assert rec["kernels"] and all(k["calls"] >= 1 and k["fallback_calls"] == 0
+                                      for k in rec["kernels"].values())
         S = sp.csr_matrix(files["S"])
         A, B = files["A"], files["B"]
         with h5py.File(out, "r") as h5:

@@ -40,3 +40,21 @@ def test_sparch_node_model_matches_oracle(algorithm):
                 # FusedMM is not a SpArch operation: the reference model ran it, and says so
                 assert all(v["fallback_calls"]["max"] > 0 for k, v in kernels.items()
                            if not k.startswith("spmm"))
+
+
+def test_bench_reports_modelled_chip_time(capsys):
+    """`distmm bench --node-model sparch`: measured communication and modelled chip time in one
+    record (the slowest rank's of each)."""
+    import json
+
+    from distmm.cli import main
+
+    assert main(["bench", "--n", "96", "--nnz-per-row", "3", "--r", "4", "--ops", "spmm-a",
+                 "--repeat", "1", "--node-model", "sparch"]) == 0
+    out = capsys.readouterr().out
+    if COMM.rank == 0:
+        rec = json.loads(out.strip().splitlines()[-1])
+        kernels = rec["kernels"]
+        assert kernels, rec
+        assert all(v["model_seconds"] > 0 and v["fallback_calls"] == 0
+                   for k, v in kernels.items() if k.startswith("spmm"))
