@@ -23,6 +23,7 @@ from distmm import api
 from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
 from distmm.errors import InputError, agree, require
+from distmm.io import read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
 from distmm.planner import Machine, format_table, plan
 
@@ -137,18 +138,6 @@ def _add_simulate(sub) -> None:
     dynaspase_cli.add_parser(sims)
 
 
-def _read_json_object(path: str, what: str) -> dict:
-    try:
-        with open(path) as fh:
-            obj = json.load(fh)
-    except FileNotFoundError:
-        raise InputError(f"{what} {path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{what} {path}: not a JSON file ({exc})") from None
-    require(isinstance(obj, dict), f"{what} {path}: must hold a JSON object")
-    return obj
-
-
 def _write_json_atomic(path: str, obj: dict) -> None:
     """Write ``obj`` as JSON to ``path`` under a temporary name, then rename into place."""
     import tempfile
@@ -191,7 +180,7 @@ def cmd_simulate_sparch(args) -> int:
     out_dir = os.path.dirname(os.path.abspath(args.report))
     require(os.path.isdir(out_dir), f"report directory {out_dir} does not exist")
     require(os.access(out_dir, os.W_OK), f"report directory {out_dir} is not writable")
-    options = _read_json_object(args.config, "--config") if args.config else {}
+    options = read_json_object(args.config, "--config") if args.config else {}
     if args.no_condense:
         options["condense"] = False
     if args.no_pipeline:
@@ -280,18 +269,8 @@ def _check_common(args) -> None:
 def node_model_from_args(args):
     """The node model named by --node-model, configured by --node-config (every rank reads
     the same file, so a bad one raises the same InputError everywhere)."""
-    options = {}
-    if getattr(args, "node_config", None):
-        try:
-            with open(args.node_config) as fh:
-                options = json.load(fh)
-        except FileNotFoundError:
-            raise InputError(f"--node-config {args.node_config}: no such file") from None
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--node-config {args.node_config}: not a JSON file ({exc})"
-                             ) from None
-        require(isinstance(options, dict),
-                f"--node-config {args.node_config}: must hold a JSON object of options")
+    options = (read_json_object(args.node_config, "--node-config")
+               if getattr(args, "node_config", None) else {})
     return make_node_model(args.node_model, **options)
 
 

@@ -513,6 +513,22 @@ def _line_text(chunk: bytes, line_starts: np.ndarray, line: int) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def read_json_object(path: str | os.PathLike[str], what: str) -> dict:
+    """The JSON object in ``path`` (option files: --config, --node-config). Not collective.
+
+    A missing file, malformed JSON or anything but an object raises :class:`InputError`
+    naming ``what`` (the option) and the path; every rank reading the same file fails alike."""
+    try:
+        with open(path) as fh:
+            obj = json.load(fh)
+    except FileNotFoundError:
+        raise InputError(f"{what} {path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{what} {path}: not a JSON file ({exc})") from None
+    require(isinstance(obj, dict), f"{what} {path}: must hold a JSON object")
+    return obj
+
+
 def write_h5_atomic(
     path: str | os.PathLike[str],
     datasets: dict[str, np.ndarray],

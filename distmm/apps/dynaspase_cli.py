@@ -21,6 +21,7 @@ from mpi4py import MPI
 
 from distmm.apps.gnn import MODELS, init_weights, reference_forward, run_gnn
 from distmm.errors import InputError, require
+from distmm.io import read_json_object
 from distmm.kernels.dynaspase import STRATEGIES, DynaspaseConfig
 
 
@@ -57,17 +58,8 @@ def _read(path: str, what: str) -> sp.csr_matrix:
 
 
 def _config(path: str | None) -> DynaspaseConfig:
-    options = {}
-    if path:
-        try:
-            with open(path) as fh:
-                options = json.load(fh)
-        except FileNotFoundError:
-            raise InputError(f"--config {path}: no such file") from None
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--config {path}: not a JSON file ({exc})") from None
-        require(isinstance(options, dict), f"--config {path}: must hold a JSON object")
-        options.pop("strategy", None)  # --strategy decides
+    options = read_json_object(path, "--config") if path else {}
+    options.pop("strategy", None)  # --strategy decides
     try:
         return DynaspaseConfig(**options)
     except (TypeError, ValueError) as exc:

@@ -99,3 +99,27 @@ def test_spgemm_empty_operands():
     Y, _ = _block(4, 2, 0.5, 7)
     C = make_node_model("reference").spgemm(X, Y)
     assert C.shape == (3, 2) and C.nnz == 0 and C.indptr.tolist() == [0, 0, 0, 0]
+
+
+def test_node_config_file(tmp_path):
+    import argparse
+    import json
+
+    from distmm.cli import node_model_from_args
+
+    def args(path):
+        return argparse.Namespace(node_model="reference", node_config=path)
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"panel_bytes": 8192}))
+    assert node_model_from_args(args(str(good))).options() == {"panel_bytes": 8192}
+    assert node_model_from_args(args(None)).name == "reference"
+    cases = {"[1, 2]": "must hold a JSON object", "{bad": "not a JSON file",
+             '{"tile": 4}': "invalid options"}
+    for i, (text, msg) in enumerate(cases.items()):
+        f = tmp_path / f"bad{i}.json"
+        f.write_text(text)
+        with pytest.raises(InputError, match=msg):
+            node_model_from_args(args(str(f)))
+    with pytest.raises(InputError, match="no such file"):
+        node_model_from_args(args(str(tmp_path / "missing.json")))
