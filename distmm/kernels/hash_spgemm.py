@@ -43,6 +43,8 @@ the dense operands seen, probes and insertions per phase, rows and mean table oc
 
 from __future__ import annotations
 
+import time
+
 import numba
 import numpy as np
 from numba import njit, prange
@@ -199,28 +201,67 @@ def _symbolic_kernel(xp, xi, yp, yi, order, offsets, rsize, limit, nchunks, nnz,
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _sort_row(a, tmp, counts, n, passes):
-    """Sort a[:n] (keys in bits 32.. of each int64) in place; returns the buffer holding them.
+def _insertion_sort(a, lo, hi):
+    for u in range(lo + 1, hi):
+        x = a[u]
+        w = u
+        while w > lo and a[w - 1] > x:
+            a[w] = a[w - 1]
+            w -= 1
+        a[w] = x
 
-    Short rows: insertion sort. Longer rows: least-significant-digit radix sort on the key, 8
-    bits per pass, ``passes`` passes (enough for the largest column index), ping-ponging between
-    ``a`` and ``tmp``: it has no data-dependent branches, unlike a comparison sort, whose
-    mispredictions cost more than the hashing itself on random rows (measured).
+
+@njit(cache=True, nogil=True)
+def _sort_row(a, tmp, counts, n, kmin, kmax, passes):
+    """Sort a[:n] (keys in bits 32.. of each int64, within [kmin, kmax]); returns the buffer
+    that holds the sorted row (``a`` or ``tmp``).
+
+    Comparison sorts mispredict a branch per comparison on random rows, which cost more than
+    the hashing itself (measured), so rows are sorted by distribution instead:
+
+    * up to 32 keys: insertion sort;
+    * otherwise one counting pass over about n buckets of the key range [kmin, kmax] (one key
+      per bucket on average), then an insertion sort inside every bucket;
+    * if some bucket holds more than 32 keys (clustered keys), a least-significant-digit radix
+      sort on 8-bit digits (``passes`` passes) instead, whose cost does not depend on the keys.
     """
     if n <= 32:
-        for u in range(1, n):
-            x = a[u]
-            w = u
-            while w > 0 and a[w - 1] > x:
-                a[w] = a[w - 1]
-                w -= 1
-            a[w] = x
+        _insertion_sort(a, 0, n)
         return a
+    nb = counts.shape[0]
+    while nb > 64 and nb // 2 >= n:
+        nb //= 2
+    span = kmax - kmin + 1
+    shift = 0
+    while (span - 1) >> shift >= nb:
+        shift += 1
+    counts[:nb + 1] = 0
+    for u in range(n):
+        counts[(((a[u] >> 32) - kmin) >> shift) + 1] += 1
+    biggest = 0
+    for d in range(nb):
+        c = counts[d + 1]
+        if c > biggest:
+            biggest = c
+        counts[d + 1] = counts[d] + c
+    if biggest <= 32:
+        for u in range(n):
+            x = a[u]
+            d = ((x >> 32) - kmin) >> shift
+            tmp[counts[d]] = x
+            counts[d] += 1
+        lo = 0
+        for d in range(nb):
+            hi = counts[d]
+            if hi - lo > 1:
+                _insertion_sort(tmp, lo, hi)
+            lo = hi
+        return tmp
     src = a
     dst = tmp
     for p in range(passes):
         shift = 32 + 8 * p
-        counts[:] = 0
+        counts[:256] = 0
         for u in range(n):
             counts[(src[u] >> shift) & 255] += 1
         run = 0
@@ -260,7 +301,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
         vals = np.empty(tmax, dtype=cv.dtype)
         packed = np.empty(tmax, dtype=np.int64)
         tmp = np.empty(tmax, dtype=np.int64)
-        counts = np.empty(256, dtype=np.int64)
+        counts = np.empty(max(257, min(tmax, 1 << 16) + 1), dtype=np.int64)
         for b in range(nbins):
             n_b = offsets[b + 1] - offsets[b]
             lo = offsets[b] + (n_b * c) // nchunks
@@ -274,8 +315,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
                     continue
                 size = rsize[q]
                 mask = size - 1 if (size & (size - 1)) == 0 else -1
-                keys[:size] = -1
-                vals[:size] = 0
+                keys[:size] = -1  # vals need no reset: a new key's slot is assigned
                 for a in range(xp[i], xp[i + 1]):
                     k = xi[a]
                     av = xv[a]
@@ -299,10 +339,16 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
                 # (branch-free: every slot is written, the count advances only when occupied)
                 m = 0
                 for h in range(size):
-                    kh = keys[h]
-                    packed[m] = (np.int64(kh) << 32) | h
+                    kh = np.int64(keys[h])
+                    packed[m] = (kh << 32) | h
                     m += kh != -1
-                srt = _sort_row(packed, tmp, counts, m, passes)
+                kmin = np.int64(2**31)
+                kmax = np.int64(-1)
+                for u in range(m):
+                    kh = packed[u] >> 32
+                    kmin = min(kmin, kh)
+                    kmax = max(kmax, kh)
+                srt = _sort_row(packed, tmp, counts, m, kmin, kmax, passes)
                 for u in range(m):
                     ci[start + u] = np.int32(srt[u] >> 32)
                     cv[start + u] = vals[srt[u] & 0xFFFFFFFF]
@@ -406,6 +452,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         return CSRBlock((m, n), cp, np.zeros(0, INDEX_DTYPE), np.zeros(0, dtype)), counters
     xp, xi, yp, yi, yv = X.indptr, X.indices, Y.indptr, Y.indices, Y.data
 
+    t0 = time.perf_counter()
     # 1. setup: products per row
     nprod = np.empty(m, dtype=np.int64)
     _nprod_kernel(xp, xi, yp, nprod)
@@ -420,6 +467,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     limit = np.where(which == nsb - 1, int(SYM_ABORT_FRACTION * st[-1]), rsize)
     nnz = np.empty(m, dtype=np.int64)
     chunks = _num_chunks(m)
+    t1 = time.perf_counter()
     probes = np.zeros((chunks, nsb), dtype=np.int64)
     _symbolic_kernel(xp, xi, yp, yi, order, offsets, rsize, limit, chunks, nnz, probes)
     sym_probes = probes.sum(axis=0)
@@ -435,6 +483,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         _symbolic_kernel(xp, xi, yp, yi, redo.astype(np.int64), off_r, size_r,
                          size_r, ch, nnz, pr)
         fallback_probes = int(pr.sum())
+    t2 = time.perf_counter()
     for b in range(nsb):
         rows_b = which == b
         counters[f"sym_bin{b}_rows"] = int(rows_b.sum())
@@ -454,6 +503,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     cv = np.empty(total, dtype=dtype)
 
     # 5-6. numeric binning and hash phase; the last bin sizes its tables per row
+    t3 = time.perf_counter()
     nt = np.asarray(num_tables, dtype=np.int64)
     nnb = nt.shape[0] + 1
     order, offsets, one_bin = _bin_rows(nnz, np.asarray(num_ranges, dtype=np.int64), nnb)
@@ -465,9 +515,11 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     big = nnz[order[~fixed]]
     rsize[~fixed] = np.maximum(_next_pow2(np.ceil(big * ratio)), big + 1)
     probes = np.zeros((chunks, nnb), dtype=np.int64)
+    t4 = time.perf_counter()
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
     _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, chunks, passes, cp, ci, cv,
                     probes)
+    t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
     for b in range(nnb):
         rows_b = which == b
@@ -479,6 +531,10 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     counters["num_insertions"] = int(nprod.sum())
     counters["products"] = int(nprod.sum())
     counters["nnz_c"] = total
+    # wall time of each step (binning and bookkeeping included in the step that needs it)
+    counters["seconds_setup_binning"] = (t1 - t0) + (t4 - t3)
+    counters["seconds_symbolic"] = t2 - t1
+    counters["seconds_numeric"] = t5 - t4
     return CSRBlock((m, n), cp, ci, cv), counters
 
 
