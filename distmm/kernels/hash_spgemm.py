@@ -221,7 +221,7 @@ def _sort_row(a, tmp, counts, n, kmin, kmax, passes):
 
     * up to 32 keys: insertion sort;
     * otherwise one counting pass over about n buckets of the key range [kmin, kmax] (one key
-      per bucket on average), then an insertion sort inside every bucket;
+      per bucket on average), then one insertion-sort pass over the nearly sorted row;
     * if some bucket holds more than 32 keys (clustered keys), a least-significant-digit radix
       sort on 8-bit digits (``passes`` passes) instead, whose cost does not depend on the keys.
     """
@@ -250,12 +250,9 @@ def _sort_row(a, tmp, counts, n, kmin, kmax, passes):
             d = ((x >> 32) - kmin) >> shift
             tmp[counts[d]] = x
             counts[d] += 1
-        lo = 0
-        for d in range(nb):
-            hi = counts[d]
-            if hi - lo > 1:
-                _insertion_sort(tmp, lo, hi)
-            lo = hi
+        # keys are now out of order only inside their bucket (at most 32 each, about one on
+        # average): one insertion-sort pass over the whole row costs little more than a scan
+        _insertion_sort(tmp, 0, n)
         return tmp
     src = a
     dst = tmp
@@ -283,9 +280,11 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
                     cv, probes):
     """Numeric hash phase (Algorithm 5): accumulate, condense, sort and write each row of C.
 
-    Row order[q] uses a table of rsize[q] slots. After accumulation the occupied slots are
-    packed as (key << 32 | slot) and sorted, which orders the row by column and still finds
-    each key's value without probing again. probes[c, b] counts the accumulation probes.
+    Row order[q] uses a table of rsize[q] slots. Every new key is recorded as (key << 32 | slot)
+    when it is inserted (the condensing of the paper's ``shared_offset``, done during the
+    insertion, so no scan of the table is needed); sorting these orders the row by column and
+    still finds each key's value without probing again, and afterwards only the used slots
+    are reset. probes[c, b] counts the accumulation probes.
     """
     nbins = offsets.shape[0] - 1
     for c in prange(nchunks):
@@ -297,7 +296,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
             for q in range(lo, hi):
                 if rsize[q] > tmax:
                     tmax = rsize[q]
-        keys = np.empty(tmax, dtype=np.int32)
+        keys = np.full(tmax, -1, dtype=np.int32)  # kept all -1 between rows
         vals = np.empty(tmax, dtype=cv.dtype)
         packed = np.empty(tmax, dtype=np.int64)
         tmp = np.empty(tmax, dtype=np.int64)
@@ -315,7 +314,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
                     continue
                 size = rsize[q]
                 mask = size - 1 if (size & (size - 1)) == 0 else -1
-                keys[:size] = -1  # vals need no reset: a new key's slot is assigned
+                m = 0
                 for a in range(xp[i], xp[i + 1]):
                     k = xi[a]
                     av = xv[a]
@@ -330,18 +329,26 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
                                 break
                             if old == -1:
                                 keys[h] = key
-                                vals[h] = av * yv[t]
+                                vals[h] = av * yv[t]  # so vals need no reset
+                                packed[m] = (np.int64(key) << 32) | h
+                                m += 1
                                 break
                             h = h + 1
                             if h == size:
                                 h = 0
-                # condense (the paper's shared_offset), then sort by column
-                # (branch-free: every slot is written, the count advances only when occupied)
-                m = 0
-                for h in range(size):
-                    kh = np.int64(keys[h])
-                    packed[m] = (kh << 32) | h
-                    m += kh != -1
+                if m <= 32:
+                    # short rows: each key's place is the number of smaller keys (branch-free
+                    # compares that vectorise; an insertion sort mispredicts at every step)
+                    for u in range(m):
+                        x = packed[u]
+                        rank = 0
+                        for w in range(m):
+                            rank += packed[w] < x
+                        ci[start + rank] = np.int32(x >> 32)
+                        cv[start + rank] = vals[x & 0xFFFFFFFF]
+                    for u in range(m):
+                        keys[packed[u] & 0xFFFFFFFF] = -1
+                    continue
                 kmin = np.int64(2**31)
                 kmax = np.int64(-1)
                 for u in range(m):
@@ -352,6 +359,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
                 for u in range(m):
                     ci[start + u] = np.int32(srt[u] >> 32)
                     cv[start + u] = vals[srt[u] & 0xFFFFFFFF]
+                    keys[srt[u] & 0xFFFFFFFF] = -1
             probes[c, b] += pr
 
 
