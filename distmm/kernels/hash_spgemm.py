@@ -382,9 +382,21 @@ def _row_nnz_kernel(D, out):
         s = 0
         row = D[i]
         for j in range(D.shape[1]):
-            if row[j] != 0:
-                s += 1
+            s += row[j] != 0  # branch-free, vectorises
         out[i] = s
+
+
+@njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})
+def _spmm_direct_kernel(sp_, si, vals, bp, bi, bv, out):
+    """out[i] += sum over stored (i, k) of vals * (sparse row k of B), scattered straight into
+    the dense output row (Gustavson's row-wise product with the output row as accumulator)."""
+    for i in prange(sp_.shape[0] - 1):
+        o = out[i]
+        for t in range(sp_[i], sp_[i + 1]):
+            k = si[t]
+            v = vals[t]
+            for u in range(bp[k], bp[k + 1]):
+                o[bi[u]] += v * bv[u]
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -627,7 +639,10 @@ class HashSpGEMMModel(NodeModel):
     GPU is present); ``sym_tables`` (8 increasing sizes), ``num_tables`` (7 sizes: the 8th numeric
     bin sizes its tables per row); ``sym_ratio`` (1.2) and ``num_ratio`` (2.0), which give the
     binning ranges floor(table / ratio), or explicit ``sym_ranges``/``num_ranges``;
-    ``cuda_block`` threads per block of the GPU kernels (64).
+    ``cuda_block`` threads per block of the GPU kernels (64); ``spmm`` how SpMM accumulates
+    once the dense operand is in CSR: "hash" (default) runs the full two-phase hash SpGEMM and
+    adds C into ``out``, "direct" adds every product straight into the dense output row (no
+    hash tables, no sort: the output is dense anyway; CPU only, the GPU path always hashes).
     """
 
     name = "hash-spgemm"
@@ -636,8 +651,11 @@ class HashSpGEMMModel(NodeModel):
     def __init__(self, fallback: NodeModel | None = None, device: str = "cpu",
                  sym_tables=SYM_TABLES, num_tables=NUM_TABLES, sym_ratio: float = 1.2,
                  num_ratio: float = 2.0, sym_ranges=None, num_ranges=None,
-                 cuda_block: int = 64) -> None:
+                 cuda_block: int = 64, spmm: str = "hash") -> None:
         super().__init__(fallback)
+        if spmm not in ("hash", "direct"):
+            raise ValueError(f"spmm must be 'hash' or 'direct', got {spmm!r}")
+        self.spmm = spmm
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
         for nm, ratio in (("sym_ratio", sym_ratio), ("num_ratio", num_ratio)):
@@ -661,7 +679,8 @@ class HashSpGEMMModel(NodeModel):
     def options(self) -> dict:
         return {"device": self.device, "sym_tables": list(self.sym_tables),
                 "num_tables": list(self.num_tables), "sym_ranges": list(self.sym_ranges),
-                "num_ranges": list(self.num_ranges), "cuda_block": self.cuda_block}
+                "num_ranges": list(self.num_ranges), "cuda_block": self.cuda_block,
+                "spmm": self.spmm}
 
     def multiply(self, X: CSRBlock, Y: CSRBlock, values: np.ndarray | None = None
                  ) -> CSRBlock:
@@ -689,14 +708,24 @@ class HashSpGEMMModel(NodeModel):
         self.count(dense_entries=D.size, dense_nonzeros=Dc.nnz)
         return Dc
 
+    def _sparse_product(self, S: CSRBlock, vals: np.ndarray, Dc: CSRBlock,
+                        out: np.ndarray) -> None:
+        """out += S(vals) @ Dc for a CSR Dc, by the configured ``spmm`` method."""
+        if S.nnz == 0 or Dc.nnz == 0:
+            return
+        if self.spmm == "direct" and self.device == "cpu":
+            _spmm_direct_kernel(S.indptr, S.indices, vals, Dc.indptr, Dc.indices, Dc.data, out)
+            return
+        C = self.multiply(S, Dc, values=vals)
+        _scatter_add_kernel(C.indptr, C.indices, C.data, out)
+
     def _spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
         """out += S(vals) @ B, B's zeros skipped: the hash SpGEMM of S and CSR(B)."""
         m, n = S.shape
         dtype = _check_vals(S, vals)
         r = _check_dense("B", B, n, dtype, None)
         _check_out(out, (m, r), dtype)
-        C = self.multiply(S, self._dense_as_sparse(B), values=vals)
-        _scatter_add_kernel(C.indptr, C.indices, C.data, out)
+        self._sparse_product(S, vals, self._dense_as_sparse(B), out)
 
     def _spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray) -> None:
         """out += S(vals)^T @ A over the cached transposed structure, A's zeros skipped."""
@@ -706,8 +735,7 @@ class HashSpGEMMModel(NodeModel):
         _check_out(out, (n, r), dtype)
         indptr_t, indices_t, perm = S.transpose()
         St = CSRBlock((n, m), indptr_t, indices_t, vals[perm])
-        C = self.multiply(St, self._dense_as_sparse(A))
-        _scatter_add_kernel(C.indptr, C.indices, C.data, out)
+        self._sparse_product(St, St.data, self._dense_as_sparse(A), out)
 
     def _sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                out: np.ndarray) -> None:

@@ -154,9 +154,10 @@ def _relu_dense(m, r, density, seed, dtype):
     return np.ascontiguousarray(D, dtype=dtype)
 
 
+@pytest.mark.parametrize("spmm", ["hash", "direct"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("density", [0.0, 0.05, 1.0])
-def test_spmm_and_sddmm_with_sparse_dense_operands(dtype, density):
+def test_spmm_and_sddmm_with_sparse_dense_operands(dtype, density, spmm):
     rng = np.random.default_rng(19)
     m, n, r = 37, 23, 9
     S = _block(_rand(m, n, 0.2, 20).tolil(), dtype)
@@ -164,7 +165,7 @@ def test_spmm_and_sddmm_with_sparse_dense_operands(dtype, density):
     A = _relu_dense(m, r, density, 21, dtype)
     B = _relu_dense(n, r, density, 22, dtype)
     Sv = S.to_scipy(vals).astype(np.float64)
-    model = make_node_model("hash-spgemm")
+    model = make_node_model("hash-spgemm", spmm=spmm)
     tol = 1e-10 if dtype == np.float64 else 2e-5
     out_a = np.ones((m, r), dtype)
     model.spmm_a(S, vals, B, out_a)
@@ -211,6 +212,7 @@ def test_dense_to_csr():
     ({"num_tables": [8, 4, 16, 32, 64, 128, 256]}, "increase"),
     ({"num_ranges": [100, 128, 256, 512, 1024, 2048, 4096]}, "table size"),
     ({"cuda_block": 0}, "cuda_block"),
+    ({"spmm": "dense"}, "spmm"),
     ({"tile": 4}, "tile"),
 ])
 def test_bad_options(opts, msg):
