@@ -228,7 +228,7 @@ def _sort_row(a, tmp, counts, n, kmin, kmax, passes):
     if n <= 32:
         _insertion_sort(a, 0, n)
         return a
-    nb = counts.shape[0]
+    nb = counts.shape[0] - 1  # buckets 0..nb-1 use counts[0..nb]
     while nb > 64 and nb // 2 >= n:
         nb //= 2
     span = kmax - kmin + 1

@@ -146,6 +146,9 @@ def test_binning_ratio_changes_speed_not_result(num_ratio):
     X = _rand(120, 120, 0.1, 18)
     st = _check(X, X, num_ratio=num_ratio, **SMALL)
     assert st["num_probes"] >= st["num_insertions"]
+    # full tables (ratio 1) with long rows: the bucket sort with as many keys as buckets
+    st = _check(_rand(30, 40, 0.5, 30), _rand(40, 300, 0.3, 31), num_ratio=num_ratio)
+    assert st["num_bin2_rows"] + st["num_bin3_rows"] > 0
 
 
 def _relu_dense(m, r, density, seed, dtype):
