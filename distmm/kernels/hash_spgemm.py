@@ -15,8 +15,9 @@ steps of the paper's Fig. 2:
 4. **Allocation** of C from the prefix sum of the row counts.
 5. **Numeric binning** by the row nnz, into 7 fixed-table bins and a last bin whose rows get a
    table sized from their nnz (the paper's global-memory kernel7, section 5.6.2), then the
-   **numeric hash phase** (Algorithm 5): products are accumulated in the table, the occupied
-   slots are condensed and sorted by column, and written to C.
+   **numeric hash phase** (Algorithm 5): products are accumulated in the table, the slots of
+   new keys are recorded as they are inserted (the paper's condensing), sorted by column and
+   written to C.
 
 Hash function and probing are the paper's: ``hash = (col * 107) & (size - 1)`` for a power-of-two
 table and ``% size`` otherwise (section 5.2), then linear probing; every table access is one
