@@ -94,6 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--node-model", default="reference", choices=list(NODE_MODELS))
     cal.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     cal.add_argument("--quick", action="store_true", help="fewer, smaller measurements")
+    sg = sub.add_parser("spgemm", help="C = X @ Y on one process with a node model's SpGEMM; "
+                                       "write C (CSR) to HDF5")
+    sg.add_argument("--x", required=True, help="X as .mtx or .mtx.gz (m x k)")
+    sg.add_argument("--y", required=True, help="Y as .mtx or .mtx.gz (k x n)")
+    sg.add_argument("--out", required=True, help="output HDF5 file with indptr, indices, data "
+                                                 "and shape of C (written atomically)")
+    sg.add_argument("--node-model", default="hash-spgemm", choices=list(NODE_MODELS))
+    sg.add_argument("--node-config", metavar="FILE", help="JSON object of the node model's "
+                                                          "options")
+    sg.add_argument("--dtype", default="float64", choices=["float32", "float64"],
+                    help="value type (default float64, as the OpSparse paper measures)")
+    sg.add_argument("--repeat", type=int, default=1,
+                    help="multiply this many times; one JSON line each (default 1)")
     pl = sub.add_parser("plan", help="rank every algorithm, strategy and c by predicted time")
     pl.add_argument("--m", type=int, required=True, help="rows of S")
     pl.add_argument("--n", type=int, help="columns of S (default m)")
@@ -388,6 +401,52 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_spgemm(args) -> int:
+    """C = X @ Y on one process (refuses more than one rank); C to HDF5, a JSON line per run."""
+    import time
+
+    from distmm.io import read_matrix_market, write_h5_atomic
+    from distmm.kernels.base import spgemm_flops
+    from distmm.sparse import CSRBlock
+
+    p = MPI.COMM_WORLD.Get_size()
+    require(p == 1, f"distmm spgemm multiplies on one process; run it without mpiexec "
+                    f"(got {p} ranks)")
+    require(args.repeat >= 1, "--repeat must be at least 1")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    require(os.path.isdir(out_dir), f"output directory {out_dir} does not exist")
+    require(os.access(out_dir, os.W_OK), f"output directory {out_dir} is not writable")
+    model = node_model_from_args(args)
+    dtype = np.dtype(args.dtype)
+    blocks = []
+    for path in (args.x, args.y):
+        # the parallel reader on a one-rank communicator: the same checks, the same messages
+        share = read_matrix_market(path, MPI.COMM_SELF)
+        blocks.append(CSRBlock.from_coo(share.rows, share.cols, share.vals, share.shape, dtype))
+    X, Y = blocks
+    require(X.shape[1] == Y.shape[0],
+            f"cannot multiply: X ({args.x}) is {X.shape[0]} x {X.shape[1]} but Y ({args.y}) "
+            f"is {Y.shape[0]} x {Y.shape[1]}; X's columns must equal Y's rows")
+    flops = spgemm_flops(X, Y)
+    for rep in range(args.repeat):
+        model.stats.reset()
+        t0 = time.perf_counter()
+        C = model.spgemm(X, Y)
+        seconds = time.perf_counter() - t0
+        _emit({"event": "spgemm", "repeat": rep, "x": args.x, "y": args.y,
+               "shape": list(C.shape), "nnz_x": X.nnz, "nnz_y": Y.nnz, "nnz_c": C.nnz,
+               "flops": flops, "seconds": seconds,
+               "gflops": flops / seconds / 1e9 if seconds > 0 else None,
+               "node_model": args.node_model, "options": model.options(),
+               "counters": model.stats.as_dict().get("spgemm", {})})
+    write_h5_atomic(args.out, {"indptr": C.indptr, "indices": C.indices, "data": C.data,
+                               "shape": np.asarray(C.shape, dtype=np.int64)},
+                    {"x": os.path.abspath(args.x), "y": os.path.abspath(args.y),
+                     "node_model": args.node_model, "options": model.options(),
+                     "flops": flops, "seconds": seconds})
+    return 0
+
+
 def cmd_bench(args) -> int:
     comm = MPI.COMM_WORLD
     _check_common(args)
@@ -429,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate,
-                "plan": cmd_plan, "simulate": cmd_simulate}[args.command](args)
+                "plan": cmd_plan, "simulate": cmd_simulate,
+                "spgemm": cmd_spgemm}[args.command](args)
     except InputError as exc:
         if comm.rank == 0:
             print(f"distmm: error: {exc}", file=sys.stderr, flush=True)

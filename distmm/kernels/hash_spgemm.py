@@ -1,0 +1,755 @@
+"""The ``hash-spgemm`` node model: OpSparse's two-phase hash SpGEMM (Du et al. 2022) on CSR.
+
+C = X @ Y is computed row by row (the row-wise dataflow of section 2.1, equation 2) in the six
+steps of the paper's Fig. 2:
+
+1. **Setup**: the number of intermediate products ``nprod`` of every output row.
+2. **Symbolic binning** (section 5.1, Algorithms 1 and 2): rows are grouped into 8 bins by
+   ``nprod`` with one array of M row ids plus bin offsets (two passes: count, then place). When
+   every row fits the smallest bin the second pass is skipped and the bins array is the
+   identity (Algorithm 3, the one-bin shortcut).
+3. **Symbolic hash phase** (Algorithm 4): each row inserts its column keys into a hash table of
+   its bin's fixed size and counts the distinct ones. Rows of the last bin whose count passes
+   0.8 x the table size are abandoned and recomputed with a table sized from the row's own bound
+   ``min(nprod, ncols)`` (the paper's kernel7 -> kernel8 fallback, section 5.6.1).
+4. **Allocation** of C from the prefix sum of the row counts.
+5. **Numeric binning** by the row nnz, into 7 fixed-table bins and a last bin whose rows get a
+   table sized from their nnz (the paper's global-memory kernel7, section 5.6.2), then the
+   **numeric hash phase** (Algorithm 5): products are accumulated in the table, the slots of
+   new keys are recorded as they are inserted (the paper's condensing), sorted by column and
+   written to C.
+
+Hash function and probing are the paper's: ``hash = (col * 107) & (size - 1)`` for a power-of-two
+table and ``% size`` otherwise (section 5.2), then linear probing; every table access is one
+probe and is counted.
+
+Binning ranges (section 5.7): bin b takes the rows whose nprod (symbolic) or nnz (numeric) is at
+most ``floor(table_b / ratio)``; the defaults ``sym_ratio = 1.2`` and ``num_ratio = 2`` with the
+paper's nominal table sizes reproduce Tables 1 and 2 exactly. (The paper's actual GPU sizes are
+one less, e.g. 255 = 256 - 1, to leave 4 bytes of shared memory for a counter; a CPU table has no
+such limit, so the nominal sizes are used.) Both the tables and the ranges are options.
+
+CPU path (``device="cpu"``, default): numba kernels parallel over chunks of every bin's rows
+(``prange``); each chunk owns one scratch table reused by all its rows, the CPU analogue of a
+thread block's shared-memory table. GPU path (``device="cuda"``): numba.cuda kernels in
+:mod:`distmm.kernels.hash_spgemm_cuda`, only ever run in numba's CUDA simulator here.
+
+As a node model for the distributed kernels, the *dense* operands are treated as sparse: SpMM
+converts the dense block to CSR (skipping its zeros) and runs the hash SpGEMM, adding the product
+into ``out``; SDDMM intersects the sparse rows of A and B (dot over common columns). That is the
+right model when the "dense" matrices are mostly zeros (features after ReLU, bag-of-words
+features). FusedMM falls back to the reference model. Counters (``self.count``): the density of
+the dense operands seen, probes and insertions per phase, rows and mean table occupancy per bin.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from distmm.kernels.base import NodeModel
+from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
+
+__all__ = ["HashSpGEMMModel", "SYM_TABLES", "NUM_TABLES", "binning_ranges", "hash_spgemm"]
+
+# The paper's nominal table sizes (Tables 1 and 2 and section 5.6): 8 symbolic bins, all with a
+# fixed table; 8 numeric bins, the first 7 with a fixed table and the last sized per row.
+SYM_TABLES = (32, 512, 1024, 2048, 4096, 8192, 12288, 24576)
+NUM_TABLES = (32, 256, 512, 1024, 2048, 4096, 8192)
+HASH_SCALE = 107
+# A row of the last symbolic bin is recomputed with its own table once its count passes this
+# fraction of the bin's table (section 5.6.1).
+SYM_ABORT_FRACTION = 0.8
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def binning_ranges(tables: tuple[int, ...], ratio: float) -> tuple[int, ...]:
+    """Upper bounds of the bins: bin b takes rows with a size <= floor(tables[b] / ratio).
+
+    The paper keeps every table at least ``ratio`` times larger than the largest row of its bin
+    (section 5.7; ratio 1.2 symbolic, 2 numeric; section 6.3.3 tries 1, 1.2, 1.5 and 1, 1.5, 2, 3).
+    """
+    return tuple(int(np.floor(t / ratio + 1e-9)) for t in tables)
+
+
+def _next_pow2(x: np.ndarray) -> np.ndarray:
+    """Smallest power of two >= x (elementwise, x >= 1)."""
+    x = np.maximum(np.asarray(x, dtype=np.int64), 1)
+    return (1 << np.ceil(np.log2(x)).astype(np.int64)).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# numba kernels (CPU)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hash(key, size, mask):
+    """The paper's hash (section 5.2): (key * 107) & (size - 1) for power-of-two tables."""
+    h = np.int64(key) * HASH_SCALE
+    if mask >= 0:
+        return h & mask
+    return h % size
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _nprod_kernel(xp, xi, yp, out):
+    """Setup step: out[i] = number of intermediate products of output row i."""
+    for i in prange(xp.shape[0] - 1):
+        s = 0
+        for a in range(xp[i], xp[i + 1]):
+            k = xi[a]
+            s += yp[k + 1] - yp[k]
+        out[i] = s
+
+
+@njit(cache=True, nogil=True)
+def _bin_rows(sizes, ranges, nbins):
+    """Binning (Algorithms 1 and 2): row ids grouped by bin in one array, plus bin offsets.
+
+    Bin b holds rows with ranges[b-1] < size <= ranges[b]; the last bin everything above
+    ranges[nbins-2]. Pass 1 counts the bins and the largest size; if every row fits bin 0 the
+    bins array is the identity (Algorithm 3) and pass 2 is skipped.
+    """
+    m = sizes.shape[0]
+    counts = np.zeros(nbins, dtype=np.int64)
+    which = np.empty(m, dtype=np.int8)
+    biggest = 0
+    for i in range(m):
+        s = sizes[i]
+        if s > biggest:
+            biggest = s
+        b = 0
+        while b < nbins - 1 and s > ranges[b]:
+            b += 1
+        which[i] = b
+        counts[b] += 1
+    offsets = np.zeros(nbins + 1, dtype=np.int64)
+    for b in range(nbins):
+        offsets[b + 1] = offsets[b] + counts[b]
+    order = np.empty(m, dtype=np.int64)
+    if biggest <= ranges[0]:
+        for i in range(m):
+            order[i] = i
+        return order, offsets, True
+    fill = offsets[:nbins].copy()
+    for i in range(m):
+        b = which[i]
+        order[fill[b]] = i
+        fill[b] += 1
+    return order, offsets, False
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _symbolic_kernel(xp, xi, yp, yi, order, offsets, rsize, limit, nchunks, nnz, probes):
+    """Symbolic hash phase (Algorithm 4) for the rows ``order`` grouped by ``offsets``.
+
+    Row order[q] uses a table of rsize[q] slots; its distinct column count goes to nnz[row],
+    or -1 if the count passed limit[q] (then the row must be recomputed with a bigger table).
+    Each chunk takes its share of every bin and keeps one scratch table. probes[c, b] counts
+    the table accesses of chunk c in bin b.
+    """
+    nbins = offsets.shape[0] - 1
+    for c in prange(nchunks):
+        tmax = 1
+        for b in range(nbins):
+            n_b = offsets[b + 1] - offsets[b]
+            lo = offsets[b] + (n_b * c) // nchunks
+            hi = offsets[b] + (n_b * (c + 1)) // nchunks
+            for q in range(lo, hi):
+                if rsize[q] > tmax:
+                    tmax = rsize[q]
+        table = np.empty(tmax, dtype=np.int32)
+        for b in range(nbins):
+            n_b = offsets[b + 1] - offsets[b]
+            lo = offsets[b] + (n_b * c) // nchunks
+            hi = offsets[b] + (n_b * (c + 1)) // nchunks
+            pr = 0
+            for q in range(lo, hi):
+                i = order[q]
+                size = rsize[q]
+                mask = size - 1 if (size & (size - 1)) == 0 else -1
+                lim = limit[q]
+                table[:size] = -1
+                cnt = 0
+                aborted = False
+                for a in range(xp[i], xp[i + 1]):
+                    k = xi[a]
+                    for t in range(yp[k], yp[k + 1]):
+                        key = yi[t]
+                        h = _hash(key, size, mask)
+                        while True:
+                            pr += 1
+                            old = table[h]
+                            if old == -1:
+                                table[h] = key
+                                cnt += 1
+                                break
+                            if old == key:
+                                break
+                            h = h + 1
+                            if h == size:
+                                h = 0
+                        if cnt > lim:
+                            aborted = True
+                            break
+                    if aborted:
+                        break
+                nnz[i] = -1 if aborted else cnt
+            probes[c, b] += pr
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _insertion_sort(a, lo, hi):
+    for u in range(lo + 1, hi):
+        x = a[u]
+        w = u
+        while w > lo and a[w - 1] > x:
+            a[w] = a[w - 1]
+            w -= 1
+        a[w] = x
+
+
+@njit(cache=True, nogil=True)
+def _sort_row(a, tmp, counts, n, kmin, kmax, passes):
+    """Sort a[:n] (keys in bits 32.. of each int64, within [kmin, kmax]); returns the buffer
+    that holds the sorted row (``a`` or ``tmp``).
+
+    Comparison sorts mispredict a branch per comparison on random rows, which cost more than
+    the hashing itself (measured), so rows are sorted by distribution instead:
+
+    * up to 32 keys: insertion sort;
+    * otherwise one counting pass over about n buckets of the key range [kmin, kmax] (one key
+      per bucket on average), then one insertion-sort pass over the nearly sorted row;
+    * if some bucket holds more than 32 keys (clustered keys), a least-significant-digit radix
+      sort on 8-bit digits (``passes`` passes) instead, whose cost does not depend on the keys.
+    """
+    if n <= 32:
+        _insertion_sort(a, 0, n)
+        return a
+    nb = counts.shape[0] - 1  # buckets 0..nb-1 use counts[0..nb]
+    while nb > 64 and nb // 2 >= n:
+        nb //= 2
+    span = kmax - kmin + 1
+    shift = 0
+    while (span - 1) >> shift >= nb:
+        shift += 1
+    counts[:nb + 1] = 0
+    for u in range(n):
+        counts[(((a[u] >> 32) - kmin) >> shift) + 1] += 1
+    biggest = 0
+    for d in range(nb):
+        c = counts[d + 1]
+        if c > biggest:
+            biggest = c
+        counts[d + 1] = counts[d] + c
+    if biggest <= 32:
+        for u in range(n):
+            x = a[u]
+            d = ((x >> 32) - kmin) >> shift
+            tmp[counts[d]] = x
+            counts[d] += 1
+        # keys are now out of order only inside their bucket (at most 32 each, about one on
+        # average): one insertion-sort pass over the whole row costs little more than a scan
+        _insertion_sort(tmp, 0, n)
+        return tmp
+    src = a
+    dst = tmp
+    for p in range(passes):
+        shift = 32 + 8 * p
+        counts[:256] = 0
+        for u in range(n):
+            counts[(src[u] >> shift) & 255] += 1
+        run = 0
+        for d in range(256):
+            c = counts[d]
+            counts[d] = run
+            run += c
+        for u in range(n):
+            x = src[u]
+            d = (x >> shift) & 255
+            dst[counts[d]] = x
+            counts[d] += 1
+        src, dst = dst, src
+    return src
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, passes, cp, ci,
+                    cv, probes):
+    """Numeric hash phase (Algorithm 5): accumulate, condense, sort and write each row of C.
+
+    Row order[q] uses a table of rsize[q] slots. Every new key is recorded as (key << 32 | slot)
+    when it is inserted (the condensing of the paper's ``shared_offset``, done during the
+    insertion, so no scan of the table is needed); sorting these orders the row by column and
+    still finds each key's value without probing again, and afterwards only the used slots
+    are reset. probes[c, b] counts the accumulation probes.
+    """
+    nbins = offsets.shape[0] - 1
+    for c in prange(nchunks):
+        tmax = 1
+        for b in range(nbins):
+            n_b = offsets[b + 1] - offsets[b]
+            lo = offsets[b] + (n_b * c) // nchunks
+            hi = offsets[b] + (n_b * (c + 1)) // nchunks
+            for q in range(lo, hi):
+                if rsize[q] > tmax:
+                    tmax = rsize[q]
+        keys = np.full(tmax, -1, dtype=np.int32)  # kept all -1 between rows
+        vals = np.empty(tmax, dtype=cv.dtype)
+        packed = np.empty(tmax, dtype=np.int64)
+        tmp = np.empty(tmax, dtype=np.int64)
+        counts = np.empty(max(257, min(tmax, 1 << 16) + 1), dtype=np.int64)
+        for b in range(nbins):
+            n_b = offsets[b + 1] - offsets[b]
+            lo = offsets[b] + (n_b * c) // nchunks
+            hi = offsets[b] + (n_b * (c + 1)) // nchunks
+            pr = 0
+            for q in range(lo, hi):
+                i = order[q]
+                start = cp[i]
+                n = cp[i + 1] - start
+                if n == 0:
+                    continue
+                size = rsize[q]
+                mask = size - 1 if (size & (size - 1)) == 0 else -1
+                m = 0
+                for a in range(xp[i], xp[i + 1]):
+                    k = xi[a]
+                    av = xv[a]
+                    for t in range(yp[k], yp[k + 1]):
+                        key = yi[t]
+                        h = _hash(key, size, mask)
+                        while True:
+                            pr += 1
+                            old = keys[h]
+                            if old == key:
+                                vals[h] += av * yv[t]
+                                break
+                            if old == -1:
+                                keys[h] = key
+                                vals[h] = av * yv[t]  # so vals need no reset
+                                packed[m] = (np.int64(key) << 32) | h
+                                m += 1
+                                break
+                            h = h + 1
+                            if h == size:
+                                h = 0
+                if m <= 32:
+                    # short rows: each key's place is the number of smaller keys (branch-free
+                    # compares that vectorise; an insertion sort mispredicts at every step)
+                    for u in range(m):
+                        x = packed[u]
+                        rank = 0
+                        for w in range(m):
+                            rank += packed[w] < x
+                        ci[start + rank] = np.int32(x >> 32)
+                        cv[start + rank] = vals[x & 0xFFFFFFFF]
+                    for u in range(m):
+                        keys[packed[u] & 0xFFFFFFFF] = -1
+                    continue
+                kmin = np.int64(2**31)
+                kmax = np.int64(-1)
+                for u in range(m):
+                    kh = packed[u] >> 32
+                    kmin = min(kmin, kh)
+                    kmax = max(kmax, kh)
+                srt = _sort_row(packed, tmp, counts, m, kmin, kmax, passes)
+                for u in range(m):
+                    ci[start + u] = np.int32(srt[u] >> 32)
+                    cv[start + u] = vals[srt[u] & 0xFFFFFFFF]
+                    keys[srt[u] & 0xFFFFFFFF] = -1
+            probes[c, b] += pr
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _dense_to_csr_kernel(D, indptr, indices, data):
+    """The nonzeros of the dense C-contiguous D into preallocated CSR arrays (row-parallel)."""
+    for i in prange(D.shape[0]):
+        t = indptr[i]
+        row = D[i]
+        for j in range(D.shape[1]):
+            if row[j] != 0:
+                indices[t] = j
+                data[t] = row[j]
+                t += 1
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _row_nnz_kernel(D, out):
+    for i in prange(D.shape[0]):
+        s = 0
+        row = D[i]
+        for j in range(D.shape[1]):
+            s += row[j] != 0  # branch-free, vectorises
+        out[i] = s
+
+
+@njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})
+def _spmm_direct_kernel(sp_, si, vals, bp, bi, bv, out):
+    """out[i] += sum over stored (i, k) of vals * (sparse row k of B), scattered straight into
+    the dense output row (Gustavson's row-wise product with the output row as accumulator)."""
+    for i in prange(sp_.shape[0] - 1):
+        o = out[i]
+        for t in range(sp_[i], sp_[i + 1]):
+            k = si[t]
+            v = vals[t]
+            for u in range(bp[k], bp[k + 1]):
+                o[bi[u]] += v * bv[u]
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _scatter_add_kernel(cp, ci, cv, out):
+    """out[i, ci[t]] += cv[t] for every entry t of row i of a CSR matrix (row-parallel)."""
+    for i in prange(cp.shape[0] - 1):
+        o = out[i]
+        for t in range(cp[i], cp[i + 1]):
+            o[ci[t]] += cv[t]
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _sddmm_intersect_kernel(sp_, si, vals, ap, ai, av, bp, bi, bv, out, steps):
+    """out[t] += vals[t] * sum over common columns of the sparse rows A[i] and B[j].
+
+    The sorted column lists of the two rows are merged; steps[i] counts the merge steps."""
+    zero = out.dtype.type(0)
+    for i in prange(sp_.shape[0] - 1):
+        a_lo = ap[i]
+        a_hi = ap[i + 1]
+        st = 0
+        for t in range(sp_[i], sp_[i + 1]):
+            j = si[t]
+            x = a_lo
+            y = bp[j]
+            y_hi = bp[j + 1]
+            s = zero
+            while x < a_hi and y < y_hi:
+                st += 1
+                ca = ai[x]
+                cb = bi[y]
+                if ca == cb:
+                    s += av[x] * bv[y]
+                    x += 1
+                    y += 1
+                elif ca < cb:
+                    x += 1
+                else:
+                    y += 1
+            out[t] += vals[t] * s
+        steps[i] = st
+
+
+# --------------------------------------------------------------------------------------------
+# the algorithm, driven from Python
+
+
+def _num_chunks(rows: int) -> int:
+    """Chunks per phase: one per numba thread, never more than rows (computed outside numba so
+    the kernels stay cacheable)."""
+    return max(1, min(numba.get_num_threads(), rows))
+
+
+def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None,
+                num_tables=NUM_TABLES, num_ranges=None, values: np.ndarray | None = None
+                ) -> tuple[CSRBlock, dict[str, float]]:
+    """C = X @ Y by OpSparse's two-phase hash SpGEMM on the CPU; returns (C, counters).
+
+    ``sym_ranges``/``num_ranges`` are the bins' upper bounds (same length as the tables); None
+    means the paper's ratios 1.2 and 2. ``values`` replaces X.data if given. C has sorted column
+    indices, int64 indptr and int32 indices. Not collective.
+    """
+    if sym_ranges is None:
+        sym_ranges = binning_ranges(tuple(sym_tables), 1.2)
+    if num_ranges is None:
+        num_ranges = binning_ranges(tuple(num_tables), 2.0)
+    xv = X.data if values is None else values
+    m, n = X.shape[0], Y.shape[1]
+    dtype = xv.dtype
+    counters: dict[str, float] = {}
+    cp = np.zeros(m + 1, dtype=INDPTR_DTYPE)
+    if m == 0 or X.nnz == 0 or Y.nnz == 0 or n == 0:
+        return CSRBlock((m, n), cp, np.zeros(0, INDEX_DTYPE), np.zeros(0, dtype)), counters
+    xp, xi, yp, yi, yv = X.indptr, X.indices, Y.indptr, Y.indices, Y.data
+
+    t0 = time.perf_counter()
+    # 1. setup: products per row
+    nprod = np.empty(m, dtype=np.int64)
+    _nprod_kernel(xp, xi, yp, nprod)
+
+    # 2-3. symbolic binning and hash phase
+    st = np.asarray(sym_tables, dtype=np.int64)
+    nsb = st.shape[0]
+    order, offsets, one_bin = _bin_rows(nprod, np.asarray(sym_ranges, dtype=np.int64), nsb)
+    which = np.repeat(np.arange(nsb), np.diff(offsets))
+    rsize = st[which]
+    # only the last bin can overflow its table; its rows abort at 0.8 x the table
+    limit = np.where(which == nsb - 1, int(SYM_ABORT_FRACTION * st[-1]), rsize)
+    nnz = np.empty(m, dtype=np.int64)
+    chunks = _num_chunks(m)
+    t1 = time.perf_counter()
+    probes = np.zeros((chunks, nsb), dtype=np.int64)
+    _symbolic_kernel(xp, xi, yp, yi, order, offsets, rsize, limit, chunks, nnz, probes)
+    sym_probes = probes.sum(axis=0)
+    redo = np.flatnonzero(nnz < 0)
+    fallback_probes = 0
+    if redo.size:
+        # kernel8: a table of its own, sized from the row's bound min(nprod, ncols)
+        bound = np.minimum(nprod[redo], n)
+        size_r = np.maximum(_next_pow2(np.ceil(bound * (st[-1] / sym_ranges[-1]))), bound + 1)
+        off_r = np.array([0, redo.size], dtype=np.int64)
+        ch = _num_chunks(redo.size)
+        pr = np.zeros((ch, 1), dtype=np.int64)
+        _symbolic_kernel(xp, xi, yp, yi, redo.astype(np.int64), off_r, size_r,
+                         size_r, ch, nnz, pr)
+        fallback_probes = int(pr.sum())
+    t2 = time.perf_counter()
+    for b in range(nsb):
+        rows_b = which == b
+        counters[f"sym_bin{b}_rows"] = int(rows_b.sum())
+        counters[f"sym_bin{b}_probes"] = int(sym_probes[b])
+        counters[f"sym_bin{b}_fill"] = float(np.sum(
+            np.minimum(nnz[order[rows_b]], st[b]) / st[b])) if rows_b.any() else 0.0
+    counters["sym_one_bin"] = int(one_bin)
+    counters["sym_fallback_rows"] = int(redo.size)
+    counters["sym_probes"] = int(sym_probes.sum()) + fallback_probes
+    # every product is one insertion; the probes include those wasted on abandoned rows
+    counters["sym_insertions"] = int(nprod.sum())
+
+    # 4. allocate C
+    np.cumsum(nnz, out=cp[1:])
+    total = int(cp[-1])
+    ci = np.empty(total, dtype=INDEX_DTYPE)
+    cv = np.empty(total, dtype=dtype)
+
+    # 5-6. numeric binning and hash phase; the last bin sizes its tables per row
+    t3 = time.perf_counter()
+    nt = np.asarray(num_tables, dtype=np.int64)
+    nnb = nt.shape[0] + 1
+    order, offsets, one_bin = _bin_rows(nnz, np.asarray(num_ranges, dtype=np.int64), nnb)
+    which = np.repeat(np.arange(nnb), np.diff(offsets))
+    rsize = np.empty(m, dtype=np.int64)
+    fixed = which < nnb - 1
+    rsize[fixed] = nt[which[fixed]]
+    ratio = nt[-1] / max(num_ranges[-1], 1)
+    big = nnz[order[~fixed]]
+    rsize[~fixed] = np.maximum(_next_pow2(np.ceil(big * ratio)), big + 1)
+    probes = np.zeros((chunks, nnb), dtype=np.int64)
+    t4 = time.perf_counter()
+    passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
+    _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, chunks, passes, cp, ci, cv,
+                    probes)
+    t5 = time.perf_counter()
+    num_probes = probes.sum(axis=0)
+    for b in range(nnb):
+        rows_b = which == b
+        counters[f"num_bin{b}_rows"] = int(rows_b.sum())
+        counters[f"num_bin{b}_probes"] = int(num_probes[b])
+        counters[f"num_bin{b}_fill"] = float(np.sum(nnz[order[rows_b]] / rsize[rows_b]))
+    counters["num_one_bin"] = int(one_bin)
+    counters["num_probes"] = int(num_probes.sum())
+    counters["num_insertions"] = int(nprod.sum())
+    counters["products"] = int(nprod.sum())
+    counters["nnz_c"] = total
+    # wall time of each step (binning and bookkeeping included in the step that needs it)
+    counters["seconds_setup_binning"] = (t1 - t0) + (t4 - t3)
+    counters["seconds_symbolic"] = t2 - t1
+    counters["seconds_numeric"] = t5 - t4
+    return CSRBlock((m, n), cp, ci, cv), counters
+
+
+def dense_to_csr(D: np.ndarray) -> CSRBlock:
+    """The nonzeros of a dense C-contiguous 2-D array as a CSR block (sorted columns)."""
+    m = D.shape[0]
+    row_nnz = np.empty(m, dtype=np.int64)
+    _row_nnz_kernel(D, row_nnz)
+    indptr = np.zeros(m + 1, dtype=INDPTR_DTYPE)
+    np.cumsum(row_nnz, out=indptr[1:])
+    indices = np.empty(int(indptr[-1]), dtype=INDEX_DTYPE)
+    data = np.empty(int(indptr[-1]), dtype=D.dtype)
+    _dense_to_csr_kernel(D, indptr, indices, data)
+    return CSRBlock((m, D.shape[1]), indptr, indices, data)
+
+
+# --------------------------------------------------------------------------------------------
+# the node model
+
+
+def _check_tables(name: str, tables, ranges, count: int | None) -> tuple[tuple, tuple]:
+    try:
+        tables = tuple(int(t) for t in tables)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}_tables must be a list of integers, got {tables!r}") from None
+    if count is not None and len(tables) != count:
+        raise ValueError(f"{name}_tables must have {count} entries (one per bin), got "
+                         f"{len(tables)}")
+    if not tables or any(t < 2 or t >= 2**31 for t in tables):
+        raise ValueError(f"{name}_tables must be sizes in [2, 2^31), got {tables}")
+    if any(b <= a for a, b in zip(tables, tables[1:], strict=False)):
+        raise ValueError(f"{name}_tables must increase, got {tables}")
+    try:
+        ranges = tuple(int(r) for r in ranges)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}_ranges must be a list of integers, got {ranges!r}") from None
+    if len(ranges) != len(tables):
+        raise ValueError(f"{name}_ranges must have one entry per table ({len(tables)}), got "
+                         f"{len(ranges)}")
+    if any(r < 1 or r > t for r, t in zip(ranges, tables, strict=True)):
+        raise ValueError(f"{name}_ranges must lie in [1, table size] (a row larger than its "
+                         f"table cannot be hashed into it), got {ranges} for tables {tables}")
+    if any(b <= a for a, b in zip(ranges, ranges[1:], strict=False)):
+        raise ValueError(f"{name}_ranges must increase, got {ranges}")
+    return tables, ranges
+
+
+def _check_dense(name: str, arr, rows: int, dtype, r: int | None) -> int:
+    if not isinstance(arr, np.ndarray):
+        raise ValueError(f"{name} must be a numpy array, got {type(arr).__name__}")
+    if arr.dtype != dtype:
+        raise ValueError(f"{name} has dtype {arr.dtype}, expected {dtype}")
+    if arr.ndim != 2 or arr.shape[0] != rows:
+        raise ValueError(f"{name} must have shape ({rows}, r), got {arr.shape}")
+    if r is not None and arr.shape[1] != r:
+        raise ValueError(f"{name} has width {arr.shape[1]}, expected {r}")
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    return int(arr.shape[1])
+
+
+def _check_vals(S: CSRBlock, vals) -> np.dtype:
+    if not isinstance(vals, np.ndarray) or vals.ndim != 1 or vals.shape[0] != S.nnz:
+        raise ValueError(f"vals must be a numpy array of shape ({S.nnz},)")
+    if vals.dtype not in _FLOAT_DTYPES or vals.dtype != S.data.dtype:
+        raise ValueError(f"vals has dtype {vals.dtype}; expected the block's {S.data.dtype}")
+    return vals.dtype
+
+
+def _check_out(out, shape: tuple, dtype) -> None:
+    if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"out must be a {dtype} array of shape {shape}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be C-contiguous and writeable")
+
+
+class HashSpGEMMModel(NodeModel):
+    """OpSparse-style hash SpGEMM node model (see the module docstring).
+
+    Options (constructor keywords, reported by :meth:`options`):
+    ``device`` "cpu" (numba, default) or "cuda" (numba.cuda kernels; the CUDA simulator when no
+    GPU is present); ``sym_tables`` (8 increasing sizes), ``num_tables`` (7 sizes: the 8th numeric
+    bin sizes its tables per row); ``sym_ratio`` (1.2) and ``num_ratio`` (2.0), which give the
+    binning ranges floor(table / ratio), or explicit ``sym_ranges``/``num_ranges``;
+    ``cuda_block`` threads per block of the GPU kernels (64); ``spmm`` how SpMM accumulates
+    once the dense operand is in CSR: "hash" (default) runs the full two-phase hash SpGEMM and
+    adds C into ``out``, "direct" adds every product straight into the dense output row (no
+    hash tables, no sort: the output is dense anyway; CPU only, the GPU path always hashes).
+    """
+
+    name = "hash-spgemm"
+    native = frozenset({"spgemm", "spmm_a", "spmm_b", "sddmm"})
+
+    def __init__(self, fallback: NodeModel | None = None, device: str = "cpu",
+                 sym_tables=SYM_TABLES, num_tables=NUM_TABLES, sym_ratio: float = 1.2,
+                 num_ratio: float = 2.0, sym_ranges=None, num_ranges=None,
+                 cuda_block: int = 64, spmm: str = "hash") -> None:
+        super().__init__(fallback)
+        if spmm not in ("hash", "direct"):
+            raise ValueError(f"spmm must be 'hash' or 'direct', got {spmm!r}")
+        self.spmm = spmm
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        for nm, ratio in (("sym_ratio", sym_ratio), ("num_ratio", num_ratio)):
+            if not isinstance(ratio, (int, float)) or not ratio >= 1.0:
+                raise ValueError(f"{nm} must be a number >= 1 (table size / largest row), "
+                                 f"got {ratio!r}")
+        if sym_ranges is None:
+            sym_ranges = binning_ranges(tuple(int(t) for t in sym_tables), float(sym_ratio))
+        if num_ranges is None:
+            num_ranges = binning_ranges(tuple(int(t) for t in num_tables), float(num_ratio))
+        self.sym_tables, self.sym_ranges = _check_tables("sym", sym_tables, sym_ranges, 8)
+        self.num_tables, self.num_ranges = _check_tables("num", num_tables, num_ranges, 7)
+        if int(SYM_ABORT_FRACTION * self.sym_tables[-1]) < 1:
+            raise ValueError("the last symbolic table is too small")
+        if not isinstance(cuda_block, int) or not 1 <= cuda_block <= 1024:
+            raise ValueError(f"cuda_block must be an integer in [1, 1024], got {cuda_block!r}")
+        self.device = device
+        self.sym_ratio, self.num_ratio = float(sym_ratio), float(num_ratio)
+        self.cuda_block = cuda_block
+
+    def options(self) -> dict:
+        return {"device": self.device, "sym_tables": list(self.sym_tables),
+                "num_tables": list(self.num_tables), "sym_ranges": list(self.sym_ranges),
+                "num_ranges": list(self.num_ranges), "cuda_block": self.cuda_block,
+                "spmm": self.spmm}
+
+    def multiply(self, X: CSRBlock, Y: CSRBlock, values: np.ndarray | None = None
+                 ) -> CSRBlock:
+        """C = X(values) @ Y on the configured device, counters added to the running op."""
+        if self.device == "cuda":
+            from distmm.kernels.hash_spgemm_cuda import cuda_hash_spgemm
+
+            C, counters = cuda_hash_spgemm(X, Y, self.sym_tables, self.sym_ranges,
+                                           self.num_tables, self.num_ranges,
+                                           self.cuda_block, values)
+        else:
+            C, counters = hash_spgemm(X, Y, self.sym_tables, self.sym_ranges,
+                                      self.num_tables, self.num_ranges, values)
+        self.count(**counters)
+        return C
+
+    def _spgemm(self, X: CSRBlock, Y: CSRBlock) -> CSRBlock:
+        for nm, M in (("X", X), ("Y", Y)):
+            if M.dtype not in _FLOAT_DTYPES:
+                raise ValueError(f"spgemm: {nm} has dtype {M.dtype}; only float32/float64")
+        return self.multiply(X, Y)
+
+    def _dense_as_sparse(self, D: np.ndarray) -> CSRBlock:
+        Dc = dense_to_csr(D)
+        self.count(dense_entries=D.size, dense_nonzeros=Dc.nnz)
+        return Dc
+
+    def _sparse_product(self, S: CSRBlock, vals: np.ndarray, Dc: CSRBlock,
+                        out: np.ndarray) -> None:
+        """out += S(vals) @ Dc for a CSR Dc, by the configured ``spmm`` method."""
+        if S.nnz == 0 or Dc.nnz == 0:
+            return
+        if self.spmm == "direct" and self.device == "cpu":
+            _spmm_direct_kernel(S.indptr, S.indices, vals, Dc.indptr, Dc.indices, Dc.data, out)
+            return
+        C = self.multiply(S, Dc, values=vals)
+        _scatter_add_kernel(C.indptr, C.indices, C.data, out)
+
+    def _spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
+        """out += S(vals) @ B, B's zeros skipped: the hash SpGEMM of S and CSR(B)."""
+        m, n = S.shape
+        dtype = _check_vals(S, vals)
+        r = _check_dense("B", B, n, dtype, None)
+        _check_out(out, (m, r), dtype)
+        self._sparse_product(S, vals, self._dense_as_sparse(B), out)
+
+    def _spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray) -> None:
+        """out += S(vals)^T @ A over the cached transposed structure, A's zeros skipped."""
+        m, n = S.shape
+        dtype = _check_vals(S, vals)
+        r = _check_dense("A", A, m, dtype, None)
+        _check_out(out, (n, r), dtype)
+        indptr_t, indices_t, perm = S.transpose()
+        St = CSRBlock((n, m), indptr_t, indices_t, vals[perm])
+        self._sparse_product(St, St.data, self._dense_as_sparse(A), out)
+
+    def _sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
+               out: np.ndarray) -> None:
+        """out[k] += vals[k] * <A[i], B[j]>, the dot taken over the columns both rows store."""
+        m, n = S.shape
+        dtype = _check_vals(S, vals)
+        r = _check_dense("A", A, m, dtype, None)
+        _check_dense("B", B, n, dtype, r)
+        _check_out(out, (S.nnz,), dtype)
+        if S.nnz == 0 or r == 0:
+            return
+        Ac, Bc = self._dense_as_sparse(A), self._dense_as_sparse(B)
+        steps = np.zeros(m, dtype=np.int64)
+        _sddmm_intersect_kernel(S.indptr, S.indices, vals, Ac.indptr, Ac.indices, Ac.data,
+                                Bc.indptr, Bc.indices, Bc.data, out, steps)
+        self.count(intersection_steps=int(steps.sum()))

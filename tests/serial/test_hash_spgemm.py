@@ -1,0 +1,235 @@
+"""The hash-spgemm node model (CPU path) against scipy: SpGEMM structure and values, the binning
+and hash machinery on awkward matrices, SpMM/SDDMM with sparse "dense" operands, and options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from distmm.errors import InputError
+from distmm.kernels import make_node_model
+from distmm.kernels.hash_spgemm import (
+    NUM_TABLES,
+    SYM_TABLES,
+    _bin_rows,
+    binning_ranges,
+    dense_to_csr,
+)
+from distmm.sparse import CSRBlock
+
+# small tables push small matrices through every bin, the symbolic fallback and the per-row
+# numeric tables
+SMALL = {"sym_tables": [4, 8, 16, 32, 64, 96, 128, 160],
+         "num_tables": [4, 8, 16, 32, 48, 64, 96]}
+
+
+def _block(M, dtype=np.float64) -> CSRBlock:
+    return CSRBlock.from_scipy(sp.coo_matrix(M), dtype)
+
+
+def _check(X, Y, dtype=np.float64, **opts):
+    """Multiply with the model and compare with scipy in float64; return the model's counters."""
+    model = make_node_model("hash-spgemm", **opts)
+    Xb, Yb = _block(X, dtype), _block(Y, dtype)
+    C = model.spgemm(Xb, Yb)
+    ref = (Xb.to_scipy().astype(np.float64) @ Yb.to_scipy().astype(np.float64)).tocsr()
+    ref.sort_indices()
+    assert C.shape == ref.shape
+    assert C.indptr.dtype == np.int64 and C.indices.dtype == np.int32 and C.data.dtype == dtype
+    np.testing.assert_array_equal(C.indptr, ref.indptr)
+    np.testing.assert_array_equal(C.indices, ref.indices)
+    rtol = 1e-6 if dtype == np.float64 else 2e-5
+    # error bound relative to the sum of |products| of each entry (cancellation-proof)
+    scale = (abs(Xb.to_scipy()).astype(np.float64) @ abs(Yb.to_scipy()).astype(np.float64)).tocsr()
+    scale.sort_indices()
+    np.testing.assert_array_less(np.abs(C.data - ref.data), rtol * scale.data + 1e-300)
+    st = model.stats.as_dict()["spgemm"]
+    assert st["fallback_calls"] == 0
+    assert st["products"] * 2 == st["flops"]
+    assert st.get("nnz_c", 0) == ref.nnz
+    return st
+
+
+def _rand(m, n, density, seed):
+    rng = np.random.default_rng(seed)
+    return sp.random(m, n, density=density, random_state=rng,
+                     data_rvs=lambda k: rng.uniform(-1, 1, k), format="csr")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("m,k,n,density", [(40, 30, 50, 0.1), (300, 200, 250, 0.04),
+                                           (64, 64, 64, 0.5)])
+def test_random_matches_scipy(m, k, n, density, dtype):
+    st = _check(_rand(m, k, density, 1), _rand(k, n, density, 2), dtype)
+    assert st["sym_probes"] >= st["sym_insertions"] and st["num_probes"] >= st["num_insertions"]
+
+
+def test_every_bin_fallback_and_per_row_tables():
+    """With small tables the rows spread over all 8 bins; rows too big for the last symbolic
+    table are recomputed with their own (kernel8), the last numeric bin sizes per row."""
+    rng = np.random.default_rng(3)
+    row_nnz = np.repeat([1, 2, 3, 5, 8, 12, 20, 40], 4)
+    rows = np.repeat(np.arange(row_nnz.size), row_nnz)
+    cols = np.concatenate([rng.choice(400, c, replace=False) for c in row_nnz])
+    X = sp.csr_matrix((rng.uniform(0.5, 1, rows.size), (rows, cols)), shape=(row_nnz.size, 400))
+    Y = _rand(400, 300, 0.03, 4)
+    st = _check(X, Y, **SMALL)
+    assert st["sym_fallback_rows"] > 0
+    assert st["num_bin7_rows"] > 0
+    assert sum(st[f"sym_bin{b}_rows"] > 0 for b in range(8)) >= 6
+    assert st["sym_one_bin"] == 0 and st["num_one_bin"] == 0
+
+
+def test_adversarial_shapes():
+    rng = np.random.default_rng(5)
+    # empty rows and columns in both operands
+    X = _rand(60, 40, 0.1, 6).tolil()
+    X[::3] = 0
+    Y = _rand(40, 70, 0.1, 7).tolil()
+    Y[5:20] = 0
+    _check(X.tocsr(), Y.tocsr())
+    # one dense row among sparse ones (it lands in the per-row tables with small tables)
+    X = _rand(50, 80, 0.02, 8).tolil()
+    X[7] = rng.uniform(0.1, 1, 80)
+    _check(X.tocsr(), _rand(80, 90, 0.3, 9), **SMALL)
+    _check(X.tocsr(), _rand(80, 90, 0.3, 9))
+    # every row in the largest bin: a dense product
+    st = _check(_rand(20, 30, 1.0, 10), _rand(30, 200, 1.0, 11), **SMALL)
+    assert st["num_bin7_rows"] == 20
+    # 1 x 1, rectangular, vector-like
+    _check(sp.csr_matrix([[2.5]]), sp.csr_matrix([[-4.0]]))
+    _check(_rand(1, 50, 0.5, 12), _rand(50, 1, 0.5, 13))
+    _check(_rand(50, 1, 0.5, 14), _rand(1, 50, 0.5, 15))
+    # products that cancel to an exact zero stay stored (the symbolic phase fixes the structure,
+    # as in OpSparse and cuSPARSE); scipy drops them, and agrees once they are eliminated
+    C = make_node_model("hash-spgemm").spgemm(_block(sp.csr_matrix([[1.0, 1.0], [0.0, 2.0]])),
+                                              _block(sp.csr_matrix([[1.0], [-1.0]])))
+    np.testing.assert_array_equal(C.indptr, [0, 1, 2])
+    np.testing.assert_array_equal(C.data, [0.0, -2.0])
+
+
+@pytest.mark.parametrize("shapes", [((0, 5), (5, 4)), ((3, 0), (0, 4)), ((3, 5), (5, 0)),
+                                    ((4, 6), (6, 3))])
+def test_empty_operands(shapes):
+    (m, k), (_, n) = shapes
+    X, Y = sp.csr_matrix((m, k)), sp.csr_matrix((k, n))
+    C = make_node_model("hash-spgemm").spgemm(_block(X), _block(Y))
+    assert C.shape == (m, n) and C.nnz == 0 and C.indptr.shape == (m + 1,)
+    assert not C.indptr.any()
+
+
+def test_one_bin_shortcut_and_default_ranges():
+    # Tables 1 and 2 of the paper, from the nominal table sizes and ratios 1.2 and 2
+    assert binning_ranges(SYM_TABLES, 1.2)[:7] == (26, 426, 853, 1706, 3413, 6826, 10240)
+    assert binning_ranges(NUM_TABLES, 2.0) == (16, 128, 256, 512, 1024, 2048, 4096)
+    st = _check(sp.eye(30, format="csr"), _rand(30, 30, 0.2, 16))
+    assert st["sym_one_bin"] == 1 and st["num_one_bin"] == 1 and st["sym_bin0_rows"] == 30
+
+
+def test_bin_rows_matches_numpy():
+    rng = np.random.default_rng(17)
+    sizes = rng.integers(0, 300, 500)
+    ranges = np.array([3, 10, 40, 100, 200], dtype=np.int64)
+    order, offsets, one = _bin_rows(sizes, ranges, 6)
+    which = np.searchsorted(ranges, sizes, side="left")
+    assert not one
+    np.testing.assert_array_equal(offsets, np.concatenate(([0], np.cumsum(
+        np.bincount(which, minlength=6)))))
+    np.testing.assert_array_equal(np.sort(order), np.arange(500))
+    for b in range(6):
+        assert (which[order[offsets[b]:offsets[b + 1]]] == b).all()
+
+
+@pytest.mark.parametrize("num_ratio", [1.0, 1.5, 3.0])
+def test_binning_ratio_changes_speed_not_result(num_ratio):
+    X = _rand(120, 120, 0.1, 18)
+    st = _check(X, X, num_ratio=num_ratio, **SMALL)
+    assert st["num_probes"] >= st["num_insertions"]
+    # full tables (ratio 1) with long rows: the bucket sort with as many keys as buckets
+    st = _check(_rand(30, 40, 0.5, 30), _rand(40, 300, 0.3, 31), num_ratio=num_ratio)
+    assert st["num_bin2_rows"] + st["num_bin3_rows"] > 0
+
+
+def _relu_dense(m, r, density, seed, dtype):
+    rng = np.random.default_rng(seed)
+    D = rng.standard_normal((m, r)) * (rng.random((m, r)) < density)
+    return np.ascontiguousarray(D, dtype=dtype)
+
+
+@pytest.mark.parametrize("spmm", ["hash", "direct"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("density", [0.0, 0.05, 1.0])
+def test_spmm_and_sddmm_with_sparse_dense_operands(dtype, density, spmm):
+    rng = np.random.default_rng(19)
+    m, n, r = 37, 23, 9
+    S = _block(_rand(m, n, 0.2, 20).tolil(), dtype)
+    vals = rng.uniform(0.5, 1.5, S.nnz).astype(dtype)
+    A = _relu_dense(m, r, density, 21, dtype)
+    B = _relu_dense(n, r, density, 22, dtype)
+    Sv = S.to_scipy(vals).astype(np.float64)
+    model = make_node_model("hash-spgemm", spmm=spmm)
+    tol = 1e-10 if dtype == np.float64 else 2e-5
+    out_a = np.ones((m, r), dtype)
+    model.spmm_a(S, vals, B, out_a)
+    np.testing.assert_allclose(out_a, 1 + Sv @ B.astype(np.float64), rtol=tol, atol=tol)
+    out_b = np.full((n, r), 2, dtype)
+    model.spmm_b(S, vals, A, out_b)
+    np.testing.assert_allclose(out_b, 2 + Sv.T @ A.astype(np.float64), rtol=tol, atol=tol)
+    out_s = np.full(S.nnz, 0.5, dtype)
+    model.sddmm(S, vals, A, B, out_s)
+    rows, cols = S.row_ids(), S.indices
+    want = 0.5 + vals * np.einsum("ij,ij->i", A[rows].astype(np.float64), B[cols])
+    np.testing.assert_allclose(out_s, want, rtol=tol, atol=tol)
+    st = model.stats.as_dict()
+    assert st["spmm_a"]["dense_entries"] == n * r
+    assert st["spmm_a"]["dense_nonzeros"] == np.count_nonzero(B)
+    assert st["sddmm"]["dense_nonzeros"] == np.count_nonzero(A) + np.count_nonzero(B)
+    assert all(st[op]["fallback_calls"] == 0 for op in ("spmm_a", "spmm_b", "sddmm"))
+
+
+def test_fusedmm_falls_back_and_is_correct():
+    rng = np.random.default_rng(23)
+    S = _block(_rand(15, 12, 0.3, 24))
+    vals = rng.uniform(size=S.nnz)
+    A, B = _relu_dense(15, 4, 0.5, 25, np.float64), _relu_dense(12, 4, 0.5, 26, np.float64)
+    model = make_node_model("hash-spgemm")
+    out = np.zeros((15, 4))
+    model.fusedmm_a(S, vals, A, B, out)
+    R = S.to_scipy(vals).multiply(A @ B.T)
+    np.testing.assert_allclose(out, R @ B, rtol=1e-12, atol=1e-12)
+    assert model.stats.as_dict()["fusedmm_a"]["fallback_calls"] == 1
+
+
+def test_dense_to_csr():
+    D = _relu_dense(11, 7, 0.3, 27, np.float32)
+    C = dense_to_csr(D)
+    np.testing.assert_array_equal(C.to_scipy().toarray(), D)
+
+
+@pytest.mark.parametrize("opts,msg", [
+    ({"device": "gpu"}, "device"),
+    ({"num_ratio": 0.5}, "num_ratio"),
+    ({"sym_ratio": "x"}, "sym_ratio"),
+    ({"sym_tables": [32, 64]}, "8 entries"),
+    ({"num_tables": [8, 4, 16, 32, 64, 128, 256]}, "increase"),
+    ({"num_ranges": [100, 128, 256, 512, 1024, 2048, 4096]}, "table size"),
+    ({"cuda_block": 0}, "cuda_block"),
+    ({"spmm": "dense"}, "spmm"),
+    ({"tile": 4}, "tile"),
+])
+def test_bad_options(opts, msg):
+    with pytest.raises(InputError, match=msg):
+        make_node_model("hash-spgemm", **opts)
+
+
+def test_bad_operands():
+    model = make_node_model("hash-spgemm")
+    X = _block(_rand(4, 5, 0.5, 28))
+    with pytest.raises(ValueError, match="rows"):
+        model.spgemm(X, X)
+    with pytest.raises(ValueError, match="float32"):
+        model.spgemm(X, _block(_rand(5, 3, 0.5, 29), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        model.spmm_a(X, X.data, np.zeros((4, 2)), np.zeros((4, 2)))
+    assert model.options()["sym_ranges"][:2] == [26, 426]
