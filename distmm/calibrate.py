@@ -4,12 +4,17 @@
   to 2^22 words), fitted as t = alpha + beta * words by least squares on the relative error,
   so small and large messages both count. The all-gather and reduce-scatter the algorithms use
   are timed too (all ranks, blocks of 2^18 words), and reported as seconds per word received,
-  for comparison; the planner uses the ping-pong beta.
+  for comparison.
+* bulk betas, which the planner uses when present: seconds per word of a cyclic shift, an
+  all-gather and a reduce-scatter of 2^21 words per rank into fresh buffers, all ranks at
+  once, as the algorithms move their blocks (propagation, replication, reduction). On a
+  shared-memory node these are several times the ping-pong beta.
 * the local kernels: for each kernel the distributed loops call (fused, SDDMM, SpMMA, SpMMB),
-  seconds per nonzero and per block row at dense widths 1 to 512, from Erdos-Renyi blocks of
-  two densities, on every rank at once (as in a real run), slowest rank; also the fixed cost
-  of a call and of rebuilding or transposing a block that arrived as a packet. The planner
-  interpolates these tables at each family's local widths (r, r/q, r/s, r/sqrt(pc)).
+  seconds per nonzero and per walked row at dense widths 1 to 512 on square blocks of 2^13,
+  2^15 and 2^17 rows, from Erdos-Renyi blocks of two densities, on every rank at once (as in
+  a real run), slowest rank; also the fixed cost of a call and of rebuilding or transposing a
+  block that arrived as a packet. The planner interpolates these tables at each family's
+  local widths (r, r/q, r/s, r/sqrt(pc)) and block shapes (Table III's local dimensions).
   gamma, delta and gamma_unfused (the older affine model) are derived from the tables.
 """
 
@@ -64,6 +69,40 @@ def _collective(comm: MPI.Comm, words: int, dtype, reps: int, which: str) -> flo
     return best / (words * (p - 1))
 
 
+def measure_bulk_betas(comm: MPI.Comm, dtype, words: int = 1 << 21, reps: int = 3
+                       ) -> dict[str, float]:
+    """Seconds per word of the three kinds of transfer the algorithms make, as they make them
+    (collective): a cyclic shift (every rank sends to its successor and receives from its
+    predecessor at once, ``Sendrecv``), an all-gather and a reduce-scatter, with ``words``
+    words per rank and a freshly allocated receive buffer each time (the algorithms allocate
+    their buffers per call, so the first touch of those pages is part of the cost). Slowest
+    rank, best of ``reps``; per word sent by one rank."""
+    p, rank = comm.Get_size(), comm.Get_rank()
+    t = mpi_type(np.dtype(dtype))
+    send = np.ones(words, dtype=dtype)
+    big = np.ones(words * p, dtype=dtype)
+    out = {}
+    for name in ("shift", "allgather", "reduce_scatter"):
+        best = float("inf")
+        for _ in range(reps):
+            comm.Barrier()
+            t0 = MPI.Wtime()
+            if name == "shift":
+                recv = np.empty(words, dtype=dtype)
+                comm.Sendrecv([send, t], dest=(rank + 1) % p, sendtag=5, recvbuf=[recv, t],
+                              source=(rank - 1) % p, recvtag=5)
+            elif name == "allgather":
+                recv = np.empty(words * p, dtype=dtype)
+                comm.Allgather([send, t], [recv, t])
+            else:
+                recv = np.empty(words, dtype=dtype)
+                comm.Reduce_scatter_block([big, t], [recv, t], op=MPI.SUM)
+            best = min(best, comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
+        sent = words if name == "shift" else words * (p - 1)
+        out[name] = best / sent
+    return out
+
+
 def fit_alpha_beta(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
     """Least-squares fit of t = alpha + beta * size, weighting each point by 1 / t."""
     X = np.stack([np.ones_like(sizes, dtype=float), sizes.astype(float)], axis=1) / times[:, None]
@@ -103,22 +142,24 @@ def _solve_rows_nonzeros(t_lo: float, t_hi: float, n: int, z_lo: int, z_hi: int,
     return row, nonzero
 
 
-def measure_kernels(comm: MPI.Comm, node_model: str, dtype, n: int = 1 << 15,
-                    d_lo: int = 2, d_hi: int = 16, widths: tuple[int, ...] = (
+def measure_kernels(comm: MPI.Comm, node_model: str, dtype,
+                    sizes: tuple[int, ...] = (1 << 13, 1 << 15, 1 << 17), d_lo: int = 2,
+                    d_hi: int = 16, widths: tuple[int, ...] = (
                         1, 2, 4, 8, 16, 32, 64, 128, 256, 512), reps: int = 3) -> dict:
-    """Width tables of the node model's local kernels (collective).
+    """Tables of the node model's local kernels by block size and width (collective).
 
-    For every kernel kind of :data:`costmodel.KERNEL_KINDS` and every width w, the kernel is
-    timed on two n x n Erdos-Renyi blocks with d_lo and d_hi nonzeros per row, on every rank
-    at once (slowest rank); the two timings give seconds per nonzero and per row at width w.
-    Also measured: the fixed cost of one call (a 1 x 1 block), the cost of rebuilding a block
-    from a COO packet (what the shifting-S families do every step) and of building a block's
-    transpose, per nonzero and per row. Returns the fields of :class:`distmm.planner.Machine`
+    For every kernel kind of :data:`costmodel.KERNEL_KINDS`, every size n and every width w,
+    the kernel is timed on two n x n Erdos-Renyi blocks with d_lo and d_hi nonzeros per row,
+    on every rank at once (slowest rank); the two timings give seconds per nonzero and per
+    row. The size matters because the kernels gather rows of an n x w dense operand at random:
+    whether those rows stay in cache decides the cost of a nonzero as much as w does. Also
+    measured (at the middle size): the fixed cost of one call (a 1 x 1 block), and the costs
+    of rebuilding a block from a COO packet (what the shifting-S families do every step) and
+    of building a block's transpose. Returns the fields of :class:`distmm.planner.Machine`
     they fill (``kernels``, ``per_call``, ``unpack_nonzero``, ``unpack_row``,
-    ``transpose_nonzero``)."""
+    ``transpose_nonzero``) and ``kernel_block``, the measurement's parameters."""
     rng = np.random.default_rng(comm.Get_rank())
     model = make_node_model(node_model)
-    blocks = {d: _er_block(rng, n, d, dtype) for d in (d_lo, d_hi)}
     tiny = CSRBlock.from_coo(np.zeros(1, int), np.zeros(1, int), np.ones(1), (1, 1), dtype)
     one = np.ones((1, 1), dtype=dtype)
     per_call = _best(comm, lambda: model.fusedmm_a(tiny, tiny.data, one, one, one), 5 * reps)
@@ -132,22 +173,31 @@ def measure_kernels(comm: MPI.Comm, node_model: str, dtype, n: int = 1 << 15,
             return lambda: model.spmm_a(S, S.data, B, out)
         return lambda: model.spmm_b(S, S.data, A, out)
 
-    tables = {kind: {"widths": list(widths), "per_nonzero": [], "per_row": []}
-              for kind in costmodel.KERNEL_KINDS}
-    for w in widths:
-        A = rng.standard_normal((n, w)).astype(dtype)
-        B = rng.standard_normal((n, w)).astype(dtype)
-        out = np.zeros((n, w), dtype=dtype)
+    tables = {kind: {"sizes": list(sizes), "widths": list(widths), "per_nonzero": [],
+                     "per_row": []} for kind in costmodel.KERNEL_KINDS}
+    middle = sizes[len(sizes) // 2]
+    for n in sizes:
+        blocks = {d: _er_block(rng, n, d, dtype) for d in (d_lo, d_hi)}
+        for S in blocks.values():
+            S.transpose()  # spmm_b's cached transpose: built once per stored block
+        # The largest blocks take the longest: one repetition fewer.
+        n_reps = reps if n <= middle else max(1, reps - 1)
         for kind in costmodel.KERNEL_KINDS:
-            t = {}
-            for d, S in blocks.items():
-                R = np.zeros(S.nnz, dtype=dtype)
-                S.transpose()  # spmm_b's cached transpose: built once per stored block
-                t[d] = _best(comm, kernel(kind, S, A, B, out, R), reps)
-            row, nonzero = _solve_rows_nonzeros(t[d_lo], t[d_hi], n, blocks[d_lo].nnz,
-                                                blocks[d_hi].nnz, per_call)
-            tables[kind]["per_nonzero"].append(nonzero)
-            tables[kind]["per_row"].append(row)
+            tables[kind]["per_nonzero"].append([])
+            tables[kind]["per_row"].append([])
+        for w in widths:
+            A = rng.standard_normal((n, w)).astype(dtype)
+            B = rng.standard_normal((n, w)).astype(dtype)
+            out = np.zeros((n, w), dtype=dtype)
+            for kind in costmodel.KERNEL_KINDS:
+                t = {d: _best(comm, kernel(kind, S, A, B, out, np.zeros(S.nnz, dtype=dtype)),
+                              n_reps) for d, S in blocks.items()}
+                row, nonzero = _solve_rows_nonzeros(t[d_lo], t[d_hi], n, blocks[d_lo].nnz,
+                                                    blocks[d_hi].nnz, per_call)
+                tables[kind]["per_nonzero"][-1].append(nonzero)
+                tables[kind]["per_row"][-1].append(row)
+        if n == middle:
+            kept = blocks
 
     def unpack(S: CSRBlock):
         # What the shifting-S families do with every received packet (sparse_shift_15d,
@@ -155,8 +205,8 @@ def measure_kernels(comm: MPI.Comm, node_model: str, dtype, n: int = 1 << 15,
         rows = S.row_ids().astype(S.indices.dtype)
 
         def fn():
-            indptr = np.zeros(n + 1, dtype=S.indptr.dtype)
-            np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+            indptr = np.zeros(S.shape[0] + 1, dtype=S.indptr.dtype)
+            np.cumsum(np.bincount(rows, minlength=S.shape[0]), out=indptr[1:])
             S.indices.astype(S.indices.dtype, copy=False)
         return fn
 
@@ -165,30 +215,36 @@ def measure_kernels(comm: MPI.Comm, node_model: str, dtype, n: int = 1 << 15,
             CSRBlock(S.shape, S.indptr, S.indices, S.data).transpose()
         return fn
 
-    t_un = {d: _best(comm, unpack(S), reps) for d, S in blocks.items()}
-    t_tr = {d: _best(comm, transpose(S), reps) for d, S in blocks.items()}
-    z_lo, z_hi = blocks[d_lo].nnz, blocks[d_hi].nnz
-    unpack_row, unpack_nonzero = _solve_rows_nonzeros(t_un[d_lo], t_un[d_hi], n, z_lo, z_hi)
-    _, transpose_nonzero = _solve_rows_nonzeros(t_tr[d_lo], t_tr[d_hi], n, z_lo, z_hi)
+    t_un = {d: _best(comm, unpack(S), reps) for d, S in kept.items()}
+    t_tr = {d: _best(comm, transpose(S), reps) for d, S in kept.items()}
+    z_lo, z_hi = kept[d_lo].nnz, kept[d_hi].nnz
+    unpack_row, unpack_nonzero = _solve_rows_nonzeros(t_un[d_lo], t_un[d_hi], middle, z_lo,
+                                                      z_hi)
+    _, transpose_nonzero = _solve_rows_nonzeros(t_tr[d_lo], t_tr[d_hi], middle, z_lo, z_hi)
     return {"kernels": tables, "per_call": per_call, "unpack_nonzero": unpack_nonzero,
             "unpack_row": unpack_row, "transpose_nonzero": transpose_nonzero,
-            "kernel_block": {"n": n, "nnz_per_row": [d_lo, d_hi], "reps": reps}}
+            "kernel_block": {"sizes": list(sizes), "nnz_per_row": [d_lo, d_hi],
+                             "reps": reps}}
 
 
 def affine_from_tables(tables: dict, r: int = 64) -> tuple[float, float, float]:
     """gamma, delta and gamma_unfused of the affine model (what machine files without width
-    tables hold) from the width tables: the fused kernel's cost per nonzero at widths 1 and r
-    is delta + 4 gamma w; SDDMM plus SpMMA at width r is 2 delta + 4 gamma_unfused r."""
-    fused = tables["fusedmm"]
-    ws = fused["widths"]
+    tables hold) from the tables at their middle size: the fused kernel's cost per nonzero at
+    widths 1 and r is delta + 4 gamma w; SDDMM plus SpMMA at width r is
+    2 delta + 4 gamma_unfused r."""
+    def at(kind: str) -> list[float]:
+        rows = tables[kind]["per_nonzero"]
+        return rows[len(rows) // 2]
+
+    ws = tables["fusedmm"]["widths"]
     r = max(w for w in ws if w <= max(r, ws[0]))
-    at = {w: k for k, w in enumerate(ws)}
-    if r == ws[0]:
-        return 0.0, fused["per_nonzero"][0], 0.0
-    u1, ur = fused["per_nonzero"][0], fused["per_nonzero"][at[r]]
-    gamma = max((ur - u1) / (4.0 * (r - ws[0])), 0.0)
-    delta = max(u1 - 4.0 * gamma * ws[0], 0.0)
-    sep = tables["sddmm"]["per_nonzero"][at[r]] + tables["spmm_a"]["per_nonzero"][at[r]]
+    k = ws.index(r)
+    fused = at("fusedmm")
+    if k == 0:
+        return 0.0, fused[0], 0.0
+    gamma = max((fused[k] - fused[0]) / (4.0 * (r - ws[0])), 0.0)
+    delta = max(fused[0] - 4.0 * gamma * ws[0], 0.0)
+    sep = at("sddmm")[k] + at("spmm_a")[k]
     gamma_unfused = max((sep - 2 * delta) / (4.0 * r), 0.0)
     return gamma, delta, gamma_unfused
 
@@ -204,14 +260,19 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
     times = np.array([_pingpong(comm, int(s), dtype, reps) for s in sizes])
     alpha, beta = fit_alpha_beta(sizes, times)
     words = 1 << (14 if quick else 18)
-    local = measure_kernels(comm, node_model, dtype, n=1 << (12 if quick else 15),
-                            widths=(1, 8, 64) if quick else (1, 2, 4, 8, 16, 32, 64, 128,
-                                                             256, 512),
-                            reps=2 if quick else 3)
+    if quick:
+        local = measure_kernels(comm, node_model, dtype, sizes=(1 << 10, 1 << 12),
+                                widths=(1, 8, 64), reps=2)
+    else:
+        local = measure_kernels(comm, node_model, dtype)
     gamma, delta, gamma_unfused = affine_from_tables(local["kernels"])
+    bulk = measure_bulk_betas(comm, dtype, words=1 << (16 if quick else 21), reps=reps)
     return {
         "alpha": alpha,
         "beta": beta,
+        "beta_shift": bulk["shift"],
+        "beta_replication": bulk["allgather"],
+        "beta_reduction": bulk["reduce_scatter"],
         "gamma": gamma,
         "gamma_unfused": gamma_unfused,
         "delta": delta,

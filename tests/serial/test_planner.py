@@ -152,37 +152,44 @@ def test_local_calls_add_up_to_the_flops_and_visits(algorithm, strategy, p):
 
 
 @pytest.mark.parametrize("algorithm,strategy,p,c,expect", [
-    # (kind, count, nnz per call, rows, width, unpacked, transposed); nnz = 2^20, r = 256,
-    # m = n = 2^16. Table III's local dimensions, as distmm's loops call the kernels.
-    ("15d-dense-shift", "fusion", 8, 2, [("fusedmm", 4, 2**15, 2**14, 256, 0, 0)]),
-    ("15d-dense-shift", "none", 8, 2, [("sddmm", 4, 2**15, 2**14, 256, 0, 0),
-                                       ("spmm_a", 4, 2**15, 2**14, 256, 0, 0)]),
-    ("15d-dense-shift", "reuse", 8, 8, [("sddmm", 1, 2**17, 2**16, 256, 0, 0),
-                                        ("spmm_b", 1, 2**17, 2**16, 256, 0, 0)]),
-    ("15d-sparse-shift", "none", 8, 2, [("sddmm", 4, 2**17, 2**16, 64, 1, 0),
-                                        ("spmm_a", 4, 2**17, 2**16, 64, 1, 0)]),
-    ("15d-sparse-shift", "reuse", 8, 8, [("sddmm", 1, 2**17, 2**16, 256, 1, 0),
-                                         ("spmm_a", 1, 2**17, 2**13, 256, 1, 0)]),
-    ("25d-dense-replicate", "none", 8, 2, [("sddmm", 1, 2**17, 2**15, 128, 0, 0),
-                                           ("sddmm", 1, 2**17, 2**15, 128, 1, 0),
-                                           ("spmm_a", 1, 2**17, 2**15, 128, 0, 0),
-                                           ("spmm_a", 1, 2**17, 2**15, 128, 1, 0)]),
-    ("25d-dense-replicate", "reuse", 16, 1, [("sddmm", 1, 2**16, 2**14, 64, 0, 0),
-                                             ("sddmm", 3, 2**16, 2**14, 64, 1, 0),
-                                             ("spmm_b", 1, 2**16, 2**14, 64, 0, 0),
-                                             ("spmm_b", 3, 2**16, 2**14, 64, 1, 1)]),
-    ("25d-dense-replicate", "reuse", 8, 8, [("sddmm", 1, 2**17, 2**16, 256, 0, 0),
-                                            ("spmm_b", 1, 2**17, 2**16, 256, 0, 0)]),
-    ("25d-sparse-replicate", "none", 8, 2, [("sddmm", 2, 2**18, 2**15, 64, 0, 0),
-                                            ("spmm_a", 2, 2**18, 2**15, 64, 0, 0)]),
-    ("25d-sparse-replicate", "none", 16, 16, [("sddmm", 1, 2**20, 2**16, 16, 0, 0),
-                                              ("spmm_a", 1, 2**20, 2**16, 16, 0, 0)]),
+    # (kind, count, nnz per call, rows, cols, width, unpacked, transposed); nnz = 2^20,
+    # r = 256, m = n = 2^16. Table III's local dimensions, as distmm's loops call the kernels.
+    ("15d-dense-shift", "fusion", 8, 2, [("fusedmm", 4, 2**15, 2**14, 2**13, 256, 0, 0)]),
+    ("15d-dense-shift", "none", 8, 2, [("sddmm", 4, 2**15, 2**14, 2**13, 256, 0, 0),
+                                       ("spmm_a", 4, 2**15, 2**14, 2**13, 256, 0, 0)]),
+    ("15d-dense-shift", "reuse", 8, 8, [("sddmm", 1, 2**17, 2**16, 2**13, 256, 0, 0),
+                                        ("spmm_b", 1, 2**17, 2**16, 2**13, 256, 0, 0)]),
+    ("15d-sparse-shift", "none", 8, 2, [("sddmm", 4, 2**17, 2**16, 2**13, 64, 1, 0),
+                                        ("spmm_a", 4, 2**17, 2**16, 2**13, 64, 1, 0)]),
+    ("15d-sparse-shift", "reuse", 8, 8, [("sddmm", 1, 2**17, 2**16, 2**13, 256, 1, 0),
+                                         ("spmm_a", 1, 2**17, 2**13, 2**16, 256, 1, 0)]),
+    ("25d-dense-replicate", "none", 8, 2, [("sddmm", 1, 2**17, 2**15, 2**14, 128, 0, 0),
+                                           ("sddmm", 1, 2**17, 2**15, 2**14, 128, 1, 0),
+                                           ("spmm_a", 1, 2**17, 2**15, 2**14, 128, 0, 0),
+                                           ("spmm_a", 1, 2**17, 2**15, 2**14, 128, 1, 0)]),
+    ("25d-dense-replicate", "reuse", 16, 1, [("sddmm", 1, 2**16, 2**14, 2**14, 64, 0, 0),
+                                             ("sddmm", 3, 2**16, 2**14, 2**14, 64, 1, 0),
+                                             ("spmm_b", 1, 2**16, 2**14, 2**14, 64, 0, 0),
+                                             ("spmm_b", 3, 2**16, 2**14, 2**14, 64, 1, 1)]),
+    ("25d-dense-replicate", "reuse", 8, 8, [("sddmm", 1, 2**17, 2**16, 2**13, 256, 0, 0),
+                                            ("spmm_b", 1, 2**17, 2**16, 2**13, 256, 0, 0)]),
+    ("25d-sparse-replicate", "none", 8, 2, [("sddmm", 2, 2**18, 2**15, 2**15, 64, 0, 0),
+                                            ("spmm_a", 2, 2**18, 2**15, 2**15, 64, 0, 0)]),
+    ("25d-sparse-replicate", "none", 16, 16, [("sddmm", 1, 2**20, 2**16, 2**16, 16, 0, 0),
+                                              ("spmm_a", 1, 2**20, 2**16, 2**16, 16, 0, 0)]),
 ])
 def test_local_calls_closed_forms(algorithm, strategy, p, c, expect):
     calls = costmodel.local_calls(algorithm, strategy, 2**16, 2**16, 2**20, 256, p, c)
-    got = [(k.kind, k.count, k.nnz, k.rows, k.width, int(k.unpacked), int(k.transposed))
-           for k in calls]
+    got = [(k.kind, k.count, k.nnz, k.rows, k.cols, k.width, int(k.unpacked),
+            int(k.transposed)) for k in calls]
     assert got == expect
+
+
+def test_spmm_b_walks_the_transpose_and_gathers_the_rows():
+    call = costmodel.KernelCalls("spmm_b", 1, 10, 300, 20, 8)
+    assert (call.walked_rows, call.gathered_rows) == (20, 300)
+    call = costmodel.KernelCalls("sddmm", 1, 10, 300, 20, 8)
+    assert (call.walked_rows, call.gathered_rows) == (300, 20)
 
 
 def test_local_calls_refuse_bad_grids():
@@ -195,20 +202,33 @@ def test_local_calls_refuse_bad_grids():
 
 
 # ------------------------------------------------------------------ width tables
-def table(widths, nonzero, row):
-    return KernelTable(tuple(widths), tuple(nonzero), tuple(row))
+def table(widths, nonzero, row, sizes=(1024,)):
+    """A KernelTable with the same costs at every size unless ``nonzero`` is per size."""
+    per = [nonzero] * len(sizes) if not isinstance(nonzero[0], (list, tuple)) else nonzero
+    rows = [row] * len(sizes) if not isinstance(row[0], (list, tuple)) else row
+    return KernelTable(tuple(sizes), tuple(widths), tuple(map(tuple, per)),
+                       tuple(map(tuple, rows)))
 
 
 def test_kernel_table_interpolates_and_extrapolates():
     t = table([1, 4, 16], [1.0, 2.0, 8.0], [0.5, 0.5, 1.5])
-    assert [t.nonzero(w) for w in (1, 4, 16)] == [1.0, 2.0, 8.0]
-    assert t.nonzero(2.5) == pytest.approx(1.5)        # halfway between 1 and 4
-    assert t.nonzero(10) == pytest.approx(5.0)         # halfway between 4 and 16
-    assert t.nonzero(28) == pytest.approx(14.0)        # last segment's slope, 0.5 per column
-    assert t.nonzero(0.5) == 1.0                       # held below the narrowest width
-    assert t.row(10) == pytest.approx(1.0)
-    assert table([8], [3.0], [1.0]).nonzero(100) == 3.0
-    assert table([1, 2], [5.0, 1.0], [0, 0]).nonzero(100) == 0.0  # never negative
+    assert [t.nonzero(w, 1024) for w in (1, 4, 16)] == [1.0, 2.0, 8.0]
+    assert t.nonzero(2.5, 1024) == pytest.approx(1.5)     # halfway between 1 and 4
+    assert t.nonzero(10, 1024) == pytest.approx(5.0)      # halfway between 4 and 16
+    assert t.nonzero(28, 1024) == pytest.approx(14.0)     # last segment's slope, 0.5/column
+    assert t.nonzero(0.5, 1024) == 1.0                    # held below the narrowest width
+    assert t.row(10, 1024) == pytest.approx(1.0)
+    assert table([8], [3.0], [1.0]).nonzero(100, 5) == 3.0
+    assert table([1, 2], [5.0, 1.0], [0, 0]).nonzero(100, 1024) == 0.0  # never negative
+
+
+def test_kernel_table_interpolates_in_log_size():
+    t = table([1, 9], [[1.0, 3.0], [5.0, 11.0]], [[0.0, 0.0], [2.0, 2.0]], sizes=(2**10, 2**14))
+    assert t.nonzero(5, 2**10) == pytest.approx(2.0)
+    assert t.nonzero(5, 2**12) == pytest.approx((2.0 + 8.0) / 2)   # halfway in log2(size)
+    assert t.nonzero(5, 2**20) == pytest.approx(8.0)               # held beyond the largest
+    assert t.nonzero(5, 10) == pytest.approx(2.0)                  # and below the smallest
+    assert t.row(1, 2**13) == pytest.approx(1.5)
 
 
 def test_affine_machine_is_the_previous_model():
@@ -227,8 +247,8 @@ def test_affine_machine_is_the_previous_model():
 def width_machine(**extra) -> Machine:
     """A machine whose kernels cost 10 ns + 1 ns per column per nonzero (fused: 12 + 1.5 w),
     2 ns per row and 1 us per call."""
-    flat = table([1, 64], [11.0e-9, 74.0e-9], [2e-9, 2e-9])
-    fused = table([1, 64], [13.5e-9, 108e-9], [2e-9, 2e-9])
+    flat = table([1, 64], [11.0e-9, 74.0e-9], [2e-9, 2e-9], sizes=(2**10, 2**16))
+    fused = table([1, 64], [13.5e-9, 108e-9], [2e-9, 2e-9], sizes=(2**10, 2**16))
     return Machine(alpha=0.0, beta=0.0, gamma=0.0, delta=0.0, kernels={
         "fusedmm": fused, "sddmm": flat, "spmm_a": flat, "spmm_b": flat}, per_call=1e-6,
         **extra)
@@ -268,13 +288,15 @@ def test_narrow_kernels_cost_more_per_flop():
 
 
 def test_machine_file_with_tables_round_trip(tmp_path):
-    mach = width_machine(unpack_nonzero=3e-9, unpack_row=1e-9, transpose_nonzero=5e-8)
+    mach = width_machine(unpack_nonzero=3e-9, unpack_row=1e-9, transpose_nonzero=5e-8,
+                         beta_shift=1e-9, beta_replication=2e-9, beta_reduction=3e-9)
     path = tmp_path / "machine.json"
     path.write_text(json.dumps(mach.as_dict()))
     back = Machine.load(path)
     assert back.kernels == mach.kernels
     assert (back.per_call, back.unpack_nonzero, back.unpack_row, back.transpose_nonzero) == (
         1e-6, 3e-9, 1e-9, 5e-8)
+    assert (back.beta_shift, back.beta_replication, back.beta_reduction) == (1e-9, 2e-9, 3e-9)
     for algorithm, strategy in costmodel.CONFIGS:
         a = predict(algorithm, strategy, 5000, 5000, 80000, 32, 4, 1 if algorithm.startswith(
             "15d") else 4, mach)
@@ -291,16 +313,25 @@ def test_old_machine_file_loads_as_affine(tmp_path):
     path.write_text(json.dumps(old))
     m = Machine.load(path)
     assert m.kernels == {} and m.per_call == 0.0 and m.transpose_nonzero == 0.0
+    assert not m.has_bulk_betas
     row = predict("15d-dense-shift", "fusion", 1000, 1000, 32000, 64, 8, 2, m)
     assert row["compute_s"] == pytest.approx(9.8e-11 * 4 * 32000 * 64 / 8 + 5.7e-9 * 4000)
 
 
+def kt(sizes=(64,), widths=(1, 2), nonzero=((1e-9, 2e-9),), row=((0, 0),)):
+    return {"sizes": list(sizes), "widths": list(widths),
+            "per_nonzero": [list(x) for x in nonzero], "per_row": [list(x) for x in row]}
+
+
 @pytest.mark.parametrize("kernels,message", [
-    ({"fusedmm": {"widths": [1, 2], "per_nonzero": [1e-9], "per_row": [0, 0]}}, "equal"),
-    ({"fusedmm": {"widths": [2, 1], "per_nonzero": [1, 2], "per_row": [0, 0]}}, "increase"),
-    ({"fusedmm": {"widths": [1], "per_nonzero": [-1], "per_row": [0]}}, "non-negative"),
+    ({"fusedmm": kt(nonzero=((1e-9,),))}, "equal"),
+    ({"fusedmm": kt(sizes=(64, 128))}, "equal"),
+    ({"fusedmm": kt(widths=(2, 1))}, "increase"),
+    ({"fusedmm": kt(sizes=(128, 64), nonzero=((1, 2), (1, 2)), row=((0, 0), (0, 0)))},
+     "increase"),
+    ({"fusedmm": kt(nonzero=((-1, 2),))}, "non-negative"),
     ({"fusedmm": {"widths": [1]}}, "lists"),
-    ({"gemm": {"widths": [1], "per_nonzero": [1], "per_row": [0]}}, "unknown kernel"),
+    ({"gemm": kt()}, "unknown kernel"),
     ([1, 2], "object"),
 ])
 def test_bad_kernel_tables_are_refused(tmp_path, kernels, message):
@@ -311,6 +342,24 @@ def test_bad_kernel_tables_are_refused(tmp_path, kernels, message):
         Machine.load(path)
 
 
+def test_bulk_betas_cost_each_phase():
+    """With measured shift / all-gather / reduce-scatter betas, each phase's words (as distmm
+    sends them) are costed at their own beta."""
+    mach = Machine(alpha=1e-6, beta=1.0, gamma=0.0, delta=0.0, beta_shift=3e-9,
+                   beta_replication=5e-9, beta_reduction=7e-9)
+    m, nnz, r, p = 4096, 65536, 64, 4
+    for algorithm, strategy in costmodel.CONFIGS:
+        for c in costmodel.valid_cs(algorithm, p, r):
+            row = predict(algorithm, strategy, m, m, nnz, r, p, c, mach)
+            ph = costmodel.exact(algorithm, "fusedmm_a", m, m, r, p, c, strategy, nnz=nnz)
+            expect = (1e-6 * row["messages"] + 3e-9 * ph["propagation"]["words"]
+                      + 5e-9 * ph["replication"]["words"] + 7e-9 * ph["reduction"]["words"])
+            assert row["comm_s"] == pytest.approx(expect), (algorithm, strategy, c)
+    half = Machine(alpha=1e-6, beta=2e-9, gamma=0.0, delta=0.0, beta_shift=3e-9)
+    row = predict("15d-dense-shift", "none", m, m, nnz, r, p, 2, half)
+    assert row["comm_s"] == pytest.approx(1e-6 * row["messages"] + 2e-9 * row["words"])
+
+
 def test_calibration_fits_recover_synthetic_costs():
     from distmm.calibrate import _solve_rows_nonzeros, affine_from_tables
 
@@ -318,9 +367,13 @@ def test_calibration_fits_recover_synthetic_costs():
                                    1e-6 + 100 * 2e-9 + 1600 * 5e-9, 100, 200, 1600, 1e-6)
     assert row == pytest.approx(2e-9) and nz == pytest.approx(5e-9)
     ws = [1, 8, 64]
-    tables = {"fusedmm": {"widths": ws, "per_nonzero": [3e-9 + 4e-10 * w for w in ws]},
-              "sddmm": {"widths": ws, "per_nonzero": [3e-9 + 3e-10 * w for w in ws]},
-              "spmm_a": {"widths": ws, "per_nonzero": [3e-9 + 3e-10 * w for w in ws]}}
+    junk = [1.0, 1.0, 1.0]  # the other sizes: only the middle one is used
+    tables = {"fusedmm": {"widths": ws, "per_nonzero": [
+                  junk, [3e-9 + 4e-10 * w for w in ws], junk]},
+              "sddmm": {"widths": ws, "per_nonzero": [junk, [3e-9 + 3e-10 * w for w in ws],
+                                                      junk]},
+              "spmm_a": {"widths": ws, "per_nonzero": [junk, [3e-9 + 3e-10 * w for w in ws],
+                                                       junk]}}
     gamma, delta, unfused = affine_from_tables(tables)
     assert gamma == pytest.approx(1e-10) and delta == pytest.approx(3e-9)
     assert unfused == pytest.approx(1.5e-10)
