@@ -10,8 +10,8 @@
   once, as the algorithms move their blocks (propagation, replication, reduction). On a
   shared-memory node these are several times the ping-pong beta.
 * the local kernels: for each kernel the distributed loops call (fused, SDDMM, SpMMA, SpMMB),
-  seconds per nonzero and per walked row at dense widths 1 to 512 on square blocks of 2^13,
-  2^15 and 2^17 rows, from Erdos-Renyi blocks of two densities, on every rank at once (as in
+  seconds per nonzero at dense widths 1 to 512, gathering from 2^13, 2^15 and 2^17 rows,
+  with 2, 16 and 128 nonzeros per row (random blocks), on every rank at once (as in
   a real run), slowest rank; also the fixed cost of a call and of rebuilding or transposing a
   block that arrived as a packet. The planner interpolates these tables at each family's
   local widths (r, r/q, r/s, r/sqrt(pc)) and block shapes (Table III's local dimensions).
@@ -110,11 +110,11 @@ def fit_alpha_beta(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
     return max(float(coef[0]), 0.0), max(float(coef[1]), 0.0)
 
 
-def _er_block(rng: np.random.Generator, n: int, d: int, dtype) -> CSRBlock:
-    """An n x n block with d uniformly random columns in every row."""
-    rows = np.repeat(np.arange(n), d)
-    cols = rng.integers(0, n, size=n * d)
-    return CSRBlock.from_coo(rows, cols, rng.random(n * d), (n, n), dtype)
+def _er_block(rng: np.random.Generator, rows: int, n: int, d: int, dtype) -> CSRBlock:
+    """A rows x n block with d uniformly random columns in every row."""
+    r_ids = np.repeat(np.arange(rows), d)
+    cols = rng.integers(0, n, size=rows * d)
+    return CSRBlock.from_coo(r_ids, cols, rng.random(rows * d), (rows, n), dtype)
 
 
 def _best(comm: MPI.Comm, fn, reps: int) -> float:
@@ -143,61 +143,80 @@ def _solve_rows_nonzeros(t_lo: float, t_hi: float, n: int, z_lo: int, z_hi: int,
 
 
 def measure_kernels(comm: MPI.Comm, node_model: str, dtype,
-                    sizes: tuple[int, ...] = (1 << 13, 1 << 15, 1 << 17), d_lo: int = 2,
-                    d_hi: int = 16, widths: tuple[int, ...] = (
-                        1, 2, 4, 8, 16, 32, 64, 128, 256, 512), reps: int = 3) -> dict:
-    """Tables of the node model's local kernels by block size and width (collective).
+                    sizes: tuple[int, ...] = (1 << 13, 1 << 15, 1 << 17),
+                    densities: tuple[int, ...] = (2, 16, 128),
+                    widths: tuple[int, ...] = (1, 4, 16, 32, 64, 128, 256, 512),
+                    max_nnz: int = 1 << 20, reps: int = 3) -> dict:
+    """Tables of the node model's local kernels by gathered size, density and width
+    (collective).
 
-    For every kernel kind of :data:`costmodel.KERNEL_KINDS`, every size n and every width w,
-    the kernel is timed on two n x n Erdos-Renyi blocks with d_lo and d_hi nonzeros per row,
-    on every rank at once (slowest rank); the two timings give seconds per nonzero and per
-    row. The size matters because the kernels gather rows of an n x w dense operand at random:
-    whether those rows stay in cache decides the cost of a nonzero as much as w does. Also
-    measured (at the middle size): the fixed cost of one call (a 1 x 1 block), and the costs
-    of rebuilding a block from a COO packet (what the shifting-S families do every step) and
-    of building a block's transpose. Returns the fields of :class:`distmm.planner.Machine`
-    they fill (``kernels``, ``per_call``, ``unpack_nonzero``, ``unpack_row``,
-    ``transpose_nonzero``) and ``kernel_block``, the measurement's parameters."""
+    For every kernel kind of :data:`costmodel.KERNEL_KINDS`, every size n, density d and
+    width w, the kernel is timed on a block of d uniformly random nonzeros per row in n
+    columns (min(n, max_nnz / d) rows), on every rank at once (slowest rank, best of
+    ``reps`` after one untimed call), and the time is divided by the block's nonzeros. The
+    size matters because the kernels gather rows of an n x w dense operand at random: whether
+    those rows stay in cache decides the cost of a nonzero as much as w does; the density
+    because a row's own dense row is read or updated once for all its nonzeros. (The tables
+    need not be monotone: the reference kernels switch to column panels and prefetching at
+    sizes they choose, and can be faster per column at a larger width.) Also measured: the
+    fixed cost of one call (a 1 x 1 block), and the costs of rebuilding a block from a COO
+    packet (what the shifting-S families do every step) and of building a fresh block's
+    transpose. Returns the fields of :class:`distmm.planner.Machine` they fill
+    (``kernels``, ``per_call``, ``unpack_nonzero``, ``unpack_row``, ``transpose_nonzero``)
+    and ``kernel_block``, the measurement's parameters."""
     rng = np.random.default_rng(comm.Get_rank())
     model = make_node_model(node_model)
     tiny = CSRBlock.from_coo(np.zeros(1, int), np.zeros(1, int), np.ones(1), (1, 1), dtype)
     one = np.ones((1, 1), dtype=dtype)
     per_call = _best(comm, lambda: model.fusedmm_a(tiny, tiny.data, one, one, one), 5 * reps)
 
-    def kernel(kind: str, S: CSRBlock, A, B, out, R):
+    def kernel(kind: str, S: CSRBlock, X, Y, R):
+        # X has the block's rows, Y its columns (the gathered operand).
         if kind == "fusedmm":
-            return lambda: model.fusedmm_a(S, S.data, A, B, out)
+            out = np.zeros_like(X)
+            return lambda: model.fusedmm_a(S, S.data, X, Y, out)
         if kind == "sddmm":
-            return lambda: model.sddmm(S, S.data, A, B, R)
+            return lambda: model.sddmm(S, S.data, X, Y, R)
         if kind == "spmm_a":
-            return lambda: model.spmm_a(S, S.data, B, out)
-        return lambda: model.spmm_b(S, S.data, A, out)
+            out = np.zeros_like(X)
+            return lambda: model.spmm_a(S, S.data, Y, out)
+        # spmm_b (out += S^T X) walks S's transpose and gathers rows of X; it is timed on
+        # the transposed block (kernel("spmm_b", St, X=the n-row operand, Y=the output's
+        # shape)), so that it too gathers from n rows and walks rows of d nonzeros.
+        out = np.zeros_like(Y)
+        return lambda: model.spmm_b(S, S.data, X, out)
 
-    tables = {kind: {"sizes": list(sizes), "widths": list(widths), "per_nonzero": [],
-                     "per_row": []} for kind in costmodel.KERNEL_KINDS}
-    middle = sizes[len(sizes) // 2]
+    tables = {kind: {"sizes": list(sizes), "densities": list(densities),
+                     "widths": list(widths), "per_nonzero": []}
+              for kind in costmodel.KERNEL_KINDS}
     for n in sizes:
-        blocks = {d: _er_block(rng, n, d, dtype) for d in (d_lo, d_hi)}
-        for S in blocks.values():
-            S.transpose()  # spmm_b's cached transpose: built once per stored block
-        # The largest blocks take the longest: one repetition fewer.
-        n_reps = reps if n <= middle else max(1, reps - 1)
+        blocks = {}
+        for d in densities:
+            rows = max(1, min(n, max_nnz // d))
+            S = _er_block(rng, rows, n, d, dtype)
+            # spmm_b's block: the transpose of S, built here as its own CSR block (n rows,
+            # rows columns), with its cached transpose (S itself) built once, as for a
+            # stored block.
+            indptr_t, indices_t, perm = S.transpose()
+            St = CSRBlock((n, rows), indptr_t, indices_t, S.data[perm])
+            St.transpose()
+            blocks[d] = (S, St)
         for kind in costmodel.KERNEL_KINDS:
-            tables[kind]["per_nonzero"].append([])
-            tables[kind]["per_row"].append([])
+            tables[kind]["per_nonzero"].append([[] for _ in densities])
         for w in widths:
-            A = rng.standard_normal((n, w)).astype(dtype)
-            B = rng.standard_normal((n, w)).astype(dtype)
-            out = np.zeros((n, w), dtype=dtype)
-            for kind in costmodel.KERNEL_KINDS:
-                t = {d: _best(comm, kernel(kind, S, A, B, out, np.zeros(S.nnz, dtype=dtype)),
-                              n_reps) for d, S in blocks.items()}
-                row, nonzero = _solve_rows_nonzeros(t[d_lo], t[d_hi], n, blocks[d_lo].nnz,
-                                                    blocks[d_hi].nnz, per_call)
-                tables[kind]["per_nonzero"][-1].append(nonzero)
-                tables[kind]["per_row"][-1].append(row)
-        if n == middle:
-            kept = blocks
+            Y = rng.standard_normal((n, w)).astype(dtype)
+            for k, d in enumerate(densities):
+                S, St = blocks[d]
+                X = rng.standard_normal((S.shape[0], w)).astype(dtype)
+                R = np.zeros(S.nnz, dtype=dtype)
+                for kind in costmodel.KERNEL_KINDS:
+                    fn = kernel(kind, St, Y, X, R) if kind == "spmm_b" else kernel(
+                        kind, S, X, Y, R)
+                    seconds = _best(comm, fn, reps)
+                    tables[kind]["per_nonzero"][-1][k].append(
+                        max(seconds - per_call, 0.0) / S.nnz)
+    middle = sizes[len(sizes) // 2]
+    kept = {d: _er_block(rng, middle, middle, d, dtype) for d in (2, 16)}
 
     def unpack(S: CSRBlock):
         # What the shifting-S families do with every received packet (sparse_shift_15d,
@@ -217,24 +236,24 @@ def measure_kernels(comm: MPI.Comm, node_model: str, dtype,
 
     t_un = {d: _best(comm, unpack(S), reps) for d, S in kept.items()}
     t_tr = {d: _best(comm, transpose(S), reps) for d, S in kept.items()}
-    z_lo, z_hi = kept[d_lo].nnz, kept[d_hi].nnz
-    unpack_row, unpack_nonzero = _solve_rows_nonzeros(t_un[d_lo], t_un[d_hi], middle, z_lo,
-                                                      z_hi)
-    _, transpose_nonzero = _solve_rows_nonzeros(t_tr[d_lo], t_tr[d_hi], middle, z_lo, z_hi)
+    z_lo, z_hi = kept[2].nnz, kept[16].nnz
+    unpack_row, unpack_nonzero = _solve_rows_nonzeros(t_un[2], t_un[16], middle, z_lo, z_hi)
+    _, transpose_nonzero = _solve_rows_nonzeros(t_tr[2], t_tr[16], middle, z_lo, z_hi)
     return {"kernels": tables, "per_call": per_call, "unpack_nonzero": unpack_nonzero,
             "unpack_row": unpack_row, "transpose_nonzero": transpose_nonzero,
-            "kernel_block": {"sizes": list(sizes), "nnz_per_row": [d_lo, d_hi],
-                             "reps": reps}}
+            "kernel_block": {"sizes": list(sizes), "densities": list(densities),
+                             "max_nnz": max_nnz, "reps": reps}}
 
 
 def affine_from_tables(tables: dict, r: int = 64) -> tuple[float, float, float]:
-    """gamma, delta and gamma_unfused of the affine model (what machine files without width
-    tables hold) from the tables at their middle size: the fused kernel's cost per nonzero at
-    widths 1 and r is delta + 4 gamma w; SDDMM plus SpMMA at width r is
-    2 delta + 4 gamma_unfused r."""
+    """gamma, delta and gamma_unfused of the affine model (what machine files without tables
+    hold) from the tables at their middle size and density: the fused kernel's cost per
+    nonzero at widths w0 (the narrowest) and r is delta + 4 gamma w; SDDMM plus SpMMA at
+    width r is 2 delta + 4 gamma_unfused r."""
     def at(kind: str) -> list[float]:
-        rows = tables[kind]["per_nonzero"]
-        return rows[len(rows) // 2]
+        planes = tables[kind]["per_nonzero"]
+        plane = planes[len(planes) // 2]
+        return plane[len(plane) // 2]
 
     ws = tables["fusedmm"]["widths"]
     r = max(w for w in ws if w <= max(r, ws[0]))
@@ -262,7 +281,7 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
     words = 1 << (14 if quick else 18)
     if quick:
         local = measure_kernels(comm, node_model, dtype, sizes=(1 << 10, 1 << 12),
-                                widths=(1, 8, 64), reps=2)
+                                densities=(2, 8), widths=(1, 8, 64), max_nnz=1 << 14, reps=2)
     else:
         local = measure_kernels(comm, node_model, dtype)
     gamma, delta, gamma_unfused = affine_from_tables(local["kernels"])

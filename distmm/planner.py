@@ -13,18 +13,19 @@ term follows Table III's local dimensions: :func:`distmm.costmodel.local_calls` 
 at what dense width (r, r/q, r/s or r/sqrt(pc)), and whether the block must first be rebuilt
 from a packet or transposed. One call of kernel ``k`` costs
 
-    per_call + rows * row_k(width) + nnz * nonzero_k(width)   (+ unpack / transpose costs)
+    per_call + nnz * nonzero_k(width, gathered rows, nonzeros per row)  (+ unpack / transpose)
 
-where ``nonzero_k`` and ``row_k`` are seconds per nonzero and per walked row, measured by
-``distmm calibrate`` at several widths and block sizes and interpolated at the call's width
-and at the number of rows of the dense operand it gathers (:class:`KernelTable`). The flops are
-the same for every family (4 nnz r / p); what differs is how many nonzeros are walked with how
-few columns each (section V-B: splitting r "can significantly hurt local kernel throughput"),
-and whether SDDMM and SpMM run as one fused kernel or two.
+where ``nonzero_k`` is seconds per nonzero, measured by ``distmm calibrate`` at several
+widths, block sizes and densities and interpolated at the call's width, the number of rows of
+the dense operand it gathers at random, and its nonzeros per row (:class:`KernelTable`).
+The flops are the same for every family (4 nnz r / p); what differs is how many nonzeros are
+walked with how few columns each (section V-B: splitting r "can significantly hurt local
+kernel throughput"), in blocks of what shape, and whether SDDMM and SpMM run as one fused
+kernel or two.
 
 A machine file without the width tables (older ``distmm calibrate``, or hand-written) uses the
 affine form of the same model: nonzero_k(w) = delta + 4 gamma w for the fused kernel and
-delta + 2 gamma_unfused w for SDDMM and SpMM, with no row, call, unpack or transpose costs;
+delta + 2 gamma_unfused w for SDDMM and SpMM, with no call, unpack or transpose costs;
 this is exactly the previous model, T = ... + gamma * 4 nnz r / p + delta * visits.
 The paper assumes m ~ n; for rectangular S the communication terms use n := (m + n) / 2 and
 phi = nnz / (n r).
@@ -57,64 +58,64 @@ def _interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float,
 
 @dataclass(frozen=True)
 class KernelTable:
-    """Seconds per nonzero and per walked row of one local kernel, measured at a few dense
-    widths on square blocks of a few sizes.
+    """Seconds per nonzero of one local kernel, measured on blocks of a few sizes and densities
+    at a few dense widths.
 
-    ``per_nonzero[i][j]`` and ``per_row[i][j]`` were measured on an ``sizes[i]`` x ``sizes[i]``
-    block at width ``widths[j]``. A call is costed at its width and at the number of rows of
-    the dense operand it gathers at random (what decides whether those rows stay in cache):
-    linear in the width between measured widths (beyond the widest, along the last segment:
-    the cost of a nonzero is affine in the width once the gathered rows leave the cache), and
-    linear in log2(size) between measured sizes (held outside them)."""
+    ``per_nonzero[i][k][j]`` is the time of one call divided by its nonzeros, on a block that
+    gathers from a dense operand of ``sizes[i]`` rows, holds ``densities[k]`` nonzeros per
+    walked row, at width ``widths[j]``. The cost of a row (reading or updating its dense row)
+    is shared by its nonzeros, so it is part of the cost per nonzero at each density rather
+    than a separate term. A call is costed at its width, the rows of the dense operand it
+    gathers at random (whether they stay in cache) and its nonzeros per row: linear in the
+    width between measured widths (beyond the widest, along the last segment: the cost of a
+    nonzero is affine in the width once the gathered rows leave the cache), linear in
+    log2(size) and in log2(density) between measured ones (held outside them)."""
 
     sizes: tuple[float, ...]
+    densities: tuple[float, ...]
     widths: tuple[float, ...]
-    per_nonzero: tuple[tuple[float, ...], ...]
-    per_row: tuple[tuple[float, ...], ...]
+    per_nonzero: tuple[tuple[tuple[float, ...], ...], ...]
 
-    def _at(self, values: tuple[tuple[float, ...], ...], w: float, size: float) -> float:
-        at_w = tuple(_interp(self.widths, row, w) for row in values)
+    def nonzero(self, w: float, size: float, density: float) -> float:
+        """Seconds per nonzero of one call at width ``w``, gathering from ``size`` rows, with
+        ``density`` nonzeros per walked row."""
         logs = tuple(math.log2(x) for x in self.sizes)
-        return _interp(logs, at_w, math.log2(max(size, 1.0)), extrapolate=False)
-
-    def nonzero(self, w: float, size: float) -> float:
-        """Seconds per nonzero of one call at width ``w`` gathering from ``size`` rows."""
-        return self._at(self.per_nonzero, w, size)
-
-    def row(self, w: float, size: float) -> float:
-        """Seconds per walked row (empty or not) of one call at width ``w``."""
-        return self._at(self.per_row, w, size)
+        logd = tuple(math.log2(x) for x in self.densities)
+        ls, ld = math.log2(max(size, 1.0)), math.log2(max(density, 1e-9))
+        at_size = []
+        for plane in self.per_nonzero:
+            at_w = tuple(_interp(self.widths, row, w) for row in plane)
+            at_size.append(_interp(logd, at_w, ld, extrapolate=False))
+        return _interp(logs, tuple(at_size), ls, extrapolate=False)
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> KernelTable:
         """Validate a table read from a machine file (raises InputError naming ``where``)."""
-        ok = isinstance(data, dict) and all(isinstance(data.get(k), list) for k in (
-            "sizes", "widths", "per_nonzero", "per_row"))
-        require(ok, f"{where}: needs lists sizes, widths, per_nonzero and per_row")
-        sizes, ws, nz, rw = (data[k] for k in ("sizes", "widths", "per_nonzero", "per_row"))
-
-        def grid(x) -> bool:
-            return (isinstance(x, list) and len(x) == len(sizes) and all(
-                isinstance(row, list) and len(row) == len(ws) for row in x))
-
-        require(sizes and ws and grid(nz) and grid(rw),
-                f"{where}: per_nonzero and per_row must be len(sizes) lists of len(widths) "
-                "numbers, equal lengths, non-empty")
-        flat = [x for row in nz + rw for x in row]
+        keys = ("sizes", "densities", "widths", "per_nonzero")
+        require(isinstance(data, dict) and all(isinstance(data.get(k), list) for k in keys),
+                f"{where}: needs lists {', '.join(keys)}")
+        sizes, dens, ws, nz = (data[k] for k in keys)
+        shape_ok = bool(sizes and dens and ws) and len(nz) == len(sizes) and all(
+            isinstance(plane, list) and len(plane) == len(dens) and all(
+                isinstance(row, list) and len(row) == len(ws) for row in plane)
+            for plane in nz)
+        require(shape_ok, f"{where}: per_nonzero must be len(sizes) x len(densities) x "
+                          "len(widths) numbers, all non-empty")
+        flat = [x for plane in nz for row in plane for x in row]
         require(all(isinstance(x, (int, float)) and x >= 0 for x in flat)
-                and all(isinstance(x, (int, float)) and x > 0 for x in ws + sizes),
-                f"{where}: sizes and widths must be positive and costs non-negative numbers")
-        require(all(a < b for a, b in zip(ws, ws[1:], strict=False))
-                and all(a < b for a, b in zip(sizes, sizes[1:], strict=False)),
-                f"{where}: sizes and widths must increase")
-        return cls(tuple(map(float, sizes)), tuple(map(float, ws)),
-                   tuple(tuple(map(float, row)) for row in nz),
-                   tuple(tuple(map(float, row)) for row in rw))
+                and all(isinstance(x, (int, float)) and x > 0 for x in ws + sizes + dens),
+                f"{where}: sizes, densities and widths must be positive and costs "
+                "non-negative numbers")
+        require(all(all(a < b for a, b in zip(v, v[1:], strict=False))
+                    for v in (sizes, dens, ws)),
+                f"{where}: sizes, densities and widths must increase")
+        return cls(tuple(map(float, sizes)), tuple(map(float, dens)), tuple(map(float, ws)),
+                   tuple(tuple(tuple(map(float, row)) for row in plane) for plane in nz))
 
     def as_dict(self) -> dict:
-        return {"sizes": list(self.sizes), "widths": list(self.widths),
-                "per_nonzero": [list(row) for row in self.per_nonzero],
-                "per_row": [list(row) for row in self.per_row]}
+        return {"sizes": list(self.sizes), "densities": list(self.densities),
+                "widths": list(self.widths),
+                "per_nonzero": [[list(row) for row in plane] for plane in self.per_nonzero]}
 
 
 @dataclass(frozen=True)
@@ -162,25 +163,20 @@ class Machine:
         """Seconds per flop when SDDMM and SpMM run as two kernels (no local fusion)."""
         return self.gamma if self.gamma_unfused is None else self.gamma_unfused
 
-    def nonzero_cost(self, kind: str, width: float, gathered: float) -> float:
+    def nonzero_cost(self, kind: str, width: float, gathered: float, density: float) -> float:
         """Seconds per nonzero of one call of kernel ``kind`` at dense width ``width`` that
-        gathers from a dense operand of ``gathered`` rows."""
+        gathers from a dense operand of ``gathered`` rows, ``density`` nonzeros per row."""
         table = self.kernels.get(kind)
         if table is not None:
-            return table.nonzero(width, gathered)
+            return table.nonzero(width, gathered, density)
         flops = 4.0 * self.gamma if kind == "fusedmm" else 2.0 * self.gamma_separate
         return self.delta + flops * width
 
-    def row_cost(self, kind: str, width: float, gathered: float) -> float:
-        """Seconds per walked row of one call of kernel ``kind`` (0 without a table)."""
-        table = self.kernels.get(kind)
-        return table.row(width, gathered) if table is not None else 0.0
-
     def call_seconds(self, call: costmodel.KernelCalls) -> float:
         """Predicted seconds of all ``call.count`` calls of one :class:`KernelCalls`."""
-        g = call.gathered_rows
-        one = (self.per_call + call.walked_rows * self.row_cost(call.kind, call.width, g)
-               + call.nnz * self.nonzero_cost(call.kind, call.width, g))
+        density = call.nnz / max(call.walked_rows, 1.0)
+        one = self.per_call + call.nnz * self.nonzero_cost(call.kind, call.width,
+                                                           call.gathered_rows, density)
         if call.unpacked:
             one += call.nnz * self.unpack_nonzero + call.rows * self.unpack_row
         if call.transposed:

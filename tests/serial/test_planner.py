@@ -390,3 +390,4 @@ def test_tune_candidates_dedupe_and_check_k():
     for bad in (0, -1, 2.5):
         with pytest.raises(InputError, match="tune"):
             candidates(rows, bad)
+
