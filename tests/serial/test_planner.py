@@ -202,33 +202,37 @@ def test_local_calls_refuse_bad_grids():
 
 
 # ------------------------------------------------------------------ width tables
-def table(widths, nonzero, row, sizes=(1024,)):
-    """A KernelTable with the same costs at every size unless ``nonzero`` is per size."""
-    per = [nonzero] * len(sizes) if not isinstance(nonzero[0], (list, tuple)) else nonzero
-    rows = [row] * len(sizes) if not isinstance(row[0], (list, tuple)) else row
-    return KernelTable(tuple(sizes), tuple(widths), tuple(map(tuple, per)),
-                       tuple(map(tuple, rows)))
+def table(widths, nonzero, sizes=(1024,), densities=(8,)):
+    """A KernelTable; ``nonzero`` is one row (the same at every size and density) or a full
+    sizes x densities x widths grid."""
+    if not isinstance(nonzero[0], (list, tuple)):
+        nonzero = [[nonzero] * len(densities)] * len(sizes)
+    return KernelTable(tuple(sizes), tuple(densities), tuple(widths),
+                       tuple(tuple(map(tuple, plane)) for plane in nonzero))
 
 
-def test_kernel_table_interpolates_and_extrapolates():
-    t = table([1, 4, 16], [1.0, 2.0, 8.0], [0.5, 0.5, 1.5])
-    assert [t.nonzero(w, 1024) for w in (1, 4, 16)] == [1.0, 2.0, 8.0]
-    assert t.nonzero(2.5, 1024) == pytest.approx(1.5)     # halfway between 1 and 4
-    assert t.nonzero(10, 1024) == pytest.approx(5.0)      # halfway between 4 and 16
-    assert t.nonzero(28, 1024) == pytest.approx(14.0)     # last segment's slope, 0.5/column
-    assert t.nonzero(0.5, 1024) == 1.0                    # held below the narrowest width
-    assert t.row(10, 1024) == pytest.approx(1.0)
-    assert table([8], [3.0], [1.0]).nonzero(100, 5) == 3.0
-    assert table([1, 2], [5.0, 1.0], [0, 0]).nonzero(100, 1024) == 0.0  # never negative
+def test_kernel_table_interpolates_and_extrapolates_in_width():
+    t = table([1, 4, 16], [1.0, 2.0, 8.0])
+    assert [t.nonzero(w, 1024, 8) for w in (1, 4, 16)] == [1.0, 2.0, 8.0]
+    assert t.nonzero(2.5, 1024, 8) == pytest.approx(1.5)     # halfway between 1 and 4
+    assert t.nonzero(10, 1024, 8) == pytest.approx(5.0)      # halfway between 4 and 16
+    assert t.nonzero(28, 1024, 8) == pytest.approx(14.0)     # last segment's slope
+    assert t.nonzero(0.5, 1024, 8) == 1.0                    # held below the narrowest
+    assert table([8], [3.0]).nonzero(100, 5, 1) == 3.0
+    assert table([1, 2], [5.0, 1.0]).nonzero(100, 1024, 8) == 0.0  # never negative
 
 
-def test_kernel_table_interpolates_in_log_size():
-    t = table([1, 9], [[1.0, 3.0], [5.0, 11.0]], [[0.0, 0.0], [2.0, 2.0]], sizes=(2**10, 2**14))
-    assert t.nonzero(5, 2**10) == pytest.approx(2.0)
-    assert t.nonzero(5, 2**12) == pytest.approx((2.0 + 8.0) / 2)   # halfway in log2(size)
-    assert t.nonzero(5, 2**20) == pytest.approx(8.0)               # held beyond the largest
-    assert t.nonzero(5, 10) == pytest.approx(2.0)                  # and below the smallest
-    assert t.row(1, 2**13) == pytest.approx(1.5)
+def test_kernel_table_interpolates_in_log_size_and_log_density():
+    # sizes 2^10, 2^14; densities 2, 8; widths 1, 9.
+    t = table([1, 9], [[[1.0, 3.0], [0.5, 1.5]], [[5.0, 11.0], [2.5, 5.5]]],
+              sizes=(2**10, 2**14), densities=(2, 8))
+    assert t.nonzero(5, 2**10, 2) == pytest.approx(2.0)
+    assert t.nonzero(5, 2**12, 2) == pytest.approx((2.0 + 8.0) / 2)   # halfway in log2(size)
+    assert t.nonzero(5, 2**20, 2) == pytest.approx(8.0)               # held beyond largest
+    assert t.nonzero(5, 10, 2) == pytest.approx(2.0)                  # and below smallest
+    assert t.nonzero(5, 2**10, 4) == pytest.approx((2.0 + 1.0) / 2)   # halfway in log2(d)
+    assert t.nonzero(5, 2**10, 64) == pytest.approx(1.0)              # held beyond
+    assert t.nonzero(5, 2**10, 0.1) == pytest.approx(2.0)             # empty-ish rows
 
 
 def test_affine_machine_is_the_previous_model():
@@ -245,10 +249,10 @@ def test_affine_machine_is_the_previous_model():
 
 
 def width_machine(**extra) -> Machine:
-    """A machine whose kernels cost 10 ns + 1 ns per column per nonzero (fused: 12 + 1.5 w),
-    2 ns per row and 1 us per call."""
-    flat = table([1, 64], [11.0e-9, 74.0e-9], [2e-9, 2e-9], sizes=(2**10, 2**16))
-    fused = table([1, 64], [13.5e-9, 108e-9], [2e-9, 2e-9], sizes=(2**10, 2**16))
+    """A machine whose kernels cost 10 ns + 1 ns per column per nonzero (fused: 12 + 1.5 w)
+    at any size and density, and 1 us per call."""
+    flat = table([1, 64], [11.0e-9, 74.0e-9], sizes=(2**10, 2**16), densities=(2, 16))
+    fused = table([1, 64], [13.5e-9, 108e-9], sizes=(2**10, 2**16), densities=(2, 16))
     return Machine(alpha=0.0, beta=0.0, gamma=0.0, delta=0.0, kernels={
         "fusedmm": fused, "sddmm": flat, "spmm_a": flat, "spmm_b": flat}, per_call=1e-6,
         **extra)
@@ -261,18 +265,16 @@ def test_predict_sums_the_kernel_calls():
     # 1.5D sparse shifting, c = 1: q = 4 steps, each SDDMM and SpMMA on m rows, nnz/4
     # nonzeros, width 16, on a block rebuilt from its packet.
     row = predict("15d-sparse-shift", "none", m, n, nnz, r, p, 1, mach)
-    one = 1e-6 + m * 2e-9 + nnz / 4 * (10e-9 + 16e-9) + nnz / 4 * 3e-9 + m * 1e-9
+    one = 1e-6 + nnz / 4 * (10e-9 + 16e-9) + nnz / 4 * 3e-9 + m * 1e-9
     assert row["compute_s"] == pytest.approx(8 * one)
     assert row["calls"] == 8 and row["time_s"] == pytest.approx(row["compute_s"])
     # 1.5D dense shifting with fusion, c = 1: 4 fused calls at width 64 on m/4 rows.
     row = predict("15d-dense-shift", "fusion", m, n, nnz, r, p, 1, mach)
-    assert row["compute_s"] == pytest.approx(4 * (1e-6 + m / 4 * 2e-9
-                                                  + nnz / 16 * (12e-9 + 1.5e-9 * 64)))
+    assert row["compute_s"] == pytest.approx(4 * (1e-6 + nnz / 16 * (12e-9 + 1.5e-9 * 64)))
     # 2.5D dense replicating with reuse, c = 1 (s = 2): the arriving block is transposed.
     row = predict("25d-dense-replicate", "reuse", m, n, nnz, r, p, 1, mach)
     per = nnz / 4 * (10e-9 + 32e-9)
-    expect = (4 * (1e-6 + m / 2 * 2e-9 + per) + 2 * (nnz / 4 * 3e-9 + m / 2 * 1e-9)
-              + nnz / 4 * 50e-9)
+    expect = (4 * (1e-6 + per) + 2 * (nnz / 4 * 3e-9 + m / 2 * 1e-9) + nnz / 4 * 50e-9)
     assert row["compute_s"] == pytest.approx(expect)
 
 
@@ -282,9 +284,9 @@ def test_narrow_kernels_cost_more_per_flop():
     mach = width_machine()
     rows = {(x["algorithm"], x["strategy"], x["c"]): x
             for x in plan(2**14, 2**14, 2**18, 64, 4, mach)}
-    # Per nonzero of S: 4 calls x (10 + 16) ns against 1 call x (10 + 64) ns, plus rows.
+    # Per nonzero of S: 4 calls x (10 + 16) ns against 1 call x (10 + 64) ns.
     assert rows["15d-sparse-shift", "none", 1]["compute_s"] > \
-        rows["15d-dense-shift", "none", 1]["compute_s"] * 104 / 74
+        rows["15d-dense-shift", "none", 1]["compute_s"] * 1.35
 
 
 def test_machine_file_with_tables_round_trip(tmp_path):
@@ -318,18 +320,18 @@ def test_old_machine_file_loads_as_affine(tmp_path):
     assert row["compute_s"] == pytest.approx(9.8e-11 * 4 * 32000 * 64 / 8 + 5.7e-9 * 4000)
 
 
-def kt(sizes=(64,), widths=(1, 2), nonzero=((1e-9, 2e-9),), row=((0, 0),)):
-    return {"sizes": list(sizes), "widths": list(widths),
-            "per_nonzero": [list(x) for x in nonzero], "per_row": [list(x) for x in row]}
+def kt(sizes=(64,), densities=(4,), widths=(1, 2), nonzero=(((1e-9, 2e-9),),)):
+    return {"sizes": list(sizes), "densities": list(densities), "widths": list(widths),
+            "per_nonzero": [[list(row) for row in plane] for plane in nonzero]}
 
 
 @pytest.mark.parametrize("kernels,message", [
-    ({"fusedmm": kt(nonzero=((1e-9,),))}, "equal"),
-    ({"fusedmm": kt(sizes=(64, 128))}, "equal"),
+    ({"fusedmm": kt(nonzero=(((1e-9,),),))}, "x len"),
+    ({"fusedmm": kt(sizes=(64, 128))}, "x len"),
+    ({"fusedmm": kt(densities=(2, 4))}, "x len"),
     ({"fusedmm": kt(widths=(2, 1))}, "increase"),
-    ({"fusedmm": kt(sizes=(128, 64), nonzero=((1, 2), (1, 2)), row=((0, 0), (0, 0)))},
-     "increase"),
-    ({"fusedmm": kt(nonzero=((-1, 2),))}, "non-negative"),
+    ({"fusedmm": kt(sizes=(128, 64), nonzero=(((1, 2),), ((1, 2),)))}, "increase"),
+    ({"fusedmm": kt(nonzero=(((-1, 2),),))}, "non-negative"),
     ({"fusedmm": {"widths": [1]}}, "lists"),
     ({"gemm": kt()}, "unknown kernel"),
     ([1, 2], "object"),
@@ -367,13 +369,15 @@ def test_calibration_fits_recover_synthetic_costs():
                                    1e-6 + 100 * 2e-9 + 1600 * 5e-9, 100, 200, 1600, 1e-6)
     assert row == pytest.approx(2e-9) and nz == pytest.approx(5e-9)
     ws = [1, 8, 64]
-    junk = [1.0, 1.0, 1.0]  # the other sizes: only the middle one is used
-    tables = {"fusedmm": {"widths": ws, "per_nonzero": [
-                  junk, [3e-9 + 4e-10 * w for w in ws], junk]},
-              "sddmm": {"widths": ws, "per_nonzero": [junk, [3e-9 + 3e-10 * w for w in ws],
-                                                      junk]},
-              "spmm_a": {"widths": ws, "per_nonzero": [junk, [3e-9 + 3e-10 * w for w in ws],
-                                                       junk]}}
+    junk = [1.0, 1.0, 1.0]  # the other sizes and densities: only the middle ones are used
+
+    def grid(a, b):
+        mid = [junk, [a + b * w for w in ws], junk]
+        return [[junk] * 3, mid, [junk] * 3]
+
+    tables = {"fusedmm": {"widths": ws, "per_nonzero": grid(3e-9, 4e-10)},
+              "sddmm": {"widths": ws, "per_nonzero": grid(3e-9, 3e-10)},
+              "spmm_a": {"widths": ws, "per_nonzero": grid(3e-9, 3e-10)}}
     gamma, delta, unfused = affine_from_tables(tables)
     assert gamma == pytest.approx(1e-10) and delta == pytest.approx(3e-9)
     assert unfused == pytest.approx(1.5e-10)
