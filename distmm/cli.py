@@ -194,12 +194,15 @@ def _choose(args, share, r: int, op: str):
     machine = Machine.load(args.machine) if args.machine else Machine()
     m, n = share.shape
     nnz = int(comm.allreduce(share.nnz))
-    best = plan(m, n, nnz, r, comm.Get_size(), machine, algorithms=tuple(api.ALGORITHMS))[0]
+    # With --overlap, only the families that can overlap are candidates.
+    families = tuple(name for name, cls in api.ALGORITHMS.items()
+                     if not args.overlap or getattr(cls, "supports_overlap", False))
+    best = plan(m, n, nnz, r, comm.Get_size(), machine, algorithms=families)[0]
     _emit({"event": "plan", "m": m, "n": n, "nnz": nnz, "r": r, **best,
            "machine": machine.as_dict()})
     obj = None
     if args.tune > 1:
-        result = tune(share, comm, r, args.tune, machine, op=op,
+        result = tune(share, comm, r, args.tune, machine, op=op, algorithms=families,
                       node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
                       permute=not args.no_permute, seed=args.seed, order=args.order,
                       overlap=args.overlap)
@@ -325,7 +328,7 @@ def cmd_bench(args) -> int:
             "--n, --r and --repeat must be positive and --nnz-per-row non-negative")
     from distmm.generate import erdos_renyi
 
-    obj = None
+    obj = share = None
     if args.algorithm == "auto":
         share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
         obj = _choose(args, share, args.r, ops[0])
@@ -334,7 +337,8 @@ def cmd_bench(args) -> int:
     for s in strategies:
         require(s in cls.strategies, f"unknown strategy {s!r} for {args.algorithm}")
     if obj is None:
-        share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
+        if share is None:
+            share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
         obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
                              node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
                              permute=not args.no_permute, seed=args.seed, order=args.order,
