@@ -103,13 +103,14 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
 
 
 def _time(comm: MPI.Comm, obj: DistributedAlgorithm, op: str, A_loc, B_loc, strategy: str,
-          repeat: int) -> float:
-    """One untimed call (JIT compilation, S^T built on first use), then the best of ``repeat``
-    timed ones, each the slowest rank's time (collective)."""
+          repeat: int, warmup: int = 1) -> float:
+    """``warmup`` untimed calls (JIT compilation, S^T built on first use), then the best of
+    ``repeat`` timed ones, each the slowest rank's time (collective)."""
     def call():
         return api.run_op(obj, op, A_loc, B_loc, strategy)
 
-    call()
+    for _ in range(warmup):
+        call()
     return min(timed(comm, call)[1] for _ in range(repeat))
 
 
