@@ -26,6 +26,7 @@ from distmm.errors import InputError, agree, require
 from distmm.io import read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
 from distmm.planner import Machine, format_table, plan
+from distmm.tuning import tune, tune_events
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,6 +43,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "picks algorithm, strategy and c; -c and --strategy are then ignored) "
                         "(default %(default)s)")
     p.add_argument("--machine", help="machine file for --algorithm auto (distmm calibrate)")
+    p.add_argument("--tune", type=int, default=3, metavar="K",
+                   help="with --algorithm auto: time the model's K best configurations on "
+                        "this data (one warm FusedMM each) and keep the fastest; 1 = the "
+                        "model alone (default %(default)s)")
     p.add_argument("-c", "--replication", type=int, default=1, dest="c",
                    help="replication factor c; must divide the number of ranks (default 1)")
     p.add_argument("--strategy", default=None,
@@ -287,16 +292,34 @@ def node_model_from_args(args):
     return make_node_model(args.node_model, **options)
 
 
-def _choose(args, m: int, n: int, nnz: int, r: int) -> None:
-    """Resolve --algorithm auto with the planner (identical on every rank: no communication)."""
+def _choose(args, share, r: int, op: str):
+    """Resolve --algorithm auto: the planner's pick, or with --tune K > 1 the fastest of its
+    K best measured on this data (collective; every rank picks the same). Returns S
+    distributed for the pick when tuning built it, else None."""
     if args.algorithm != "auto":
-        return
+        return None
+    comm = MPI.COMM_WORLD
+    require(args.tune >= 1, f"--tune must be at least 1, got {args.tune}")
     machine = Machine.load(args.machine) if args.machine else Machine()
-    best = plan(m, n, nnz, r, MPI.COMM_WORLD.Get_size(), machine,
-                algorithms=tuple(api.ALGORITHMS))[0]
-    args.algorithm, args.strategy, args.c = best["algorithm"], best["strategy"], best["c"]
+    m, n = share.shape
+    nnz = int(comm.allreduce(share.nnz))
+    # With --overlap, only the families that can overlap are candidates.
+    families = tuple(name for name, cls in api.ALGORITHMS.items()
+                     if not args.overlap or getattr(cls, "supports_overlap", False))
+    best = plan(m, n, nnz, r, comm.Get_size(), machine, algorithms=families)[0]
     _emit({"event": "plan", "m": m, "n": n, "nnz": nnz, "r": r, **best,
            "machine": machine.as_dict()})
+    obj = None
+    if args.tune > 1:
+        result = tune(share, comm, r, args.tune, machine, op=op, algorithms=families,
+                      node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
+                      permute=not args.no_permute, seed=args.seed, order=args.order,
+                      overlap=args.overlap)
+        for event in tune_events(result):
+            _emit(event)
+        best, obj = result.best, result.obj
+    args.algorithm, args.strategy, args.c = best["algorithm"], best["strategy"], best["c"]
+    return obj
 
 
 def cmd_calibrate(args) -> int:
@@ -306,8 +329,8 @@ def cmd_calibrate(args) -> int:
         save(args.out, data)
     _emit({"event": "calibrate", "out": args.out,
            **{k: data[k] for k in ("alpha", "beta", "gamma", "gamma_unfused", "delta",
-                                   "beta_allgather",
-                                   "beta_reduce_scatter", "p")}})
+                                   "per_call", "unpack_nonzero", "transpose_nonzero",
+                                   "beta_allgather", "beta_reduce_scatter", "p")}})
     return 0
 
 
@@ -357,12 +380,13 @@ def cmd_run(args) -> int:
                 f"A has {A.shape[1]} columns but B has {B.shape[1]}; both must have r columns")
     share = api.as_coo_share(args.sparse, comm)
     r = (A if A is not None else B).shape[1]
-    _choose(args, share.shape[0], share.shape[1], int(comm.allreduce(share.nnz)), r)
+    obj = _choose(args, share, r, args.op)
     _check_common(args)
-    obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=r,
-                         node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
-                         permute=not args.no_permute, seed=args.seed, order=args.order,
-                         overlap=args.overlap)
+    if obj is None:
+        obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=r,
+                             node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
+                             permute=not args.no_permute, seed=args.seed, order=args.order,
+                             overlap=args.overlap)
     m, n = obj.shape
     require(A is None or A.shape[0] == m,
             f"A has {A.shape[0] if A is not None else 0} rows but S has {m} rows")
@@ -458,19 +482,23 @@ def cmd_bench(args) -> int:
         require(op in api.OPS, f"unknown operation {op!r}; choose from {', '.join(api.OPS)}")
     require(args.n >= 1 and args.r >= 1 and args.nnz_per_row >= 0 and args.repeat >= 1,
             "--n, --r and --repeat must be positive and --nnz-per-row non-negative")
+    from distmm.generate import erdos_renyi
+
+    obj = share = None
     if args.algorithm == "auto":
-        _choose(args, args.n, args.n, args.n * args.nnz_per_row, args.r)
+        share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
+        obj = _choose(args, share, args.r, ops[0])
         strategies = [args.strategy]
     cls = api.ALGORITHMS[args.algorithm]
     for s in strategies:
         require(s in cls.strategies, f"unknown strategy {s!r} for {args.algorithm}")
-    from distmm.generate import erdos_renyi
-
-    share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
-    obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
-                         node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
-                         permute=not args.no_permute, seed=args.seed, order=args.order,
-                         overlap=args.overlap)
+    if obj is None:
+        if share is None:
+            share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
+        obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
+                             node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
+                             permute=not args.no_permute, seed=args.seed, order=args.order,
+                             overlap=args.overlap)
     _open_log_dir(args)
     A_loc, B_loc = random_blocks(obj, args.r, args.seed)
     for op in ops:

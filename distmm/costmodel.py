@@ -16,6 +16,7 @@ the exact formulas do not.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 from distmm.errors import require
 
@@ -217,3 +218,101 @@ def best_c_dense_shift_15d(n: int, r: int, p: int, strategy: str) -> int:
     divisors = [c for c in range(1, p + 1) if p % c == 0]
     return min(divisors, key=lambda c: (
         total(dense_shift_15d_exact("fusedmm_a", n, n, r, p, c, strategy)), c))
+
+
+# ---------------------------------------------------------------------------------------------
+# Local kernel calls (Table III's local dimensions, as distmm's loops issue them)
+
+KERNEL_KINDS = ("fusedmm", "sddmm", "spmm_a", "spmm_b")
+
+
+@dataclass(frozen=True)
+class KernelCalls:
+    """``count`` calls of one node-model kernel, all alike, made by one rank in one FusedMMA.
+
+    ``kind`` is one of :data:`KERNEL_KINDS` ("fusedmm" is ``fusedmm_a``); each call walks
+    ``nnz`` nonzeros of a ``rows`` x ``cols`` block with dense operands of ``width`` columns.
+    ``unpacked`` says the block arrived as a COO packet and is rebuilt (bincount of its rows)
+    before the call; ``transposed`` says the call builds the block's transpose (``spmm_b`` on a
+    block that arrived this step, so no cached transpose exists)."""
+
+    kind: str
+    count: int
+    nnz: float
+    rows: float
+    cols: float
+    width: float
+    unpacked: bool = False
+    transposed: bool = False
+
+    @property
+    def walked_rows(self) -> float:
+        """Rows the kernel's parallel loop walks: the block's, or its transpose's (spmm_b)."""
+        return self.cols if self.kind == "spmm_b" else self.rows
+
+    @property
+    def gathered_rows(self) -> float:
+        """Rows of the dense operand gathered at random through the column indices."""
+        return self.rows if self.kind == "spmm_b" else self.cols
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def local_calls(algorithm: str, strategy: str, m: float, n: float, nnz: float, r: float,
+                p: int, c: int) -> list[KernelCalls]:
+    """The local kernel calls one rank makes in one FusedMMA (balanced blocks). Not collective.
+
+    Table III's local dimensions, per family (q = p/c ranks per 1.5D layer, s = sqrt(p/c)):
+
+    * 1.5D dense shifting (V-A): q steps per kernel, each on an (mc/p) x (n/p) block of
+      nnz/(pq) nonzeros at full width r. "fusion": q fused calls; "none": q SDDMM + q SpMMA;
+      "reuse": q SDDMM + q SpMMB on S^T's (nc/p) x (m/p) blocks (transposes cached).
+    * 1.5D sparse shifting (V-B): q steps per kernel, each on a shifted m x (n/p) column block
+      of S (nnz/p nonzeros) at width r/q, rebuilt from its COO packet every step (even when
+      q = 1). "none": SDDMM + SpMMA; "reuse": SDDMM on S^T's n x (m/p) blocks, then SpMMA on
+      their transposes as they travelled ((m/p) x n).
+    * 2.5D dense replicating (V-C): s steps per kernel on (m/s) x (n/(sc)) blocks of nnz/p
+      nonzeros at width r/s; every block but the home one is rebuilt from its packet.
+      "none": SDDMM + SpMMA; "reuse": SDDMM + SpMMB on S^T's (n/s) x (m/(sc)) blocks, whose
+      transposes must be built for every block that arrived (s - 1 of s).
+    * 2.5D sparse replicating (V-D): s steps per kernel on the stationary (m/s) x (n/s) block
+      of nnz c/p nonzeros at width r/sqrt(pc): SDDMM + SpMMA.
+
+    In every family the calls' flops add up to 4 nnz r / p (two kernels of 2 nnz r / p, or
+    one fused kernel of 4 nnz r / p); what differs is how many nonzeros are walked, at what
+    width, in blocks of what shape, and how many calls (see :func:`nonzero_visits`, which
+    these calls add up to).
+    """
+    require((algorithm, strategy) in CONFIGS, f"no model for {algorithm} / {strategy}")
+    require(p >= 1 and 1 <= c <= p and p % c == 0, f"c={c} must divide p={p}")
+    q = p // c
+    if algorithm == "15d-dense-shift":
+        z = nnz / (p * q)
+        if strategy == "fusion":
+            return [KernelCalls("fusedmm", q, z, m * c / p, n / p, r)]
+        if strategy == "none":
+            return [KernelCalls(kind, q, z, m * c / p, n / p, r) for kind in ("sddmm", "spmm_a")]
+        return [KernelCalls(kind, q, z, n * c / p, m / p, r) for kind in ("sddmm", "spmm_b")]
+    if algorithm == "15d-sparse-shift":
+        z, w = nnz / p, r / q
+        if strategy == "none":
+            return [KernelCalls(kind, q, z, m, n / p, w, unpacked=True)
+                    for kind in ("sddmm", "spmm_a")]
+        return [KernelCalls("sddmm", q, z, n, m / p, w, unpacked=True),
+                KernelCalls("spmm_a", q, z, m / p, n, w, unpacked=True)]
+    s = math.isqrt(q)
+    require(s * s == q, f"p/c = {q} is not a perfect square")
+    if algorithm == "25d-dense-replicate":
+        z, w = nnz / p, r / s
+        rows, cols = (m / s, n / (s * c)) if strategy == "none" else (n / s, m / (s * c))
+        out = []
+        for kind in ("sddmm", "spmm_a" if strategy == "none" else "spmm_b"):
+            out.append(KernelCalls(kind, 1, z, rows, cols, w))
+            if s > 1:  # the other s - 1 blocks arrive as packets
+                out.append(KernelCalls(kind, s - 1, z, rows, cols, w, unpacked=True,
+                                       transposed=kind == "spmm_b"))
+        return out
+    require(algorithm == "25d-sparse-replicate", f"no model for {algorithm}")
+    z, w = nnz * c / p, r / (s * c)
+    return [KernelCalls(kind, s, z, m / s, n / s, w) for kind in ("sddmm", "spmm_a")]

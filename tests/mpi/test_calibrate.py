@@ -30,6 +30,17 @@ def test_calibrate_writes_a_machine_file(shared_tmp, capsys):
         data = json.load(fh)
     assert data["p"] == COMM.size and data["node_model"] == "reference"
     assert len(data["pingpong"]["words"]) == len(data["pingpong"]["seconds"])
+    # The kernel tables: every kind the loops call, sizes x densities x widths, all loaded.
+    from distmm.costmodel import KERNEL_KINDS
+
+    assert set(m.kernels) == set(KERNEL_KINDS)
+    for table in m.kernels.values():
+        assert len(table.per_nonzero) == len(table.sizes)
+        assert all(len(plane) == len(table.densities) for plane in table.per_nonzero)
+        assert all(len(row) == len(table.widths) for plane in table.per_nonzero
+                   for row in plane)
+        assert max(x for plane in table.per_nonzero for row in plane for x in row) > 0
+    assert m.has_bulk_betas and m.beta_shift > 0 and m.per_call > 0
 
 
 def test_fit_recovers_a_line():
