@@ -5,7 +5,8 @@ The model (:func:`distmm.planner.plan`) ranks every (algorithm, strategy, c); it
 those of any analytic model (local kernel speed it only interpolates, a shared machine, the
 scheduler when ranks outnumber cores), so, as FFTW's planner does, :func:`tune` distributes S
 for each of the model's top K configurations, runs one untimed FusedMM (JIT compilation, S^T
-built on first use) and then times ``repeat`` more, and picks the fastest. Every rank takes the
+built on first use) and then times ``repeat`` more (default 3: one timing carries the
+noise of a shared machine), and picks the fastest by best time. Every rank takes the
 slowest rank's time of each candidate (an all-reduce), so every rank picks the same one without
 further agreement. K = 1 is the model alone: nothing is timed.
 """
@@ -55,7 +56,7 @@ def candidates(rows: list[dict], k: int, op: str = "fusedmm-a") -> list[dict]:
 
 def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
          machine: Machine | None = None, op: str = "fusedmm-a",
-         algorithms: tuple[str, ...] | None = None, repeat: int = 1, seed: int = 0,
+         algorithms: tuple[str, ...] | None = None, repeat: int = 3, seed: int = 0,
          **distribute_kwargs) -> Tuned:
     """Pick (algorithm, strategy, c) for ``op`` on S at width ``r`` by timing the model's top
     ``candidates_k`` configurations on this data (collective over ``comm``).
