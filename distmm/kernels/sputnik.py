@@ -42,6 +42,7 @@ import functools
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -49,11 +50,13 @@ from numba.extending import intrinsic
 from distmm.kernels.base import NodeModel
 from distmm.kernels.reference import (
     _FASTMATH,
+    _PREFETCH_NAME,
     _check_dense,
     _check_out_dense,
     _check_out_vector,
     _check_vals,
     _gather,
+    _prefetch_row,
 )
 from distmm.sparse import CSRBlock
 
@@ -98,6 +101,43 @@ def _fetch_add(typingctx, arr, idx, val):
         return builder.atomic_rmw("add", ptr, value, "monotonic")
 
     return types.int64(arr, idx, val), codegen
+
+
+@intrinsic
+def _prefetch_span(typingctx, arr, start, stop):
+    """Prefetch the cache lines of ``arr[start:stop]`` (1-D), at most 4 lines; a hint only.
+
+    The swizzled order jumps between rows, so the hardware prefetchers lose the stream of
+    ``indices`` and ``vals``; asking for the next row's first lines while this row computes
+    hides that latency (the long rows' remaining lines are streamed by the hardware)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(start, types.Integer)
+            and isinstance(stop, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty, sty, ety = signature.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        intp = context.get_value_type(types.intp)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        item = context.get_constant(types.intp, context.get_abi_sizeof(
+            context.get_data_type(aryty.dtype)))
+        lo = context.cast(builder, args[1], sty, types.intp)
+        hi = context.cast(builder, args[2], ety, types.intp)
+        base = builder.ptrtoint(ary.data, intp)
+        first = builder.add(base, builder.mul(lo, item))
+        nbytes = builder.mul(builder.sub(hi, lo), item)
+        cap = ir.Constant(intp, 4 * 64)
+        nbytes = builder.select(builder.icmp_signed("<", nbytes, cap), nbytes, cap)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_NAME)
+        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), nbytes,
+                                     ir.Constant(intp, 64)) as (off, _):
+            ptr = builder.inttoptr(builder.add(first, off), i8p)
+            builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, start, stop), codegen
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,6 +208,11 @@ def _cpu_kernels(tw: int):
                     s = indptr[i]
                     e = indptr[i + 1]
                     done += e - s + 1
+                    if q + 1 < m:  # the next row in processing order, which may be anywhere
+                        nxt = order[q + 1]
+                        _prefetch_row(out, nxt)
+                        _prefetch_span(indices, indptr[nxt], indptr[nxt + 1])
+                        _prefetch_span(vals, indptr[nxt], indptr[nxt + 1])
                     if e == s:
                         continue
                     o = out[i]
