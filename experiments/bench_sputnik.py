@@ -22,8 +22,8 @@ Implementations (all on ``--threads`` numba threads except scipy, which has one)
 balances threads by nnz already) and ``scipy`` (``S @ B``). Every result is checked against the
 reference model before anything is timed. Timing: one warm-up call each, then ``--repeat``
 rounds, each timing every implementation on every matrix once (interleaved, so a slow phase of
-a shared host hits all alike); best and median seconds. Each round holds the shared benchmark
-lock (``--lock``, flock); building the matrices and compiling happen outside it.
+a shared host hits all alike); best and median seconds. The timed rounds hold the shared
+benchmark lock (``--lock``, flock); building the matrices and compiling happen outside it.
 
 Output: one JSON object per (matrix, implementation) on stdout, then a markdown table with
 GFLOP/s (2 nnz r / best time), the percentage of the same implementation's throughput on the
@@ -269,12 +269,14 @@ def main(argv: list[str] | None = None) -> None:
                           {"group": name, "balanced_for": name, **env}))
     for case in cases:
         case.check_and_warm()
+        print(f"ready: {case.label}", file=sys.stderr, flush=True)
     # every round times every implementation on every matrix, so a slow phase of the shared
-    # host hits all of them alike; each round holds the benchmark lock
-    for _ in range(args.repeat):
-        with bench_lock(args.lock):
+    # host hits all of them alike; the timed rounds hold the benchmark lock together
+    with bench_lock(args.lock):
+        for k in range(args.repeat):
             for case in cases:
                 case.time_round()
+            print(f"round {k + 1} of {args.repeat} done", file=sys.stderr, flush=True)
     records = [rec for case in cases for rec in case.records()]
     for rec in records:
         print(json.dumps(rec))
