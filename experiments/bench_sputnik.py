@@ -200,26 +200,30 @@ class Case:
 
 
 def markdown(records: list[dict]) -> str:
-    base = {}
-    for rec in records:
-        if rec.get("balanced_for") is not None:
-            base[(rec["balanced_for"], rec["impl"])] = rec["gflops"]
-    lines = ["| matrix | CV | impl | GFLOP/s best | median (s) | % of balanced | "
-             "imbalance (max/mean) | vs reference | vs scipy |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    """One row per matrix: GFLOP/s and % of the balanced matrix's throughput per implementation
+    (same implementation), Sputnik's thread imbalance, and Sputnik against the alternatives."""
+    base = {(rec["balanced_for"], rec["impl"]): rec["gflops"] for rec in records
+            if rec.get("balanced_for") is not None}
     by_matrix: dict[str, dict[str, dict]] = {}
     for rec in records:
         by_matrix.setdefault(rec["matrix"], {})[rec["impl"]] = rec
+    head = ["matrix", "CV"] + [f"{name} GFLOP/s (% of balanced)" for name in IMPLS]
+    head += ["imbalance swizzle / no swizzle", "sputnik vs reference", "sputnik vs scipy"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for label, recs in by_matrix.items():
-        for name, rec in recs.items():
-            ref = recs["reference"]["gflops"]
-            sci = recs["scipy"]["gflops"]
+        first = next(iter(recs.values()))
+        cells = [label, f"{first['cv']:.2f}"]
+        for name in IMPLS:
+            rec = recs[name]
             b = base.get((rec.get("group"), name))
-            pct = f"{100 * rec['gflops'] / b:.1f}%" if b else ""
-            imb = f"{rec['load_imbalance']:.3f}" if "load_imbalance" in rec else ""
-            lines.append(f"| {label} | {rec['cv']:.2f} | {name} | {rec['gflops']:.2f} | "
-                         f"{rec['median_s']:.4f} | {pct} | {imb} | "
-                         f"{rec['gflops'] / ref:.2f}x | {rec['gflops'] / sci:.2f}x |")
+            cells.append(f"{rec['gflops']:.1f} ({100 * rec['gflops'] / b:.0f}%)" if b
+                         else f"{rec['gflops']:.1f}")
+        cells.append(f"{recs['sputnik']['load_imbalance']:.3f} / "
+                     f"{recs['sputnik-noswizzle']['load_imbalance']:.3f}")
+        sput = recs["sputnik"]["gflops"]
+        cells.append(f"{sput / recs['reference']['gflops']:.2f}x")
+        cells.append(f"{sput / recs['scipy']['gflops']:.2f}x")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -239,7 +243,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lock", default="/tmp/distmm-bench.lock",
                    help="flock this file while timing ('' for no lock)")
     p.add_argument("--markdown", help="write the table here instead of stdout")
+    p.add_argument("--table-from", metavar="JSONL",
+                   help="measure nothing: print the table of the records in this file")
     args = p.parse_args(argv)
+    if args.table_from:
+        with open(args.table_from) as fh:
+            print(markdown([json.loads(line) for line in fh if line.strip()]))
+        return
     numba.set_num_threads(args.threads)
     dtype = np.dtype(args.dtype)
     rng = np.random.default_rng(args.seed)
