@@ -14,6 +14,7 @@ from distmm.kernels.base import KernelStats, NodeModel, OpStats
 # name -> "module:Class"; the order is the order of `--node-model` choices
 _REGISTRY: dict[str, str] = {
     "reference": "distmm.kernels.reference:ReferenceModel",
+    "sputnik": "distmm.kernels.sputnik:SputnikModel",
     "hash-spgemm": "distmm.kernels.hash_spgemm:HashSpGEMMModel",
     "sparch": "distmm.kernels.sparch:SpArchModel",
     "dynaspase": "distmm.kernels.dynaspase.model:DynaspaseModel",
