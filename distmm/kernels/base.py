@@ -17,8 +17,10 @@ Shapes, for a block ``S`` of shape (m_loc, n_loc) and a dense width r:
         out += (S(vals) * (A B^T))^T @ A
     spgemm(X, Y) -> C:             X (m, k), Y (k, n) CSR blocks; returns C = X @ Y as a new
         CSRBlock with sorted column indices (values are X.data and Y.data); not accumulating
-Dense arrays are C-contiguous and of the block's dtype (float32 or float64). None of the methods
-communicate: they are called by one rank on its own data.
+Dense arrays are C-contiguous and of the block's dtype (float32 or float64); the public
+methods check this once (:mod:`distmm.kernels.checks`) before any model runs, so a model's
+``_op`` may assume valid operands. None of the methods communicate: they are called by one
+rank on its own data.
 
 Model counters: an implementation may call :meth:`NodeModel.count` while it runs (probes per
 insertion, modelled cycles, DRAM bytes, ...); the counters are added to that operation's
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distmm.kernels.checks import check_operands
 from distmm.sparse import CSRBlock
 
 OPERATIONS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b", "spgemm")
@@ -147,26 +150,31 @@ class NodeModel:
     def sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
               out: np.ndarray) -> None:
         """out[k] += vals[k] * <A[row_k], B[col_k]> for every stored nonzero k of S."""
+        check_operands("sddmm", S, vals, A, B, out)
         self._run("sddmm", S, A.shape[1], S.shape[0] + S.shape[1], 0,
                   (S, vals, A, B, out), values_written=S.nnz)
 
     def spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
         """out += S(vals) @ B; out has S.shape[0] rows."""
+        check_operands("spmm_a", S, vals, B, None, out)
         self._run("spmm_a", S, B.shape[1], S.shape[1], S.shape[0], (S, vals, B, out))
 
     def spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray) -> None:
         """out += S(vals)^T @ A; out has S.shape[1] rows."""
+        check_operands("spmm_b", S, vals, A, None, out)
         self._run("spmm_b", S, A.shape[1], S.shape[0], S.shape[1], (S, vals, A, out))
 
     def fusedmm_a(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                   out: np.ndarray) -> None:
         """out += (S(vals) * (A B^T)) @ B without materialising the SDDMM result."""
+        check_operands("fusedmm_a", S, vals, A, B, out)
         self._run("fusedmm_a", S, A.shape[1], S.shape[0] + S.shape[1], S.shape[0],
                   (S, vals, A, B, out), flop_factor=2.0)
 
     def fusedmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                   out: np.ndarray) -> None:
         """out += (S(vals) * (A B^T))^T @ A without materialising the SDDMM result."""
+        check_operands("fusedmm_b", S, vals, A, B, out)
         self._run("fusedmm_b", S, A.shape[1], S.shape[0] + S.shape[1], S.shape[1],
                   (S, vals, A, B, out), flop_factor=2.0)
 

@@ -60,6 +60,10 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from distmm.kernels.base import NodeModel
+from distmm.kernels.checks import check_dense as _check_dense
+from distmm.kernels.checks import check_out_dense as _check_out_dense
+from distmm.kernels.checks import check_out_vector as _check_out_vector
+from distmm.kernels.checks import check_vals as _check_vals
 from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
 __all__ = ["ReferenceModel"]
@@ -382,61 +386,6 @@ def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels):
 
 # --------------------------------------------------------------------------------------------
 # validation
-
-
-def _check_dense(name: str, arr: np.ndarray, rows: int, dtype: np.dtype,
-                 r: int | None) -> int:
-    """Check one dense operand; return its width r."""
-    if not isinstance(arr, np.ndarray):
-        raise ValueError(f"{name} must be a numpy array, got {type(arr).__name__}")
-    if arr.dtype != dtype:
-        raise ValueError(f"{name} has dtype {arr.dtype}, expected {dtype} (the dtype of vals; "
-                         "nothing is cast implicitly)")
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {arr.shape}")
-    if arr.shape[0] != rows:
-        raise ValueError(f"{name} has {arr.shape[0]} rows, expected {rows} (shape {arr.shape})")
-    if r is not None and arr.shape[1] != r:
-        raise ValueError(f"{name} has width {arr.shape[1]}, expected {r} like the other "
-                         "dense operands")
-    if not arr.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous")
-    return int(arr.shape[1])
-
-
-def _check_vals(S: CSRBlock, vals: np.ndarray) -> np.dtype:
-    """Check the values array against the block; return the common dtype."""
-    if not isinstance(vals, np.ndarray):
-        raise ValueError(f"vals must be a numpy array, got {type(vals).__name__}")
-    dtype = vals.dtype
-    if dtype not in _FLOAT_DTYPES:
-        raise ValueError(f"vals has dtype {dtype}; only float32 and float64 are supported")
-    if dtype != S.data.dtype:
-        raise ValueError(f"vals has dtype {dtype} but the block's dtype is {S.data.dtype}")
-    if vals.ndim != 1 or vals.shape[0] != S.nnz:
-        raise ValueError(f"vals must have shape ({S.nnz},) (the block's nnz), got {vals.shape}")
-    if not vals.flags.c_contiguous:
-        raise ValueError("vals must be contiguous")
-    return dtype
-
-
-def _check_out_vector(S: CSRBlock, out: np.ndarray, dtype: np.dtype) -> None:
-    if not isinstance(out, np.ndarray):
-        raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
-    if out.dtype != dtype:
-        raise ValueError(f"out has dtype {out.dtype}, expected {dtype} (the dtype of vals)")
-    if out.ndim != 1 or out.shape[0] != S.nnz:
-        raise ValueError(f"out must have shape ({S.nnz},) (the block's nnz), got {out.shape}")
-    if not out.flags.c_contiguous:
-        raise ValueError("out must be contiguous")
-    if not out.flags.writeable:
-        raise ValueError("out must be writeable")
-
-
-def _check_out_dense(out: np.ndarray, rows: int, dtype: np.dtype, r: int) -> None:
-    _check_dense("out", out, rows, dtype, r)
-    if not out.flags.writeable:
-        raise ValueError("out must be writeable")
 
 
 # --------------------------------------------------------------------------------------------

@@ -48,16 +48,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from distmm.kernels.base import NodeModel
-from distmm.kernels.reference import (
-    _FASTMATH,
-    _PREFETCH_NAME,
-    _check_dense,
-    _check_out_dense,
-    _check_out_vector,
-    _check_vals,
-    _gather,
-    _prefetch_row,
-)
+from distmm.kernels.checks import check_dense as _check_dense
+from distmm.kernels.checks import check_out_dense as _check_out_dense
+from distmm.kernels.checks import check_out_vector as _check_out_vector
+from distmm.kernels.checks import check_vals as _check_vals
+from distmm.kernels.reference import _FASTMATH, _PREFETCH_NAME, _gather, _prefetch_row
 from distmm.sparse import CSRBlock
 
 __all__ = ["SputnikModel", "TILE_WIDTHS", "DEVICES", "swizzle_order"]

@@ -123,3 +123,23 @@ def test_node_config_file(tmp_path):
             node_model_from_args(args(str(f)))
     with pytest.raises(InputError, match="no such file"):
         node_model_from_args(args(str(tmp_path / "missing.json")))
+
+
+@pytest.mark.parametrize("name", NODE_MODELS)
+def test_every_model_gets_the_same_operand_checks(name):
+    """Validation happens once, in the interface, before any model (or fallback) runs."""
+    S, _ = _block(6, 5, 0.5, 8)
+    model = make_node_model(name)
+    A, B = np.ones((6, 3)), np.ones((5, 3))
+    cases = [
+        (lambda: model.spmm_a(S, S.data, np.ones(5), np.zeros((6, 3))), "must be 2-D"),
+        (lambda: model.spmm_a(S, S.data, B.astype(np.float32), np.zeros((6, 3))), "dtype"),
+        (lambda: model.spmm_b(S, S.data, A, np.zeros((6, 3))), "has 6 rows, expected 5"),
+        (lambda: model.sddmm(S, S.data, A, np.ones((5, 2)), np.zeros(S.nnz)), "width 2"),
+        (lambda: model.sddmm(S, S.data[:-1], A, B, np.zeros(S.nnz)), "vals must have shape"),
+        (lambda: model.fusedmm_a(S, S.data, A, B, np.zeros((6, 3))[:, ::2]), "width|contig"),
+    ]
+    for call, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            call()
+    assert not model.stats.as_dict()  # nothing ran, nothing was counted

@@ -7,7 +7,9 @@ from dataclasses import fields
 import numpy as np
 
 from distmm.kernels.base import NodeModel
-from distmm.kernels.reference import _check_dense, _check_out_dense, _check_vals
+from distmm.kernels.checks import check_dense as _check_dense
+from distmm.kernels.checks import check_out_dense as _check_out_dense
+from distmm.kernels.checks import check_vals as _check_vals
 from distmm.kernels.sparch.config import SpArchConfig
 from distmm.kernels.sparch.model import run_model
 from distmm.kernels.sparch.numeric import spgemm
