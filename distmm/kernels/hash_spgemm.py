@@ -142,30 +142,61 @@ def _bin_rows(sizes, ranges, nbins):
     return order, offsets, False
 
 
+@njit(cache=True, nogil=True)
+def _chunk_bounds(order, offsets, work, nchunks):
+    """Split every bin's rows order[offsets[b]:offsets[b+1]] into nchunks runs of about equal
+    total work (work[row] = its products, known from the setup step); returns the run bounds
+    as positions in ``order``, shape (nbins, nchunks + 1).
+
+    Splitting by row count left one of two threads with 1.26x the mean products on
+    genes-pubmed (rows of 100 to 20000 products in one bin); OpenMP's static schedule cannot
+    even that out itself.
+    """
+    nbins = offsets.shape[0] - 1
+    bounds = np.empty((nbins, nchunks + 1), dtype=np.int64)
+    for b in range(nbins):
+        lo = offsets[b]
+        hi = offsets[b + 1]
+        total = 0
+        for q in range(lo, hi):
+            total += work[order[q]] + 1  # + 1: a row costs something even without products
+        bounds[b, 0] = lo
+        c = 1
+        run = 0
+        for q in range(lo, hi):
+            while c < nchunks and run * nchunks >= total * c:
+                bounds[b, c] = q
+                c += 1
+            run += work[order[q]] + 1
+        while c <= nchunks:
+            bounds[b, c] = hi
+            c += 1
+    return bounds
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def _symbolic_kernel(xp, xi, yp, yi, order, offsets, rsize, limit, nchunks, nnz, probes):
-    """Symbolic hash phase (Algorithm 4) for the rows ``order`` grouped by ``offsets``.
+def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, nnz, probes):
+    """Symbolic hash phase (Algorithm 4) for the rows ``order``, bins split by ``bounds``.
 
     Row order[q] uses a table of rsize[q] slots; its distinct column count goes to nnz[row],
     or -1 if the count passed limit[q] (then the row must be recomputed with a bigger table).
-    Each chunk takes its share of every bin and keeps one scratch table. probes[c, b] counts
+    Chunk c takes the rows bounds[b, c]:bounds[b, c+1] of every bin b (see _chunk_bounds) and
+    keeps one scratch table. probes[c, b] counts
     the table accesses of chunk c in bin b.
     """
-    nbins = offsets.shape[0] - 1
+    nbins = bounds.shape[0]
     for c in prange(nchunks):
         tmax = 1
         for b in range(nbins):
-            n_b = offsets[b + 1] - offsets[b]
-            lo = offsets[b] + (n_b * c) // nchunks
-            hi = offsets[b] + (n_b * (c + 1)) // nchunks
+            lo = bounds[b, c]
+            hi = bounds[b, c + 1]
             for q in range(lo, hi):
                 if rsize[q] > tmax:
                     tmax = rsize[q]
         table = np.empty(tmax, dtype=np.int32)
         for b in range(nbins):
-            n_b = offsets[b + 1] - offsets[b]
-            lo = offsets[b] + (n_b * c) // nchunks
-            hi = offsets[b] + (n_b * (c + 1)) // nchunks
+            lo = bounds[b, c]
+            hi = bounds[b, c + 1]
             pr = 0
             for q in range(lo, hi):
                 i = order[q]
@@ -277,7 +308,7 @@ def _sort_row(a, tmp, counts, n, kmin, kmax, passes):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, passes, cp, ci,
+def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passes, cp, ci,
                     cv, probes):
     """Numeric hash phase (Algorithm 5): accumulate, condense, sort and write each row of C.
 
@@ -287,25 +318,25 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
     still finds each key's value without probing again, and afterwards only the used slots
     are reset. probes[c, b] counts the accumulation probes.
     """
-    nbins = offsets.shape[0] - 1
+    nbins = bounds.shape[0]
     for c in prange(nchunks):
         tmax = 1
         for b in range(nbins):
-            n_b = offsets[b + 1] - offsets[b]
-            lo = offsets[b] + (n_b * c) // nchunks
-            hi = offsets[b] + (n_b * (c + 1)) // nchunks
+            lo = bounds[b, c]
+            hi = bounds[b, c + 1]
             for q in range(lo, hi):
                 if rsize[q] > tmax:
                     tmax = rsize[q]
         keys = np.full(tmax, -1, dtype=np.int32)  # kept all -1 between rows
         vals = np.empty(tmax, dtype=cv.dtype)
         packed = np.empty(tmax, dtype=np.int64)
+        rkey = np.empty(tmax, dtype=np.int32)  # the row's new keys and their slots, in
+        rslot = np.empty(tmax, dtype=np.int32)  # insertion order
         tmp = np.empty(tmax, dtype=np.int64)
         counts = np.empty(max(257, min(tmax, 1 << 16) + 1), dtype=np.int64)
         for b in range(nbins):
-            n_b = offsets[b + 1] - offsets[b]
-            lo = offsets[b] + (n_b * c) // nchunks
-            hi = offsets[b] + (n_b * (c + 1)) // nchunks
+            lo = bounds[b, c]
+            hi = bounds[b, c + 1]
             pr = 0
             for q in range(lo, hi):
                 i = order[q]
@@ -331,7 +362,8 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
                             if old == -1:
                                 keys[h] = key
                                 vals[h] = av * yv[t]  # so vals need no reset
-                                packed[m] = (np.int64(key) << 32) | h
+                                rkey[m] = key
+                                rslot[m] = h
                                 m += 1
                                 break
                             h = h + 1
@@ -339,17 +371,20 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, nchunks, pass
                                 h = 0
                 if m <= 32:
                     # short rows: each key's place is the number of smaller keys (branch-free
-                    # compares that vectorise; an insertion sort mispredicts at every step)
+                    # compares over int32 keys that vectorise 8 wide; an insertion sort
+                    # mispredicts at every step; int64 (key, slot) pairs measured 1.5x slower
+                    # on metis-mdual, whose rows hold about 12 keys)
                     for u in range(m):
-                        x = packed[u]
+                        x = rkey[u]
                         rank = 0
                         for w in range(m):
-                            rank += packed[w] < x
-                        ci[start + rank] = np.int32(x >> 32)
-                        cv[start + rank] = vals[x & 0xFFFFFFFF]
-                    for u in range(m):
-                        keys[packed[u] & 0xFFFFFFFF] = -1
+                            rank += rkey[w] < x
+                        ci[start + rank] = x
+                        cv[start + rank] = vals[rslot[u]]
+                        keys[rslot[u]] = -1
                     continue
+                for u in range(m):
+                    packed[u] = (np.int64(rkey[u]) << 32) | rslot[u]
                 kmin = np.int64(2**31)
                 kmax = np.int64(-1)
                 for u in range(m):
@@ -490,7 +525,8 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     chunks = _num_chunks(m)
     t1 = time.perf_counter()
     probes = np.zeros((chunks, nsb), dtype=np.int64)
-    _symbolic_kernel(xp, xi, yp, yi, order, offsets, rsize, limit, chunks, nnz, probes)
+    bounds = _chunk_bounds(order, offsets, nprod, chunks)
+    _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks, nnz, probes)
     sym_probes = probes.sum(axis=0)
     redo = np.flatnonzero(nnz < 0)
     fallback_probes = 0
@@ -501,7 +537,8 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         off_r = np.array([0, redo.size], dtype=np.int64)
         ch = _num_chunks(redo.size)
         pr = np.zeros((ch, 1), dtype=np.int64)
-        _symbolic_kernel(xp, xi, yp, yi, redo.astype(np.int64), off_r, size_r,
+        redo = redo.astype(np.int64)
+        _symbolic_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch), size_r,
                          size_r, ch, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
@@ -538,7 +575,8 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     probes = np.zeros((chunks, nnb), dtype=np.int64)
     t4 = time.perf_counter()
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
-    _numeric_kernel(xp, xi, xv, yp, yi, yv, order, offsets, rsize, chunks, passes, cp, ci, cv,
+    bounds = _chunk_bounds(order, offsets, nprod, chunks)
+    _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, cp, ci, cv,
                     probes)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)

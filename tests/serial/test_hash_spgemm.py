@@ -13,6 +13,7 @@ from distmm.kernels.hash_spgemm import (
     NUM_TABLES,
     SYM_TABLES,
     _bin_rows,
+    _chunk_bounds,
     binning_ranges,
     dense_to_csr,
 )
@@ -139,6 +140,25 @@ def test_bin_rows_matches_numpy():
     np.testing.assert_array_equal(np.sort(order), np.arange(500))
     for b in range(6):
         assert (which[order[offsets[b]:offsets[b + 1]]] == b).all()
+
+
+@pytest.mark.parametrize("nchunks", [1, 2, 3, 7])
+def test_chunk_bounds_balance_work(nchunks):
+    """Each bin is cut into nchunks consecutive runs covering it exactly, and no run holds more
+    than its share of the work plus one row (rows are not split)."""
+    rng = np.random.default_rng(18)
+    work = np.concatenate((rng.integers(0, 5, 300), rng.integers(1000, 20000, 40), [0, 0]))
+    sizes = np.where(work > 100, 500, rng.integers(0, 100, work.size))
+    order, offsets, _ = _bin_rows(sizes, np.array([10, 50, 400], dtype=np.int64), 4)
+    bounds = _chunk_bounds(order, offsets, work.astype(np.int64), nchunks)
+    assert bounds.shape == (4, nchunks + 1)
+    for b in range(4):
+        np.testing.assert_array_equal(bounds[b, [0, -1]], offsets[b:b + 2])
+        assert (np.diff(bounds[b]) >= 0).all()
+        w = work[order[offsets[b]:offsets[b + 1]]] + 1
+        runs = [w[bounds[b, c] - offsets[b]:bounds[b, c + 1] - offsets[b]].sum()
+                for c in range(nchunks)]
+        assert max(runs) <= w.sum() / nchunks + (w.max() if w.size else 0)
 
 
 @pytest.mark.parametrize("num_ratio", [1.0, 1.5, 3.0])
