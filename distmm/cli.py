@@ -23,7 +23,7 @@ from distmm import api
 from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
 from distmm.errors import InputError, agree, require
-from distmm.io import read_json_object
+from distmm.io import read_csr_block, read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
 from distmm.planner import Machine, format_table, plan
 from distmm.tuning import tune, tune_events
@@ -175,14 +175,6 @@ def _write_json_atomic(path: str, obj: dict) -> None:
         raise
 
 
-def _read_csr(path: str, name: str):
-    from distmm.io import read_matrix_market
-    from distmm.sparse import CSRBlock
-
-    share = read_matrix_market(path, MPI.COMM_SELF)
-    return CSRBlock.from_coo(share.rows, share.cols, share.vals, share.shape, np.float64)
-
-
 def cmd_simulate(args) -> int:
     require(MPI.COMM_WORLD.Get_size() == 1,
             f"distmm simulate models one chip and runs serially; start it without mpiexec "
@@ -211,8 +203,8 @@ def cmd_simulate_sparch(args) -> int:
         cfg = make_config(options)
     except (TypeError, ValueError) as exc:
         raise InputError(f"SpArch configuration: {exc}") from None
-    X = _read_csr(args.x, "X")
-    Y = X if args.y is None else _read_csr(args.y, "Y")
+    X = read_csr_block(args.x)
+    Y = X if args.y is None else read_csr_block(args.y)
     require(X.shape[1] == Y.shape[0],
             f"X is {X.shape[0]} x {X.shape[1]} but Y has {Y.shape[0]} rows; X's columns must "
             "equal Y's rows")
@@ -429,9 +421,8 @@ def cmd_spgemm(args) -> int:
     """C = X @ Y on one process (refuses more than one rank); C to HDF5, a JSON line per run."""
     import time
 
-    from distmm.io import read_matrix_market, write_h5_atomic
+    from distmm.io import write_h5_atomic
     from distmm.kernels.base import spgemm_flops
-    from distmm.sparse import CSRBlock
 
     p = MPI.COMM_WORLD.Get_size()
     require(p == 1, f"distmm spgemm multiplies on one process; run it without mpiexec "
@@ -442,12 +433,7 @@ def cmd_spgemm(args) -> int:
     require(os.access(out_dir, os.W_OK), f"output directory {out_dir} is not writable")
     model = node_model_from_args(args)
     dtype = np.dtype(args.dtype)
-    blocks = []
-    for path in (args.x, args.y):
-        # the parallel reader on a one-rank communicator: the same checks, the same messages
-        share = read_matrix_market(path, MPI.COMM_SELF)
-        blocks.append(CSRBlock.from_coo(share.rows, share.cols, share.vals, share.shape, dtype))
-    X, Y = blocks
+    X, Y = read_csr_block(args.x, dtype), read_csr_block(args.y, dtype)
     require(X.shape[1] == Y.shape[0],
             f"cannot multiply: X ({args.x}) is {X.shape[0]} x {X.shape[1]} but Y ({args.y}) "
             f"is {Y.shape[0]} x {Y.shape[1]}; X's columns must equal Y's rows")

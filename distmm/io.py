@@ -513,6 +513,18 @@ def _line_text(chunk: bytes, line_starts: np.ndarray, line: int) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def read_csr_block(path: str | os.PathLike[str], dtype=np.float64):
+    """A whole Matrix Market file as one :class:`~distmm.sparse.CSRBlock` on this process.
+
+    Not collective: it runs :func:`read_matrix_market` on ``MPI.COMM_SELF``, so single-process
+    commands (``spgemm``, ``simulate``) refuse malformed files with the same checks and
+    messages as the distributed reader (:class:`InputError`)."""
+    from distmm.sparse import CSRBlock
+
+    share = read_matrix_market(path, MPI.COMM_SELF)
+    return CSRBlock.from_coo(share.rows, share.cols, share.vals, share.shape, dtype)
+
+
 def read_json_object(path: str | os.PathLike[str], what: str) -> dict:
     """The JSON object in ``path`` (option files: --config, --node-config). Not collective.
 

@@ -34,13 +34,13 @@ phi = nnz / (n r).
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
 
 from distmm import costmodel
-from distmm.errors import InputError, require
+from distmm.errors import require
+from distmm.io import read_json_object
 
 
 def _interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float,
@@ -186,16 +186,7 @@ class Machine:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Machine:
         """Read a file written by ``distmm calibrate`` (any version; not collective)."""
-        try:
-            with open(path) as fh:
-                data = json.load(fh)
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such machine file") from None
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{path}: not a machine file written by distmm calibrate ({exc})"
-                             ) from None
-        require(isinstance(data, dict), f"{path}: not a machine file written by distmm "
-                                        "calibrate (not a JSON object)")
+        data = read_json_object(path, "machine file (from distmm calibrate)")
         missing = [k for k in ("alpha", "beta", "gamma") if not isinstance(data.get(k),
                                                                              (int, float))]
         require(not missing, f"{path}: missing or non-numeric {', '.join(missing)}")

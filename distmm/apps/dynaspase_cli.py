@@ -15,13 +15,11 @@ import json
 import os
 
 import numpy as np
-import scipy.io
-import scipy.sparse as sp
 from mpi4py import MPI
 
 from distmm.apps.gnn import MODELS, init_weights, reference_forward, run_gnn
 from distmm.errors import InputError, require
-from distmm.io import read_json_object
+from distmm.io import read_csr_block, read_json_object
 from distmm.kernels.dynaspase import STRATEGIES, DynaspaseConfig
 
 
@@ -48,15 +46,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _read(path: str, what: str) -> sp.csr_matrix:
-    try:
-        return sp.csr_matrix(scipy.io.mmread(path))
-    except FileNotFoundError:
-        raise InputError(f"--{what} {path}: no such file") from None
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"--{what} {path}: not a Matrix Market file ({exc})") from None
-
-
 def _config(path: str | None) -> DynaspaseConfig:
     options = read_json_object(path, "--config") if path else {}
     options.pop("strategy", None)  # --strategy decides
@@ -76,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
         out_dir = os.path.dirname(os.path.abspath(args.report))
         require(os.path.isdir(out_dir), f"--report: directory {out_dir} does not exist")
     base = _config(args.config)
-    A = _read(args.graph, "graph")
-    X = _read(args.features, "features")
+    A = read_csr_block(args.graph).to_scipy()
+    X = read_csr_block(args.features).to_scipy()
     require(A.shape[0] == A.shape[1], f"--graph must be square, got {A.shape[0]} x "
                                       f"{A.shape[1]}")
     require(X.shape[0] == A.shape[0], f"--features has {X.shape[0]} rows but the graph has "
