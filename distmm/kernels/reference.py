@@ -41,8 +41,9 @@ the float32 error of a length-r dot product stays far below the worst-case bound
 to about 300 and which the typical (sqrt(r)) growth keeps for r ~ 1024. Callers who need more
 should pass float64. Panelling changes only the order in which a row's entries are summed.
 
-The Python wrappers check dtypes, dimensions, shapes and contiguity (raising :class:`ValueError`
-with a precise message; nothing is cast silently) and then make exactly one numba call.
+The public methods of the interface check dtypes, dimensions, shapes and contiguity once
+(:mod:`distmm.kernels.checks`, a :class:`ValueError` with a precise message; nothing is cast
+silently); the wrappers here then make exactly one numba call.
 The kernels are compiled on first use per dtype and cached on disk (``cache=True``).
 """
 
@@ -60,10 +61,6 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from distmm.kernels.base import NodeModel
-from distmm.kernels.checks import check_dense as _check_dense
-from distmm.kernels.checks import check_out_dense as _check_out_dense
-from distmm.kernels.checks import check_out_vector as _check_out_vector
-from distmm.kernels.checks import check_vals as _check_vals
 from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
 __all__ = ["ReferenceModel"]
@@ -481,10 +478,7 @@ class ReferenceModel(NodeModel):
                out: np.ndarray) -> None:
         """out[k] += vals[k] * dot(A[row_k], B[col_k])."""
         m, n = S.shape
-        dtype = _check_vals(S, vals)
-        r = _check_dense("A", A, m, dtype, None)
-        _check_dense("B", B, n, dtype, r)
-        _check_out_vector(S, out, dtype)
+        dtype, r = vals.dtype, A.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
             return
         dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 2)
@@ -493,9 +487,7 @@ class ReferenceModel(NodeModel):
     def _spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
         """out += S(vals) @ B."""
         m, n = S.shape
-        dtype = _check_vals(S, vals)
-        r = _check_dense("B", B, n, dtype, None)
-        _check_out_dense(out, m, dtype, r)
+        dtype, r = vals.dtype, B.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
             return
         dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
@@ -504,9 +496,7 @@ class ReferenceModel(NodeModel):
     def _spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray) -> None:
         """out += S(vals)^T @ A, row-parallel over the cached transpose."""
         m, n = S.shape
-        dtype = _check_vals(S, vals)
-        r = _check_dense("A", A, m, dtype, None)
-        _check_out_dense(out, n, dtype, r)
+        dtype, r = vals.dtype, A.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
             return
         indptr_t, indices_t, perm = S.transpose()
@@ -519,10 +509,7 @@ class ReferenceModel(NodeModel):
                    out: np.ndarray) -> None:
         """out += (S(vals) * (A B^T)) @ B, one row's worth of intermediates per thread."""
         m, n = S.shape
-        dtype = _check_vals(S, vals)
-        r = _check_dense("A", A, m, dtype, None)
-        _check_dense("B", B, n, dtype, r)
-        _check_out_dense(out, m, dtype, r)
+        dtype, r = vals.dtype, A.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
             return
         dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
@@ -532,10 +519,7 @@ class ReferenceModel(NodeModel):
                    out: np.ndarray) -> None:
         """out += (S(vals) * (A B^T))^T @ A, row-parallel over the cached transpose."""
         m, n = S.shape
-        dtype = _check_vals(S, vals)
-        r = _check_dense("A", A, m, dtype, None)
-        _check_dense("B", B, n, dtype, r)
-        _check_out_dense(out, n, dtype, r)
+        dtype, r = vals.dtype, A.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
             return
         indptr_t, indices_t, perm = S.transpose()
