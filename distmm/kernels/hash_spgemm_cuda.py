@@ -340,7 +340,9 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
     # 2-3. symbolic binning and hash phase
     st = np.asarray(sym_tables, dtype=np.int64)
     nsb = st.shape[0]
-    d_order, offsets, one_bin = _bin_on_device(K, d_nprod, np.asarray(sym_ranges), nsb, block)
+    # binned by the bound min(nprod, ncols) of the row's nnz, as on the CPU (hash_spgemm.py)
+    d_order, offsets, one_bin = _bin_on_device(K, cuda.to_device(np.minimum(nprod, n)),
+                                               np.asarray(sym_ranges), nsb, block)
     d_nnz = cuda.device_array(m, dtype=np.int64)
     d_probes = cuda.to_device(np.zeros(nsb + 1, dtype=np.int64))
     # the last bin's rows are abandoned past 0.8 x the table; threads may each insert one more

@@ -54,69 +54,21 @@ import os
 
 import numba
 import numpy as np
-from llvmlite import ir
-from llvmlite.binding import llvm_version_info
-from numba import njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from distmm.kernels.base import NodeModel
+from distmm.kernels.numba_util import FASTMATH, gather, prefetch_row
 from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
 __all__ = ["ReferenceModel"]
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-# reassociation (vectorised reductions) and contraction (FMA); no nnan/ninf, so NaN/inf propagate
-_FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 # each row costs about as much as this many nonzeros (loop overhead, writing the output row)
 _ROW_COST = 1
 
 
 # --------------------------------------------------------------------------------------------
 # software prefetch
-
-# llvm.prefetch is overloaded on the pointer type: "p0" with opaque pointers (LLVM >= 17, the only
-# kind there), "p0i8" with the typed i8* pointers of older LLVMs
-_PREFETCH_NAME = "llvm.prefetch.p0" if llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"
-
-
-@intrinsic
-def _prefetch_row(typingctx, arr, idx):
-    """Prefetch (into all cache levels) every cache line of row ``idx`` of a 2-D array.
-
-    Lowers to ``llvm.prefetch``: a hint that never faults and changes no result. The gathered
-    dense rows of SpMM/SDDMM/FusedMM are random, so the hardware prefetchers cannot guess them;
-    asking for the row a few nonzeros ahead hides most of the memory latency.
-    """
-    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        aryty, idxty = signature.args
-        ary = context.make_array(aryty)(context, builder, args[0])
-        intp = context.get_value_type(types.intp)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        shape = cgutils.unpack_tuple(builder, ary.shape)
-        strides = cgutils.unpack_tuple(builder, ary.strides)
-        item = context.get_constant(types.intp, context.get_abi_sizeof(
-            context.get_data_type(aryty.dtype)))
-        row = context.cast(builder, args[1], idxty, types.intp)
-        base = builder.add(builder.ptrtoint(ary.data, intp), builder.mul(row, strides[0]))
-        last = builder.sub(builder.mul(shape[1], item), ir.Constant(intp, 1))
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_NAME)
-        with cgutils.for_range_slice(builder, ir.Constant(intp, 0),
-                                     builder.add(last, ir.Constant(intp, 64)),
-                                     ir.Constant(intp, 64)) as (off, _):
-            # clamp to the row's last byte, so a row not aligned to 64 bytes is fully covered
-            off = builder.select(builder.icmp_signed("<", off, last), off, last)
-            ptr = builder.inttoptr(builder.add(base, off), i8p)
-            builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return types.void(arr, idx), codegen
-
 
 def _prefetch_distance(r: int, itemsize: int) -> int:
     """How many nonzeros ahead to prefetch gathered rows: about 2 KiB ahead, 4 to 16 rows."""
@@ -172,15 +124,8 @@ def _scan(indices, X, t, end, col_end, ncols, npf):
         while stop < end and indices[stop] < col_end:
             stop += 1
     for q in range(t, min(stop, t + npf)):
-        _prefetch_row(X, indices[q])
+        prefetch_row(X, indices[q])
     return stop
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _gather(vals, perm, out):
-    """out[t] = vals[perm[t]]: the values of the transposed block, gathered in parallel."""
-    for t in prange(perm.shape[0]):
-        out[t] = vals[perm[t]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,7 +141,7 @@ def _gather(vals, perm, out):
 # vals[perm[t]] at random inside the kernel).
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels):
     """out[i] += sum_t vals[t] * X[indices[t]] over the stored entries t of row i."""
     r = out.shape[1]
@@ -227,7 +172,7 @@ def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels):
                             for q in range(4):
                                 tp = t + dist + q
                                 if tp < seg:
-                                    _prefetch_row(X, indices[tp])
+                                    prefetch_row(X, indices[tp])
                         v0 = vals[t]
                         v1 = vals[t + 1]
                         v2 = vals[t + 2]
@@ -250,7 +195,7 @@ def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels):
                         o[k] += acc[k]
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels):
     """out[t] += vals[t] * dot(A[i], B[indices[t]]) for every stored entry t of every row i."""
     r = A.shape[1]
@@ -279,7 +224,7 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels):
                             for q in range(4):
                                 tp = t + dist + q
                                 if tp < seg:
-                                    _prefetch_row(B, indices[tp])
+                                    prefetch_row(B, indices[tp])
                         b0 = B[indices[t]]
                         b1 = B[indices[t + 1]]
                         b2 = B[indices[t + 2]]
@@ -308,7 +253,7 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels):
                         t += 1
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
 def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels):
     """out[i] += sum_t w_t * Y[j_t] with w_t = vals[t] * dot(X[i], Y[j_t]), j_t = indices[t].
 
@@ -345,7 +290,7 @@ def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels):
                             for q in range(4):
                                 tp = t + dist + q
                                 if tp < seg:
-                                    _prefetch_row(Y, indices[tp])
+                                    prefetch_row(Y, indices[tp])
                         y0 = Y[indices[t]]
                         y1 = Y[indices[t + 1]]
                         y2 = Y[indices[t + 2]]
@@ -501,7 +446,7 @@ class ReferenceModel(NodeModel):
             return
         indptr_t, indices_t, perm = S.transpose()
         vals_t = np.empty_like(vals)
-        _gather(vals, perm, vals_t)
+        gather(vals, perm, vals_t)
         dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
         _spmm_kernel(indptr_t, indices_t, vals_t, A, out, _num_chunks(n), dist, panels)
 
@@ -524,6 +469,6 @@ class ReferenceModel(NodeModel):
             return
         indptr_t, indices_t, perm = S.transpose()
         vals_t = np.empty_like(vals)
-        _gather(vals, perm, vals_t)
+        gather(vals, perm, vals_t)
         dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
         _fused_kernel(indptr_t, indices_t, vals_t, B, A, out, _num_chunks(n), dist, panels)

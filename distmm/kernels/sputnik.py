@@ -42,13 +42,12 @@ import functools
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from distmm.kernels.base import NodeModel
-from distmm.kernels.reference import _FASTMATH, _PREFETCH_NAME, _gather, _prefetch_row
+from distmm.kernels.numba_util import FASTMATH, gather, prefetch_row, prefetch_span
 from distmm.sparse import CSRBlock
 
 __all__ = ["SputnikModel", "TILE_WIDTHS", "DEVICES", "swizzle_order"]
@@ -94,48 +93,11 @@ def _fetch_add(typingctx, arr, idx, val):
     return types.int64(arr, idx, val), codegen
 
 
-@intrinsic
-def _prefetch_span(typingctx, arr, start, stop):
-    """Prefetch the cache lines of ``arr[start:stop]`` (1-D), at most 4 lines; a hint only.
-
-    The swizzled order jumps between rows, so the hardware prefetchers lose the stream of
-    ``indices`` and ``vals``; asking for the next row's first lines while this row computes
-    hides that latency (the long rows' remaining lines are streamed by the hardware)."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(start, types.Integer)
-            and isinstance(stop, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        aryty, sty, ety = signature.args
-        ary = context.make_array(aryty)(context, builder, args[0])
-        intp = context.get_value_type(types.intp)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        item = context.get_constant(types.intp, context.get_abi_sizeof(
-            context.get_data_type(aryty.dtype)))
-        lo = context.cast(builder, args[1], sty, types.intp)
-        hi = context.cast(builder, args[2], ety, types.intp)
-        base = builder.ptrtoint(ary.data, intp)
-        first = builder.add(base, builder.mul(lo, item))
-        nbytes = builder.mul(builder.sub(hi, lo), item)
-        cap = ir.Constant(intp, 4 * 64)
-        nbytes = builder.select(builder.icmp_signed("<", nbytes, cap), nbytes, cap)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_NAME)
-        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), nbytes,
-                                     ir.Constant(intp, 64)) as (off, _):
-            ptr = builder.inttoptr(builder.add(first, off), i8p)
-            builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return types.void(arr, start, stop), codegen
-
-
 # --------------------------------------------------------------------------------------------
 # CPU kernels, one specialisation per tile width
 
 
-@njit(cache=True, nogil=True, inline="always", fastmath=_FASTMATH)
+@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
 def _tile(indices, vals, X, s, e, c0, width, acc, o):
     """o[c0:c0+width] += sum over t in [s, e) of vals[t] * X[indices[t], c0:c0+width].
 
@@ -174,7 +136,7 @@ def _cpu_kernels(tw: int):
     constant-trip-count tile loops (numba caches closures by the values they capture).
     """
 
-    @njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
+    @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
     def spmm(indptr, indices, vals, X, out, order, bundle, counter, work, nthreads):
         """out[i] += sum_t vals[t] * X[indices[t]] for every row i, in 1D tiles of tw columns.
 
@@ -201,9 +163,9 @@ def _cpu_kernels(tw: int):
                     done += e - s + 1
                     if q + 1 < m:  # the next row in processing order, which may be anywhere
                         nxt = order[q + 1]
-                        _prefetch_row(out, nxt)
-                        _prefetch_span(indices, indptr[nxt], indptr[nxt + 1])
-                        _prefetch_span(vals, indptr[nxt], indptr[nxt + 1])
+                        prefetch_row(out, nxt)
+                        prefetch_span(indices, indptr[nxt], indptr[nxt + 1])
+                        prefetch_span(vals, indptr[nxt], indptr[nxt + 1])
                     if e == s:
                         continue
                     o = out[i]
@@ -213,7 +175,7 @@ def _cpu_kernels(tw: int):
                         _tile(indices, vals, X, s, e, nfull * tw, rem, acc, o)
             work[th * _PAD] = done
 
-    @njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
+    @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
     def sddmm(indptr, indices, vals, A, B, out, strip, counter, work, nthreads):
         """out[t] += vals[t] * dot(A[row_t], B[indices[t]]), strips of ``strip`` nonzeros.
 
@@ -414,5 +376,5 @@ class SputnikModel(NodeModel):
             return
         indptr_t, indices_t, perm = S.transpose()
         vals_t = np.empty_like(vals)
-        _gather(vals, perm, vals_t)
+        gather(vals, perm, vals_t)
         self._spmm(indptr_t, indices_t, vals_t, A, out)

@@ -1,0 +1,101 @@
+"""Small numba helpers shared by the CPU node models: software prefetch intrinsics, the
+fast-math flag set and a parallel gather."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from llvmlite.binding import llvm_version_info
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["FASTMATH", "gather", "prefetch_row", "prefetch_span"]
+
+# reassociation (vectorised reductions) and contraction (FMA); no nnan/ninf, so NaN/inf propagate
+FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+
+# llvm.prefetch is overloaded on the pointer type: "p0" with opaque pointers (LLVM >= 17, the only
+# kind there), "p0i8" with the typed i8* pointers of older LLVMs
+_PREFETCH_NAME = "llvm.prefetch.p0" if llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"
+
+
+@intrinsic
+def prefetch_row(typingctx, arr, idx):
+    """Prefetch (into all cache levels) every cache line of row ``idx`` of a 2-D array.
+
+    Lowers to ``llvm.prefetch``: a hint that never faults and changes no result. The gathered
+    dense rows of SpMM/SDDMM/FusedMM are random, so the hardware prefetchers cannot guess them;
+    asking for the row a few nonzeros ahead hides most of the memory latency.
+    """
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty, idxty = signature.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        intp = context.get_value_type(types.intp)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        shape = cgutils.unpack_tuple(builder, ary.shape)
+        strides = cgutils.unpack_tuple(builder, ary.strides)
+        item = context.get_constant(types.intp, context.get_abi_sizeof(
+            context.get_data_type(aryty.dtype)))
+        row = context.cast(builder, args[1], idxty, types.intp)
+        base = builder.add(builder.ptrtoint(ary.data, intp), builder.mul(row, strides[0]))
+        last = builder.sub(builder.mul(shape[1], item), ir.Constant(intp, 1))
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_NAME)
+        with cgutils.for_range_slice(builder, ir.Constant(intp, 0),
+                                     builder.add(last, ir.Constant(intp, 64)),
+                                     ir.Constant(intp, 64)) as (off, _):
+            # clamp to the row's last byte, so a row not aligned to 64 bytes is fully covered
+            off = builder.select(builder.icmp_signed("<", off, last), off, last)
+            ptr = builder.inttoptr(builder.add(base, off), i8p)
+            builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, idx), codegen
+
+
+@intrinsic
+def prefetch_span(typingctx, arr, start, stop):
+    """Prefetch the cache lines of ``arr[start:stop]`` (1-D), at most 4 lines; a hint only.
+
+    The swizzled order jumps between rows, so the hardware prefetchers lose the stream of
+    ``indices`` and ``vals``; asking for the next row's first lines while this row computes
+    hides that latency (the long rows' remaining lines are streamed by the hardware)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(start, types.Integer)
+            and isinstance(stop, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty, sty, ety = signature.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        intp = context.get_value_type(types.intp)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        item = context.get_constant(types.intp, context.get_abi_sizeof(
+            context.get_data_type(aryty.dtype)))
+        lo = context.cast(builder, args[1], sty, types.intp)
+        hi = context.cast(builder, args[2], ety, types.intp)
+        base = builder.ptrtoint(ary.data, intp)
+        first = builder.add(base, builder.mul(lo, item))
+        nbytes = builder.mul(builder.sub(hi, lo), item)
+        cap = ir.Constant(intp, 4 * 64)
+        nbytes = builder.select(builder.icmp_signed("<", nbytes, cap), nbytes, cap)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_NAME)
+        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), nbytes,
+                                     ir.Constant(intp, 64)) as (off, _):
+            ptr = builder.inttoptr(builder.add(first, off), i8p)
+            builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, start, stop), codegen
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def gather(vals, perm, out):
+    """out[t] = vals[perm[t]]: the values of the transposed block, gathered in parallel."""
+    for t in prange(perm.shape[0]):
+        out[t] = vals[perm[t]]
