@@ -171,6 +171,56 @@ def test_binning_ratio_changes_speed_not_result(num_ratio):
     assert st["num_bin2_rows"] + st["num_bin3_rows"] > 0
 
 
+def _two_run_rows(key_sets, ncols, seed):
+    """X, Y such that row r of X @ Y unions the keys of two rows of Y, key_sets[r] split
+    between them with overlap: the row's keys are inserted as two interleaved sorted runs, so
+    the numeric phase really has to sort them."""
+    rng = np.random.default_rng(seed)
+    rows, cols = [], []
+    for r, ks in enumerate(key_sets):
+        ks = np.unique(ks)
+        first = rng.random(ks.size) < 0.5
+        both = rng.random(ks.size) < 0.2
+        for y, sel in ((2 * r, first | both), (2 * r + 1, ~first | both)):
+            rows.append(np.full(sel.sum(), y))
+            cols.append(ks[sel])
+    rows, cols = np.concatenate(rows), np.concatenate(cols)
+    Y = sp.csr_matrix((rng.uniform(0.5, 1, rows.size), (rows, cols)),
+                      shape=(2 * len(key_sets), ncols))
+    X = sp.csr_matrix((rng.uniform(0.5, 1, 2 * len(key_sets)),
+                       (np.repeat(np.arange(len(key_sets)), 2), np.arange(2 * len(key_sets)))))
+    return X, Y
+
+
+def test_every_sort_way():
+    """Rows of up to 32 keys are rank-sorted, longer rows with keys dense in their range go
+    through the bitmap, sparse ones through the counting sort (or the radix sort when the keys
+    cluster in one bucket); a range wider than the bitmap's 2^24 bits never uses it."""
+    rng = np.random.default_rng(40)
+    n = (1 << 24) + 3000
+    sets = [rng.choice(1000, 20, replace=False),                     # rank
+            rng.choice(300, 200, replace=False) + 5000,              # bitmap, dense range
+            np.arange(0, 4096 * 40, 4096),                            # bitmap, 1 key per word
+            rng.choice(n, 50, replace=False),                        # counting sort, sparse
+            np.concatenate((rng.choice(200, 60, replace=False), [n - 1])),  # radix
+            np.concatenate((np.arange(5000), [1 << 24, n - 1])),     # range > 2^24: no bitmap
+            np.array([0, 63, 64, 4095, 4096, 4097] + list(range(100, 140)))]  # word edges
+    X, Y = _two_run_rows(sets, n, 41)
+    st = _check(X, Y)
+    assert st["sort_rank_rows"] == 1
+    assert st["sort_bitmap_rows"] == 3
+    assert st["sort_bucket_rows"] == 3
+
+
+def test_symbolic_bins_by_column_bound():
+    """Rows with more products than C has columns get the table of their bound
+    min(products, ncols), not the last bin's."""
+    X = _rand(40, 300, 0.5, 42)
+    Y = _rand(300, 20, 0.9, 43)  # 20 columns, about 150 x 18 products per row
+    st = _check(X, Y)
+    assert st["sym_bin0_rows"] == 40 and st["sym_one_bin"] == 1
+
+
 def _relu_dense(m, r, density, seed, dtype):
     rng = np.random.default_rng(seed)
     D = rng.standard_normal((m, r)) * (rng.random((m, r)) < density)
