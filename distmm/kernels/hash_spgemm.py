@@ -96,6 +96,37 @@ def _next_pow2(x: np.ndarray) -> np.ndarray:
     return (1 << np.ceil(np.log2(x)).astype(np.int64)).astype(np.int64)
 
 
+def own_table_sizes(bound: np.ndarray, table: int, top: int) -> np.ndarray:
+    """Tables sized per row from a bound on its keys, as the last bin's fixed table is sized
+    from its range (the same table / range ratio, rounded up to a power of two, and always at
+    least one free slot): the paper's kernel8 (symbolic) and global kernel7 (numeric)."""
+    return np.maximum(_next_pow2(np.ceil(bound * (table / max(top, 1)))), bound + 1)
+
+
+def numeric_table_sizes(nnz: np.ndarray, order: np.ndarray, offsets: np.ndarray,
+                        num_tables, num_ranges) -> tuple[np.ndarray, np.ndarray]:
+    """(bin of each binned row, table size of each binned row) for the numeric phase: the 7
+    fixed tables, then tables sized per row from its nnz for the last bin."""
+    nt = np.asarray(num_tables, dtype=np.int64)
+    which = np.repeat(np.arange(nt.shape[0] + 1), np.diff(offsets))
+    rsize = np.empty(order.shape[0], dtype=np.int64)
+    fixed = which < nt.shape[0]
+    rsize[fixed] = nt[which[fixed]]
+    rsize[~fixed] = own_table_sizes(nnz[order[~fixed]], int(nt[-1]), int(num_ranges[-1]))
+    return which, rsize
+
+
+def bin_counters(counters: dict, phase: str, which: np.ndarray, probes: np.ndarray,
+                 fill: np.ndarray) -> None:
+    """The per-bin counters of one phase: rows, probes and summed table occupancy (``fill``
+    per binned row, in bin order) of every bin."""
+    for b in range(probes.shape[0]):
+        rows_b = which == b
+        counters[f"{phase}_bin{b}_rows"] = int(rows_b.sum())
+        counters[f"{phase}_bin{b}_probes"] = int(probes[b])
+        counters[f"{phase}_bin{b}_fill"] = float(np.sum(fill[rows_b]))
+
+
 # --------------------------------------------------------------------------------------------
 # numba kernels (CPU)
 
@@ -190,13 +221,31 @@ def _chunk_bounds(order, offsets, work, nchunks):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _prefetch_first_rows(xp, xi, yp, yi, yv, i):
-    """Prefetch the Y rows of the first PREFETCH_AHEAD entries of row i of X (keys and values;
-    pass yi twice when the values are not needed)."""
-    for a in range(xp[i], min(xp[i] + PREFETCH_AHEAD, xp[i + 1])):
-        k = xi[a]
-        prefetch_span(yi, yp[k], yp[k + 1])
+def _prefetch_y_row(xi, yp, yi, yv, a):
+    """Prefetch the row of Y that entry a of X selects: its keys, and its values unless yv is
+    None (the symbolic phase; the branch is removed at compile time)."""
+    k = xi[a]
+    prefetch_span(yi, yp[k], yp[k + 1])
+    if yv is not None:
         prefetch_span(yv, yp[k], yp[k + 1])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _prefetch_first_rows(xp, xi, yp, yi, yv, i):
+    """Prefetch the Y rows of the first PREFETCH_AHEAD entries of row i of X."""
+    for a in range(xp[i], min(xp[i] + PREFETCH_AHEAD, xp[i + 1])):
+        _prefetch_y_row(xi, yp, yi, yv, a)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _chunk_table_max(bounds, rsize, c):
+    """The largest table among the rows of chunk c (its scratch table is that big)."""
+    tmax = 1
+    for b in range(bounds.shape[0]):
+        for q in range(bounds[b, c], bounds[b, c + 1]):
+            if rsize[q] > tmax:
+                tmax = rsize[q]
+    return tmax
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -211,13 +260,7 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, nnz, 
     """
     nbins = bounds.shape[0]
     for c in prange(nchunks):
-        tmax = 1
-        for b in range(nbins):
-            lo = bounds[b, c]
-            hi = bounds[b, c + 1]
-            for q in range(lo, hi):
-                if rsize[q] > tmax:
-                    tmax = rsize[q]
+        tmax = _chunk_table_max(bounds, rsize, c)
         table = np.empty(tmax, dtype=np.int32)
         for b in range(nbins):
             lo = bounds[b, c]
@@ -232,12 +275,11 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, nnz, 
                 cnt = 0
                 aborted = False
                 if q + 1 < hi:
-                    _prefetch_first_rows(xp, xi, yp, yi, yi, order[q + 1])
+                    _prefetch_first_rows(xp, xi, yp, yi, None, order[q + 1])
                 xe = xp[i + 1]
                 for a in range(xp[i], xe):
                     if a + PREFETCH_AHEAD < xe:
-                        k2 = xi[a + PREFETCH_AHEAD]
-                        prefetch_span(yi, yp[k2], yp[k2 + 1])
+                        _prefetch_y_row(xi, yp, yi, None, a + PREFETCH_AHEAD)
                     k = xi[a]
                     for t in range(yp[k], yp[k + 1]):
                         key = yi[t]
@@ -405,13 +447,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
     """
     nbins = bounds.shape[0]
     for c in prange(nchunks):
-        tmax = 1
-        for b in range(nbins):
-            lo = bounds[b, c]
-            hi = bounds[b, c + 1]
-            for q in range(lo, hi):
-                if rsize[q] > tmax:
-                    tmax = rsize[q]
+        tmax = _chunk_table_max(bounds, rsize, c)
         keys = np.full(tmax, -1, dtype=np.int32)  # kept all -1 between rows
         vals = np.empty(tmax, dtype=cv.dtype)
         packed = np.empty(tmax, dtype=np.int64)
@@ -440,9 +476,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                 xe = xp[i + 1]
                 for a in range(xp[i], xe):
                     if a + PREFETCH_AHEAD < xe:
-                        k2 = xi[a + PREFETCH_AHEAD]
-                        prefetch_span(yi, yp[k2], yp[k2 + 1])
-                        prefetch_span(yv, yp[k2], yp[k2 + 1])
+                        _prefetch_y_row(xi, yp, yi, yv, a + PREFETCH_AHEAD)
                     k = xi[a]
                     av = xv[a]
                     for t in range(yp[k], yp[k + 1]):
@@ -640,8 +674,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     fallback_probes = 0
     if redo.size:
         # kernel8: a table of its own, sized from the row's bound min(nprod, ncols)
-        size_r = np.maximum(_next_pow2(np.ceil(bound[redo] * (st[-1] / sym_ranges[-1]))),
-                            bound[redo] + 1)
+        size_r = own_table_sizes(bound[redo], int(st[-1]), int(sym_ranges[-1]))
         off_r = np.array([0, redo.size], dtype=np.int64)
         ch = _num_chunks(redo.size)
         pr = np.zeros((ch, 1), dtype=np.int64)
@@ -650,12 +683,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
                          size_r, ch, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
-    for b in range(nsb):
-        rows_b = which == b
-        counters[f"sym_bin{b}_rows"] = int(rows_b.sum())
-        counters[f"sym_bin{b}_probes"] = int(sym_probes[b])
-        counters[f"sym_bin{b}_fill"] = float(np.sum(
-            np.minimum(nnz[order[rows_b]], st[b]) / st[b])) if rows_b.any() else 0.0
+    bin_counters(counters, "sym", which, sym_probes, np.minimum(nnz[order], rsize) / rsize)
     counters["sym_one_bin"] = int(one_bin)
     counters["sym_fallback_rows"] = int(redo.size)
     counters["sym_probes"] = int(sym_probes.sum()) + fallback_probes
@@ -670,16 +698,9 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
 
     # 5-6. numeric binning and hash phase; the last bin sizes its tables per row
     t3 = time.perf_counter()
-    nt = np.asarray(num_tables, dtype=np.int64)
-    nnb = nt.shape[0] + 1
+    nnb = len(num_tables) + 1
     order, offsets, one_bin = _bin_rows(nnz, np.asarray(num_ranges, dtype=np.int64), nnb)
-    which = np.repeat(np.arange(nnb), np.diff(offsets))
-    rsize = np.empty(m, dtype=np.int64)
-    fixed = which < nnb - 1
-    rsize[fixed] = nt[which[fixed]]
-    ratio = nt[-1] / max(num_ranges[-1], 1)
-    big = nnz[order[~fixed]]
-    rsize[~fixed] = np.maximum(_next_pow2(np.ceil(big * ratio)), big + 1)
+    which, rsize = numeric_table_sizes(nnz, order, offsets, num_tables, num_ranges)
     probes = np.zeros((chunks, nnb), dtype=np.int64)
     t4 = time.perf_counter()
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
@@ -689,11 +710,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
                     cv, probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
-    for b in range(nnb):
-        rows_b = which == b
-        counters[f"num_bin{b}_rows"] = int(rows_b.sum())
-        counters[f"num_bin{b}_probes"] = int(num_probes[b])
-        counters[f"num_bin{b}_fill"] = float(np.sum(nnz[order[rows_b]] / rsize[rows_b]))
+    bin_counters(counters, "num", which, num_probes, nnz[order] / rsize)
     counters["num_one_bin"] = int(one_bin)
     for j, way in enumerate(("rank", "bitmap", "bucket")):
         counters[f"sort_{way}_rows"] = int(sorts[:, j].sum())

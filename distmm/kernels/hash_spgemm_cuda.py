@@ -33,6 +33,7 @@ import functools
 import numpy as np
 from numba import cuda, from_dtype, int32, int64
 
+from distmm.kernels.hash_spgemm import bin_counters, numeric_table_sizes, own_table_sizes
 from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
 __all__ = ["cuda_hash_spgemm"]
@@ -283,11 +284,6 @@ _K = {"cuda": cuda, "nprod": nprod_kernel, "bin_count": bin_count, "bin_place": 
       "sym_shared": sym_shared, "num_shared": num_shared}
 
 
-def _pow2_at_least(x: np.ndarray) -> np.ndarray:
-    x = np.maximum(np.asarray(x, dtype=np.int64), 1)
-    return (1 << np.ceil(np.log2(x)).astype(np.int64)).astype(np.int64)
-
-
 def _bin_on_device(K, d_sizes, ranges: np.ndarray, nbins: int, block: int):
     """Binning on the GPU; returns (device order, host offsets, one_bin)."""
     cuda = K["cuda"]
@@ -368,7 +364,7 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
     if redo.size:
         # kernel8: a global table per row sized from its bound min(nprod, ncols)
         bound = np.minimum(nprod[redo], n)
-        tsz = np.maximum(_pow2_at_least(np.ceil(bound * (st[-1] / sym_ranges[-1]))), bound + 1)
+        tsz = own_table_sizes(bound, int(st[-1]), int(sym_ranges[-1]))
         toff = np.concatenate(([0], np.cumsum(tsz)[:-1])).astype(np.int64)
         K["sym_global"][redo.size, block](
             d_xp, d_xi, d_yp, d_yi, cuda.to_device(redo.astype(np.int64)), 0,
@@ -379,12 +375,8 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
     sym_probes = d_probes.copy_to_host()
     order = d_order.copy_to_host()
     which = np.repeat(np.arange(nsb), np.diff(offsets))
-    for b in range(nsb):
-        rows_b = which == b
-        counters[f"sym_bin{b}_rows"] = int(rows_b.sum())
-        counters[f"sym_bin{b}_probes"] = int(sym_probes[b])
-        counters[f"sym_bin{b}_fill"] = float(np.sum(
-            np.minimum(nnz[order[rows_b]], st[b]) / st[b])) if rows_b.any() else 0.0
+    bin_counters(counters, "sym", which, sym_probes[:nsb],
+                 np.minimum(nnz[order], st[which]) / st[which])
     counters["sym_one_bin"] = int(one_bin)
     counters["sym_fallback_rows"] = int(redo.size)
     counters["sym_probes"] = int(sym_probes.sum())
@@ -405,13 +397,7 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
     d_nnz = cuda.to_device(nnz)
     d_order, offsets, one_bin = _bin_on_device(K, d_nnz, np.asarray(num_ranges), nnb, block)
     order = d_order.copy_to_host()
-    which = np.repeat(np.arange(nnb), np.diff(offsets))
-    rsize = np.empty(m, dtype=np.int64)
-    fixed = which < nnb - 1
-    rsize[fixed] = nt[which[fixed]]
-    big = nnz[order[~fixed]]
-    rsize[~fixed] = np.maximum(_pow2_at_least(np.ceil(big * nt[-1] / max(num_ranges[-1], 1))),
-                               big + 1)
+    which, rsize = numeric_table_sizes(nnz, order, offsets, num_tables, num_ranges)
     d_probes = cuda.to_device(np.zeros(nnb, dtype=np.int64))
     for b in range(nnb):
         lo, hi = int(offsets[b]), int(offsets[b + 1])
@@ -430,11 +416,7 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
                 cuda.device_array(int(tsz.sum()), dtype=dtype), d_cp, d_tk, d_tv, d_ci, d_cv,
                 d_probes, b)
     num_probes = d_probes.copy_to_host()
-    for b in range(nnb):
-        rows_b = which == b
-        counters[f"num_bin{b}_rows"] = int(rows_b.sum())
-        counters[f"num_bin{b}_probes"] = int(num_probes[b])
-        counters[f"num_bin{b}_fill"] = float(np.sum(nnz[order[rows_b]] / rsize[rows_b]))
+    bin_counters(counters, "num", which, num_probes, nnz[order] / rsize)
     counters["num_one_bin"] = int(one_bin)
     counters["num_probes"] = int(num_probes.sum())
     counters["num_insertions"] = int(nprod.sum())
