@@ -73,12 +73,21 @@ HASH_SCALE = 107
 # fraction of the bin's table (section 5.6.1).
 SYM_ABORT_FRACTION = 0.8
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-# Y rows are prefetched this many entries of the X row ahead (and the first ones of the next
-# row): the rows of Y that a row of X selects are random, so the hardware prefetchers miss them
-# (ER n=100000 d=8, 1 thread: numeric 193 -> 134 ms, symbolic 42 -> 29 ms).
-PREFETCH_AHEAD = 4
+# The rows of Y that a row of X selects are random, so the hardware prefetchers miss them: both
+# phases prefetch along the stream of X entries of the rows they are about to do, across row
+# ends, the Y rows this many entries ahead and their indptr entries (a miss of its own) this
+# many. Short rows (metis-mdual: 4 entries) get their Y rows a few rows in advance.
+PREFETCH_ROWS = 8
+PREFETCH_INDPTR = 16
 # rows whose key range is at most this wide may be sorted through a bitmap (2 MiB per thread)
 BITMAP_SPAN_MAX = 1 << 24
+# per-thread budget of the dense accumulator (see hash_spgemm): about one core's L2 here. In
+# the numeric phase the random updates of the value array must hit the cache: metis-mdual's
+# 258569 columns (2.3 MB) ran 1.4x slower dense than hashed, ER n=100000 (0.9 MB) 1.35x faster.
+DENSE_MAX_BYTES = 1 << 20
+# a dense-accumulator row with at least one key per this many columns is written out by
+# scanning its column flags (MovieLens A A^T rows), sparser rows through a bitmap
+DENSE_SCAN_COLS = 32
 
 
 def binning_ranges(tables: tuple[int, ...], ratio: float) -> tuple[int, ...]:
@@ -231,13 +240,6 @@ def _prefetch_y_row(xi, yp, yi, yv, a):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _prefetch_first_rows(xp, xi, yp, yi, yv, i):
-    """Prefetch the Y rows of the first PREFETCH_AHEAD entries of row i of X."""
-    for a in range(xp[i], min(xp[i] + PREFETCH_AHEAD, xp[i + 1])):
-        _prefetch_y_row(xi, yp, yi, yv, a)
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _chunk_table_max(bounds, rsize, c):
     """The largest table among the rows of chunk c (its scratch table is that big)."""
     tmax = 1
@@ -248,38 +250,114 @@ def _chunk_table_max(bounds, rsize, c):
     return tmax
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _cursor_step(xp, order, hi, q, a, e):
+    """Move a cursor over the X entries of the rows order[q], order[q+1], ..., order[hi-1] on
+    by one entry; returns the new (q, a, e) (entry a of row order[q], whose entries end at e);
+    a >= e once the rows are exhausted."""
+    a += 1
+    while a >= e and q + 1 < hi:
+        q += 1
+        r = order[q]
+        a = xp[r]
+        e = xp[r + 1]
+    return q, a, e
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cursors_start(xp, xi, yp, order, lo, hi):
+    """The two prefetch cursors of _prefetch_step, placed PREFETCH_ROWS and PREFETCH_INDPTR
+    entries ahead of the first entry of row order[lo] (prefetching what they pass)."""
+    q1 = lo
+    a1 = -1
+    e1 = -1
+    if lo < hi:
+        a1 = xp[order[lo]] - 1
+        e1 = xp[order[lo] + 1]
+    q2, a2, e2 = q1, a1, e1
+    for _ in range(PREFETCH_ROWS):
+        q1, a1, e1 = _cursor_step(xp, order, hi, q1, a1, e1)
+        if a1 < e1:
+            k = xi[a1]
+            prefetch_span(yp, k, k + 2)
+    for _ in range(PREFETCH_INDPTR):
+        q2, a2, e2 = _cursor_step(xp, order, hi, q2, a2, e2)
+        if a2 < e2:
+            k = xi[a2]
+            prefetch_span(yp, k, k + 2)
+    return q1, a1, e1, q2, a2, e2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _prefetch_step(xp, xi, yp, yi, yv, order, hi, q1, a1, e1, q2, a2, e2):
+    """Called once per X entry processed: the near cursor asks for the Y row that the entry
+    PREFETCH_ROWS ahead selects (its indptr entry is cached by then), the far one for the
+    indptr entry of the entry PREFETCH_INDPTR ahead. The cursors run over the rows in their
+    processing order, across row ends, so short rows are covered too."""
+    q1, a1, e1 = _cursor_step(xp, order, hi, q1, a1, e1)
+    if a1 < e1:
+        _prefetch_y_row(xi, yp, yi, yv, a1)
+    q2, a2, e2 = _cursor_step(xp, order, hi, q2, a2, e2)
+    if a2 < e2:
+        k = xi[a2]
+        prefetch_span(yp, k, k + 2)
+    return q1, a1, e1, q2, a2, e2
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, nnz, probes):
+def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense_cols, nnz,
+                     probes):
     """Symbolic hash phase (Algorithm 4) for the rows ``order``, bins split by ``bounds``.
 
     Row order[q] uses a table of rsize[q] slots; its distinct column count goes to nnz[row],
     or -1 if the count passed limit[q] (then the row must be recomputed with a bigger table).
     Chunk c takes the rows bounds[b, c]:bounds[b, c+1] of every bin b (see _chunk_bounds) and
-    keeps one scratch table. probes[c, b] counts
-    the table accesses of chunk c in bin b.
+    keeps one scratch table. probes[c, b] counts the table accesses of chunk c in bin b.
+    With ``dense_cols`` > 0 (the number of columns of C) every row is counted with a dense
+    flag array over the columns instead of a table (spECK's dense accumulator, see
+    :func:`hash_spgemm`): no probes, no overflow.
     """
     nbins = bounds.shape[0]
     for c in prange(nchunks):
-        tmax = _chunk_table_max(bounds, rsize, c)
+        dense = dense_cols > 0
+        tmax = 1 if dense else _chunk_table_max(bounds, rsize, c)
         table = np.empty(tmax, dtype=np.int32)
+        flags = np.zeros(max(dense_cols, 1), dtype=np.uint8)  # all 0 between rows
+        new = np.empty(dense_cols + 1, dtype=np.int32)
         for b in range(nbins):
             lo = bounds[b, c]
             hi = bounds[b, c + 1]
             pr = 0
+            q1, a1, e1, q2, a2, e2 = _cursors_start(xp, xi, yp, order, lo, hi)
             for q in range(lo, hi):
                 i = order[q]
+                xe = xp[i + 1]
+                if dense:
+                    # branch-free: every key is written to the list, the count only moves
+                    # past it when the key is new
+                    cnt = 0
+                    for a in range(xp[i], xe):
+                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, None, order, hi,
+                                                                q1, a1, e1, q2, a2, e2)
+                        k = xi[a]
+                        for t in range(yp[k], yp[k + 1]):
+                            key = yi[t]
+                            new[cnt] = key
+                            cnt += 1 - flags[key]
+                            flags[key] = 1
+                    for u in range(cnt):
+                        flags[new[u]] = 0
+                    nnz[i] = cnt
+                    continue
                 size = rsize[q]
                 mask = size - 1 if (size & (size - 1)) == 0 else -1
                 lim = limit[q]
                 table[:size] = -1
                 cnt = 0
                 aborted = False
-                if q + 1 < hi:
-                    _prefetch_first_rows(xp, xi, yp, yi, None, order[q + 1])
-                xe = xp[i + 1]
                 for a in range(xp[i], xe):
-                    if a + PREFETCH_AHEAD < xe:
-                        _prefetch_y_row(xi, yp, yi, None, a + PREFETCH_AHEAD)
+                    q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, None, order, hi,
+                                                            q1, a1, e1, q2, a2, e2)
                     k = xi[a]
                     for t in range(yp[k], yp[k + 1]):
                         key = yi[t]
@@ -300,6 +378,9 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, nnz, 
                             aborted = True
                             break
                     if aborted:
+                        for _a in range(a + 1, xe):  # keep the cursors ahead
+                            q1, a1, e1, q2, a2, e2 = _prefetch_step(
+                                xp, xi, yp, yi, None, order, hi, q1, a1, e1, q2, a2, e2)
                         break
                 nnz[i] = -1 if aborted else cnt
             probes[c, b] += pr
@@ -432,22 +513,84 @@ def _write_bitmap_row(rkey, m, kmin, span, keys, vals, size, mask, bitmap, summa
                 t += 1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap, summary,
+               packed, tmp, counts, ci, cv, start, sorts, c):
+    """Write the row whose m keys rkey[:m] sit in slots rslot[:m] of the table ``keys`` /
+    ``vals`` to ci/cv[start:start+m] sorted by column, and empty the slots. The sort takes one
+    of three
+    ways, counted in sorts[c, 0..2]: a rank sort for rows of up to 32 keys, a bitmap over the
+    keys' range when the keys are dense enough in it (_write_bitmap_row), else a counting/radix
+    sort of (key << 32 | slot) pairs (_sort_row)."""
+    if m <= 32:
+        # short rows: each key's place is the number of smaller keys (branch-free compares
+        # over int32 keys that vectorise 8 wide; an insertion sort mispredicts at every step;
+        # int64 (key, slot) pairs measured 1.5x slower on metis-mdual, whose rows hold about
+        # 12 keys)
+        sorts[c, 0] += 1
+        for u in range(m):
+            x = rkey[u]
+            rank = 0
+            for w in range(m):
+                rank += rkey[w] < x
+            h = rslot[u]
+            ci[start + rank] = x
+            cv[start + rank] = vals[h]
+            keys[h] = -1
+        return
+    kmin = np.int64(2**31)
+    kmax = np.int64(-1)
+    for u in range(m):
+        kh = np.int64(rkey[u])
+        kmin = min(kmin, kh)
+        kmax = max(kmax, kh)
+    span = kmax - kmin + 1
+    if span <= span_max and (span + 4095) >> 12 <= m:
+        sorts[c, 1] += 1
+        _write_bitmap_row(rkey, m, kmin, span, keys, vals, size, mask, bitmap, summary, ci,
+                          cv, start)
+        return
+    sorts[c, 2] += 1
+    for u in range(m):
+        packed[u] = (np.int64(rkey[u]) << 32) | rslot[u]
+    srt = _sort_row(packed, tmp, counts, m, kmin, kmax, passes)
+    for u in range(m):
+        h = srt[u] & 0xFFFFFFFF
+        ci[start + u] = np.int32(srt[u] >> 32)
+        cv[start + u] = vals[h]
+        keys[h] = -1
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passes, ncols, cp,
-                    ci, cv, probes, sorts):
+def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passes, ncols,
+                    dense_cols, cp, ci, cv, probes, sorts):
     """Numeric hash phase (Algorithm 5): accumulate, condense, sort and write each row of C.
 
     Row order[q] uses a table of rsize[q] slots. Every new key and its slot are recorded when
     the key is inserted (the condensing of the paper's ``shared_offset``, done during the
     insertion, so no scan of the table is needed), then the row is sorted by column and written
-    out, and only the used slots are reset. The sort takes one of three ways (the counts go to
-    sorts[c, 0..2]): a rank sort for rows of up to 32 keys, a bitmap over the keys' range when
-    the keys are dense enough in it (_write_bitmap_row), else a counting/radix sort of
-    (key << 32 | slot) pairs (_sort_row). probes[c, b] counts the accumulation probes.
+    out (_write_row, sort ways counted in sorts[c, 0..2]), and only the used slots are reset.
+    probes[c, b] counts the accumulation probes.
+
+    With ``dense_cols`` > 0 (= ncols) every row accumulates into a dense array over the columns
+    instead (spECK's dense accumulator, see :func:`hash_spgemm`) and comes out sorted without a
+    sort: rows with at least one key per 32 columns (``DENSE_SCAN_COLS``) flag their columns
+    in a byte array that is scanned 8 columns per word over the row's range (sorts[c, 3]);
+    sparser rows mark a bitmap, and a summary bit per bitmap word on its first mark, which are
+    scanned through (sorts[c, 4]).
     """
     nbins = bounds.shape[0]
+    one = np.uint64(1)
     for c in prange(nchunks):
-        tmax = _chunk_table_max(bounds, rsize, c)
+        dense = dense_cols > 0
+        # the dense accumulator: a value, a flag byte and a bitmap bit per column of C, all 0
+        # between rows; the bitmap summary has one bit per bitmap word
+        acc = np.zeros(dense_cols, dtype=cv.dtype)
+        flags64 = np.zeros((dense_cols >> 3) + 1, dtype=np.uint64)
+        flags = flags64.view(np.uint8)
+        marks = np.zeros((dense_cols >> 6) + 1, dtype=np.uint64)
+        marks_summary = np.zeros((dense_cols >> 12) + 1, dtype=np.uint64)
+        tmax = 1 if dense else _chunk_table_max(bounds, rsize, c)
         keys = np.full(tmax, -1, dtype=np.int32)  # kept all -1 between rows
         vals = np.empty(tmax, dtype=cv.dtype)
         packed = np.empty(tmax, dtype=np.int64)
@@ -455,28 +598,96 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
         rslot = np.empty(tmax, dtype=np.int32)  # insertion order
         tmp = np.empty(tmax, dtype=np.int64)
         counts = np.empty(max(257, min(tmax, 1 << 16) + 1), dtype=np.int64)
-        span_max = min(ncols, BITMAP_SPAN_MAX)
+        span_max = 1 if dense else min(ncols, BITMAP_SPAN_MAX)
         bitmap = np.zeros((span_max + 63) // 64 + 1, dtype=np.uint64)
         summary = np.zeros((span_max + 4095) // 4096 + 1, dtype=np.uint64)
         for b in range(nbins):
             lo = bounds[b, c]
             hi = bounds[b, c + 1]
             pr = 0
+            q1, a1, e1, q2, a2, e2 = _cursors_start(xp, xi, yp, order, lo, hi)
             for q in range(lo, hi):
                 i = order[q]
-                if q + 1 < hi:
-                    _prefetch_first_rows(xp, xi, yp, yi, yv, order[q + 1])
                 start = cp[i]
                 n = cp[i + 1] - start
+                xa = xp[i]
+                xe = xp[i + 1]
                 if n == 0:
+                    for _a in range(xa, xe):  # keep the cursors ahead
+                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
+                                                                q1, a1, e1, q2, a2, e2)
+                    continue
+                if dense and ncols <= DENSE_SCAN_COLS * n:
+                    # flags are plain stores: marking a bitmap instead costs a read-modify-
+                    # write per product on words that the next keys of a dense Y row share
+                    kmin = ncols
+                    kmax = 0
+                    for a in range(xa, xe):
+                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
+                                                                q1, a1, e1, q2, a2, e2)
+                        k = xi[a]
+                        av = xv[a]
+                        for t in range(yp[k], yp[k + 1]):
+                            key = yi[t]
+                            acc[key] += av * yv[t]
+                            flags[key] = 1
+                            kmin = min(kmin, key)
+                            kmax = max(kmax, key)
+                    t = start
+                    for w in range(kmin >> 3, (kmax >> 3) + 1):
+                        x = flags64[w]
+                        if x == 0:
+                            continue
+                        flags64[w] = 0
+                        while x:  # one bit per flagged byte: the lowest is byte tz / 8
+                            key = (w << 3) + (trailing_zeros(x) >> 3)
+                            x &= x - one
+                            ci[t] = key
+                            cv[t] = acc[key]
+                            acc[key] = 0
+                            t += 1
+                    sorts[c, 3] += 1
+                    continue
+                if dense:
+                    for a in range(xa, xe):
+                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
+                                                                q1, a1, e1, q2, a2, e2)
+                        k = xi[a]
+                        av = xv[a]
+                        for t in range(yp[k], yp[k + 1]):
+                            key = yi[t]
+                            acc[key] += av * yv[t]
+                            w = key >> 6
+                            word = marks[w]
+                            if word == 0:
+                                marks_summary[w >> 6] |= one << np.uint64(w & 63)
+                            marks[w] = word | (one << np.uint64(key & 63))
+                    t = start
+                    for s in range(marks_summary.shape[0]):
+                        y = marks_summary[s]
+                        if y == 0:
+                            continue
+                        marks_summary[s] = 0
+                        while y:
+                            w = (s << 6) + trailing_zeros(y)
+                            y &= y - one
+                            x = marks[w]
+                            marks[w] = 0
+                            while x:
+                                key = (w << 6) + trailing_zeros(x)
+                                x &= x - one
+                                ci[t] = key
+                                cv[t] = acc[key]
+                                acc[key] = 0
+                                t += 1
+                    sorts[c, 4] += 1
                     continue
                 size = rsize[q]
                 mask = size - 1 if (size & (size - 1)) == 0 else -1
                 m = 0
-                xe = xp[i + 1]
-                for a in range(xp[i], xe):
-                    if a + PREFETCH_AHEAD < xe:
-                        _prefetch_y_row(xi, yp, yi, yv, a + PREFETCH_AHEAD)
+                for a in range(xa, xe):
+                    q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
+                                                            q1, a1, e1, q2, a2, e2)
                     k = xi[a]
                     av = xv[a]
                     for t in range(yp[k], yp[k + 1]):
@@ -498,41 +709,8 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                             h = h + 1
                             if h == size:
                                 h = 0
-                if m <= 32:
-                    # short rows: each key's place is the number of smaller keys (branch-free
-                    # compares over int32 keys that vectorise 8 wide; an insertion sort
-                    # mispredicts at every step; int64 (key, slot) pairs measured 1.5x slower
-                    # on metis-mdual, whose rows hold about 12 keys)
-                    sorts[c, 0] += 1
-                    for u in range(m):
-                        x = rkey[u]
-                        rank = 0
-                        for w in range(m):
-                            rank += rkey[w] < x
-                        ci[start + rank] = x
-                        cv[start + rank] = vals[rslot[u]]
-                        keys[rslot[u]] = -1
-                    continue
-                kmin = np.int64(2**31)
-                kmax = np.int64(-1)
-                for u in range(m):
-                    kh = np.int64(rkey[u])
-                    kmin = min(kmin, kh)
-                    kmax = max(kmax, kh)
-                span = kmax - kmin + 1
-                if span <= span_max and (span + 4095) >> 12 <= m:
-                    sorts[c, 1] += 1
-                    _write_bitmap_row(rkey, m, kmin, span, keys, vals, size, mask, bitmap,
-                                      summary, ci, cv, start)
-                    continue
-                sorts[c, 2] += 1
-                for u in range(m):
-                    packed[u] = (np.int64(rkey[u]) << 32) | rslot[u]
-                srt = _sort_row(packed, tmp, counts, m, kmin, kmax, passes)
-                for u in range(m):
-                    ci[start + u] = np.int32(srt[u] >> 32)
-                    cv[start + u] = vals[srt[u] & 0xFFFFFFFF]
-                    keys[srt[u] & 0xFFFFFFFF] = -1
+                _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
+                           summary, packed, tmp, counts, ci, cv, start, sorts, c)
             probes[c, b] += pr
 
 
@@ -623,14 +801,29 @@ def _num_chunks(rows: int) -> int:
     return max(1, min(numba.get_num_threads(), rows))
 
 
+def dense_phases(ncols: int, itemsize: int, dense_max_bytes: int) -> tuple[bool, bool]:
+    """(symbolic, numeric): whether each phase uses the dense accumulator for C's ``ncols``
+    columns, i.e. whether its per-thread arrays fit ``dense_max_bytes`` (a flag byte per
+    column in the symbolic phase; a value and a flag in the numeric phase). 0 disables it."""
+    return (dense_max_bytes > 0 and ncols <= dense_max_bytes,
+            dense_max_bytes > 0 and ncols * (itemsize + 1) <= dense_max_bytes)
+
+
 def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None,
-                num_tables=NUM_TABLES, num_ranges=None, values: np.ndarray | None = None
-                ) -> tuple[CSRBlock, dict[str, float]]:
+                num_tables=NUM_TABLES, num_ranges=None, values: np.ndarray | None = None,
+                dense_max_bytes: int = DENSE_MAX_BYTES) -> tuple[CSRBlock, dict[str, float]]:
     """C = X @ Y by OpSparse's two-phase hash SpGEMM on the CPU; returns (C, counters).
 
     ``sym_ranges``/``num_ranges`` are the bins' upper bounds (same length as the tables); None
     means the paper's ratios 1.2 and 2. ``values`` replaces X.data if given. C has sorted column
     indices, int64 indptr and int32 indices. Not collective.
+
+    A phase whose per-thread dense accumulator over C's columns fits ``dense_max_bytes``
+    (:func:`dense_phases`; 0 = never) uses it for every row instead of the hash tables: spECK's
+    dense accumulator, which OpSparse leaves out (its section 3) and which a CPU's L2 cache
+    holds for matrices of up to about 10^5 columns. Binning and the thread split are the same;
+    the rows are counted in ``sym_dense_rows`` / ``num_dense_rows``, and probes and insertions
+    count the hashed rows only.
     """
     if sym_ranges is None:
         sym_ranges = binning_ranges(tuple(sym_tables), 1.2)
@@ -665,10 +858,12 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     limit = np.where(which == nsb - 1, int(SYM_ABORT_FRACTION * st[-1]), rsize)
     nnz = np.empty(m, dtype=np.int64)
     chunks = _num_chunks(m)
+    sym_dense, num_dense = dense_phases(n, np.dtype(dtype).itemsize, dense_max_bytes)
     t1 = time.perf_counter()
     probes = np.zeros((chunks, nsb), dtype=np.int64)
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
-    _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks, nnz, probes)
+    _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks,
+                     n if sym_dense else 0, nnz, probes)
     sym_probes = probes.sum(axis=0)
     redo = np.flatnonzero(nnz < 0)
     fallback_probes = 0
@@ -680,15 +875,18 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         pr = np.zeros((ch, 1), dtype=np.int64)
         redo = redo.astype(np.int64)
         _symbolic_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch), size_r,
-                         size_r, ch, nnz, pr)
+                         size_r, ch, 0, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
     bin_counters(counters, "sym", which, sym_probes, np.minimum(nnz[order], rsize) / rsize)
     counters["sym_one_bin"] = int(one_bin)
     counters["sym_fallback_rows"] = int(redo.size)
     counters["sym_probes"] = int(sym_probes.sum()) + fallback_probes
-    # every product is one insertion; the probes include those wasted on abandoned rows
-    counters["sym_insertions"] = int(nprod.sum())
+    # every product of a hashed row is one insertion; the probes include those wasted on
+    # abandoned rows
+    products = int(nprod.sum())
+    counters["sym_insertions"] = 0 if sym_dense else products
+    counters["sym_dense_rows"] = m if sym_dense else 0
 
     # 4. allocate C
     np.cumsum(nnz, out=cp[1:])
@@ -705,18 +903,19 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     t4 = time.perf_counter()
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
-    sorts = np.zeros((chunks, 3), dtype=np.int64)
-    _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n, cp, ci,
-                    cv, probes, sorts)
+    sorts = np.zeros((chunks, 5), dtype=np.int64)
+    _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n,
+                    n if num_dense else 0, cp, ci, cv, probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
     bin_counters(counters, "num", which, num_probes, nnz[order] / rsize)
     counters["num_one_bin"] = int(one_bin)
-    for j, way in enumerate(("rank", "bitmap", "bucket")):
+    for j, way in enumerate(("rank", "bitmap", "bucket", "dense_scan", "dense_bitmap")):
         counters[f"sort_{way}_rows"] = int(sorts[:, j].sum())
     counters["num_probes"] = int(num_probes.sum())
-    counters["num_insertions"] = int(nprod.sum())
-    counters["products"] = int(nprod.sum())
+    counters["num_insertions"] = 0 if num_dense else products
+    counters["num_dense_rows"] = m if num_dense else 0
+    counters["products"] = products
     counters["nnz_c"] = total
     # wall time of each step (binning and bookkeeping included in the step that needs it)
     counters["seconds_setup_binning"] = (t1 - t0) + (t4 - t3)
@@ -780,7 +979,10 @@ class HashSpGEMMModel(NodeModel):
     ``cuda_block`` threads per block of the GPU kernels (64); ``spmm`` how SpMM accumulates
     once the dense operand is in CSR: "hash" (default) runs the full two-phase hash SpGEMM and
     adds C into ``out``, "direct" adds every product straight into the dense output row (no
-    hash tables, no sort: the output is dense anyway; CPU only, the GPU path always hashes).
+    hash tables, no sort: the output is dense anyway; CPU only, the GPU path always hashes);
+    ``dense_max_bytes`` (1 MiB) the per-thread budget under which a CPU phase uses spECK's
+    dense accumulator instead of hash tables (see :func:`hash_spgemm`; 0 = always hash, the
+    paper's design; the GPU path always hashes).
     """
 
     name = "hash-spgemm"
@@ -789,8 +991,14 @@ class HashSpGEMMModel(NodeModel):
     def __init__(self, fallback: NodeModel | None = None, device: str = "cpu",
                  sym_tables=SYM_TABLES, num_tables=NUM_TABLES, sym_ratio: float = 1.2,
                  num_ratio: float = 2.0, sym_ranges=None, num_ranges=None,
-                 cuda_block: int = 64, spmm: str = "hash") -> None:
+                 cuda_block: int = 64, spmm: str = "hash",
+                 dense_max_bytes: int = DENSE_MAX_BYTES) -> None:
         super().__init__(fallback)
+        if isinstance(dense_max_bytes, bool) or not isinstance(dense_max_bytes, int) \
+                or dense_max_bytes < 0:
+            raise ValueError(f"dense_max_bytes must be an integer >= 0 (bytes per thread; 0 = "
+                             f"hash tables only), got {dense_max_bytes!r}")
+        self.dense_max_bytes = dense_max_bytes
         if spmm not in ("hash", "direct"):
             raise ValueError(f"spmm must be 'hash' or 'direct', got {spmm!r}")
         self.spmm = spmm
@@ -818,7 +1026,7 @@ class HashSpGEMMModel(NodeModel):
         return {"device": self.device, "sym_tables": list(self.sym_tables),
                 "num_tables": list(self.num_tables), "sym_ranges": list(self.sym_ranges),
                 "num_ranges": list(self.num_ranges), "cuda_block": self.cuda_block,
-                "spmm": self.spmm}
+                "spmm": self.spmm, "dense_max_bytes": self.dense_max_bytes}
 
     def multiply(self, X: CSRBlock, Y: CSRBlock, values: np.ndarray | None = None
                  ) -> CSRBlock:
@@ -831,7 +1039,8 @@ class HashSpGEMMModel(NodeModel):
                                            self.cuda_block, values)
         else:
             C, counters = hash_spgemm(X, Y, self.sym_tables, self.sym_ranges,
-                                      self.num_tables, self.num_ranges, values)
+                                      self.num_tables, self.num_ranges, values,
+                                      self.dense_max_bytes)
         self.count(**counters)
         return C
 

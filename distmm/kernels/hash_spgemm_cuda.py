@@ -381,6 +381,7 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
     counters["sym_fallback_rows"] = int(redo.size)
     counters["sym_probes"] = int(sym_probes.sum())
     counters["sym_insertions"] = int(nprod.sum())
+    counters["sym_dense_rows"] = 0  # no dense accumulator on the GPU path
 
     # 4. allocate C (the exclusive sum on the host)
     np.cumsum(nnz, out=cp[1:])
@@ -420,6 +421,7 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
     counters["num_one_bin"] = int(one_bin)
     counters["num_probes"] = int(num_probes.sum())
     counters["num_insertions"] = int(nprod.sum())
+    counters["num_dense_rows"] = 0
     counters["products"] = int(nprod.sum())
     counters["nnz_c"] = total
     ci = d_ci.copy_to_host()[:total]

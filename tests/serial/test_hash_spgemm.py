@@ -10,11 +10,13 @@ import scipy.sparse as sp
 from distmm.errors import InputError
 from distmm.kernels import make_node_model
 from distmm.kernels.hash_spgemm import (
+    DENSE_MAX_BYTES,
     NUM_TABLES,
     SYM_TABLES,
     _bin_rows,
     _chunk_bounds,
     binning_ranges,
+    dense_phases,
     dense_to_csr,
 )
 from distmm.sparse import CSRBlock
@@ -30,7 +32,25 @@ def _block(M, dtype=np.float64) -> CSRBlock:
 
 
 def _check(X, Y, dtype=np.float64, **opts):
-    """Multiply with the model and compare with scipy in float64; return the model's counters."""
+    """Multiply with the model and compare with scipy in float64; return the model's counters.
+
+    Without an explicit ``dense_max_bytes`` the product is checked twice: with hash tables
+    only (whose counters are returned) and with the default budget, under which these small
+    matrices take the dense accumulator."""
+    if "dense_max_bytes" in opts:
+        return _check_one(X, Y, dtype, **opts)
+    st = _check_one(X, Y, dtype, dense_max_bytes=0, **opts)
+    assert st["sym_dense_rows"] == st["num_dense_rows"] == 0
+    dense = _check_one(X, Y, dtype, **opts)
+    n, itemsize = Y.shape[1], np.dtype(dtype).itemsize
+    if n * (itemsize + 1) <= DENSE_MAX_BYTES:
+        assert dense["sym_dense_rows"] == dense["num_dense_rows"] == X.shape[0]
+        assert dense["sym_probes"] == dense["num_probes"] == 0
+        assert dense["sym_fallback_rows"] == 0
+    return st
+
+
+def _check_one(X, Y, dtype, **opts):
     model = make_node_model("hash-spgemm", **opts)
     Xb, Yb = _block(X, dtype), _block(Y, dtype)
     C = model.spgemm(Xb, Yb)
@@ -104,10 +124,11 @@ def test_adversarial_shapes():
     _check(_rand(50, 1, 0.5, 14), _rand(1, 50, 0.5, 15))
     # products that cancel to an exact zero stay stored (the symbolic phase fixes the structure,
     # as in OpSparse and cuSPARSE); scipy drops them, and agrees once they are eliminated
-    C = make_node_model("hash-spgemm").spgemm(_block(sp.csr_matrix([[1.0, 1.0], [0.0, 2.0]])),
-                                              _block(sp.csr_matrix([[1.0], [-1.0]])))
-    np.testing.assert_array_equal(C.indptr, [0, 1, 2])
-    np.testing.assert_array_equal(C.data, [0.0, -2.0])
+    for budget in (0, DENSE_MAX_BYTES):
+        C = make_node_model("hash-spgemm", dense_max_bytes=budget).spgemm(
+            _block(sp.csr_matrix([[1.0, 1.0], [0.0, 2.0]])), _block(sp.csr_matrix([[1.0], [-1.0]])))
+        np.testing.assert_array_equal(C.indptr, [0, 1, 2])
+        np.testing.assert_array_equal(C.data, [0.0, -2.0])
 
 
 @pytest.mark.parametrize("shapes", [((0, 5), (5, 4)), ((3, 0), (0, 4)), ((3, 5), (5, 0)),
@@ -212,6 +233,43 @@ def test_every_sort_way():
     assert st["sort_bucket_rows"] == 3
 
 
+def test_dense_accumulator_both_ways():
+    """Dense-accumulator rows come out sorted without a sort: rows with a key per 32 columns
+    or more by scanning their column flags, sparser rows through a bitmap and its summary;
+    the accumulator is cleared for the next row (every set is used twice)."""
+    rng = np.random.default_rng(44)
+    n = 300_000
+    sets = [rng.choice(n, 12_000, replace=False),                    # flag scan (n / 32 keys)
+            np.arange(n - 9_400, n),                                 # flag scan, at the end
+            rng.choice(n, 50, replace=False),                        # bitmap
+            np.array([0, 1, 63, 64, 4095, 4096, 262143, 262144, n - 1]),  # word/summary edges
+            np.array([7])]                                           # a single key
+    X, Y = _two_run_rows(sets + sets[::-1], n, 45)
+    st = _check(X, Y, dense_max_bytes=n * 9)
+    assert st["sym_dense_rows"] == st["num_dense_rows"] == X.shape[0]
+    assert st["sort_dense_scan_rows"] == 4 and st["sort_dense_bitmap_rows"] == 6
+    assert st["sort_rank_rows"] == st["sort_bitmap_rows"] == st["sort_bucket_rows"] == 0
+    assert st["sym_probes"] == st["num_probes"] == st["num_insertions"] == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_dense_accumulator_budget_per_phase(dtype):
+    """Each phase takes the dense accumulator when its per-thread arrays fit the budget: one
+    flag byte per column (symbolic), a value and a flag (numeric); 0 means hash tables only."""
+    item = np.dtype(dtype).itemsize
+    assert dense_phases(1000, item, 0) == (False, False)
+    assert dense_phases(1000, item, 1000) == (True, False)
+    assert dense_phases(1000, item, 1000 * (item + 1) - 1) == (True, False)
+    assert dense_phases(1000, item, 1000 * (item + 1)) == (True, True)
+    assert dense_phases(1001, item, 1000) == (False, False)
+    X, Y = _rand(80, 60, 0.1, 46), _rand(60, 1000, 0.05, 47)
+    st = _check(X, Y, dtype, dense_max_bytes=1000 * (item + 1) - 1)
+    assert st["sym_dense_rows"] == 80 and st["num_dense_rows"] == 0
+    assert st["sym_probes"] == 0 and st["num_probes"] >= st["num_insertions"] > 0
+    st = _check(X, Y, dtype, dense_max_bytes=1000 * (item + 1))
+    assert st["num_dense_rows"] == 80 and st["num_probes"] == 0
+
+
 def test_symbolic_bins_by_column_bound():
     """Rows with more products than C has columns get the table of their bound
     min(products, ncols), not the last bin's."""
@@ -286,6 +344,8 @@ def test_dense_to_csr():
     ({"num_ranges": [100, 128, 256, 512, 1024, 2048, 4096]}, "table size"),
     ({"cuda_block": 0}, "cuda_block"),
     ({"spmm": "dense"}, "spmm"),
+    ({"dense_max_bytes": -1}, "dense_max_bytes"),
+    ({"dense_max_bytes": 1.5}, "dense_max_bytes"),
     ({"tile": 4}, "tile"),
 ])
 def test_bad_options(opts, msg):
