@@ -113,27 +113,46 @@ def own_table_sizes(bound: np.ndarray, table: int, top: int) -> np.ndarray:
 
 
 def numeric_table_sizes(nnz: np.ndarray, order: np.ndarray, offsets: np.ndarray,
-                        num_tables, num_ranges) -> tuple[np.ndarray, np.ndarray]:
-    """(bin of each binned row, table size of each binned row) for the numeric phase: the 7
-    fixed tables, then tables sized per row from its nnz for the last bin."""
+                        num_tables, num_ranges) -> np.ndarray:
+    """The table size of each binned row (in bin order) for the numeric phase: the 7 fixed
+    tables, then tables sized per row from its nnz for the last bin."""
     nt = np.asarray(num_tables, dtype=np.int64)
-    which = np.repeat(np.arange(nt.shape[0] + 1), np.diff(offsets))
-    rsize = np.empty(order.shape[0], dtype=np.int64)
-    fixed = which < nt.shape[0]
-    rsize[fixed] = nt[which[fixed]]
-    rsize[~fixed] = own_table_sizes(nnz[order[~fixed]], int(nt[-1]), int(num_ranges[-1]))
-    return which, rsize
+    rsize = _bin_sizes(offsets, nt)
+    last = slice(int(offsets[nt.shape[0]]), None)
+    rsize[last] = own_table_sizes(nnz[order[last]], int(nt[-1]), int(num_ranges[-1]))
+    return rsize
 
 
-def bin_counters(counters: dict, phase: str, which: np.ndarray, probes: np.ndarray,
-                 fill: np.ndarray) -> None:
-    """The per-bin counters of one phase: rows, probes and summed table occupancy (``fill``
-    per binned row, in bin order) of every bin."""
+def bin_counters(counters: dict, phase: str, offsets: np.ndarray, probes: np.ndarray,
+                 nnz: np.ndarray, order: np.ndarray, rsize: np.ndarray) -> None:
+    """The per-bin counters of one phase: rows, probes and summed table occupancy
+    (min(nnz, table) / table of every binned row) of every bin."""
+    fill = _bin_fill(order, offsets, nnz, rsize)
     for b in range(probes.shape[0]):
-        rows_b = which == b
-        counters[f"{phase}_bin{b}_rows"] = int(rows_b.sum())
+        counters[f"{phase}_bin{b}_rows"] = int(offsets[b + 1] - offsets[b])
         counters[f"{phase}_bin{b}_probes"] = int(probes[b])
-        counters[f"{phase}_bin{b}_fill"] = float(np.sum(fill[rows_b]))
+        counters[f"{phase}_bin{b}_fill"] = float(fill[b])
+
+
+@njit(cache=True, nogil=True)
+def _bin_sizes(offsets, tables):
+    """Per binned row, the table of its bin (tables[b] for the rows offsets[b]:offsets[b+1];
+    rows past the last table get 0)."""
+    out = np.zeros(offsets[-1], dtype=np.int64)
+    for b in range(min(tables.shape[0], offsets.shape[0] - 1)):
+        out[offsets[b]:offsets[b + 1]] = tables[b]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _bin_fill(order, offsets, nnz, rsize):
+    """Per bin, the sum over its rows of min(nnz, table) / table."""
+    nbins = offsets.shape[0] - 1
+    fill = np.zeros(nbins, dtype=np.float64)
+    for b in range(nbins):
+        for q in range(offsets[b], offsets[b + 1]):
+            fill[b] += min(nnz[order[q]], rsize[q]) / rsize[q]
+    return fill
 
 
 # --------------------------------------------------------------------------------------------
@@ -852,10 +871,10 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     # table -> 2048 slots, symbolic phase 48 -> 27 ms on 1 thread)
     bound = np.minimum(nprod, n)
     order, offsets, one_bin = _bin_rows(bound, np.asarray(sym_ranges, dtype=np.int64), nsb)
-    which = np.repeat(np.arange(nsb), np.diff(offsets))
-    rsize = st[which]
+    rsize = _bin_sizes(offsets, st)
     # only the last bin can overflow its table; its rows abort at 0.8 x the table
-    limit = np.where(which == nsb - 1, int(SYM_ABORT_FRACTION * st[-1]), rsize)
+    limit = rsize.copy()
+    limit[offsets[nsb - 1]:] = int(SYM_ABORT_FRACTION * st[-1])
     nnz = np.empty(m, dtype=np.int64)
     chunks = _num_chunks(m)
     sym_dense, num_dense = dense_phases(n, np.dtype(dtype).itemsize, dense_max_bytes)
@@ -878,7 +897,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
                          size_r, ch, 0, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
-    bin_counters(counters, "sym", which, sym_probes, np.minimum(nnz[order], rsize) / rsize)
+    bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize)
     counters["sym_one_bin"] = int(one_bin)
     counters["sym_fallback_rows"] = int(redo.size)
     counters["sym_probes"] = int(sym_probes.sum()) + fallback_probes
@@ -898,7 +917,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     t3 = time.perf_counter()
     nnb = len(num_tables) + 1
     order, offsets, one_bin = _bin_rows(nnz, np.asarray(num_ranges, dtype=np.int64), nnb)
-    which, rsize = numeric_table_sizes(nnz, order, offsets, num_tables, num_ranges)
+    rsize = numeric_table_sizes(nnz, order, offsets, num_tables, num_ranges)
     probes = np.zeros((chunks, nnb), dtype=np.int64)
     t4 = time.perf_counter()
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
@@ -908,7 +927,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
                     n if num_dense else 0, cp, ci, cv, probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
-    bin_counters(counters, "num", which, num_probes, nnz[order] / rsize)
+    bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize)
     counters["num_one_bin"] = int(one_bin)
     for j, way in enumerate(("rank", "bitmap", "bucket", "dense_scan", "dense_bitmap")):
         counters[f"sort_{way}_rows"] = int(sorts[:, j].sum())

@@ -374,9 +374,8 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
         nnz = d_nnz.copy_to_host()
     sym_probes = d_probes.copy_to_host()
     order = d_order.copy_to_host()
-    which = np.repeat(np.arange(nsb), np.diff(offsets))
-    bin_counters(counters, "sym", which, sym_probes[:nsb],
-                 np.minimum(nnz[order], st[which]) / st[which])
+    bin_counters(counters, "sym", offsets, sym_probes[:nsb], nnz, order,
+                 np.repeat(st, np.diff(offsets)))
     counters["sym_one_bin"] = int(one_bin)
     counters["sym_fallback_rows"] = int(redo.size)
     counters["sym_probes"] = int(sym_probes.sum())
@@ -398,7 +397,7 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
     d_nnz = cuda.to_device(nnz)
     d_order, offsets, one_bin = _bin_on_device(K, d_nnz, np.asarray(num_ranges), nnb, block)
     order = d_order.copy_to_host()
-    which, rsize = numeric_table_sizes(nnz, order, offsets, num_tables, num_ranges)
+    rsize = numeric_table_sizes(nnz, order, offsets, num_tables, num_ranges)
     d_probes = cuda.to_device(np.zeros(nnb, dtype=np.int64))
     for b in range(nnb):
         lo, hi = int(offsets[b]), int(offsets[b + 1])
@@ -417,7 +416,7 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
                 cuda.device_array(int(tsz.sum()), dtype=dtype), d_cp, d_tk, d_tv, d_ci, d_cv,
                 d_probes, b)
     num_probes = d_probes.copy_to_host()
-    bin_counters(counters, "num", which, num_probes, nnz[order] / rsize)
+    bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize)
     counters["num_one_bin"] = int(one_bin)
     counters["num_probes"] = int(num_probes.sum())
     counters["num_insertions"] = int(nprod.sum())
