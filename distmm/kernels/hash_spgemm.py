@@ -38,8 +38,10 @@ such limit, so the nominal sizes are used.) Both the tables and the ranges are o
 CPU path (``device="cpu"``, default): numba kernels parallel over chunks of every bin's rows
 (``prange``); each chunk owns one scratch table reused by all its rows, the CPU analogue of a
 thread block's shared-memory table; the rows of Y that the next few entries of X select are
-prefetched in software. GPU path (``device="cuda"``): numba.cuda kernels in
-:mod:`distmm.kernels.hash_spgemm_cuda`, only ever run in numba's CUDA simulator here.
+prefetched in software. A phase whose dense accumulator over C's columns fits
+``dense_max_bytes`` per thread uses it instead of the tables (spECK's dense accumulator,
+which OpSparse leaves out; see :func:`hash_spgemm`). GPU path (``device="cuda"``): numba.cuda
+kernels in :mod:`distmm.kernels.hash_spgemm_cuda`, only ever run in numba's CUDA simulator here.
 
 As a node model for the distributed kernels, the *dense* operands are treated as sparse: SpMM
 converts the dense block to CSR (skipping its zeros) and runs the hash SpGEMM, adding the product

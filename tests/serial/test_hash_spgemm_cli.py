@@ -24,7 +24,8 @@ def mats(tmp_path):
     scipy.io.mmwrite(tmp_path / "Z.mtx", sp.random(5, 4, density=0.5, random_state=rng))
     (tmp_path / "bad.mtx").write_text("%%MatrixMarket matrix coordinate real general\n"
                                       "3 3 2\n1 1 1.0\n4 1 2\n")
-    (tmp_path / "cfg.json").write_text(json.dumps({"num_ratio": 3.0, "sym_ratio": 1.0}))
+    (tmp_path / "cfg.json").write_text(json.dumps({"num_ratio": 3.0, "sym_ratio": 1.0,
+                                                           "dense_max_bytes": 0}))
     (tmp_path / "badcfg.json").write_text(json.dumps({"num_ratio": 0.1}))
     return tmp_path, X.tocsr(), Y.tocsr()
 
@@ -45,10 +46,15 @@ def test_spgemm_command(mats, capsys, model, config):
     rec = lines[-1]
     assert rec["event"] == "spgemm" and rec["nnz_c"] == ref.nnz and rec["shape"] == [23, 11]
     assert rec["flops"] == 2 * np.diff(Y.indptr)[X.indices].sum() and rec["seconds"] > 0
-    if model == "hash-spgemm":
+    if model == "hash-spgemm" and config:
+        # the config turns the dense accumulator off: every product goes into a hash table
         assert rec["counters"]["num_insertions"] * 2 == rec["flops"]
-        if config:
-            assert rec["options"]["num_ranges"][0] == 10
+        assert rec["counters"]["num_dense_rows"] == 0
+        assert rec["options"]["num_ranges"][0] == 10
+    elif model == "hash-spgemm":
+        # 11 columns fit the default dense budget: every row goes through the dense accumulator
+        assert rec["counters"]["num_dense_rows"] == 23
+        assert rec["counters"]["num_insertions"] == 0
     with h5py.File(d / "C.h5") as f:
         np.testing.assert_array_equal(f["shape"][()], [23, 11])
         np.testing.assert_array_equal(f["indptr"][()], ref.indptr)
