@@ -326,8 +326,8 @@ def _prefetch_step(xp, xi, yp, yi, yv, order, hi, q1, a1, e1, q2, a2, e2):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense_cols, nnz,
-                     probes):
+def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense_cols, nprod,
+                     nnz, probes):
     """Symbolic hash phase (Algorithm 4) for the rows ``order``, bins split by ``bounds``.
 
     Row order[q] uses a table of rsize[q] slots; its distinct column count goes to nnz[row],
@@ -336,14 +336,18 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
     keeps one scratch table. probes[c, b] counts the table accesses of chunk c in bin b.
     With ``dense_cols`` > 0 (the number of columns of C) every row is counted with a dense
     flag array over the columns instead of a table (spECK's dense accumulator, see
-    :func:`hash_spgemm`): no probes, no overflow.
+    :func:`hash_spgemm`): no probes, no overflow. Rows whose products (nprod) could fill one
+    column in 32 set the flags and count them by a scan over their column range, 8 flags per
+    word; sparser rows keep a list of their new columns.
     """
     nbins = bounds.shape[0]
+    bytesum = np.uint64(0x0101010101010101)
     for c in prange(nchunks):
         dense = dense_cols > 0
         tmax = 1 if dense else _chunk_table_max(bounds, rsize, c)
         table = np.empty(tmax, dtype=np.int32)
-        flags = np.zeros(max(dense_cols, 1), dtype=np.uint8)  # all 0 between rows
+        flags64 = np.zeros((max(dense_cols, 1) >> 3) + 1, dtype=np.uint64)
+        flags = flags64.view(np.uint8)  # all 0 between rows
         new = np.empty(dense_cols + 1, dtype=np.int32)
         for b in range(nbins):
             lo = bounds[b, c]
@@ -353,6 +357,25 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
             for q in range(lo, hi):
                 i = order[q]
                 xe = xp[i + 1]
+                if dense and dense_cols <= DENSE_SCAN_COLS * min(nprod[i], dense_cols):
+                    kmin = dense_cols
+                    kmax = 0
+                    for a in range(xp[i], xe):
+                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, None, order, hi,
+                                                                q1, a1, e1, q2, a2, e2)
+                        k = xi[a]
+                        for t in range(yp[k], yp[k + 1]):
+                            key = yi[t]
+                            flags[key] = 1
+                            kmin = min(kmin, key)
+                            kmax = max(kmax, key)
+                    cnt = 0
+                    for w in range(kmin >> 3, (kmax >> 3) + 1):
+                        # the 8 flag bytes (each 0 or 1) summed by one multiply
+                        cnt += np.int64((flags64[w] * bytesum) >> np.uint64(56))
+                        flags64[w] = 0
+                    nnz[i] = cnt
+                    continue
                 if dense:
                     # branch-free: every key is written to the list, the count only moves
                     # past it when the key is new
@@ -584,7 +607,7 @@ def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
 
 @njit(parallel=True, cache=True, nogil=True)
 def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passes, ncols,
-                    dense_cols, cp, ci, cv, probes, sorts):
+                    dense_cols, sort_rows, cp, ci, cv, probes, sorts):
     """Numeric hash phase (Algorithm 5): accumulate, condense, sort and write each row of C.
 
     Row order[q] uses a table of rsize[q] slots. Every new key and its slot are recorded when
@@ -599,6 +622,9 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
     in a byte array that is scanned 8 columns per word over the row's range (sorts[c, 3]);
     sparser rows mark a bitmap, and a summary bit per bitmap word on its first mark, which are
     scanned through (sorts[c, 4]).
+
+    With ``sort_rows`` False every row is written in the order its columns were first met
+    (sorts[c, 5]), as scipy's SMMP does: no sort, no flag scan, no bitmap.
     """
     nbins = bounds.shape[0]
     one = np.uint64(1)
@@ -611,6 +637,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
         flags = flags64.view(np.uint8)
         marks = np.zeros((dense_cols >> 6) + 1, dtype=np.uint64)
         marks_summary = np.zeros((dense_cols >> 12) + 1, dtype=np.uint64)
+        new = np.empty(dense_cols + 1 if dense and not sort_rows else 1, dtype=np.int32)
         tmax = 1 if dense else _chunk_table_max(bounds, rsize, c)
         keys = np.full(tmax, -1, dtype=np.int32)  # kept all -1 between rows
         vals = np.empty(tmax, dtype=cv.dtype)
@@ -637,6 +664,30 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                     for _a in range(xa, xe):  # keep the cursors ahead
                         q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
                                                                 q1, a1, e1, q2, a2, e2)
+                    continue
+                if dense and not sort_rows and ncols > DENSE_SCAN_COLS * n:
+                    # the symbolic phase's branch-free new-key list, then the row in that order
+                    # (rows dense in the columns take the flag scan below: it costs less than
+                    # the list, and sorts for free)
+                    cnt = 0
+                    for a in range(xa, xe):
+                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
+                                                                q1, a1, e1, q2, a2, e2)
+                        k = xi[a]
+                        av = xv[a]
+                        for t in range(yp[k], yp[k + 1]):
+                            key = yi[t]
+                            acc[key] += av * yv[t]
+                            new[cnt] = key
+                            cnt += 1 - flags[key]
+                            flags[key] = 1
+                    for u in range(n):
+                        key = new[u]
+                        ci[start + u] = key
+                        cv[start + u] = acc[key]
+                        acc[key] = 0
+                        flags[key] = 0
+                    sorts[c, 5] += 1
                     continue
                 if dense and ncols <= DENSE_SCAN_COLS * n:
                     # flags are plain stores: marking a bitmap instead costs a read-modify-
@@ -730,6 +781,14 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                             h = h + 1
                             if h == size:
                                 h = 0
+                if not sort_rows:
+                    for u in range(m):
+                        h = rslot[u]
+                        ci[start + u] = rkey[u]
+                        cv[start + u] = vals[h]
+                        keys[h] = -1
+                    sorts[c, 5] += 1
+                    continue
                 _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
                            summary, packed, tmp, counts, ci, cv, start, sorts, c)
             probes[c, b] += pr
@@ -832,7 +891,8 @@ def dense_phases(ncols: int, itemsize: int, dense_max_bytes: int) -> tuple[bool,
 
 def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None,
                 num_tables=NUM_TABLES, num_ranges=None, values: np.ndarray | None = None,
-                dense_max_bytes: int = DENSE_MAX_BYTES) -> tuple[CSRBlock, dict[str, float]]:
+                dense_max_bytes: int = DENSE_MAX_BYTES, sort_output: bool = True
+                ) -> tuple[CSRBlock, dict[str, float]]:
     """C = X @ Y by OpSparse's two-phase hash SpGEMM on the CPU; returns (C, counters).
 
     ``sym_ranges``/``num_ranges`` are the bins' upper bounds (same length as the tables); None
@@ -845,6 +905,11 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     holds for matrices of up to about 10^5 columns. Binning and the thread split are the same;
     the rows are counted in ``sym_dense_rows`` / ``num_dense_rows``, and probes and insertions
     count the hashed rows only.
+
+    ``sort_output=False`` writes each row of C in the order its columns were first met, as
+    scipy's ``X @ Y`` does: cheaper, for callers that do not need sorted rows (SpMM adds C into
+    a dense block). Such a C breaks CSRBlock's sorted-rows invariant; do not pass it on to code
+    that relies on it.
     """
     if sym_ranges is None:
         sym_ranges = binning_ranges(tuple(sym_tables), 1.2)
@@ -884,7 +949,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     probes = np.zeros((chunks, nsb), dtype=np.int64)
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
     _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks,
-                     n if sym_dense else 0, nnz, probes)
+                     n if sym_dense else 0, nprod, nnz, probes)
     sym_probes = probes.sum(axis=0)
     redo = np.flatnonzero(nnz < 0)
     fallback_probes = 0
@@ -896,7 +961,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         pr = np.zeros((ch, 1), dtype=np.int64)
         redo = redo.astype(np.int64)
         _symbolic_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch), size_r,
-                         size_r, ch, 0, nnz, pr)
+                         size_r, ch, 0, nprod, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
     bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize)
@@ -924,14 +989,15 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     t4 = time.perf_counter()
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
-    sorts = np.zeros((chunks, 5), dtype=np.int64)
+    sorts = np.zeros((chunks, 6), dtype=np.int64)
     _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n,
-                    n if num_dense else 0, cp, ci, cv, probes, sorts)
+                    n if num_dense else 0, sort_output, cp, ci, cv, probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
     bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize)
     counters["num_one_bin"] = int(one_bin)
-    for j, way in enumerate(("rank", "bitmap", "bucket", "dense_scan", "dense_bitmap")):
+    for j, way in enumerate(("rank", "bitmap", "bucket", "dense_scan", "dense_bitmap",
+                            "skipped")):
         counters[f"sort_{way}_rows"] = int(sorts[:, j].sum())
     counters["num_probes"] = int(num_probes.sum())
     counters["num_insertions"] = 0 if num_dense else products
@@ -1049,9 +1115,12 @@ class HashSpGEMMModel(NodeModel):
                 "num_ranges": list(self.num_ranges), "cuda_block": self.cuda_block,
                 "spmm": self.spmm, "dense_max_bytes": self.dense_max_bytes}
 
-    def multiply(self, X: CSRBlock, Y: CSRBlock, values: np.ndarray | None = None
-                 ) -> CSRBlock:
-        """C = X(values) @ Y on the configured device, counters added to the running op."""
+    def multiply(self, X: CSRBlock, Y: CSRBlock, values: np.ndarray | None = None,
+                 sort_output: bool = True) -> CSRBlock:
+        """C = X(values) @ Y on the configured device, counters added to the running op.
+
+        ``sort_output=False`` lets the CPU path write C's rows unsorted (see
+        :func:`hash_spgemm`); the GPU path always sorts. Not collective."""
         if self.device == "cuda":
             from distmm.kernels.hash_spgemm_cuda import cuda_hash_spgemm
 
@@ -1061,7 +1130,7 @@ class HashSpGEMMModel(NodeModel):
         else:
             C, counters = hash_spgemm(X, Y, self.sym_tables, self.sym_ranges,
                                       self.num_tables, self.num_ranges, values,
-                                      self.dense_max_bytes)
+                                      self.dense_max_bytes, sort_output)
         self.count(**counters)
         return C
 
@@ -1084,7 +1153,8 @@ class HashSpGEMMModel(NodeModel):
         if self.spmm == "direct" and self.device == "cpu":
             _spmm_direct_kernel(S.indptr, S.indices, vals, Dc.indptr, Dc.indices, Dc.data, out)
             return
-        C = self.multiply(S, Dc, values=vals)
+        # C goes straight into a dense block, so its rows need no sort
+        C = self.multiply(S, Dc, values=vals, sort_output=False)
         _scatter_add_kernel(C.indptr, C.indices, C.data, out)
 
     def _spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:

@@ -18,6 +18,7 @@ from distmm.kernels.hash_spgemm import (
     binning_ranges,
     dense_phases,
     dense_to_csr,
+    hash_spgemm,
 )
 from distmm.sparse import CSRBlock
 
@@ -69,7 +70,27 @@ def _check_one(X, Y, dtype, **opts):
     assert st["fallback_calls"] == 0
     assert st["products"] * 2 == st["flops"]
     assert st.get("nnz_c", 0) == ref.nnz
+    if model.device == "cpu":
+        _check_unsorted(model, Xb, Yb, C)
     return st
+
+
+def _check_unsorted(model, Xb, Yb, C):
+    """The same product with unsorted rows: the same entries with the same values in every
+    row (so no duplicates); no row is sorted except the flag-scanned dense ones, which come
+    out sorted at no cost."""
+    U, st = hash_spgemm(Xb, Yb, model.sym_tables, model.sym_ranges, model.num_tables,
+                        model.num_ranges, None, model.dense_max_bytes, sort_output=False)
+    np.testing.assert_array_equal(U.indptr, C.indptr)
+    Us = U.to_scipy()
+    Us.sort_indices()
+    np.testing.assert_array_equal(Us.indices, C.indices)
+    np.testing.assert_array_equal(Us.data, C.data)
+    if C.nnz:
+        assert st["sort_skipped_rows"] + st["sort_dense_scan_rows"] \
+            == np.count_nonzero(np.diff(C.indptr))
+        assert st["sort_rank_rows"] == st["sort_bitmap_rows"] == st["sort_bucket_rows"] \
+            == st["sort_dense_bitmap_rows"] == 0
 
 
 def _rand(m, n, density, seed):
@@ -250,6 +271,23 @@ def test_dense_accumulator_both_ways():
     assert st["sort_dense_scan_rows"] == 4 and st["sort_dense_bitmap_rows"] == 6
     assert st["sort_rank_rows"] == st["sort_bitmap_rows"] == st["sort_bucket_rows"] == 0
     assert st["sym_probes"] == st["num_probes"] == st["num_insertions"] == 0
+
+
+@pytest.mark.parametrize("dense_max_bytes", [0, DENSE_MAX_BYTES])
+def test_unsorted_output_is_first_met_order(dense_max_bytes):
+    """sort_output=False writes each row in the order its columns were first met, as scipy's
+    SMMP does: row 0 meets 5, 70, 900 (Y row 0), then 5 again and 3 (Y row 1)."""
+    n = 1000
+    Y = sp.csr_matrix((np.arange(1.0, 6.0), [900, 5, 70, 5, 3], [0, 3, 5]), shape=(2, n))
+    X = sp.csr_matrix(np.array([[2.0, 10.0], [0.0, 0.0], [0.0, 1.0]]))
+    Xb, Yb = _block(X, np.float64), _block(Y, np.float64)
+    U, st = hash_spgemm(Xb, Yb, dense_max_bytes=dense_max_bytes, sort_output=False)
+    np.testing.assert_array_equal(U.indptr, [0, 4, 4, 6])
+    np.testing.assert_array_equal(U.indices, [5, 70, 900, 3, 3, 5])
+    np.testing.assert_array_equal(U.data, [4.0 + 40.0, 6.0, 2.0, 50.0, 5.0, 4.0])
+    assert st["sort_skipped_rows"] == 2
+    C, _ = hash_spgemm(Xb, Yb, dense_max_bytes=dense_max_bytes)
+    np.testing.assert_array_equal(C.indices, [3, 5, 70, 900, 3, 5])
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
