@@ -273,6 +273,25 @@ def test_dense_accumulator_both_ways():
     assert st["sym_probes"] == st["num_probes"] == st["num_insertions"] == 0
 
 
+def test_dense_flag_scan_does_not_rely_on_sorted_y_rows():
+    """The flag scans take each row's column range from a pass over Y, not from its first and
+    last entries, so a Y whose rows are stored in descending column order still gives the right
+    product (rows dense enough to be flag-scanned in both phases)."""
+    X, Y = _rand(30, 40, 0.3, 50), _rand(40, 200, 0.5, 51)
+    Y.sort_indices()
+    spans = list(zip(Y.indptr[:-1], Y.indptr[1:], strict=True))
+    rev = np.concatenate([Y.indices[a:b][::-1] for a, b in spans])
+    vrev = np.concatenate([Y.data[a:b][::-1] for a, b in spans])
+    Yb = CSRBlock(Y.shape, Y.indptr.astype(np.int64), rev.astype(np.int32), vrev)
+    C, st = hash_spgemm(_block(X, np.float64), Yb)
+    assert st["sort_dense_scan_rows"] == 30
+    ref = (X @ Y).tocsr()
+    ref.sort_indices()
+    np.testing.assert_array_equal(C.indptr, ref.indptr)
+    np.testing.assert_array_equal(C.indices, ref.indices)
+    np.testing.assert_allclose(C.data, ref.data, rtol=1e-12)
+
+
 @pytest.mark.parametrize("dense_max_bytes", [0, DENSE_MAX_BYTES])
 def test_unsorted_output_is_first_met_order(dense_max_bytes):
     """sort_output=False writes each row in the order its columns were first met, as scipy's
