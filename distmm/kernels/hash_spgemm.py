@@ -532,6 +532,32 @@ def _find(keys, key, size, mask):
     return h
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _bitmap_keys_out(bitmap, summary, nsum, base, ci, start):
+    """Write base + the position of every set bit of ``bitmap`` to ci[start:] in increasing
+    order and clear both levels; ``summary`` has one bit per nonzero bitmap word, in its first
+    ``nsum`` words. Returns the number of keys. Skipping whole summary words and then whole
+    bitmap words costs O(keys + words / 64)."""
+    one = np.uint64(1)
+    t = start
+    for s in range(nsum):
+        y = summary[s]
+        if y == 0:
+            continue
+        summary[s] = 0
+        while y:
+            w = (s << 6) + trailing_zeros(y)
+            y &= y - one
+            x = bitmap[w]
+            bitmap[w] = 0
+            wbase = base + (w << 6)
+            while x:
+                ci[t] = wbase + trailing_zeros(x)
+                x &= x - one
+                t += 1
+    return t - start
+
+
 @njit(cache=True, nogil=True)
 def _write_bitmap_row(rkey, m, kmin, span, keys, vals, size, mask, bitmap, summary, ci, cv,
                       start):
@@ -549,28 +575,13 @@ def _write_bitmap_row(rkey, m, kmin, span, keys, vals, size, mask, bitmap, summa
         d = np.int64(rkey[u]) - kmin
         bitmap[d >> 6] |= one << np.uint64(d & 63)
         summary[d >> 12] |= one << np.uint64((d >> 6) & 63)
-    t = start
-    for s in range((span + 4095) >> 12):
-        y = summary[s]
-        if y == 0:
-            continue
-        summary[s] = 0
-        while y:
-            w = (s << 6) + trailing_zeros(y)
-            y &= y - one
-            x = bitmap[w]
-            bitmap[w] = 0
-            base = kmin + (w << 6)
-            while x:
-                key = base + trailing_zeros(x)
-                x &= x - one
-                # emptying the slot at once is safe: _find never stops at an empty slot, and
-                # every key it looks for later is still in the table
-                h = _find(keys, key, size, mask)
-                ci[t] = key
-                cv[t] = vals[h]
-                keys[h] = -1
-                t += 1
+    _bitmap_keys_out(bitmap, summary, (span + 4095) >> 12, kmin, ci, start)
+    for t in range(start, start + m):
+        # emptying the slot at once is safe: _find never stops at an empty slot, and every
+        # key it looks for later is still in the table
+        h = _find(keys, ci[t], size, mask)
+        cv[t] = vals[h]
+        keys[h] = -1
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -751,24 +762,11 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                             if word == 0:
                                 marks_summary[w >> 6] |= one << np.uint64(w & 63)
                             marks[w] = word | (one << np.uint64(key & 63))
-                    t = start
-                    for s in range(marks_summary.shape[0]):
-                        y = marks_summary[s]
-                        if y == 0:
-                            continue
-                        marks_summary[s] = 0
-                        while y:
-                            w = (s << 6) + trailing_zeros(y)
-                            y &= y - one
-                            x = marks[w]
-                            marks[w] = 0
-                            while x:
-                                key = (w << 6) + trailing_zeros(x)
-                                x &= x - one
-                                ci[t] = key
-                                cv[t] = acc[key]
-                                acc[key] = 0
-                                t += 1
+                    _bitmap_keys_out(marks, marks_summary, marks_summary.shape[0], 0, ci, start)
+                    for t in range(start, start + n):
+                        key = ci[t]
+                        cv[t] = acc[key]
+                        acc[key] = 0
                     sorts[c, 4] += 1
                     continue
                 size = rsize[q]
