@@ -181,6 +181,14 @@ def _nprod_kernel(xp, xi, yp, out):
         out[i] = s
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _flag_scanned(ncols, keys):
+    """Whether a dense-accumulator row with at most ``keys`` distinct columns (a bound in the
+    symbolic phase, the count in the numeric one) among ``ncols`` is handled by flag bytes and
+    a scan of its column range, which needs the Y row ranges of _key_range_kernel."""
+    return ncols <= DENSE_SCAN_COLS * keys
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _key_range_kernel(yp, yi, ncols, out):
     """out[k] = (smallest, largest) column of row k of Y; (ncols, 0) for an empty row. The
@@ -374,7 +382,7 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
             for q in range(lo, hi):
                 i = order[q]
                 xe = xp[i + 1]
-                if dense and dense_cols <= DENSE_SCAN_COLS * min(nprod[i], dense_cols):
+                if dense and _flag_scanned(dense_cols, min(nprod[i], dense_cols)):
                     kmin = dense_cols
                     kmax = 0
                     for a in range(xp[i], xe):
@@ -589,10 +597,9 @@ def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
                packed, tmp, counts, ci, cv, start, sorts, c):
     """Write the row whose m keys rkey[:m] sit in slots rslot[:m] of the table ``keys`` /
     ``vals`` to ci/cv[start:start+m] sorted by column, and empty the slots. The sort takes one
-    of three
-    ways, counted in sorts[c, 0..2]: a rank sort for rows of up to 32 keys, a bitmap over the
-    keys' range when the keys are dense enough in it (_write_bitmap_row), else a counting/radix
-    sort of (key << 32 | slot) pairs (_sort_row)."""
+    of three ways, counted in sorts[c, 0..2]: a rank sort for rows of up to 32 keys, a bitmap
+    over the keys' range when the keys are dense enough in it (_write_bitmap_row), else a
+    counting/radix sort of (key << 32 | slot) pairs (_sort_row)."""
     if m <= 32:
         # short rows: each key's place is the number of smaller keys (branch-free compares
         # over int32 keys that vectorise 8 wide; an insertion sort mispredicts at every step;
@@ -693,7 +700,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                         q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
                                                                 q1, a1, e1, q2, a2, e2)
                     continue
-                if dense and not sort_rows and ncols > DENSE_SCAN_COLS * n:
+                if dense and not sort_rows and not _flag_scanned(ncols, n):
                     # the symbolic phase's branch-free new-key list, then the row in that order
                     # (rows dense in the columns take the flag scan below: it costs less than
                     # the list, and sorts for free)
@@ -717,7 +724,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                         flags[key] = 0
                     sorts[c, 5] += 1
                     continue
-                if dense and ncols <= DENSE_SCAN_COLS * n:
+                if dense and _flag_scanned(ncols, n):
                     # flags are plain stores: marking a bitmap instead costs a read-modify-
                     # write per product on words that the next keys of a dense Y row share
                     kmin = ncols
@@ -968,16 +975,17 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     chunks = _num_chunks(m)
     sym_dense, num_dense = dense_phases(n, np.dtype(dtype).itemsize, dense_max_bytes)
     # the column range of every row of Y, for the flag scans of dense rows; a pass over Y, so
-    # only made when some row can be dense (a row of b products or keys scans when
-    # n <= DENSE_SCAN_COLS * b)
-    yrange = np.zeros((1, 2), dtype=np.int32)
-    if sym_dense and DENSE_SCAN_COLS * min(int(nprod.max()), n) >= n:
+    # only made when some row is flag-scanned (the kernels never read it otherwise)
+    no_ranges = np.zeros((1, 2), dtype=np.int32)
+    yrange = None
+    if sym_dense and _flag_scanned(n, min(int(nprod.max()), n)):
         yrange = _key_ranges(yp, yi, n)
     t1 = time.perf_counter()
     probes = np.zeros((chunks, nsb), dtype=np.int64)
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
     _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks,
-                     n if sym_dense else 0, nprod, yrange, nnz, probes)
+                     n if sym_dense else 0, nprod,
+                     no_ranges if yrange is None else yrange, nnz, probes)
     sym_probes = probes.sum(axis=0)
     redo = np.flatnonzero(nnz < 0)
     fallback_probes = 0
@@ -989,7 +997,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         pr = np.zeros((ch, 1), dtype=np.int64)
         redo = redo.astype(np.int64)
         _symbolic_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch), size_r,
-                         size_r, ch, 0, nprod, yrange, nnz, pr)
+                         size_r, ch, 0, nprod, no_ranges, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
     bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize)
@@ -1010,7 +1018,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
 
     # 5-6. numeric binning and hash phase; the last bin sizes its tables per row
     t3 = time.perf_counter()
-    if num_dense and yrange.shape[0] == 1 and DENSE_SCAN_COLS * int(nnz.max()) >= n:
+    if num_dense and yrange is None and _flag_scanned(n, int(nnz.max())):
         yrange = _key_ranges(yp, yi, n)
     nnb = len(num_tables) + 1
     order, offsets, one_bin = _bin_rows(nnz, np.asarray(num_ranges, dtype=np.int64), nnb)
@@ -1021,7 +1029,8 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
     sorts = np.zeros((chunks, 6), dtype=np.int64)
     _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n,
-                    n if num_dense else 0, sort_output, yrange, cp, ci, cv, probes, sorts)
+                    n if num_dense else 0, sort_output,
+                    no_ranges if yrange is None else yrange, cp, ci, cv, probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
     bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize)
