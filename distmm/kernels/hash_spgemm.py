@@ -81,15 +81,23 @@ _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # many. Short rows (metis-mdual: 4 entries) get their Y rows a few rows in advance.
 PREFETCH_ROWS = 8
 PREFETCH_INDPTR = 16
+# ... unless Y (indptr, indices and values) fits one core's L2 (1 MiB here) anyway: then the
+# cursors are pure overhead (Cora A*A numeric 0.78 -> 0.50 ms on 1 thread)
+PREFETCH_MIN_BYTES = 1 << 20
 # rows whose key range is at most this wide may be sorted through a bitmap (2 MiB per thread)
 BITMAP_SPAN_MAX = 1 << 24
 # per-thread budget of the dense accumulator (see hash_spgemm): about one core's L2 here. In
 # the numeric phase the random updates of the value array must hit the cache: metis-mdual's
 # 258569 columns (2.3 MB) ran 1.4x slower dense than hashed, ER n=100000 (0.9 MB) 1.35x faster.
 DENSE_MAX_BYTES = 1 << 20
-# a dense-accumulator row with at least one key per this many columns is written out by
+# a dense-accumulator row with at least one key per this many columns is written out sorted by
 # scanning its column flags (MovieLens A A^T rows), sparser rows through a bitmap
 DENSE_SCAN_COLS = 32
+# where no order is needed (the symbolic count, unsorted output) the scan competes with the
+# per-product column tag or new-key list instead, and wins only for rows with about a key per
+# flag word: Cora A*A's rows of about 150 keys in 2708 columns ran 1.4x faster listed (numeric,
+# unsorted), genes-pubmed's of 8500 in 46898 faster scanned
+COUNT_SCAN_COLS = 8
 
 
 def binning_ranges(tables: tuple[int, ...], ratio: float) -> tuple[int, ...]:
@@ -182,11 +190,12 @@ def _nprod_kernel(xp, xi, yp, out):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _flag_scanned(ncols, keys):
+def _flag_scanned(ncols, keys, cols_per_key):
     """Whether a dense-accumulator row with at most ``keys`` distinct columns (a bound in the
-    symbolic phase, the count in the numeric one) among ``ncols`` is handled by flag bytes and
-    a scan of its column range, which needs the Y row ranges of _key_range_kernel."""
-    return ncols <= DENSE_SCAN_COLS * keys
+    symbolic phase, the count in the numeric one) among ``ncols`` has at least one key per
+    ``cols_per_key`` columns (DENSE_SCAN_COLS or COUNT_SCAN_COLS), and so is handled by flag
+    bytes and a scan of its column range, which needs the Y row ranges of _key_range_kernel."""
+    return ncols <= cols_per_key * keys
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -310,16 +319,19 @@ def _cursor_step(xp, order, hi, q, a, e):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _cursors_start(xp, xi, yp, order, lo, hi):
+def _cursors_start(on, xp, xi, yp, order, lo, hi):
     """The two prefetch cursors of _prefetch_step, placed PREFETCH_ROWS and PREFETCH_INDPTR
-    entries ahead of the first entry of row order[lo] (prefetching what they pass)."""
+    entries ahead of the first entry of row order[lo] (prefetching what they pass), as one
+    tuple; with ``on`` False they stay put and prefetch nothing."""
     q1 = lo
     a1 = -1
     e1 = -1
-    if lo < hi:
+    if on and lo < hi:
         a1 = xp[order[lo]] - 1
         e1 = xp[order[lo] + 1]
     q2, a2, e2 = q1, a1, e1
+    if not on:
+        return q1, a1, e1, q2, a2, e2
     for _ in range(PREFETCH_ROWS):
         q1, a1, e1 = _cursor_step(xp, order, hi, q1, a1, e1)
         if a1 < e1:
@@ -334,11 +346,15 @@ def _cursors_start(xp, xi, yp, order, lo, hi):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _prefetch_step(xp, xi, yp, yi, yv, order, hi, q1, a1, e1, q2, a2, e2):
+def _prefetch_step(on, xp, xi, yp, yi, yv, order, hi, cur):
     """Called once per X entry processed: the near cursor asks for the Y row that the entry
     PREFETCH_ROWS ahead selects (its indptr entry is cached by then), the far one for the
     indptr entry of the entry PREFETCH_INDPTR ahead. The cursors run over the rows in their
-    processing order, across row ends, so short rows are covered too."""
+    processing order, across row ends, so short rows are covered too. ``cur`` is the cursors'
+    state (q1, a1, e1, q2, a2, e2), returned moved on; with ``on`` False nothing is done."""
+    if not on:
+        return cur
+    q1, a1, e1, q2, a2, e2 = cur
     q1, a1, e1 = _cursor_step(xp, order, hi, q1, a1, e1)
     if a1 < e1:
         _prefetch_y_row(xi, yp, yi, yv, a1)
@@ -351,7 +367,7 @@ def _prefetch_step(xp, xi, yp, yi, yv, order, hi, q1, a1, e1, q2, a2, e2):
 
 @njit(parallel=True, cache=True, nogil=True)
 def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense_cols, nprod,
-                     yrange, nnz, probes):
+                     yrange, prefetch, nnz, probes):
     """Symbolic hash phase (Algorithm 4) for the rows ``order``, bins split by ``bounds``.
 
     Row order[q] uses a table of rsize[q] slots; its distinct column count goes to nnz[row],
@@ -373,21 +389,22 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
         table = np.empty(tmax, dtype=np.int32)
         flags64 = np.zeros((max(dense_cols, 1) >> 3) + 1, dtype=np.uint64)
         flags = flags64.view(np.uint8)  # all 0 between rows
-        new = np.empty(dense_cols + 1, dtype=np.int32)
+        tag = np.zeros(max(dense_cols, 1), dtype=np.uint16)
+        gen = 0
         for b in range(nbins):
             lo = bounds[b, c]
             hi = bounds[b, c + 1]
             pr = 0
-            q1, a1, e1, q2, a2, e2 = _cursors_start(xp, xi, yp, order, lo, hi)
+            cur = _cursors_start(prefetch, xp, xi, yp, order, lo, hi)
             for q in range(lo, hi):
                 i = order[q]
                 xe = xp[i + 1]
-                if dense and _flag_scanned(dense_cols, min(nprod[i], dense_cols)):
+                if dense and _flag_scanned(dense_cols, min(nprod[i], dense_cols),
+                                           COUNT_SCAN_COLS):
                     kmin = dense_cols
                     kmax = 0
                     for a in range(xp[i], xe):
-                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, None, order, hi,
-                                                                q1, a1, e1, q2, a2, e2)
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
                         k = xi[a]
                         kmin = min(kmin, yrange[k, 0])
                         kmax = max(kmax, yrange[k, 1])
@@ -401,20 +418,22 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
                     nnz[i] = cnt
                     continue
                 if dense:
-                    # branch-free: every key is written to the list, the count only moves
-                    # past it when the key is new
+                    # a column is new to the row when its tag is not the row's generation
+                    # number (scipy's mask): branch-free, and nothing to reset after the row;
+                    # the 16-bit tags are cleared once every 65535 rows
+                    gen += 1
+                    if gen == 65536:
+                        tag[:] = 0
+                        gen = 1
+                    g = np.uint16(gen)
                     cnt = 0
                     for a in range(xp[i], xe):
-                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, None, order, hi,
-                                                                q1, a1, e1, q2, a2, e2)
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
                         k = xi[a]
                         for t in range(yp[k], yp[k + 1]):
                             key = yi[t]
-                            new[cnt] = key
-                            cnt += 1 - flags[key]
-                            flags[key] = 1
-                    for u in range(cnt):
-                        flags[new[u]] = 0
+                            cnt += tag[key] != g
+                            tag[key] = g
                     nnz[i] = cnt
                     continue
                 size = rsize[q]
@@ -424,8 +443,7 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
                 cnt = 0
                 aborted = False
                 for a in range(xp[i], xe):
-                    q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, None, order, hi,
-                                                            q1, a1, e1, q2, a2, e2)
+                    cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
                     k = xi[a]
                     for t in range(yp[k], yp[k + 1]):
                         key = yi[t]
@@ -447,8 +465,7 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
                             break
                     if aborted:
                         for _a in range(a + 1, xe):  # keep the cursors ahead
-                            q1, a1, e1, q2, a2, e2 = _prefetch_step(
-                                xp, xi, yp, yi, None, order, hi, q1, a1, e1, q2, a2, e2)
+                            cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
                         break
                 nnz[i] = -1 if aborted else cnt
             probes[c, b] += pr
@@ -641,7 +658,7 @@ def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
 
 @njit(parallel=True, cache=True, nogil=True)
 def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passes, ncols,
-                    dense_cols, sort_rows, yrange, cp, ci, cv, probes, sorts):
+                    dense_cols, sort_rows, nprod, yrange, prefetch, cp, ci, cv, probes, sorts):
     """Numeric hash phase (Algorithm 5): accumulate, condense, sort and write each row of C.
 
     Row order[q] uses a table of rsize[q] slots. Every new key and its slot are recorded when
@@ -688,7 +705,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
             lo = bounds[b, c]
             hi = bounds[b, c + 1]
             pr = 0
-            q1, a1, e1, q2, a2, e2 = _cursors_start(xp, xi, yp, order, lo, hi)
+            cur = _cursors_start(prefetch, xp, xi, yp, order, lo, hi)
             for q in range(lo, hi):
                 i = order[q]
                 start = cp[i]
@@ -697,17 +714,29 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                 xe = xp[i + 1]
                 if n == 0:
                     for _a in range(xa, xe):  # keep the cursors ahead
-                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
-                                                                q1, a1, e1, q2, a2, e2)
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
                     continue
-                if dense and not sort_rows and not _flag_scanned(ncols, n):
+                if not sort_rows and n == nprod[i]:
+                    # no two products share a column (Erdos-Renyi rows mostly): the products,
+                    # in their order, are the row, and no accumulator is touched
+                    t = start
+                    for a in range(xa, xe):
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
+                        k = xi[a]
+                        av = xv[a]
+                        for s in range(yp[k], yp[k + 1]):
+                            ci[t] = yi[s]
+                            cv[t] = av * yv[s]
+                            t += 1
+                    sorts[c, 6] += 1
+                    continue
+                if dense and not sort_rows and not _flag_scanned(ncols, n, COUNT_SCAN_COLS):
                     # the symbolic phase's branch-free new-key list, then the row in that order
                     # (rows dense in the columns take the flag scan below: it costs less than
                     # the list, and sorts for free)
                     cnt = 0
                     for a in range(xa, xe):
-                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
-                                                                q1, a1, e1, q2, a2, e2)
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
                         k = xi[a]
                         av = xv[a]
                         for t in range(yp[k], yp[k + 1]):
@@ -724,14 +753,13 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                         flags[key] = 0
                     sorts[c, 5] += 1
                     continue
-                if dense and _flag_scanned(ncols, n):
+                if dense and _flag_scanned(ncols, n, DENSE_SCAN_COLS):
                     # flags are plain stores: marking a bitmap instead costs a read-modify-
                     # write per product on words that the next keys of a dense Y row share
                     kmin = ncols
                     kmax = 0
                     for a in range(xa, xe):
-                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
-                                                                q1, a1, e1, q2, a2, e2)
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
                         k = xi[a]
                         av = xv[a]
                         kmin = min(kmin, yrange[k, 0])
@@ -757,8 +785,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                     continue
                 if dense:
                     for a in range(xa, xe):
-                        q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
-                                                                q1, a1, e1, q2, a2, e2)
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
                         k = xi[a]
                         av = xv[a]
                         for t in range(yp[k], yp[k + 1]):
@@ -780,8 +807,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                 mask = size - 1 if (size & (size - 1)) == 0 else -1
                 m = 0
                 for a in range(xa, xe):
-                    q1, a1, e1, q2, a2, e2 = _prefetch_step(xp, xi, yp, yi, yv, order, hi,
-                                                            q1, a1, e1, q2, a2, e2)
+                    cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
                     k = xi[a]
                     av = xv[a]
                     for t in range(yp[k], yp[k + 1]):
@@ -912,9 +938,10 @@ def _key_ranges(yp: np.ndarray, yi: np.ndarray, ncols: int) -> np.ndarray:
 
 def dense_phases(ncols: int, itemsize: int, dense_max_bytes: int) -> tuple[bool, bool]:
     """(symbolic, numeric): whether each phase uses the dense accumulator for C's ``ncols``
-    columns, i.e. whether its per-thread arrays fit ``dense_max_bytes`` (a flag byte per
-    column in the symbolic phase; a value and a flag in the numeric phase). 0 disables it."""
-    return (dense_max_bytes > 0 and ncols <= dense_max_bytes,
+    columns, i.e. whether the per-thread array that its rows update at random fits
+    ``dense_max_bytes`` (a 2-byte column tag in the symbolic phase; a value and a flag byte in
+    the numeric phase). 0 disables it."""
+    return (dense_max_bytes > 0 and 2 * ncols <= dense_max_bytes,
             dense_max_bytes > 0 and ncols * (itemsize + 1) <= dense_max_bytes)
 
 
@@ -978,14 +1005,16 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     # only made when some row is flag-scanned (the kernels never read it otherwise)
     no_ranges = np.zeros((1, 2), dtype=np.int32)
     yrange = None
-    if sym_dense and _flag_scanned(n, min(int(nprod.max()), n)):
+    if sym_dense and _flag_scanned(n, min(int(nprod.max()), n), COUNT_SCAN_COLS):
         yrange = _key_ranges(yp, yi, n)
+    # prefetching Y's rows only pays when Y does not sit in the cache already
+    prefetch = yp.nbytes + yi.nbytes + yv.nbytes > PREFETCH_MIN_BYTES
     t1 = time.perf_counter()
     probes = np.zeros((chunks, nsb), dtype=np.int64)
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
     _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks,
                      n if sym_dense else 0, nprod,
-                     no_ranges if yrange is None else yrange, nnz, probes)
+                     no_ranges if yrange is None else yrange, prefetch, nnz, probes)
     sym_probes = probes.sum(axis=0)
     redo = np.flatnonzero(nnz < 0)
     fallback_probes = 0
@@ -997,7 +1026,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         pr = np.zeros((ch, 1), dtype=np.int64)
         redo = redo.astype(np.int64)
         _symbolic_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch), size_r,
-                         size_r, ch, 0, nprod, no_ranges, nnz, pr)
+                         size_r, ch, 0, nprod, no_ranges, prefetch, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
     bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize)
@@ -1018,7 +1047,8 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
 
     # 5-6. numeric binning and hash phase; the last bin sizes its tables per row
     t3 = time.perf_counter()
-    if num_dense and yrange is None and _flag_scanned(n, int(nnz.max())):
+    if num_dense and yrange is None and _flag_scanned(
+            n, int(nnz.max()), DENSE_SCAN_COLS if sort_output else COUNT_SCAN_COLS):
         yrange = _key_ranges(yp, yi, n)
     nnb = len(num_tables) + 1
     order, offsets, one_bin = _bin_rows(nnz, np.asarray(num_ranges, dtype=np.int64), nnb)
@@ -1027,19 +1057,22 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     t4 = time.perf_counter()
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
-    sorts = np.zeros((chunks, 6), dtype=np.int64)
+    sorts = np.zeros((chunks, 7), dtype=np.int64)
     _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n,
-                    n if num_dense else 0, sort_output,
-                    no_ranges if yrange is None else yrange, cp, ci, cv, probes, sorts)
+                    n if num_dense else 0, sort_output, nprod,
+                    no_ranges if yrange is None else yrange, prefetch, cp, ci, cv, probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
     bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize)
     counters["num_one_bin"] = int(one_bin)
     for j, way in enumerate(("rank", "bitmap", "bucket", "dense_scan", "dense_bitmap",
-                            "skipped")):
+                            "skipped", "direct")):
         counters[f"sort_{way}_rows"] = int(sorts[:, j].sum())
     counters["num_probes"] = int(num_probes.sum())
-    counters["num_insertions"] = 0 if num_dense else products
+    # unsorted rows whose products all have distinct columns are written without a table
+    direct = 0 if sort_output else int(sorts[:, 6].sum())
+    counters["num_insertions"] = 0 if num_dense else products - (
+        int(nprod[nnz == nprod].sum()) if direct else 0)
     counters["num_dense_rows"] = m if num_dense else 0
     counters["products"] = products
     counters["nnz_c"] = total

@@ -87,8 +87,15 @@ def _check_unsorted(model, Xb, Yb, C):
     np.testing.assert_array_equal(Us.indices, C.indices)
     np.testing.assert_array_equal(Us.data, C.data)
     if C.nnz:
-        assert st["sort_skipped_rows"] + st["sort_dense_scan_rows"] \
+        assert st["sort_skipped_rows"] + st["sort_dense_scan_rows"] + st["sort_direct_rows"] \
             == np.count_nonzero(np.diff(C.indptr))
+        # a row is written straight from its products exactly when no two share a column
+        pattern = sp.csr_matrix((np.ones(Xb.nnz, np.int64), Xb.indices, Xb.indptr), Xb.shape)
+        products = pattern @ np.diff(Yb.indptr)
+        assert st["sort_direct_rows"] == np.count_nonzero((products == np.diff(C.indptr))
+                                                          & (products > 0))
+        if model.dense_max_bytes == 0:
+            assert st["num_insertions"] == products[products > np.diff(C.indptr)].sum()
         assert st["sort_rank_rows"] == st["sort_bitmap_rows"] == st["sort_bucket_rows"] \
             == st["sort_dense_bitmap_rows"] == 0
 
@@ -304,21 +311,23 @@ def test_unsorted_output_is_first_met_order(dense_max_bytes):
     np.testing.assert_array_equal(U.indptr, [0, 4, 4, 6])
     np.testing.assert_array_equal(U.indices, [5, 70, 900, 3, 3, 5])
     np.testing.assert_array_equal(U.data, [4.0 + 40.0, 6.0, 2.0, 50.0, 5.0, 4.0])
-    assert st["sort_skipped_rows"] == 2
+    # row 2's products have distinct columns: it is written straight from them
+    assert st["sort_skipped_rows"] == 1 and st["sort_direct_rows"] == 1
     C, _ = hash_spgemm(Xb, Yb, dense_max_bytes=dense_max_bytes)
     np.testing.assert_array_equal(C.indices, [3, 5, 70, 900, 3, 5])
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_dense_accumulator_budget_per_phase(dtype):
-    """Each phase takes the dense accumulator when its per-thread arrays fit the budget: one
-    flag byte per column (symbolic), a value and a flag (numeric); 0 means hash tables only."""
+    """Each phase takes the dense accumulator when its per-thread arrays fit the budget: a
+    2-byte tag per column (symbolic), a value and a flag (numeric); 0 means hash tables only."""
     item = np.dtype(dtype).itemsize
     assert dense_phases(1000, item, 0) == (False, False)
-    assert dense_phases(1000, item, 1000) == (True, False)
+    assert dense_phases(1000, item, 1999) == (False, False)
+    assert dense_phases(1000, item, 2000) == (True, False)
     assert dense_phases(1000, item, 1000 * (item + 1) - 1) == (True, False)
     assert dense_phases(1000, item, 1000 * (item + 1)) == (True, True)
-    assert dense_phases(1001, item, 1000) == (False, False)
+    assert dense_phases(1001, item, 2001) == (False, False)
     X, Y = _rand(80, 60, 0.1, 46), _rand(60, 1000, 0.05, 47)
     st = _check(X, Y, dtype, dense_max_bytes=1000 * (item + 1) - 1)
     assert st["sym_dense_rows"] == 80 and st["num_dense_rows"] == 0
