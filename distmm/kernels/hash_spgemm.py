@@ -61,7 +61,7 @@ from numba import njit, prange
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from distmm.kernels.base import NodeModel
-from distmm.kernels.numba_util import prefetch_span
+from distmm.kernels.numba_util import popcount, prefetch_span
 from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
 __all__ = ["HashSpGEMMModel", "SYM_TABLES", "NUM_TABLES", "binning_ranges", "hash_spgemm"]
@@ -366,8 +366,36 @@ def _prefetch_step(on, xp, xi, yp, yi, yv, order, hi, cur):
 
 
 @njit(parallel=True, cache=True, nogil=True)
+def _y_bitmap_kernel(yp, yi, out):
+    """out[k] = the columns of row k of Y as a bitmap (bit c & 63 of word c >> 6)."""
+    one = np.uint64(1)
+    for k in prange(yp.shape[0] - 1):
+        out[k, :] = 0
+        for t in range(yp[k], yp[k + 1]):
+            key = yi[t]
+            out[k, key >> 6] |= one << np.uint64(key & 63)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _or_y_row(marks, ybits, yp, yi, k):
+    """marks |= the columns of row k of Y: its whole bitmap (a vectorised stream over a fixed
+    width: limiting it to the row's column range ran 4x slower on MovieLens), or one bit per
+    key for a row with fewer keys than a quarter of the bitmap's words."""
+    one = np.uint64(1)
+    words = ybits.shape[1]
+    if 4 * (yp[k + 1] - yp[k]) >= words:
+        row = ybits[k]
+        for w in range(words):
+            marks[w] |= row[w]
+    else:
+        for t in range(yp[k], yp[k + 1]):
+            key = yi[t]
+            marks[key >> 6] |= one << np.uint64(key & 63)
+
+
+@njit(parallel=True, cache=True, nogil=True)
 def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense_cols, nprod,
-                     yrange, prefetch, nnz, probes):
+                     yrange, ybits, use_ybits, prefetch, nnz, probes):
     """Symbolic hash phase (Algorithm 4) for the rows ``order``, bins split by ``bounds``.
 
     Row order[q] uses a table of rsize[q] slots; its distinct column count goes to nnz[row],
@@ -377,9 +405,10 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
     With ``dense_cols`` > 0 (the number of columns of C) every row is counted with a dense
     flag array over the columns instead of a table (spECK's dense accumulator, see
     :func:`hash_spgemm`): no probes, no overflow. Rows whose products (nprod) could fill one
-    column in 32 set the flags and count them by a scan over their column range, 8 flags per
-    word (the range from yrange, the smallest and largest column of every row of Y); sparser
-    rows keep a list of their new columns.
+    column in 8 set the flags and count them by a scan over their column range, 8 flags per
+    word (the range from yrange, the smallest and largest column of every row of Y); with
+    ``use_ybits`` they OR the bitmaps of their Y rows (``ybits``, see :func:`hash_spgemm`)
+    and count the bits instead. Sparser rows tag their columns with the row's number.
     """
     nbins = bounds.shape[0]
     bytesum = np.uint64(0x0101010101010101)
@@ -391,6 +420,7 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
         flags = flags64.view(np.uint8)  # all 0 between rows
         tag = np.zeros(max(dense_cols, 1), dtype=np.uint16)
         gen = 0
+        marks = np.zeros(ybits.shape[1], dtype=np.uint64)
         for b in range(nbins):
             lo = bounds[b, c]
             hi = bounds[b, c + 1]
@@ -403,6 +433,16 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
                                            COUNT_SCAN_COLS):
                     kmin = dense_cols
                     kmax = 0
+                    if use_ybits:
+                        for a in range(xp[i], xe):
+                            cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
+                            _or_y_row(marks, ybits, yp, yi, xi[a])
+                        cnt = 0
+                        for w in range(marks.shape[0]):
+                            cnt += np.int64(popcount(marks[w]))
+                            marks[w] = 0
+                        nnz[i] = cnt
+                        continue
                     for a in range(xp[i], xe):
                         cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
                         k = xi[a]
@@ -658,7 +698,8 @@ def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
 
 @njit(parallel=True, cache=True, nogil=True)
 def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passes, ncols,
-                    dense_cols, sort_rows, nprod, yrange, prefetch, cp, ci, cv, probes, sorts):
+                    dense_cols, sort_rows, nprod, yrange, ybits, use_ybits, prefetch, cp, ci,
+                    cv, probes, sorts):
     """Numeric hash phase (Algorithm 5): accumulate, condense, sort and write each row of C.
 
     Row order[q] uses a table of rsize[q] slots. Every new key and its slot are recorded when
@@ -671,12 +712,15 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
     instead (spECK's dense accumulator, see :func:`hash_spgemm`) and comes out sorted without a
     sort: rows with at least one key per 32 columns (``DENSE_SCAN_COLS``) flag their columns
     in a byte array that is scanned 8 columns per word over the row's range, known from
-    yrange (sorts[c, 3]);
-    sparser rows mark a bitmap, and a summary bit per bitmap word on its first mark, which are
-    scanned through (sorts[c, 4]).
+    yrange (sorts[c, 3]), or, with ``use_ybits``, OR the bitmaps of their Y rows and read the
+    keys out of that (sorts[c, 7]); sparser rows mark a bitmap, and a summary bit per bitmap
+    word on its first mark, which are scanned through (sorts[c, 4]).
 
-    With ``sort_rows`` False every row is written in the order its columns were first met
-    (sorts[c, 5]), as scipy's SMMP does: no sort, no flag scan, no bitmap.
+    With ``sort_rows`` False a row whose products all have distinct columns (its nnz equals
+    its nprod) is written straight from them (sorts[c, 6]); other rows are written in the
+    order their columns were first met (sorts[c, 5]), as scipy's SMMP does, except that dense
+    rows with a key per 8 columns (``COUNT_SCAN_COLS``) still take the flag or bitmap scan,
+    which costs less than a new-key list there.
     """
     nbins = bounds.shape[0]
     one = np.uint64(1)
@@ -729,6 +773,31 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                             cv[t] = av * yv[s]
                             t += 1
                     sorts[c, 6] += 1
+                    continue
+                if dense and use_ybits and _flag_scanned(
+                        ncols, n, DENSE_SCAN_COLS if sort_rows else COUNT_SCAN_COLS):
+                    # the row's columns are the OR of its Y rows' bitmaps: no per-product mark
+                    for a in range(xa, xe):
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
+                        k = xi[a]
+                        av = xv[a]
+                        _or_y_row(marks, ybits, yp, yi, k)
+                        for t in range(yp[k], yp[k + 1]):
+                            acc[yi[t]] += av * yv[t]
+                    t = start
+                    for w in range(marks.shape[0]):
+                        x = marks[w]
+                        if x == 0:
+                            continue
+                        marks[w] = 0
+                        while x:
+                            key = (w << 6) + trailing_zeros(x)
+                            x &= x - one
+                            ci[t] = key
+                            cv[t] = acc[key]
+                            acc[key] = 0
+                            t += 1
+                    sorts[c, 7] += 1
                     continue
                 if dense and not sort_rows and not _flag_scanned(ncols, n, COUNT_SCAN_COLS):
                     # the symbolic phase's branch-free new-key list, then the row in that order
@@ -936,6 +1005,22 @@ def _key_ranges(yp: np.ndarray, yi: np.ndarray, ncols: int) -> np.ndarray:
     return out
 
 
+def _scan_inputs(yp: np.ndarray, yi: np.ndarray, ncols: int
+                 ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """What the flag-scanned dense rows read about Y, as (yrange, ybits), one of them None:
+    Y's rows as bitmaps of ``ncols`` bits when those take no more words than Y has keys (at
+    least one key per 64 columns on average: MovieLens A^T, or the dense block of an SpMM;
+    a sparser Y's bitmaps would be mostly zeros), else the column range of every row
+    (:func:`_key_ranges`) for the flag scans."""
+    rows = yp.shape[0] - 1
+    words = (ncols >> 6) + 1
+    if rows * words > yi.shape[0]:
+        return _key_ranges(yp, yi, ncols), None
+    ybits = np.empty((rows, words), dtype=np.uint64)
+    _y_bitmap_kernel(yp, yi, ybits)
+    return None, ybits
+
+
 def dense_phases(ncols: int, itemsize: int, dense_max_bytes: int) -> tuple[bool, bool]:
     """(symbolic, numeric): whether each phase uses the dense accumulator for C's ``ncols``
     columns, i.e. whether the per-thread array that its rows update at random fits
@@ -1001,12 +1086,14 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     nnz = np.empty(m, dtype=np.int64)
     chunks = _num_chunks(m)
     sym_dense, num_dense = dense_phases(n, np.dtype(dtype).itemsize, dense_max_bytes)
-    # the column range of every row of Y, for the flag scans of dense rows; a pass over Y, so
-    # only made when some row is flag-scanned (the kernels never read it otherwise)
+    # the column range (and maybe the bitmap) of every row of Y, for the flag scans of dense
+    # rows; a pass over Y, so only made when some row is flag-scanned (the kernels never read
+    # them otherwise)
     no_ranges = np.zeros((1, 2), dtype=np.int32)
-    yrange = None
+    no_bits = np.zeros((1, 1), dtype=np.uint64)
+    yrange = ybits = None
     if sym_dense and _flag_scanned(n, min(int(nprod.max()), n), COUNT_SCAN_COLS):
-        yrange = _key_ranges(yp, yi, n)
+        yrange, ybits = _scan_inputs(yp, yi, n)
     # prefetching Y's rows only pays when Y does not sit in the cache already
     prefetch = yp.nbytes + yi.nbytes + yv.nbytes > PREFETCH_MIN_BYTES
     t1 = time.perf_counter()
@@ -1014,7 +1101,9 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
     _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks,
                      n if sym_dense else 0, nprod,
-                     no_ranges if yrange is None else yrange, prefetch, nnz, probes)
+                     no_ranges if yrange is None else yrange,
+                     no_bits if ybits is None else ybits, ybits is not None, prefetch, nnz,
+                     probes)
     sym_probes = probes.sum(axis=0)
     redo = np.flatnonzero(nnz < 0)
     fallback_probes = 0
@@ -1026,7 +1115,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         pr = np.zeros((ch, 1), dtype=np.int64)
         redo = redo.astype(np.int64)
         _symbolic_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch), size_r,
-                         size_r, ch, 0, nprod, no_ranges, prefetch, nnz, pr)
+                         size_r, ch, 0, nprod, no_ranges, no_bits, False, prefetch, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
     bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize)
@@ -1047,9 +1136,9 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
 
     # 5-6. numeric binning and hash phase; the last bin sizes its tables per row
     t3 = time.perf_counter()
-    if num_dense and yrange is None and _flag_scanned(
+    if num_dense and yrange is None and ybits is None and _flag_scanned(
             n, int(nnz.max()), DENSE_SCAN_COLS if sort_output else COUNT_SCAN_COLS):
-        yrange = _key_ranges(yp, yi, n)
+        yrange, ybits = _scan_inputs(yp, yi, n)
     nnb = len(num_tables) + 1
     order, offsets, one_bin = _bin_rows(nnz, np.asarray(num_ranges, dtype=np.int64), nnb)
     rsize = numeric_table_sizes(nnz, order, offsets, num_tables, num_ranges)
@@ -1057,16 +1146,18 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     t4 = time.perf_counter()
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
     bounds = _chunk_bounds(order, offsets, nprod, chunks)
-    sorts = np.zeros((chunks, 7), dtype=np.int64)
+    sorts = np.zeros((chunks, 8), dtype=np.int64)
     _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n,
                     n if num_dense else 0, sort_output, nprod,
-                    no_ranges if yrange is None else yrange, prefetch, cp, ci, cv, probes, sorts)
+                    no_ranges if yrange is None else yrange,
+                    no_bits if ybits is None else ybits, ybits is not None, prefetch, cp, ci, cv,
+                    probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
     bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize)
     counters["num_one_bin"] = int(one_bin)
     for j, way in enumerate(("rank", "bitmap", "bucket", "dense_scan", "dense_bitmap",
-                            "skipped", "direct")):
+                            "skipped", "direct", "y_bitmap")):
         counters[f"sort_{way}_rows"] = int(sorts[:, j].sum())
     counters["num_probes"] = int(num_probes.sum())
     # unsorted rows whose products all have distinct columns are written without a table
@@ -1074,6 +1165,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     counters["num_insertions"] = 0 if num_dense else products - (
         int(nprod[nnz == nprod].sum()) if direct else 0)
     counters["num_dense_rows"] = m if num_dense else 0
+    counters["y_bitmaps"] = int(ybits is not None)
     counters["products"] = products
     counters["nnz_c"] = total
     # wall time of each step (binning and bookkeeping included in the step that needs it)

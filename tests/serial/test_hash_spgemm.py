@@ -88,7 +88,7 @@ def _check_unsorted(model, Xb, Yb, C):
     np.testing.assert_array_equal(Us.data, C.data)
     if C.nnz:
         assert st["sort_skipped_rows"] + st["sort_dense_scan_rows"] + st["sort_direct_rows"] \
-            == np.count_nonzero(np.diff(C.indptr))
+            + st["sort_y_bitmap_rows"] == np.count_nonzero(np.diff(C.indptr))
         # a row is written straight from its products exactly when no two share a column
         pattern = sp.csr_matrix((np.ones(Xb.nnz, np.int64), Xb.indices, Xb.indptr), Xb.shape)
         products = pattern @ np.diff(Yb.indptr)
@@ -280,23 +280,47 @@ def test_dense_accumulator_both_ways():
     assert st["sym_probes"] == st["num_probes"] == st["num_insertions"] == 0
 
 
-def test_dense_flag_scan_does_not_rely_on_sorted_y_rows():
+@pytest.mark.parametrize("ncols,y_density,way,bitmaps", [
+    (2000, 0.01, "sort_dense_scan_rows", 0),  # 20 keys per Y row, 32 words: flag scans
+    (200, 0.5, "sort_y_bitmap_rows", 1),  # 100 keys per Y row, 4 words: Y row bitmaps
+])
+def test_dense_scans_do_not_rely_on_sorted_y_rows(ncols, y_density, way, bitmaps):
     """The flag scans take each row's column range from a pass over Y, not from its first and
-    last entries, so a Y whose rows are stored in descending column order still gives the right
-    product (rows dense enough to be flag-scanned in both phases)."""
-    X, Y = _rand(30, 40, 0.3, 50), _rand(40, 200, 0.5, 51)
+    last entries, and the Y row bitmaps are built from every key, so a Y whose rows are
+    stored in descending column order still gives the right product (rows dense enough to be
+    scanned in both phases)."""
+    X, Y = _rand(30, 40, 0.5, 50), _rand(40, ncols, y_density, 51)
     Y.sort_indices()
     spans = list(zip(Y.indptr[:-1], Y.indptr[1:], strict=True))
     rev = np.concatenate([Y.indices[a:b][::-1] for a, b in spans])
     vrev = np.concatenate([Y.data[a:b][::-1] for a, b in spans])
     Yb = CSRBlock(Y.shape, Y.indptr.astype(np.int64), rev.astype(np.int32), vrev)
     C, st = hash_spgemm(_block(X, np.float64), Yb)
-    assert st["sort_dense_scan_rows"] == 30
+    assert st[way] == 30 and st["y_bitmaps"] == bitmaps
     ref = (X @ Y).tocsr()
     ref.sort_indices()
     np.testing.assert_array_equal(C.indptr, ref.indptr)
     np.testing.assert_array_equal(C.indices, ref.indices)
     np.testing.assert_allclose(C.data, ref.data, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_y_row_bitmaps_with_skewed_and_empty_y_rows(dtype):
+    """Y with as many keys as its bitmaps have words gets row bitmaps: long rows are ORed in
+    whole, rows with fewer keys than a quarter of the 16 words set a bit per key, empty rows
+    add nothing; every row of C is dense enough to be read out of the OR."""
+    rng = np.random.default_rng(60)
+    ncols = 1000
+    lens = np.r_[np.full(25, 60), rng.integers(1, 4, 20), np.zeros(5, int)]
+    rng.shuffle(lens)
+    rows = [np.sort(rng.choice(ncols, k, replace=False)) for k in lens]
+    Y = sp.csr_matrix((rng.uniform(-1, 1, lens.sum()), np.concatenate(rows),
+                       np.r_[0, np.cumsum(lens)]), shape=(50, ncols))
+    X = _rand(40, 50, 0.3, 61)
+    st = _check(X, Y, dtype)
+    dense = hash_spgemm(_block(X, dtype), _block(Y, dtype))[1]
+    assert dense["y_bitmaps"] == 1 and st["y_bitmaps"] == 0
+    assert dense["sort_y_bitmap_rows"] == np.count_nonzero(np.diff((X @ Y).tocsr().indptr))
 
 
 @pytest.mark.parametrize("dense_max_bytes", [0, DENSE_MAX_BYTES])
