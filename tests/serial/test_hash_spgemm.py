@@ -323,6 +323,31 @@ def test_y_row_bitmaps_with_skewed_and_empty_y_rows(dtype):
     assert dense["sort_y_bitmap_rows"] == np.count_nonzero(np.diff((X @ Y).tocsr().indptr))
 
 
+def test_non_temporal_stores_write_the_same_c(monkeypatch):
+    """With the size threshold at 0 every C is written with non-temporal stores (rows of 16
+    keys or more): every way a row is written (rank, bitmap and bucket sorts, dense flag scans,
+    dense bitmaps, Y row bitmaps, direct, listed, with hash tables and the dense accumulator,
+    sorted and not) gives the same product."""
+    from distmm.kernels import hash_spgemm as module
+
+    monkeypatch.setattr(module, "STREAM_MIN_BYTES", 0)
+    ways: dict[str, int] = {}
+    for seed, (m, k, n, x_density, y_density) in enumerate([
+            (300, 200, 250, 0.04, 0.04), (64, 64, 64, 0.5, 0.5), (30, 40, 2000, 0.5, 0.01),
+            (200, 100, 5000, 0.02, 0.01), (20, 100, 1_000_000, 0.02, 1e-4)]):
+        X, Y = _rand(m, k, x_density, 70 + seed), _rand(k, n, y_density, 80 + seed)
+        st = _check(X, Y)
+        assert st["stream_stores"] == int(module.STREAM_STORES)
+        for budget in (0, DENSE_MAX_BYTES):
+            for sort_output in (True, False):
+                counters = hash_spgemm(_block(X, np.float64), _block(Y, np.float64),
+                                       dense_max_bytes=budget, sort_output=sort_output)[1]
+                for key, v in counters.items():
+                    if key.startswith("sort_"):
+                        ways[key] = ways.get(key, 0) + v
+    assert all(ways.values()), ways
+
+
 @pytest.mark.parametrize("dense_max_bytes", [0, DENSE_MAX_BYTES])
 def test_unsorted_output_is_first_met_order(dense_max_bytes):
     """sort_output=False writes each row in the order its columns were first met, as scipy's
