@@ -38,10 +38,13 @@ such limit, so the nominal sizes are used.) Both the tables and the ranges are o
 CPU path (``device="cpu"``, default): numba kernels parallel over chunks of every bin's rows
 (``prange``); each chunk owns one scratch table reused by all its rows, the CPU analogue of a
 thread block's shared-memory table; the rows of Y that the next few entries of X select are
-prefetched in software. A phase whose dense accumulator over C's columns fits
-``dense_max_bytes`` per thread uses it instead of the tables (spECK's dense accumulator,
-which OpSparse leaves out; see :func:`hash_spgemm`). GPU path (``device="cuda"``): numba.cuda
-kernels in :mod:`distmm.kernels.hash_spgemm_cuda`, only ever run in numba's CUDA simulator here.
+prefetched in software when Y is larger than the cache. A phase whose dense accumulator over
+C's columns fits ``dense_max_bytes`` per thread uses it instead of the tables (spECK's dense
+accumulator, which OpSparse leaves out; see :func:`hash_spgemm`), and reads dense rows'
+columns out of bitmaps of Y's rows when Y is dense enough for those (:func:`_scan_inputs`).
+The rows of a C larger than the cache are written with non-temporal stores
+(``STREAM_MIN_BYTES``). GPU path (``device="cuda"``): numba.cuda kernels in
+:mod:`distmm.kernels.hash_spgemm_cuda`, only ever run in numba's CUDA simulator here.
 
 As a node model for the distributed kernels, the *dense* operands are treated as sparse: SpMM
 converts the dense block to CSR (skipping its zeros) and runs the hash SpGEMM, adding the product
@@ -149,10 +152,12 @@ def numeric_table_sizes(nnz: np.ndarray, order: np.ndarray, offsets: np.ndarray,
 
 
 def bin_counters(counters: dict, phase: str, offsets: np.ndarray, probes: np.ndarray,
-                 nnz: np.ndarray, order: np.ndarray, rsize: np.ndarray) -> None:
+                 nnz: np.ndarray, order: np.ndarray, rsize: np.ndarray,
+                 tables: bool = True) -> None:
     """The per-bin counters of one phase: rows, probes and summed table occupancy
-    (min(nnz, table) / table of every binned row) of every bin."""
-    fill = _bin_fill(order, offsets, nnz, rsize)
+    (min(nnz, table) / table of every binned row) of every bin; the occupancy is 0 when the
+    phase used no tables (``tables`` False: the dense accumulator)."""
+    fill = _bin_fill(order, offsets, nnz, rsize) if tables else np.zeros(probes.shape[0])
     for b in range(probes.shape[0]):
         counters[f"{phase}_bin{b}_rows"] = int(offsets[b + 1] - offsets[b])
         counters[f"{phase}_bin{b}_probes"] = int(probes[b])
@@ -433,7 +438,7 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
     :func:`hash_spgemm`): no probes, no overflow. Rows whose products (nprod) could fill one
     column in 8 set the flags and count them by a scan over their column range, 8 flags per
     word (the range from yrange, the smallest and largest column of every row of Y); with
-    ``use_ybits`` they OR the bitmaps of their Y rows (``ybits``, see :func:`hash_spgemm`)
+    ``use_ybits`` they OR the bitmaps of their Y rows (``ybits``, see :func:`_scan_inputs`)
     and count the bits instead. Sparser rows tag their columns with the row's number.
     """
     nbins = bounds.shape[0]
@@ -1140,7 +1145,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
                          size_r, ch, 0, nprod, no_ranges, no_bits, False, prefetch, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
-    bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize)
+    bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize, tables=not sym_dense)
     counters["sym_one_bin"] = int(one_bin)
     counters["sym_fallback_rows"] = int(redo.size)
     counters["sym_probes"] = int(sym_probes.sum()) + fallback_probes
@@ -1178,7 +1183,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
                     ci, cv, probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
-    bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize)
+    bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize, tables=not num_dense)
     counters["num_one_bin"] = int(one_bin)
     for j, way in enumerate(("rank", "bitmap", "bucket", "dense_scan", "dense_bitmap",
                             "skipped", "direct", "y_bitmap")):

@@ -381,6 +381,9 @@ def test_dense_accumulator_budget_per_phase(dtype):
     st = _check(X, Y, dtype, dense_max_bytes=1000 * (item + 1) - 1)
     assert st["sym_dense_rows"] == 80 and st["num_dense_rows"] == 0
     assert st["sym_probes"] == 0 and st["num_probes"] >= st["num_insertions"] > 0
+    # table occupancy is reported for the phase that used tables only
+    assert sum(st[f"sym_bin{b}_fill"] for b in range(8)) == 0
+    assert sum(st[f"num_bin{b}_fill"] for b in range(8)) > 0
     st = _check(X, Y, dtype, dense_max_bytes=1000 * (item + 1))
     assert st["num_dense_rows"] == 80 and st["num_probes"] == 0
 
