@@ -396,6 +396,27 @@ def _put(ci, cv, t, key, val, stream):
         cv[t] = val
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _marked_out(words, lo, hi, per_word_log2, acc, ci, cv, t, stream):
+    """Write the columns marked in words[lo:hi], in increasing order, with their values from
+    the dense accumulator ``acc`` to C from entry t on, and clear the marks and the values.
+    ``per_word_log2`` 6: the words are a bitmap (bit b of word w marks column 64 w + b); 3: they
+    are flag bytes (byte b of word w, 0 or 1, marks column 8 w + b: its bit is bit 8 b)."""
+    one = np.uint64(1)
+    byte_shift = 3 if per_word_log2 == 3 else 0
+    for w in range(lo, hi):
+        x = words[w]
+        if x == 0:
+            continue
+        words[w] = 0
+        while x:
+            key = (w << per_word_log2) + (trailing_zeros(x) >> byte_shift)
+            x &= x - one
+            _put(ci, cv, t, key, acc[key], stream)
+            acc[key] = 0
+            t += 1
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _y_bitmap_kernel(yp, yi, out):
     """out[k] = the columns of row k of Y as a bitmap (bit c & 63 of word c >> 6)."""
@@ -813,18 +834,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                         _or_y_row(marks, ybits, yp, yi, k)
                         for t in range(yp[k], yp[k + 1]):
                             acc[yi[t]] += av * yv[t]
-                    t = start
-                    for w in range(marks.shape[0]):
-                        x = marks[w]
-                        if x == 0:
-                            continue
-                        marks[w] = 0
-                        while x:
-                            key = (w << 6) + trailing_zeros(x)
-                            x &= x - one
-                            _put(ci, cv, t, key, acc[key], srow)
-                            acc[key] = 0
-                            t += 1
+                    _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, srow)
                     sorts[c, 7] += 1
                     continue
                 if dense and not sort_rows and not _flag_scanned(ncols, n, COUNT_SCAN_COLS):
@@ -864,18 +874,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                             key = yi[t]
                             acc[key] += av * yv[t]
                             flags[key] = 1
-                    t = start
-                    for w in range(kmin >> 3, (kmax >> 3) + 1):
-                        x = flags64[w]
-                        if x == 0:
-                            continue
-                        flags64[w] = 0
-                        while x:  # one bit per flagged byte: the lowest is byte tz / 8
-                            key = (w << 3) + (trailing_zeros(x) >> 3)
-                            x &= x - one
-                            _put(ci, cv, t, key, acc[key], srow)
-                            acc[key] = 0
-                            t += 1
+                    _marked_out(flags64, kmin >> 3, (kmax >> 3) + 1, 3, acc, ci, cv, start, srow)
                     sorts[c, 3] += 1
                     continue
                 if dense:
