@@ -339,29 +339,33 @@ def _cursor_step(xp, order, hi, q, a, e):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _indptr_cursor_step(xp, xi, yp, order, hi, q, a, e):
+    """_cursor_step, then prefetch the indptr entry of the Y row that the new entry selects."""
+    q, a, e = _cursor_step(xp, order, hi, q, a, e)
+    if a < e:
+        k = xi[a]
+        prefetch_span(yp, k, k + 2)
+    return q, a, e
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _cursors_start(on, xp, xi, yp, order, lo, hi):
     """The two prefetch cursors of _prefetch_step, placed PREFETCH_ROWS and PREFETCH_INDPTR
-    entries ahead of the first entry of row order[lo] (prefetching what they pass), as one
-    tuple; with ``on`` False they stay put and prefetch nothing."""
+    entries ahead of the first entry of row order[lo] (prefetching the indptr entries they
+    pass), as one tuple; with ``on`` False they stay put and prefetch nothing."""
     q1 = lo
     a1 = -1
     e1 = -1
-    if on and lo < hi:
+    if not on:
+        return q1, a1, e1, q1, a1, e1
+    if lo < hi:
         a1 = xp[order[lo]] - 1
         e1 = xp[order[lo] + 1]
     q2, a2, e2 = q1, a1, e1
-    if not on:
-        return q1, a1, e1, q2, a2, e2
     for _ in range(PREFETCH_ROWS):
-        q1, a1, e1 = _cursor_step(xp, order, hi, q1, a1, e1)
-        if a1 < e1:
-            k = xi[a1]
-            prefetch_span(yp, k, k + 2)
+        q1, a1, e1 = _indptr_cursor_step(xp, xi, yp, order, hi, q1, a1, e1)
     for _ in range(PREFETCH_INDPTR):
-        q2, a2, e2 = _cursor_step(xp, order, hi, q2, a2, e2)
-        if a2 < e2:
-            k = xi[a2]
-            prefetch_span(yp, k, k + 2)
+        q2, a2, e2 = _indptr_cursor_step(xp, xi, yp, order, hi, q2, a2, e2)
     return q1, a1, e1, q2, a2, e2
 
 
@@ -378,10 +382,7 @@ def _prefetch_step(on, xp, xi, yp, yi, yv, order, hi, cur):
     q1, a1, e1 = _cursor_step(xp, order, hi, q1, a1, e1)
     if a1 < e1:
         _prefetch_y_row(xi, yp, yi, yv, a1)
-    q2, a2, e2 = _cursor_step(xp, order, hi, q2, a2, e2)
-    if a2 < e2:
-        k = xi[a2]
-        prefetch_span(yp, k, k + 2)
+    q2, a2, e2 = _indptr_cursor_step(xp, xi, yp, order, hi, q2, a2, e2)
     return q1, a1, e1, q2, a2, e2
 
 
@@ -1189,9 +1190,8 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         counters[f"sort_{way}_rows"] = int(sorts[:, j].sum())
     counters["num_probes"] = int(num_probes.sum())
     # unsorted rows whose products all have distinct columns are written without a table
-    direct = 0 if sort_output else int(sorts[:, 6].sum())
-    counters["num_insertions"] = 0 if num_dense else products - (
-        int(nprod[nnz == nprod].sum()) if direct else 0)
+    counters["num_insertions"] = 0 if num_dense else products if sort_output else (
+        products - int(nprod[nnz == nprod].sum()))
     counters["num_dense_rows"] = m if num_dense else 0
     counters["y_bitmaps"] = int(ybits is not None)
     counters["stream_stores"] = int(stream)

@@ -119,9 +119,9 @@ STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")
 def stream_store(typingctx, arr, idx, val):
     """``arr[idx] = val`` (1-D, no wraparound) as a non-temporal store: the line is written
     without being read into the cache first (MOVNTI on x86-64). For output that is written
-    once and not read back soon: on this machine writing the 56.5 million entries of
-    genes-pubmed's product ran 2.8x faster (1 thread). Call :func:`store_fence` before
-    anything else reads what was stored."""
+    once and not read back soon: on this machine a loop that only writes out the 56.5 million
+    products of genes-pubmed[30000:40000] A^T ran 2.8x faster (1 thread). Call
+    :func:`store_fence` before anything else reads what was stored."""
     if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(idx, types.Integer)):
         return None
 
