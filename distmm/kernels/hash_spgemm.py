@@ -56,6 +56,7 @@ the dense operands seen, probes and insertions per phase, rows and mean table oc
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numba
@@ -127,41 +128,64 @@ def binning_ranges(tables: tuple[int, ...], ratio: float) -> tuple[int, ...]:
     return tuple(int(np.floor(t / ratio + 1e-9)) for t in tables)
 
 
-def _next_pow2(x: np.ndarray) -> np.ndarray:
-    """Smallest power of two >= x (elementwise, x >= 1)."""
-    x = np.maximum(np.asarray(x, dtype=np.int64), 1)
-    return (1 << np.ceil(np.log2(x)).astype(np.int64)).astype(np.int64)
+@njit(cache=True, nogil=True)
+def _own_table_size(bound, table, top):
+    """The table of a row with at most ``bound`` keys, sized as the last bin's fixed
+    ``table`` is from its range ``top``: the same table / range ratio, rounded up to a power of
+    two, and always at least one free slot."""
+    want = np.ceil(bound * (table / max(top, 1)))
+    size = 1
+    while size < want:
+        size <<= 1
+    return max(size, bound + 1)
 
 
-def own_table_sizes(bound: np.ndarray, table: int, top: int) -> np.ndarray:
-    """Tables sized per row from a bound on its keys, as the last bin's fixed table is sized
-    from its range (the same table / range ratio, rounded up to a power of two, and always at
-    least one free slot): the paper's kernel8 (symbolic) and global kernel7 (numeric)."""
-    return np.maximum(_next_pow2(np.ceil(bound * (table / max(top, 1)))), bound + 1)
+@njit(cache=True, nogil=True)
+def own_table_sizes(bound, table, top):
+    """Tables sized per row from a bound on its keys (:func:`_own_table_size`, elementwise):
+    the paper's kernel8 (symbolic) and global kernel7 (numeric)."""
+    out = np.empty(bound.shape[0], dtype=np.int64)
+    for j in range(bound.shape[0]):
+        out[j] = _own_table_size(bound[j], table, top)
+    return out
 
 
-def numeric_table_sizes(nnz: np.ndarray, order: np.ndarray, offsets: np.ndarray,
-                        num_tables, num_ranges) -> np.ndarray:
-    """The table size of each binned row (in bin order) for the numeric phase: the 7 fixed
-    tables, then tables sized per row from its nnz for the last bin."""
-    nt = np.asarray(num_tables, dtype=np.int64)
-    rsize = _bin_sizes(offsets, nt)
-    last = slice(int(offsets[nt.shape[0]]), None)
-    rsize[last] = own_table_sizes(nnz[order[last]], int(nt[-1]), int(num_ranges[-1]))
+@njit(cache=True, nogil=True)
+def numeric_table_sizes(nnz, order, offsets, tables, top):
+    """The table size of each binned row (in bin order) for the numeric phase: the fixed
+    ``tables`` of the first bins, then for the last bin (range ``top`` = its fixed table's
+    range) tables sized per row from its nnz."""
+    rsize = _bin_sizes(offsets, tables)
+    for q in range(offsets[tables.shape[0]], offsets[-1]):
+        rsize[q] = _own_table_size(nnz[order[q]], tables[-1], top)
     return rsize
+
+
+_COUNTER_NAMES: dict[tuple[str, int], tuple[tuple[str, str, str], ...]] = {}
 
 
 def bin_counters(counters: dict, phase: str, offsets: np.ndarray, probes: np.ndarray,
                  nnz: np.ndarray, order: np.ndarray, rsize: np.ndarray,
                  tables: bool = True) -> None:
     """The per-bin counters of one phase: rows, probes and summed table occupancy
-    (min(nnz, table) / table of every binned row) of every bin; the occupancy is 0 when the
-    phase used no tables (``tables`` False: the dense accumulator)."""
-    fill = _bin_fill(order, offsets, nnz, rsize) if tables else np.zeros(probes.shape[0])
-    for b in range(probes.shape[0]):
-        counters[f"{phase}_bin{b}_rows"] = int(offsets[b + 1] - offsets[b])
-        counters[f"{phase}_bin{b}_probes"] = int(probes[b])
-        counters[f"{phase}_bin{b}_fill"] = float(fill[b])
+    (min(nnz, table) / table of every binned row) of every bin; all 0 when the phase used no
+    tables (``tables`` False: the dense accumulator, which bins no rows)."""
+    nbins = probes.shape[0]
+    names = _COUNTER_NAMES.get((phase, nbins))
+    if names is None:  # made once: formatting 3 names per bin weighed on small products
+        names = _COUNTER_NAMES[phase, nbins] = tuple(
+            (f"{phase}_bin{b}_rows", f"{phase}_bin{b}_probes", f"{phase}_bin{b}_fill")
+            for b in range(nbins))
+    if tables:
+        fill = _bin_fill(order, offsets, nnz, rsize).tolist()
+        rows = np.diff(offsets[:nbins + 1]).tolist()
+    else:
+        fill, rows = [0.0] * nbins, [0] * nbins
+    for (rname, pname, fname), r, pr, f in zip(names, rows, probes.tolist(), fill,
+                                               strict=True):
+        counters[rname] = r
+        counters[pname] = pr
+        counters[fname] = f
 
 
 @njit(cache=True, nogil=True)
@@ -196,17 +220,6 @@ def _hash(key, size, mask):
     if mask >= 0:
         return h & mask
     return h % size
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _nprod_kernel(xp, xi, yp, out):
-    """Setup step: out[i] = number of intermediate products of output row i."""
-    for i in prange(xp.shape[0] - 1):
-        s = 0
-        for a in range(xp[i], xp[i + 1]):
-            k = xi[a]
-            s += yp[k + 1] - yp[k]
-        out[i] = s
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -301,6 +314,84 @@ def _chunk_bounds(order, offsets, work, nchunks):
             bounds[b, c] = hi
             c += 1
     return bounds
+
+
+@njit(cache=True, nogil=True)
+def _unbinned(m, nbins):
+    """The rows 0..m-1 in their order as one group, in the shape of :func:`_bin_rows`'s
+    result (all in bin 0, one_bin False: no binning was done). Binning picks a row's table;
+    under the dense accumulator there is none, and the rows' own order writes C in order."""
+    offsets = np.full(nbins + 1, m, dtype=np.int64)
+    offsets[0] = 0
+    return np.arange(m), offsets, False
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _symbolic_plan(xp, xi, yp, ncols, ranges, tables, abort_limit, nchunks, binned):
+    """Setup and symbolic binning (steps 1-2) in one call, since each call from Python costs
+    (on Cora A*A, 0.9 ms in all, the separate calls took about 0.1 ms): the products of every
+    output row (nprod, parallel over rows), their bound min(nprod, ncols) on its nnz, the
+    binning by the bound (:func:`_bin_rows`), each binned row's table and count limit (the
+    last bin's rows abort at ``abort_limit``), and the chunks (:func:`_chunk_bounds`). With
+    ``binned`` False (the dense accumulator takes every row, and no table is sized) the rows
+    are not binned: they stay in their order as one group, which the chunks split.
+
+    Returns (nprod, bound, order, offsets, one_bin, rsize, limit, bounds, products,
+    max_bound)."""
+    m = xp.shape[0] - 1
+    nprod = np.empty(m, dtype=np.int64)
+    bound = np.empty(m, dtype=np.int64)
+    products = 0
+    max_bound = 0
+    for i in prange(m):
+        s = 0
+        for a in range(xp[i], xp[i + 1]):
+            k = xi[a]
+            s += yp[k + 1] - yp[k]
+        nprod[i] = s
+        bound[i] = min(s, ncols)
+        products += s
+        max_bound = max(max_bound, min(s, ncols))
+    nbins = tables.shape[0]
+    if binned:
+        order, offsets, one_bin = _bin_rows(bound, ranges, nbins)
+        rsize = _bin_sizes(offsets, tables)
+        limit = rsize.copy()
+        limit[offsets[nbins - 1]:] = abort_limit
+    else:
+        order, offsets, one_bin = _unbinned(m, nbins)
+        rsize = limit = np.zeros(m, dtype=np.int64)  # not read: no tables
+    bounds = _chunk_bounds(order, offsets, nprod, nchunks)
+    return (nprod, bound, order, offsets, one_bin, rsize, limit, bounds, products,
+            max_bound)
+
+
+@njit(cache=True, nogil=True)
+def _numeric_plan(nnz, nprod, ranges, tables, top, nchunks, cp, binned):
+    """Allocation and numeric binning (steps 4-5) in one call: C's row pointers cp (the
+    prefix sum of nnz), the binning by nnz into the fixed-table bins and the last bin,
+    each binned row's table (:func:`numeric_table_sizes`) and the chunks; with ``binned``
+    False the rows are one group in their order, as in :func:`_symbolic_plan`.
+
+    Returns (order, offsets, one_bin, rsize, bounds, nnz_c, max_nnz, direct_products), the
+    last the products of the rows without two products in one column (nnz = nprod)."""
+    total = 0
+    biggest = 0
+    direct = 0
+    for i in range(nnz.shape[0]):
+        total += nnz[i]
+        cp[i + 1] = total
+        biggest = max(biggest, nnz[i])
+        if nnz[i] == nprod[i]:
+            direct += nprod[i]
+    if binned:
+        order, offsets, one_bin = _bin_rows(nnz, ranges, tables.shape[0] + 1)
+        rsize = numeric_table_sizes(nnz, order, offsets, tables, top)
+    else:
+        order, offsets, one_bin = _unbinned(nnz.shape[0], tables.shape[0] + 1)
+        rsize = np.zeros(nnz.shape[0], dtype=np.int64)  # not read: no tables
+    bounds = _chunk_bounds(order, offsets, nprod, nchunks)
+    return order, offsets, one_bin, rsize, bounds, total, biggest, direct
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1057,6 +1148,27 @@ def dense_phases(ncols: int, itemsize: int, dense_max_bytes: int) -> tuple[bool,
             dense_max_bytes > 0 and ncols * (itemsize + 1) <= dense_max_bytes)
 
 
+# the kernels' stand-ins for the Y row ranges and bitmaps when they are not made
+_NO_RANGES = np.zeros((1, 2), dtype=np.int32)
+_NO_BITS = np.zeros((1, 1), dtype=np.uint64)
+_SORT_WAYS = tuple(f"sort_{way}_rows" for way in (
+    "rank", "bitmap", "bucket", "dense_scan", "dense_bitmap", "skipped", "direct", "y_bitmap"))
+
+
+@functools.lru_cache(maxsize=64)
+def _bin_arrays(sym_tables: tuple, sym_ranges: tuple | None, num_tables: tuple,
+                num_ranges: tuple | None) -> tuple[np.ndarray, ...]:
+    """The tables and binning ranges of both phases as int64 arrays (the ranges from the
+    paper's ratios where None), made once per configuration; the arrays are shared, so
+    nothing may write to them."""
+    if sym_ranges is None:
+        sym_ranges = binning_ranges(sym_tables, 1.2)
+    if num_ranges is None:
+        num_ranges = binning_ranges(num_tables, 2.0)
+    return tuple(np.array(v, dtype=np.int64) for v in (sym_tables, sym_ranges, num_tables,
+                                                       num_ranges))
+
+
 def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None,
                 num_tables=NUM_TABLES, num_ranges=None, values: np.ndarray | None = None,
                 dense_max_bytes: int = DENSE_MAX_BYTES, sort_output: bool = True
@@ -1070,19 +1182,19 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     A phase whose per-thread dense accumulator over C's columns fits ``dense_max_bytes``
     (:func:`dense_phases`; 0 = never) uses it for every row instead of the hash tables: spECK's
     dense accumulator, which OpSparse leaves out (its section 3) and which a CPU's L2 cache
-    holds for matrices of up to about 10^5 columns. Binning and the thread split are the same;
-    the rows are counted in ``sym_dense_rows`` / ``num_dense_rows``, and probes and insertions
-    count the hashed rows only.
+    holds for matrices of up to about 10^5 columns. Such a phase bins no rows (a bin only picks
+    a table size): its threads split the rows in their own order by products, and its bin
+    counters are 0. The rows are counted in ``sym_dense_rows`` / ``num_dense_rows``, and
+    probes and insertions count the hashed rows only.
 
     ``sort_output=False`` writes each row of C in the order its columns were first met, as
     scipy's ``X @ Y`` does: cheaper, for callers that do not need sorted rows (SpMM adds C into
     a dense block). Such a C breaks CSRBlock's sorted-rows invariant; do not pass it on to code
     that relies on it.
     """
-    if sym_ranges is None:
-        sym_ranges = binning_ranges(tuple(sym_tables), 1.2)
-    if num_ranges is None:
-        num_ranges = binning_ranges(tuple(num_tables), 2.0)
+    st, sr, nt, nr = _bin_arrays(tuple(sym_tables), None if sym_ranges is None else
+                                 tuple(sym_ranges), tuple(num_tables),
+                                 None if num_ranges is None else tuple(num_ranges))
     xv = X.data if values is None else values
     m, n = X.shape[0], Y.shape[1]
     dtype = xv.dtype
@@ -1093,105 +1205,92 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     xp, xi, yp, yi, yv = X.indptr, X.indices, Y.indptr, Y.indices, Y.data
 
     t0 = time.perf_counter()
-    # 1. setup: products per row
-    nprod = np.empty(m, dtype=np.int64)
-    _nprod_kernel(xp, xi, yp, nprod)
-
-    # 2-3. symbolic binning and hash phase
-    st = np.asarray(sym_tables, dtype=np.int64)
+    # 1-2. setup (products per row) and symbolic binning. A row has at most min(nprod, ncols)
+    # distinct columns: binning by that bound rather than by nprod alone gives rows with many
+    # products but few possible columns a table they fit (MovieLens A A^T, 943 columns and
+    # about 17800 products per row: last bin's 24576-slot table -> 2048 slots, symbolic phase
+    # 48 -> 27 ms on 1 thread). Only the last bin can overflow its table; its rows abort at
+    # 0.8 x the table.
     nsb = st.shape[0]
-    # a row has at most min(nprod, ncols) distinct columns: binning by that bound rather than
-    # by nprod alone gives rows with many products but few possible columns a table they fit
-    # (MovieLens A A^T, 943 columns and about 17800 products per row: last bin's 24576-slot
-    # table -> 2048 slots, symbolic phase 48 -> 27 ms on 1 thread)
-    bound = np.minimum(nprod, n)
-    order, offsets, one_bin = _bin_rows(bound, np.asarray(sym_ranges, dtype=np.int64), nsb)
-    rsize = _bin_sizes(offsets, st)
-    # only the last bin can overflow its table; its rows abort at 0.8 x the table
-    limit = rsize.copy()
-    limit[offsets[nsb - 1]:] = int(SYM_ABORT_FRACTION * st[-1])
-    nnz = np.empty(m, dtype=np.int64)
     chunks = _num_chunks(m)
     sym_dense, num_dense = dense_phases(n, np.dtype(dtype).itemsize, dense_max_bytes)
+    (nprod, bound, order, offsets, one_bin, rsize, limit, bounds, products, max_bound
+     ) = _symbolic_plan(xp, xi, yp, n, sr, st, int(SYM_ABORT_FRACTION * st[-1]), chunks,
+                        not sym_dense)
+    nnz = np.empty(m, dtype=np.int64)
     # the column range (and maybe the bitmap) of every row of Y, for the flag scans of dense
     # rows; a pass over Y, so only made when some row is flag-scanned (the kernels never read
     # them otherwise)
-    no_ranges = np.zeros((1, 2), dtype=np.int32)
-    no_bits = np.zeros((1, 1), dtype=np.uint64)
     yrange = ybits = None
-    if sym_dense and _flag_scanned(n, min(int(nprod.max()), n), COUNT_SCAN_COLS):
+    if sym_dense and _flag_scanned(n, max_bound, COUNT_SCAN_COLS):
         yrange, ybits = _scan_inputs(yp, yi, n)
     # prefetching Y's rows only pays when Y does not sit in the cache already
     prefetch = yp.nbytes + yi.nbytes + yv.nbytes > PREFETCH_MIN_BYTES
     t1 = time.perf_counter()
     probes = np.zeros((chunks, nsb), dtype=np.int64)
-    bounds = _chunk_bounds(order, offsets, nprod, chunks)
     _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks,
                      n if sym_dense else 0, nprod,
-                     no_ranges if yrange is None else yrange,
-                     no_bits if ybits is None else ybits, ybits is not None, prefetch, nnz,
+                     _NO_RANGES if yrange is None else yrange,
+                     _NO_BITS if ybits is None else ybits, ybits is not None, prefetch, nnz,
                      probes)
     sym_probes = probes.sum(axis=0)
-    redo = np.flatnonzero(nnz < 0)
+    fallback_rows = 0
     fallback_probes = 0
-    if redo.size:
+    if not sym_dense and offsets[nsb] > offsets[nsb - 1]:
+        redo = np.flatnonzero(nnz < 0)
+        fallback_rows = redo.size
+    if fallback_rows:
         # kernel8: a table of its own, sized from the row's bound min(nprod, ncols)
-        size_r = own_table_sizes(bound[redo], int(st[-1]), int(sym_ranges[-1]))
+        size_r = own_table_sizes(bound[redo], int(st[-1]), int(sr[-1]))
         off_r = np.array([0, redo.size], dtype=np.int64)
         ch = _num_chunks(redo.size)
         pr = np.zeros((ch, 1), dtype=np.int64)
         redo = redo.astype(np.int64)
         _symbolic_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch), size_r,
-                         size_r, ch, 0, nprod, no_ranges, no_bits, False, prefetch, nnz, pr)
+                         size_r, ch, 0, nprod, _NO_RANGES, _NO_BITS, False, prefetch, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
     bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize, tables=not sym_dense)
     counters["sym_one_bin"] = int(one_bin)
-    counters["sym_fallback_rows"] = int(redo.size)
+    counters["sym_fallback_rows"] = fallback_rows
     counters["sym_probes"] = int(sym_probes.sum()) + fallback_probes
     # every product of a hashed row is one insertion; the probes include those wasted on
     # abandoned rows
-    products = int(nprod.sum())
     counters["sym_insertions"] = 0 if sym_dense else products
     counters["sym_dense_rows"] = m if sym_dense else 0
 
-    # 4. allocate C
-    np.cumsum(nnz, out=cp[1:])
-    total = int(cp[-1])
+    # 4-5. allocate C; numeric binning (the last bin sizes its tables per row)
+    t3 = time.perf_counter()
+    (order, offsets, one_bin, rsize, bounds, total, max_nnz, direct_products
+     ) = _numeric_plan(nnz, nprod, nr, nt, int(nr[-1]), chunks, cp, not num_dense)
     ci = np.empty(total, dtype=INDEX_DTYPE)
     cv = np.empty(total, dtype=dtype)
     # a C much larger than the cache is written with non-temporal stores
     stream = STREAM_STORES and ci.nbytes + cv.nbytes > STREAM_MIN_BYTES
-
-    # 5-6. numeric binning and hash phase; the last bin sizes its tables per row
-    t3 = time.perf_counter()
     if num_dense and yrange is None and ybits is None and _flag_scanned(
-            n, int(nnz.max()), DENSE_SCAN_COLS if sort_output else COUNT_SCAN_COLS):
+            n, max_nnz, DENSE_SCAN_COLS if sort_output else COUNT_SCAN_COLS):
         yrange, ybits = _scan_inputs(yp, yi, n)
-    nnb = len(num_tables) + 1
-    order, offsets, one_bin = _bin_rows(nnz, np.asarray(num_ranges, dtype=np.int64), nnb)
-    rsize = numeric_table_sizes(nnz, order, offsets, num_tables, num_ranges)
+    nnb = nt.shape[0] + 1
     probes = np.zeros((chunks, nnb), dtype=np.int64)
     t4 = time.perf_counter()
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
-    bounds = _chunk_bounds(order, offsets, nprod, chunks)
     sorts = np.zeros((chunks, 8), dtype=np.int64)
+    # 6. numeric hash phase
     _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n,
                     n if num_dense else 0, sort_output, nprod,
-                    no_ranges if yrange is None else yrange,
-                    no_bits if ybits is None else ybits, ybits is not None, prefetch, stream, cp,
-                    ci, cv, probes, sorts)
+                    _NO_RANGES if yrange is None else yrange,
+                    _NO_BITS if ybits is None else ybits, ybits is not None, prefetch, stream,
+                    cp, ci, cv, probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
     bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize, tables=not num_dense)
     counters["num_one_bin"] = int(one_bin)
-    for j, way in enumerate(("rank", "bitmap", "bucket", "dense_scan", "dense_bitmap",
-                            "skipped", "direct", "y_bitmap")):
-        counters[f"sort_{way}_rows"] = int(sorts[:, j].sum())
+    for way, rows in zip(_SORT_WAYS, sorts.sum(axis=0).tolist(), strict=True):
+        counters[way] = rows
     counters["num_probes"] = int(num_probes.sum())
     # unsorted rows whose products all have distinct columns are written without a table
     counters["num_insertions"] = 0 if num_dense else products if sort_output else (
-        products - int(nprod[nnz == nprod].sum()))
+        products - direct_products)
     counters["num_dense_rows"] = m if num_dense else 0
     counters["y_bitmaps"] = int(ybits is not None)
     counters["stream_stores"] = int(stream)

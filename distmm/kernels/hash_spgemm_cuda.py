@@ -397,7 +397,7 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
     d_nnz = cuda.to_device(nnz)
     d_order, offsets, one_bin = _bin_on_device(K, d_nnz, np.asarray(num_ranges), nnb, block)
     order = d_order.copy_to_host()
-    rsize = numeric_table_sizes(nnz, order, offsets, num_tables, num_ranges)
+    rsize = numeric_table_sizes(nnz, order, offsets, nt, int(num_ranges[-1]))
     d_probes = cuda.to_device(np.zeros(nnb, dtype=np.int64))
     for b in range(nnb):
         lo, hi = int(offsets[b]), int(offsets[b + 1])

@@ -48,6 +48,8 @@ def _check(X, Y, dtype=np.float64, **opts):
         assert dense["sym_dense_rows"] == dense["num_dense_rows"] == X.shape[0]
         assert dense["sym_probes"] == dense["num_probes"] == 0
         assert dense["sym_fallback_rows"] == 0
+        # a dense phase sizes no tables, so it bins no rows
+        assert not any(v for k, v in dense.items() if "_bin" in k and "seconds" not in k)
     return st
 
 
