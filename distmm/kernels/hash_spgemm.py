@@ -326,22 +326,10 @@ def _unbinned(work, nbins):
     keeps the threads even where the cost per product drifts along the rows (MovieLens
     A A^T, split in two halves by products: 2 threads 1.6x slower)."""
     m = work.shape[0]
-    total = 0
-    for i in range(m):
-        total += work[i] + 1
-    offsets = np.empty(nbins + 1, dtype=np.int64)
-    offsets[0] = 0
-    g = 1
-    run = 0
-    for i in range(m):
-        while g < nbins and run * nbins >= total * g:
-            offsets[g] = i
-            g += 1
-        run += work[i] + 1
-    while g <= nbins:
-        offsets[g] = m
-        g += 1
-    return np.arange(m), offsets, False
+    order = np.arange(m)
+    # the groups are the split of one run of all rows into nbins parts of equal work
+    whole = np.array([0, m], dtype=np.int64)
+    return order, _chunk_bounds(order, whole, work, nbins)[0].copy(), False
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -15,6 +15,7 @@ from distmm.kernels.hash_spgemm import (
     SYM_TABLES,
     _bin_rows,
     _chunk_bounds,
+    _unbinned,
     binning_ranges,
     dense_phases,
     dense_to_csr,
@@ -210,6 +211,21 @@ def test_chunk_bounds_balance_work(nchunks):
         runs = [w[bounds[b, c] - offsets[b]:bounds[b, c + 1] - offsets[b]].sum()
                 for c in range(nchunks)]
         assert max(runs) <= w.sum() / nchunks + (w.max() if w.size else 0)
+
+
+@pytest.mark.parametrize("m", [0, 1, 5, 342])
+def test_unbinned_groups_rows_in_order(m):
+    """Under the dense accumulator the rows keep their order, in 8 consecutive groups of about
+    equal work (each at most its share plus one row), and no binning is reported."""
+    rng = np.random.default_rng(19)
+    work = np.sort(rng.integers(0, 20000, m)).astype(np.int64)  # work drifting along the rows
+    order, offsets, one_bin = _unbinned(work, 8)
+    np.testing.assert_array_equal(order, np.arange(m))
+    assert not one_bin and offsets.shape == (9,) and offsets[0] == 0 and offsets[-1] == m
+    assert (np.diff(offsets) >= 0).all()
+    w = work + 1
+    share = w.sum() / 8 + (w.max() if m else 0)
+    assert all(w[offsets[g]:offsets[g + 1]].sum() <= share for g in range(8))
 
 
 @pytest.mark.parametrize("num_ratio", [1.0, 1.5, 3.0])
