@@ -543,49 +543,58 @@ def _or_y_row(marks, ybits, yp, yi, k):
             marks[key >> 6] |= one << np.uint64(key & 63)
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense_cols, nprod,
-                     yrange, ybits, use_ybits, prefetch, nnz, probes):
-    """Symbolic hash phase (Algorithm 4) for the rows ``order``, bins split by ``bounds``.
+@njit(cache=True, nogil=True, inline="always")
+def _prefetch_ahead(on, xi, yp, yi, yv, a, end):
+    """The prefetching of the dense phases, called once per X entry a: their rows are taken
+    in their own order, so a chunk's X entries up to ``end`` are contiguous and the entry
+    PREFETCH_ROWS ahead is simply a + PREFETCH_ROWS (no cursors over a row order, as
+    :func:`_prefetch_step` needs): its Y row is asked for, and the indptr entry of the one
+    PREFETCH_INDPTR ahead. With ``on`` False nothing is done."""
+    if on:
+        b = a + PREFETCH_ROWS
+        if b < end:
+            _prefetch_y_row(xi, yp, yi, yv, b)
+        b = a + PREFETCH_INDPTR
+        if b < end:
+            k = xi[b]
+            prefetch_span(yp, k, k + 2)
 
-    Row order[q] uses a table of rsize[q] slots; its distinct column count goes to nnz[row],
-    or -1 if the count passed limit[q] (then the row must be recomputed with a bigger table).
-    Chunk c takes the rows bounds[b, c]:bounds[b, c+1] of every bin b (see _chunk_bounds) and
-    keeps one scratch table. probes[c, b] counts the table accesses of chunk c in bin b.
-    With ``dense_cols`` > 0 (the number of columns of C) every row is counted with a dense
-    flag array over the columns instead of a table (spECK's dense accumulator, see
-    :func:`hash_spgemm`): no probes, no overflow. Rows whose products (nprod) could fill one
-    column in 8 set the flags and count them by a scan over their column range, 8 flags per
-    word (the range from yrange, the smallest and largest column of every row of Y); with
-    ``use_ybits`` they OR the bitmaps of their Y rows (``ybits``, see :func:`_scan_inputs`)
-    and count the bits instead. Sparser rows tag their columns with the row's number.
-    """
-    nbins = bounds.shape[0]
+
+@njit(parallel=True, cache=True, nogil=True)
+def _symbolic_dense_kernel(xp, xi, yp, yi, bounds, nchunks, ncols, nprod, yrange, ybits,
+                           use_ybits, prefetch, nnz):
+    """Symbolic phase on spECK's dense accumulator (see :func:`hash_spgemm`): the distinct
+    column count of every row to nnz[row], with a per-thread array over C's ``ncols`` columns
+    instead of a hash table (no probes, no overflow). The rows are in their own order; chunk
+    c takes the rows bounds[b, c]:bounds[b, c+1] of every group b (:func:`_unbinned`).
+
+    Rows whose products could fill one column in 8 (``COUNT_SCAN_COLS``) set flags and count
+    them by a scan over their column range, 8 flags per word (the range from yrange, the
+    smallest and largest column of every row of Y); with ``use_ybits`` they OR the bitmaps of
+    their Y rows (``ybits``, see :func:`_scan_inputs`) and count the bits instead. Sparser rows
+    tag their columns with the row's number.
+
+    A kernel of its own, apart from the hash tables' :func:`_symbolic_hash_kernel`: in one
+    kernel with them, ER n=20000 A*A's count was about 20% slower (LLVM optimises the smaller
+    loop nest better)."""
     bytesum = np.uint64(0x0101010101010101)
     for c in prange(nchunks):
-        dense = dense_cols > 0
-        tmax = 1 if dense else _chunk_table_max(bounds, rsize, c)
-        table = np.empty(tmax, dtype=np.int32)
-        flags64 = np.zeros((max(dense_cols, 1) >> 3) + 1, dtype=np.uint64)
+        flags64 = np.zeros((ncols >> 3) + 1, dtype=np.uint64)
         flags = flags64.view(np.uint8)  # all 0 between rows
-        tag = np.zeros(max(dense_cols, 1), dtype=np.uint16)
+        tag = np.zeros(ncols, dtype=np.uint16)
         gen = 0
         marks = np.zeros(ybits.shape[1], dtype=np.uint64)
-        for b in range(nbins):
+        for b in range(bounds.shape[0]):
             lo = bounds[b, c]
             hi = bounds[b, c + 1]
-            pr = 0
-            cur = _cursors_start(prefetch, xp, xi, yp, order, lo, hi)
-            for q in range(lo, hi):
-                i = order[q]
+            end = xp[hi]
+            for i in range(lo, hi):
+                xa = xp[i]
                 xe = xp[i + 1]
-                if dense and _flag_scanned(dense_cols, min(nprod[i], dense_cols),
-                                           COUNT_SCAN_COLS):
-                    kmin = dense_cols
-                    kmax = 0
+                if _flag_scanned(ncols, min(nprod[i], ncols), COUNT_SCAN_COLS):
                     if use_ybits:
-                        for a in range(xp[i], xe):
-                            cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
+                        for a in range(xa, xe):
+                            _prefetch_ahead(prefetch, xi, yp, yi, None, a, end)
                             _or_y_row(marks, ybits, yp, yi, xi[a])
                         cnt = 0
                         for w in range(marks.shape[0]):
@@ -593,8 +602,10 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
                             marks[w] = 0
                         nnz[i] = cnt
                         continue
-                    for a in range(xp[i], xe):
-                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
+                    kmin = ncols
+                    kmax = 0
+                    for a in range(xa, xe):
+                        _prefetch_ahead(prefetch, xi, yp, yi, None, a, end)
                         k = xi[a]
                         kmin = min(kmin, yrange[k, 0])
                         kmax = max(kmax, yrange[k, 1])
@@ -607,25 +618,46 @@ def _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, dense
                         flags64[w] = 0
                     nnz[i] = cnt
                     continue
-                if dense:
-                    # a column is new to the row when its tag is not the row's generation
-                    # number (scipy's mask): branch-free, and nothing to reset after the row;
-                    # the 16-bit tags are cleared once every 65535 rows
-                    gen += 1
-                    if gen == 65536:
-                        tag[:] = 0
-                        gen = 1
-                    g = np.uint16(gen)
-                    cnt = 0
-                    for a in range(xp[i], xe):
-                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
-                        k = xi[a]
-                        for t in range(yp[k], yp[k + 1]):
-                            key = yi[t]
-                            cnt += tag[key] != g
-                            tag[key] = g
-                    nnz[i] = cnt
-                    continue
+                # a column is new to the row when its tag is not the row's generation number
+                # (scipy's mask): branch-free, and nothing to reset after the row; the 16-bit
+                # tags are cleared once every 65535 rows
+                gen += 1
+                if gen == 65536:
+                    tag[:] = 0
+                    gen = 1
+                g = np.uint16(gen)
+                cnt = 0
+                for a in range(xa, xe):
+                    _prefetch_ahead(prefetch, xi, yp, yi, None, a, end)
+                    k = xi[a]
+                    for t in range(yp[k], yp[k + 1]):
+                        key = yi[t]
+                        cnt += tag[key] != g
+                        tag[key] = g
+                nnz[i] = cnt
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _symbolic_hash_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, prefetch, nnz,
+                          probes):
+    """Symbolic hash phase (Algorithm 4) for the rows ``order``, bins split by ``bounds``.
+
+    Row order[q] uses a table of rsize[q] slots; its distinct column count goes to nnz[row],
+    or -1 if the count passed limit[q] (then the row must be recomputed with a bigger table).
+    Chunk c takes the rows bounds[b, c]:bounds[b, c+1] of every bin b (see _chunk_bounds) and
+    keeps one scratch table. probes[c, b] counts the table accesses of chunk c in bin b.
+    """
+    nbins = bounds.shape[0]
+    for c in prange(nchunks):
+        table = np.empty(_chunk_table_max(bounds, rsize, c), dtype=np.int32)
+        for b in range(nbins):
+            lo = bounds[b, c]
+            hi = bounds[b, c + 1]
+            pr = 0
+            cur = _cursors_start(prefetch, xp, xi, yp, order, lo, hi)
+            for q in range(lo, hi):
+                i = order[q]
+                xe = xp[i + 1]
                 size = rsize[q]
                 mask = size - 1 if (size & (size - 1)) == 0 else -1
                 lim = limit[q]
@@ -845,9 +877,140 @@ def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passes, ncols,
-                    dense_cols, sort_rows, nprod, yrange, ybits, use_ybits, prefetch, stream,
-                    cp, ci, cv, probes, sorts):
+def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_rows, nprod,
+                          yrange, ybits, use_ybits, prefetch, stream, cp, ci, cv, sorts):
+    """Numeric phase on spECK's dense accumulator (see :func:`hash_spgemm`): every row of C
+    accumulates into a per-thread array over the ``ncols`` columns, in the rows' own order
+    (chunk c takes the rows bounds[b, c]:bounds[b, c+1] of every group b, :func:`_unbinned`).
+
+    Rows with at least one key per 32 columns (``DENSE_SCAN_COLS``) flag their columns in a
+    byte array that is scanned 8 columns per word over the row's range, known from yrange
+    (sorts[c, 3]), or, with ``use_ybits``, OR the bitmaps of their Y rows and read the keys out
+    of that (sorts[c, 7]); both come out sorted. With ``sort_rows`` sparser rows mark a bitmap,
+    and a summary bit per bitmap word on its first mark, which are scanned through (sorts[c,
+    4]). With ``sort_rows`` False a row whose products all have distinct columns (its nnz
+    equals its nprod) is written straight from them (sorts[c, 6]); other rows are written in
+    the order their columns were first met (sorts[c, 5]), as scipy's SMMP does, except that
+    rows with a key per 8 columns (``COUNT_SCAN_COLS``) still take the flag or bitmap scan,
+    which costs less than a new-key list there.
+
+    A kernel of its own, apart from the hash tables' :func:`_numeric_hash_kernel`: in one
+    kernel with them, this phase of ER n=20000 A*A (unsorted, 2 threads) ran in 4.4-4.8 ms,
+    alone in 3.6-3.8 (the same loops; LLVM optimises the smaller loop nest better, and the
+    prefetching needs no cursors here)."""
+    one = np.uint64(1)
+    for c in prange(nchunks):
+        # a value, a flag byte and a bitmap bit per column of C, all 0 between rows; the
+        # bitmap summary has one bit per bitmap word
+        acc = np.zeros(ncols, dtype=cv.dtype)
+        flags64 = np.zeros((ncols >> 3) + 1, dtype=np.uint64)
+        flags = flags64.view(np.uint8)
+        marks = np.zeros((ncols >> 6) + 1, dtype=np.uint64)
+        marks_summary = np.zeros((ncols >> 12) + 1, dtype=np.uint64)
+        new = np.empty(1 if sort_rows else ncols + 1, dtype=np.int32)
+        for b in range(bounds.shape[0]):
+            lo = bounds[b, c]
+            hi = bounds[b, c + 1]
+            end = xp[hi]
+            for i in range(lo, hi):
+                start = cp[i]
+                n = cp[i + 1] - start
+                xa = xp[i]
+                xe = xp[i + 1]
+                srow = stream and n >= STREAM_ROW_KEYS
+                if n == 0:  # no products
+                    continue
+                if not sort_rows and n == nprod[i]:
+                    # no two products share a column (Erdos-Renyi rows mostly): the products,
+                    # in their order, are the row, and the accumulator is not touched
+                    t = start
+                    for a in range(xa, xe):
+                        _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
+                        k = xi[a]
+                        av = xv[a]
+                        for s in range(yp[k], yp[k + 1]):
+                            _put(ci, cv, t, yi[s], av * yv[s], srow)
+                            t += 1
+                    sorts[c, 6] += 1
+                    continue
+                if use_ybits and _flag_scanned(
+                        ncols, n, DENSE_SCAN_COLS if sort_rows else COUNT_SCAN_COLS):
+                    # the row's columns are the OR of its Y rows' bitmaps: no per-product mark
+                    for a in range(xa, xe):
+                        _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
+                        k = xi[a]
+                        av = xv[a]
+                        _or_y_row(marks, ybits, yp, yi, k)
+                        for t in range(yp[k], yp[k + 1]):
+                            acc[yi[t]] += av * yv[t]
+                    _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, srow)
+                    sorts[c, 7] += 1
+                    continue
+                if not sort_rows and not _flag_scanned(ncols, n, COUNT_SCAN_COLS):
+                    # the symbolic phase's branch-free new-key list, then the row in that order
+                    # (rows dense in the columns take the flag scan below: it costs less than
+                    # the list, and sorts for free)
+                    cnt = 0
+                    for a in range(xa, xe):
+                        _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
+                        k = xi[a]
+                        av = xv[a]
+                        for t in range(yp[k], yp[k + 1]):
+                            key = yi[t]
+                            acc[key] += av * yv[t]
+                            new[cnt] = key
+                            cnt += 1 - flags[key]
+                            flags[key] = 1
+                    for u in range(n):
+                        key = new[u]
+                        _put(ci, cv, start + u, key, acc[key], srow)
+                        acc[key] = 0
+                        flags[key] = 0
+                    sorts[c, 5] += 1
+                    continue
+                if _flag_scanned(ncols, n, DENSE_SCAN_COLS):
+                    # flags are plain stores: marking a bitmap instead costs a read-modify-
+                    # write per product on words that the next keys of a dense Y row share
+                    kmin = ncols
+                    kmax = 0
+                    for a in range(xa, xe):
+                        _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
+                        k = xi[a]
+                        av = xv[a]
+                        kmin = min(kmin, yrange[k, 0])
+                        kmax = max(kmax, yrange[k, 1])
+                        for t in range(yp[k], yp[k + 1]):
+                            key = yi[t]
+                            acc[key] += av * yv[t]
+                            flags[key] = 1
+                    _marked_out(flags64, kmin >> 3, (kmax >> 3) + 1, 3, acc, ci, cv, start, srow)
+                    sorts[c, 3] += 1
+                    continue
+                for a in range(xa, xe):
+                    _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
+                    k = xi[a]
+                    av = xv[a]
+                    for t in range(yp[k], yp[k + 1]):
+                        key = yi[t]
+                        acc[key] += av * yv[t]
+                        w = key >> 6
+                        word = marks[w]
+                        if word == 0:
+                            marks_summary[w >> 6] |= one << np.uint64(w & 63)
+                        marks[w] = word | (one << np.uint64(key & 63))
+                _bitmap_keys_out(marks, marks_summary, marks_summary.shape[0], 0, ci, start)
+                for t in range(start, start + n):
+                    key = ci[t]
+                    cv[t] = acc[key]
+                    acc[key] = 0
+                sorts[c, 4] += 1
+        if stream:
+            store_fence()
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passes, ncols,
+                         sort_rows, nprod, prefetch, stream, cp, ci, cv, probes, sorts):
     """Numeric hash phase (Algorithm 5): accumulate, condense, sort and write each row of C.
 
     Row order[q] uses a table of rsize[q] slots. Every new key and its slot are recorded when
@@ -856,33 +1019,13 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
     out (_write_row, sort ways counted in sorts[c, 0..2]), and only the used slots are reset.
     probes[c, b] counts the accumulation probes.
 
-    With ``dense_cols`` > 0 (= ncols) every row accumulates into a dense array over the columns
-    instead (spECK's dense accumulator, see :func:`hash_spgemm`) and comes out sorted without a
-    sort: rows with at least one key per 32 columns (``DENSE_SCAN_COLS``) flag their columns
-    in a byte array that is scanned 8 columns per word over the row's range, known from
-    yrange (sorts[c, 3]), or, with ``use_ybits``, OR the bitmaps of their Y rows and read the
-    keys out of that (sorts[c, 7]); sparser rows mark a bitmap, and a summary bit per bitmap
-    word on its first mark, which are scanned through (sorts[c, 4]).
-
     With ``sort_rows`` False a row whose products all have distinct columns (its nnz equals
     its nprod) is written straight from them (sorts[c, 6]); other rows are written in the
-    order their columns were first met (sorts[c, 5]), as scipy's SMMP does, except that dense
-    rows with a key per 8 columns (``COUNT_SCAN_COLS``) still take the flag or bitmap scan,
-    which costs less than a new-key list there.
+    order their columns were first met (sorts[c, 5]), as scipy's SMMP does.
     """
     nbins = bounds.shape[0]
-    one = np.uint64(1)
     for c in prange(nchunks):
-        dense = dense_cols > 0
-        # the dense accumulator: a value, a flag byte and a bitmap bit per column of C, all 0
-        # between rows; the bitmap summary has one bit per bitmap word
-        acc = np.zeros(dense_cols, dtype=cv.dtype)
-        flags64 = np.zeros((dense_cols >> 3) + 1, dtype=np.uint64)
-        flags = flags64.view(np.uint8)
-        marks = np.zeros((dense_cols >> 6) + 1, dtype=np.uint64)
-        marks_summary = np.zeros((dense_cols >> 12) + 1, dtype=np.uint64)
-        new = np.empty(dense_cols + 1 if dense and not sort_rows else 1, dtype=np.int32)
-        tmax = 1 if dense else _chunk_table_max(bounds, rsize, c)
+        tmax = _chunk_table_max(bounds, rsize, c)
         keys = np.full(tmax, -1, dtype=np.int32)  # kept all -1 between rows
         vals = np.empty(tmax, dtype=cv.dtype)
         packed = np.empty(tmax, dtype=np.int64)
@@ -890,7 +1033,7 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
         rslot = np.empty(tmax, dtype=np.int32)  # insertion order
         tmp = np.empty(tmax, dtype=np.int64)
         counts = np.empty(max(257, min(tmax, 1 << 16) + 1), dtype=np.int64)
-        span_max = 1 if dense else min(ncols, BITMAP_SPAN_MAX)
+        span_max = min(ncols, BITMAP_SPAN_MAX)
         bitmap = np.zeros((span_max + 63) // 64 + 1, dtype=np.uint64)
         summary = np.zeros((span_max + 4095) // 4096 + 1, dtype=np.uint64)
         for b in range(nbins):
@@ -910,8 +1053,8 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                         cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
                     continue
                 if not sort_rows and n == nprod[i]:
-                    # no two products share a column (Erdos-Renyi rows mostly): the products,
-                    # in their order, are the row, and no accumulator is touched
+                    # no two products share a column: the products, in their order, are the
+                    # row, and no table is touched
                     t = start
                     for a in range(xa, xe):
                         cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
@@ -921,79 +1064,6 @@ def _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, passe
                             _put(ci, cv, t, yi[s], av * yv[s], srow)
                             t += 1
                     sorts[c, 6] += 1
-                    continue
-                if dense and use_ybits and _flag_scanned(
-                        ncols, n, DENSE_SCAN_COLS if sort_rows else COUNT_SCAN_COLS):
-                    # the row's columns are the OR of its Y rows' bitmaps: no per-product mark
-                    for a in range(xa, xe):
-                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
-                        k = xi[a]
-                        av = xv[a]
-                        _or_y_row(marks, ybits, yp, yi, k)
-                        for t in range(yp[k], yp[k + 1]):
-                            acc[yi[t]] += av * yv[t]
-                    _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, srow)
-                    sorts[c, 7] += 1
-                    continue
-                if dense and not sort_rows and not _flag_scanned(ncols, n, COUNT_SCAN_COLS):
-                    # the symbolic phase's branch-free new-key list, then the row in that order
-                    # (rows dense in the columns take the flag scan below: it costs less than
-                    # the list, and sorts for free)
-                    cnt = 0
-                    for a in range(xa, xe):
-                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
-                        k = xi[a]
-                        av = xv[a]
-                        for t in range(yp[k], yp[k + 1]):
-                            key = yi[t]
-                            acc[key] += av * yv[t]
-                            new[cnt] = key
-                            cnt += 1 - flags[key]
-                            flags[key] = 1
-                    for u in range(n):
-                        key = new[u]
-                        _put(ci, cv, start + u, key, acc[key], srow)
-                        acc[key] = 0
-                        flags[key] = 0
-                    sorts[c, 5] += 1
-                    continue
-                if dense and _flag_scanned(ncols, n, DENSE_SCAN_COLS):
-                    # flags are plain stores: marking a bitmap instead costs a read-modify-
-                    # write per product on words that the next keys of a dense Y row share
-                    kmin = ncols
-                    kmax = 0
-                    for a in range(xa, xe):
-                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
-                        k = xi[a]
-                        av = xv[a]
-                        kmin = min(kmin, yrange[k, 0])
-                        kmax = max(kmax, yrange[k, 1])
-                        for t in range(yp[k], yp[k + 1]):
-                            key = yi[t]
-                            acc[key] += av * yv[t]
-                            flags[key] = 1
-                    _marked_out(flags64, kmin >> 3, (kmax >> 3) + 1, 3, acc, ci, cv, start, srow)
-                    sorts[c, 3] += 1
-                    continue
-                if dense:
-                    for a in range(xa, xe):
-                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
-                        k = xi[a]
-                        av = xv[a]
-                        for t in range(yp[k], yp[k + 1]):
-                            key = yi[t]
-                            acc[key] += av * yv[t]
-                            w = key >> 6
-                            word = marks[w]
-                            if word == 0:
-                                marks_summary[w >> 6] |= one << np.uint64(w & 63)
-                            marks[w] = word | (one << np.uint64(key & 63))
-                    _bitmap_keys_out(marks, marks_summary, marks_summary.shape[0], 0, ci, start)
-                    for t in range(start, start + n):
-                        key = ci[t]
-                        cv[t] = acc[key]
-                        acc[key] = 0
-                    sorts[c, 4] += 1
                     continue
                 size = rsize[q]
                 mask = size - 1 if (size & (size - 1)) == 0 else -1
@@ -1234,11 +1304,14 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     prefetch = yp.nbytes + yi.nbytes + yv.nbytes > PREFETCH_MIN_BYTES
     t1 = time.perf_counter()
     probes = np.zeros((chunks, nsb), dtype=np.int64)
-    _symbolic_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks,
-                     n if sym_dense else 0, nprod,
-                     _NO_RANGES if yrange is None else yrange,
-                     _NO_BITS if ybits is None else ybits, ybits is not None, prefetch, nnz,
-                     probes)
+    if sym_dense:
+        _symbolic_dense_kernel(xp, xi, yp, yi, bounds, chunks, n, nprod,
+                               _NO_RANGES if yrange is None else yrange,
+                               _NO_BITS if ybits is None else ybits, ybits is not None,
+                               prefetch, nnz)
+    else:
+        _symbolic_hash_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks, prefetch,
+                              nnz, probes)
     sym_probes = probes.sum(axis=0)
     fallback_rows = 0
     fallback_probes = 0
@@ -1252,8 +1325,8 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         ch = _num_chunks(redo.size)
         pr = np.zeros((ch, 1), dtype=np.int64)
         redo = redo.astype(np.int64)
-        _symbolic_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch), size_r,
-                         size_r, ch, 0, nprod, _NO_RANGES, _NO_BITS, False, prefetch, nnz, pr)
+        _symbolic_hash_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch),
+                              size_r, size_r, ch, prefetch, nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
     bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize, tables=not sym_dense)
@@ -1282,11 +1355,14 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     passes = max(1, -(-int(n - 1).bit_length() // 8))  # 8-bit radix digits of a column index
     sorts = np.zeros((chunks, 8), dtype=np.int64)
     # 6. numeric hash phase
-    _numeric_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n,
-                    n if num_dense else 0, sort_output, nprod,
-                    _NO_RANGES if yrange is None else yrange,
-                    _NO_BITS if ybits is None else ybits, ybits is not None, prefetch, stream,
-                    cp, ci, cv, probes, sorts)
+    if num_dense:
+        _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, chunks, n, sort_output, nprod,
+                              _NO_RANGES if yrange is None else yrange,
+                              _NO_BITS if ybits is None else ybits, ybits is not None,
+                              prefetch, stream, cp, ci, cv, sorts)
+    else:
+        _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n,
+                             sort_output, nprod, prefetch, stream, cp, ci, cv, probes, sorts)
     t5 = time.perf_counter()
     num_probes = probes.sum(axis=0)
     bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize, tables=not num_dense)
