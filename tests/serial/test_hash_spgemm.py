@@ -211,6 +211,12 @@ def test_chunk_bounds_balance_work(nchunks):
         runs = [w[bounds[b, c] - offsets[b]:bounds[b, c + 1] - offsets[b]].sum()
                 for c in range(nchunks)]
         assert max(runs) <= w.sum() / nchunks + (w.max() if w.size else 0)
+        # the cut rule itself, by a plain scan: run c starts at the first row whose preceding
+        # rows of the bin hold at least c / nchunks of its work
+        before = np.concatenate(([0], np.cumsum(w)))
+        for c in range(1, nchunks):
+            first = int(np.argmax(before * nchunks >= w.sum() * c))
+            assert bounds[b, c] == offsets[b] + first
 
 
 @pytest.mark.parametrize("m", [0, 1, 5, 342])
@@ -219,13 +225,15 @@ def test_unbinned_groups_rows_in_order(m):
     equal work (each at most its share plus one row), and no binning is reported."""
     rng = np.random.default_rng(19)
     work = np.sort(rng.integers(0, 20000, m)).astype(np.int64)  # work drifting along the rows
-    order, offsets, one_bin = _unbinned(work, 8)
+    order, offsets, one_bin, bounds = _unbinned(work, 8, 3)
     np.testing.assert_array_equal(order, np.arange(m))
     assert not one_bin and offsets.shape == (9,) and offsets[0] == 0 and offsets[-1] == m
     assert (np.diff(offsets) >= 0).all()
     w = work + 1
     share = w.sum() / 8 + (w.max() if m else 0)
     assert all(w[offsets[g]:offsets[g + 1]].sum() <= share for g in range(8))
+    # each group's thread runs are what _chunk_bounds makes of the groups
+    np.testing.assert_array_equal(bounds, _chunk_bounds(order, offsets, work, 3))
 
 
 @pytest.mark.parametrize("num_ratio", [1.0, 1.5, 3.0])
