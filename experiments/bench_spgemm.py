@@ -9,7 +9,8 @@ Matrices: C = A A for the square matrices in ``--data`` (Cora adjacency, METIS m
 for the rectangular ones (MovieLens users x items; genes-pubmed restricted to the row slice
 ``--genes-rows`` since the full product has billions of products), and Erdos-Renyi matrices.
 Every product is checked against scipy (same structure after sorting, values to 1e-9) before
-it is timed. Times are the best of ``--repeat`` runs after a warm-up; GFLOP/s counts a multiply
+it is timed. Times are the best of ``--repeat`` runs after a warm-up, or of as many as take
+``--min-seconds`` (0.2 s) when that is more; GFLOP/s counts a multiply
 and an add per intermediate product (the paper's measure). scipy's ``X @ Y`` is single-threaded
 and returns unsorted rows; "scipy+sort" adds ``sort_indices()`` so that both give the same
 canonical CSR, and "unsorted" is hash-spgemm with ``sort_output=False`` (rows in first-met
@@ -68,13 +69,21 @@ def problems(args) -> list[tuple[str, sp.csr_matrix, sp.csr_matrix]]:
     return out
 
 
-def _best(fn, repeat: int) -> float:
+def _best(fn, repeat: int, min_seconds: float = 0.0) -> float:
+    """The shortest of at least ``repeat`` timed calls of fn, and of as many more as fill
+    ``min_seconds`` of timed calls (timeit's autorange idea: a best of 7 of a 0.5 ms call
+    samples 3.5 ms of a noisy machine), after one untimed warm-up call."""
     fn()  # warm-up (and numba compilation on the first call)
     best = float("inf")
-    for _ in range(repeat):
+    calls = 0
+    spent = 0.0
+    while calls < repeat or spent < min_seconds:
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        best = min(best, took)
+        spent += took
+        calls += 1
     return best
 
 
@@ -102,20 +111,21 @@ def run(args) -> list[dict]:
         flops = 2.0 * counters["products"]
         # scipy's product is canonical only after sort_indices(): record what it returns
         scipy_sorted_output = bool((X @ Y).has_sorted_indices)
-        t_scipy = _best(lambda X=X, Y=Y: X @ Y, args.repeat)
+        least = args.min_seconds
+        t_scipy = _best(lambda X=X, Y=Y: X @ Y, args.repeat, least)
 
         def scipy_sorted(X=X, Y=Y):
             (X @ Y).sort_indices()
-        t_scipy_sorted = _best(scipy_sorted, args.repeat)
+        t_scipy_sorted = _best(scipy_sorted, args.repeat, least)
         for t in threads:
             numba.set_num_threads(t)
-            t_hash = _best(lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb), args.repeat)
+            t_hash = _best(lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb), args.repeat, least)
             # the paper's design alone: hash tables in every phase, no dense accumulator
             t_tables = _best(lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb, dense_max_bytes=0),
-                             args.repeat)
+                             args.repeat, least)
             # rows in first-met order, like scipy's: the like-for-like comparison with X @ Y
             t_unsorted = _best(lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb, sort_output=False),
-                               args.repeat)
+                               args.repeat, least)
             _, counters = hash_spgemm(Xb, Yb)
             _, counters_tables = hash_spgemm(Xb, Yb, dense_max_bytes=0)
             rec = {"experiment": "spgemm", "matrix": name, "threads": t,
@@ -255,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated NxDEG Erdos-Renyi matrices (DEG nonzeros per row)")
     p.add_argument("--threads", default="1,2", help="numba thread counts")
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--min-seconds", type=float, default=0.2,
+                   help="time each variant for at least this long (more calls than --repeat "
+                        "for small products)")
     p.add_argument("--ratios", action="store_true",
                    help="also run the binning-range experiment (paper section 6.3.3)")
     p.add_argument("--ratio-matrices", default="cora,mdual,movielens,ER n=20000",

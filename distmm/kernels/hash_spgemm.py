@@ -91,6 +91,13 @@ _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # many. Short rows (metis-mdual: 4 entries) get their Y rows a few rows in advance.
 PREFETCH_ROWS = 8
 PREFETCH_INDPTR = 16
+# How the hash-table kernels find the entries ahead (their ``prefetch`` argument): not at all,
+# by cursors over the bin's rows, or, when the rows are in their own order (one bin: the
+# identity order), as the entries a + PREFETCH_ROWS and a + PREFETCH_INDPTR (metis-mdual's
+# numeric phase, rows of 4 entries: the cursors cost it a fifth of its time)
+PREFETCH_OFF = 0
+PREFETCH_CURSORS = 1
+PREFETCH_CONTIGUOUS = 2
 # ... unless Y (indptr, indices and values) fits one core's L2 (1 MiB here) anyway: then the
 # cursors are pure overhead (Cora A*A numeric 0.78 -> 0.50 ms on 1 thread)
 PREFETCH_MIN_BYTES = 1 << 20
@@ -468,6 +475,23 @@ def _chunk_table_max(bounds, rsize, c):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _prefetch_ahead(on, xi, yp, yi, yv, a, end):
+    """The prefetching of the dense phases, called once per X entry a: their rows are taken
+    in their own order, so a chunk's X entries up to ``end`` are contiguous and the entry
+    PREFETCH_ROWS ahead is simply a + PREFETCH_ROWS (no cursors over a row order, as
+    :func:`_prefetch_step` needs): its Y row is asked for, and the indptr entry of the one
+    PREFETCH_INDPTR ahead. With ``on`` False nothing is done."""
+    if on:
+        b = a + PREFETCH_ROWS
+        if b < end:
+            _prefetch_y_row(xi, yp, yi, yv, b)
+        b = a + PREFETCH_INDPTR
+        if b < end:
+            k = xi[b]
+            prefetch_span(yp, k, k + 2)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _cursor_step(xp, order, hi, q, a, e):
     """Move a cursor over the X entries of the rows order[q], order[q+1], ..., order[hi-1] on
     by one entry; returns the new (q, a, e) (entry a of row order[q], whose entries end at e);
@@ -492,14 +516,15 @@ def _indptr_cursor_step(xp, xi, yp, order, hi, q, a, e):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _cursors_start(on, xp, xi, yp, order, lo, hi):
+def _cursors_start(mode, xp, xi, yp, order, lo, hi):
     """The two prefetch cursors of _prefetch_step, placed PREFETCH_ROWS and PREFETCH_INDPTR
     entries ahead of the first entry of row order[lo] (prefetching the indptr entries they
-    pass), as one tuple; with ``on`` False they stay put and prefetch nothing."""
+    pass), as one tuple; unless ``mode`` is PREFETCH_CURSORS they stay put and prefetch
+    nothing."""
     q1 = lo
     a1 = -1
     e1 = -1
-    if not on:
+    if mode != PREFETCH_CURSORS:
         return q1, a1, e1, q1, a1, e1
     if lo < hi:
         a1 = xp[order[lo]] - 1
@@ -513,13 +538,18 @@ def _cursors_start(on, xp, xi, yp, order, lo, hi):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _prefetch_step(on, xp, xi, yp, yi, yv, order, hi, cur):
-    """Called once per X entry processed: the near cursor asks for the Y row that the entry
-    PREFETCH_ROWS ahead selects (its indptr entry is cached by then), the far one for the
-    indptr entry of the entry PREFETCH_INDPTR ahead. The cursors run over the rows in their
-    processing order, across row ends, so short rows are covered too. ``cur`` is the cursors'
-    state (q1, a1, e1, q2, a2, e2), returned moved on; with ``on`` False nothing is done."""
-    if not on:
+def _prefetch_step(mode, xp, xi, yp, yi, yv, order, hi, cur, a, end):
+    """Called once per X entry a processed (``mode`` PREFETCH_CURSORS): the near cursor asks
+    for the Y row that the entry PREFETCH_ROWS ahead selects (its indptr entry is cached by
+    then), the far one for the indptr entry of the entry PREFETCH_INDPTR ahead. The cursors run
+    over the rows in their processing order, across row ends, so short rows are covered too.
+    ``cur`` is the cursors' state (q1, a1, e1, q2, a2, e2), returned moved on. With
+    PREFETCH_CONTIGUOUS (rows in their own order) the entries ahead are simply a + ..., up to
+    ``end`` (:func:`_prefetch_ahead`); with PREFETCH_OFF nothing is done."""
+    if mode == PREFETCH_CONTIGUOUS:
+        _prefetch_ahead(True, xi, yp, yi, yv, a, end)
+        return cur
+    if mode != PREFETCH_CURSORS:
         return cur
     q1, a1, e1, q2, a2, e2 = cur
     q1, a1, e1 = _cursor_step(xp, order, hi, q1, a1, e1)
@@ -587,23 +617,6 @@ def _or_y_row(marks, ybits, yp, yi, k):
         for t in range(yp[k], yp[k + 1]):
             key = yi[t]
             marks[key >> 6] |= one << np.uint64(key & 63)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _prefetch_ahead(on, xi, yp, yi, yv, a, end):
-    """The prefetching of the dense phases, called once per X entry a: their rows are taken
-    in their own order, so a chunk's X entries up to ``end`` are contiguous and the entry
-    PREFETCH_ROWS ahead is simply a + PREFETCH_ROWS (no cursors over a row order, as
-    :func:`_prefetch_step` needs): its Y row is asked for, and the indptr entry of the one
-    PREFETCH_INDPTR ahead. With ``on`` False nothing is done."""
-    if on:
-        b = a + PREFETCH_ROWS
-        if b < end:
-            _prefetch_y_row(xi, yp, yi, yv, b)
-        b = a + PREFETCH_INDPTR
-        if b < end:
-            k = xi[b]
-            prefetch_span(yp, k, k + 2)
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -701,6 +714,7 @@ def _symbolic_hash_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, 
             hi = bounds[b, c + 1]
             pr = 0
             cur = _cursors_start(prefetch, xp, xi, yp, order, lo, hi)
+            end = xp[order[hi - 1] + 1] if hi > lo else 0  # for PREFETCH_CONTIGUOUS
             for q in range(lo, hi):
                 i = order[q]
                 xe = xp[i + 1]
@@ -711,7 +725,7 @@ def _symbolic_hash_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, 
                 cnt = 0
                 aborted = False
                 for a in range(xp[i], xe):
-                    cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
+                    cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur, a, end)
                     k = xi[a]
                     for t in range(yp[k], yp[k + 1]):
                         key = yi[t]
@@ -732,8 +746,9 @@ def _symbolic_hash_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, 
                             aborted = True
                             break
                     if aborted:
-                        for _a in range(a + 1, xe):  # keep the cursors ahead
-                            cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur)
+                        for a2 in range(a + 1, xe):  # keep the cursors ahead
+                            cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur,
+                                                 a2, end)
                         break
                 nnz[i] = -1 if aborted else cnt
             probes[c, b] += pr
@@ -879,18 +894,17 @@ def _write_bitmap_row(rkey, m, kmin, span, keys, vals, size, mask, bitmap, summa
 
 @njit(cache=True, nogil=True, inline="always")
 def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap, summary,
-               packed, tmp, counts, ci, cv, start, sorts, c, stream):
+               packed, tmp, counts, ci, cv, start, stream):
     """Write the row whose m keys rkey[:m] sit in slots rslot[:m] of the table ``keys`` /
     ``vals`` to ci/cv[start:start+m] sorted by column, and empty the slots. The sort takes one
-    of three ways, counted in sorts[c, 0..2]: a rank sort for rows of up to 32 keys, a bitmap
-    over the keys' range when the keys are dense enough in it (_write_bitmap_row), else a
+    of three ways, returned as 0, 1 or 2: a rank sort for rows of up to 32 keys, a bitmap over
+    the keys' range when the keys are dense enough in it (_write_bitmap_row), else a
     counting/radix sort of (key << 32 | slot) pairs (_sort_row)."""
     if m <= 32:
         # short rows: each key's place is the number of smaller keys (branch-free compares
         # over int32 keys that vectorise 8 wide; an insertion sort mispredicts at every step;
         # int64 (key, slot) pairs measured 1.5x slower on metis-mdual, whose rows hold about
         # 12 keys)
-        sorts[c, 0] += 1
         for u in range(m):
             x = rkey[u]
             rank = 0
@@ -899,7 +913,7 @@ def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
             h = rslot[u]
             _put(ci, cv, start + rank, x, vals[h], stream)
             keys[h] = -1
-        return
+        return 0
     kmin = np.int64(2**31)
     kmax = np.int64(-1)
     for u in range(m):
@@ -908,11 +922,9 @@ def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
         kmax = max(kmax, kh)
     span = kmax - kmin + 1
     if span <= span_max and (span + 4095) >> 12 <= m:
-        sorts[c, 1] += 1
         _write_bitmap_row(rkey, m, kmin, span, keys, vals, size, mask, bitmap, summary, ci,
                           cv, start)
-        return
-    sorts[c, 2] += 1
+        return 1
     for u in range(m):
         packed[u] = (np.int64(rkey[u]) << 32) | rslot[u]
     srt = _sort_row(packed, tmp, counts, m, kmin, kmax, passes)
@@ -920,6 +932,7 @@ def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
         h = srt[u] & 0xFFFFFFFF
         _put(ci, cv, start + u, np.int32(srt[u] >> 32), vals[h], stream)
         keys[h] = -1
+    return 2
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -954,6 +967,9 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
         marks = np.zeros((ncols >> 6) + 1, dtype=np.uint64)
         marks_summary = np.zeros((ncols >> 12) + 1, dtype=np.uint64)
         new = np.empty(1 if sort_rows else ncols + 1, dtype=np.int32)
+        # rows per way, kept in registers: two threads' increments of sorts[c, :] per row can
+        # share a cache line
+        way3 = way4 = way5 = way6 = way7 = 0
         for b in range(bounds.shape[0]):
             lo = bounds[b, c]
             hi = bounds[b, c + 1]
@@ -977,7 +993,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                         for s in range(yp[k], yp[k + 1]):
                             _put(ci, cv, t, yi[s], av * yv[s], srow)
                             t += 1
-                    sorts[c, 6] += 1
+                    way6 += 1
                     continue
                 if use_ybits and _flag_scanned(
                         ncols, n, DENSE_SCAN_COLS if sort_rows else COUNT_SCAN_COLS):
@@ -990,7 +1006,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                         for t in range(yp[k], yp[k + 1]):
                             acc[yi[t]] += av * yv[t]
                     _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, srow)
-                    sorts[c, 7] += 1
+                    way7 += 1
                     continue
                 if not sort_rows and not _flag_scanned(ncols, n, COUNT_SCAN_COLS):
                     # the symbolic phase's branch-free new-key list, then the row in that order
@@ -1012,7 +1028,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                         _put(ci, cv, start + u, key, acc[key], srow)
                         acc[key] = 0
                         flags[key] = 0
-                    sorts[c, 5] += 1
+                    way5 += 1
                     continue
                 if _flag_scanned(ncols, n, DENSE_SCAN_COLS):
                     # flags are plain stores: marking a bitmap instead costs a read-modify-
@@ -1030,7 +1046,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                             acc[key] += av * yv[t]
                             flags[key] = 1
                     _marked_out(flags64, kmin >> 3, (kmax >> 3) + 1, 3, acc, ci, cv, start, srow)
-                    sorts[c, 3] += 1
+                    way3 += 1
                     continue
                 for a in range(xa, xe):
                     _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
@@ -1049,7 +1065,12 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                     key = ci[t]
                     cv[t] = acc[key]
                     acc[key] = 0
-                sorts[c, 4] += 1
+                way4 += 1
+        sorts[c, 3] = way3
+        sorts[c, 4] = way4
+        sorts[c, 5] = way5
+        sorts[c, 6] = way6
+        sorts[c, 7] = way7
         if stream:
             store_fence()
 
@@ -1082,11 +1103,13 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
         span_max = min(ncols, BITMAP_SPAN_MAX)
         bitmap = np.zeros((span_max + 63) // 64 + 1, dtype=np.uint64)
         summary = np.zeros((span_max + 4095) // 4096 + 1, dtype=np.uint64)
+        way0 = way1 = way2 = way5 = way6 = 0  # rows per way (see _numeric_dense_kernel)
         for b in range(nbins):
             lo = bounds[b, c]
             hi = bounds[b, c + 1]
             pr = 0
             cur = _cursors_start(prefetch, xp, xi, yp, order, lo, hi)
+            end = xp[order[hi - 1] + 1] if hi > lo else 0  # for PREFETCH_CONTIGUOUS
             for q in range(lo, hi):
                 i = order[q]
                 start = cp[i]
@@ -1095,27 +1118,28 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                 xe = xp[i + 1]
                 srow = stream and n >= STREAM_ROW_KEYS
                 if n == 0:
-                    for _a in range(xa, xe):  # keep the cursors ahead
-                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
+                    for a in range(xa, xe):  # keep the cursors ahead
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur, a,
+                                             end)
                     continue
                 if not sort_rows and n == nprod[i]:
                     # no two products share a column: the products, in their order, are the
                     # row, and no table is touched
                     t = start
                     for a in range(xa, xe):
-                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
+                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur, a, end)
                         k = xi[a]
                         av = xv[a]
                         for s in range(yp[k], yp[k + 1]):
                             _put(ci, cv, t, yi[s], av * yv[s], srow)
                             t += 1
-                    sorts[c, 6] += 1
+                    way6 += 1
                     continue
                 size = rsize[q]
                 mask = size - 1 if (size & (size - 1)) == 0 else -1
                 m = 0
                 for a in range(xa, xe):
-                    cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur)
+                    cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur, a, end)
                     k = xi[a]
                     av = xv[a]
                     for t in range(yp[k], yp[k + 1]):
@@ -1142,11 +1166,19 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                         h = rslot[u]
                         _put(ci, cv, start + u, rkey[u], vals[h], srow)
                         keys[h] = -1
-                    sorts[c, 5] += 1
+                    way5 += 1
                     continue
-                _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
-                           summary, packed, tmp, counts, ci, cv, start, sorts, c, srow)
+                way = _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes,
+                                 bitmap, summary, packed, tmp, counts, ci, cv, start, srow)
+                way0 += way == 0
+                way1 += way == 1
+                way2 += way == 2
             probes[c, b] += pr
+        sorts[c, 0] = way0
+        sorts[c, 1] = way1
+        sorts[c, 2] = way2
+        sorts[c, 5] = way5
+        sorts[c, 6] = way6
         if stream:
             store_fence()
 
@@ -1261,6 +1293,14 @@ def _scan_inputs(yp: np.ndarray, yi: np.ndarray, ncols: int
     return None, ybits
 
 
+def _prefetch_mode(prefetch: bool, identity_order: bool) -> int:
+    """The hash kernels' prefetch mode: PREFETCH_CONTIGUOUS for rows in their own order (the
+    one-bin shortcut), PREFETCH_CURSORS otherwise, PREFETCH_OFF without prefetching."""
+    if not prefetch:
+        return PREFETCH_OFF
+    return PREFETCH_CONTIGUOUS if identity_order else PREFETCH_CURSORS
+
+
 def dense_phases(ncols: int, itemsize: int, dense_max_bytes: int) -> tuple[bool, bool]:
     """(symbolic, numeric): whether each phase uses the dense accumulator for C's ``ncols``
     columns, i.e. whether the per-thread array that its rows update at random fits
@@ -1357,8 +1397,8 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
                                prefetch, nnz)
     else:
         probes = np.zeros((chunks, nsb), dtype=np.int64)
-        _symbolic_hash_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks, prefetch,
-                              nnz, probes)
+        _symbolic_hash_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, chunks,
+                              _prefetch_mode(prefetch, one_bin), nnz, probes)
         sym_probes = probes.sum(axis=0)
     fallback_rows = 0
     fallback_probes = 0
@@ -1373,7 +1413,7 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
         pr = np.zeros((ch, 1), dtype=np.int64)
         redo = redo.astype(np.int64)
         _symbolic_hash_kernel(xp, xi, yp, yi, redo, _chunk_bounds(redo, off_r, nprod, ch),
-                              size_r, size_r, ch, prefetch, nnz, pr)
+                              size_r, size_r, ch, _prefetch_mode(prefetch, False), nnz, pr)
         fallback_probes = int(pr.sum())
     t2 = time.perf_counter()
     bin_counters(counters, "sym", offsets, sym_probes, nnz, order, rsize, tables=not sym_dense)
@@ -1410,7 +1450,8 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     else:
         probes = np.zeros((chunks, nt.shape[0] + 1), dtype=np.int64)
         _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, chunks, passes, n,
-                             sort_output, nprod, prefetch, stream, cp, ci, cv, probes, sorts)
+                             sort_output, nprod, _prefetch_mode(prefetch, one_bin), stream,
+                             cp, ci, cv, probes, sorts)
         num_probes = probes.sum(axis=0)
     t5 = time.perf_counter()
     bin_counters(counters, "num", offsets, num_probes, nnz, order, rsize, tables=not num_dense)
