@@ -571,6 +571,25 @@ def _put(ci, cv, t, key, val, stream):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _copy_products(xa, xe, t, end, prefetch, xi, xv, yp, yi, yv, ci, cv, stream):
+    """A row none of whose products share a column (its nnz equals its products): the
+    products of its X entries xa:xe, in their order, to ci/cv from entry t on, prefetching
+    as :func:`_prefetch_ahead`. The caller passes ``stream`` as a literal True in one call
+    and False in another, so that neither copy of the loop has a per-product branch: LLVM
+    does not unswitch it by itself in :func:`_numeric_dense_kernel` (ER n=20000 numeric,
+    unsorted, 2 threads, alternating A/B: about 10% less, 4.7 -> 3.9 ms in the quietest run).
+    The listed rows' write-out was tried the same way and made genes-pubmed's numeric phase
+    5-9% slower, so it keeps its branch."""
+    for a in range(xa, xe):
+        _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
+        k = xi[a]
+        av = xv[a]
+        for s in range(yp[k], yp[k + 1]):
+            _put(ci, cv, t, yi[s], av * yv[s], stream)
+            t += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _marked_out(words, lo, hi, per_word_log2, acc, ci, cv, t, stream):
     """Write the columns marked in words[lo:hi], in increasing order, with their values from
     the dense accumulator ``acc`` to C from entry t on, and clear the marks and the values.
@@ -985,14 +1004,12 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                 if not sort_rows and n == nprod[i]:
                     # no two products share a column (Erdos-Renyi rows mostly): the products,
                     # in their order, are the row, and the accumulator is not touched
-                    t = start
-                    for a in range(xa, xe):
-                        _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
-                        k = xi[a]
-                        av = xv[a]
-                        for s in range(yp[k], yp[k + 1]):
-                            _put(ci, cv, t, yi[s], av * yv[s], srow)
-                            t += 1
+                    if srow:
+                        _copy_products(xa, xe, start, end, prefetch, xi, xv, yp, yi, yv, ci, cv,
+                                       True)
+                    else:
+                        _copy_products(xa, xe, start, end, prefetch, xi, xv, yp, yi, yv, ci, cv,
+                                       False)
                     way6 += 1
                     continue
                 if use_ybits and _flag_scanned(
