@@ -220,12 +220,27 @@ def _bin_sizes(offsets, tables):
 
 @njit(cache=True, nogil=True)
 def _bin_fill(order, offsets, nnz, rsize):
-    """Per bin, the sum over its rows of min(nnz, table) / table."""
+    """Per bin, the sum over its rows of min(nnz, table) / table. The rows of a fixed-table
+    bin share one table, so their min(nnz, table) is summed in integers and divided once (a
+    float sum per row chained 3-4 cycles per row: 0.36 ms on metis-mdual's 258569 rows)."""
     nbins = offsets.shape[0] - 1
     fill = np.zeros(nbins, dtype=np.float64)
     for b in range(nbins):
-        for q in range(offsets[b], offsets[b + 1]):
-            fill[b] += min(nnz[order[q]], rsize[q]) / rsize[q]
+        lo = offsets[b]
+        hi = offsets[b + 1]
+        if hi == lo:
+            continue
+        first = rsize[lo]
+        same = 0  # rows with the bin's first table
+        other = 0.0  # rows with tables of their own (the last numeric bin)
+        for q in range(lo, hi):
+            t = rsize[q]
+            used = min(nnz[order[q]], t)
+            if t == first:
+                same += used
+            else:
+                other += used / t
+        fill[b] = same / first + other
     return fill
 
 
@@ -420,7 +435,7 @@ def _symbolic_plan(xp, xi, yp, ncols, ranges, tables, abort_limit, nchunks, binn
         bounds = _chunk_bounds(order, offsets, nprod, nchunks)
     else:
         order, offsets, one_bin, bounds = _unbinned(nprod, nbins, nchunks)
-        rsize = limit = np.zeros(m, dtype=np.int64)  # not read: no tables
+        rsize = limit = np.zeros(0, dtype=np.int64)  # no tables to size
     return (nprod, bound, order, offsets, one_bin, rsize, limit, bounds, products,
             max_bound)
 
@@ -449,7 +464,7 @@ def _numeric_plan(nnz, nprod, ranges, tables, top, nchunks, cp, binned):
         bounds = _chunk_bounds(order, offsets, nprod, nchunks)
     else:
         order, offsets, one_bin, bounds = _unbinned(nprod, tables.shape[0] + 1, nchunks)
-        rsize = np.zeros(nnz.shape[0], dtype=np.int64)  # not read: no tables
+        rsize = np.zeros(0, dtype=np.int64)  # no tables to size
     return order, offsets, one_bin, rsize, bounds, total, biggest, direct
 
 

@@ -392,6 +392,37 @@ def test_unsorted_output_is_first_met_order(dense_max_bytes):
     np.testing.assert_array_equal(C.indices, [3, 5, 70, 900, 3, 5])
 
 
+def test_bin_rows_and_fill_counters_match_the_binning():
+    """With hash tables only, each bin's rows and summed occupancy are those of the paper's
+    binning recomputed here: symbolic bins by min(products, ncols) with the symbolic tables,
+    numeric bins by the row nnz with the fixed numeric tables (the last bin, sized per row,
+    only by its rows and an occupancy of at most 1 per row)."""
+    X, Y = _rand(400, 300, 0.03, 70), _rand(300, 900, 0.04, 71)
+    X = sp.vstack([X, _rand(3, 300, 0.9, 72)]).tocsr()  # a few rows past the fixed tables
+    st = _check(X, Y, **SMALL)
+    Xp, Yp = (X != 0).astype(np.int64), (Y != 0).astype(np.int64)
+    products = Xp @ np.asarray(Yp.sum(axis=1)).ravel()
+    nnz = np.diff((Xp @ Yp).tocsr().indptr)
+    # occupancy is the row's nnz over its table in both phases; the symbolic bin is chosen
+    # by the bound
+    for phase, size, tables, ratio, fixed in (
+            ("sym", np.minimum(products, Y.shape[1]), SMALL["sym_tables"], 1.2, 8),
+            ("num", nnz, SMALL["num_tables"], 2.0, 7)):
+        ranges = binning_ranges(tuple(tables), ratio)
+        which = np.searchsorted(np.asarray(ranges[:fixed]), size)  # first range >= size
+        which = np.minimum(which, 7)
+        for b in range(8):
+            rows = which == b
+            assert st[f"{phase}_bin{b}_rows"] == rows.sum()
+            fill = st[f"{phase}_bin{b}_fill"]
+            if b < fixed:
+                expect = np.minimum(nnz[rows], tables[b]).sum() / tables[b]
+                np.testing.assert_allclose(fill, expect, rtol=1e-12)
+            else:
+                assert 0 < fill <= rows.sum()
+    assert st["num_bin7_rows"] > 0 and st["sym_fallback_rows"] > 0
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_dense_accumulator_budget_per_phase(dtype):
     """Each phase takes the dense accumulator when its per-thread arrays fit the budget: a
