@@ -10,7 +10,8 @@ for the rectangular ones (MovieLens users x items; genes-pubmed restricted to th
 ``--genes-rows`` since the full product has billions of products), and Erdos-Renyi matrices.
 Every product is checked against scipy (same structure after sorting, values to 1e-9) before
 it is timed. Times are the best of ``--repeat`` runs after a warm-up, or of as many as take
-``--min-seconds`` (0.2 s) when that is more; GFLOP/s counts a multiply
+``--min-seconds`` (0.2 s) when that is more, the variants (scipy's among them) taking turns in
+3 rounds so that all sample the same moments of a shared machine; GFLOP/s counts a multiply
 and an add per intermediate product (the paper's measure). scipy's ``X @ Y`` is single-threaded
 and returns unsorted rows; "scipy+sort" adds ``sort_indices()`` so that both give the same
 canonical CSR, and "unsorted" is hash-spgemm with ``sort_output=False`` (rows in first-met
@@ -69,21 +70,28 @@ def problems(args) -> list[tuple[str, sp.csr_matrix, sp.csr_matrix]]:
     return out
 
 
-def _best(fn, repeat: int, min_seconds: float = 0.0) -> float:
-    """The shortest of at least ``repeat`` timed calls of fn, and of as many more as fill
-    ``min_seconds`` of timed calls (timeit's autorange idea: a best of 7 of a 0.5 ms call
-    samples 3.5 ms of a noisy machine), after one untimed warm-up call."""
-    fn()  # warm-up (and numba compilation on the first call)
-    best = float("inf")
-    calls = 0
-    spent = 0.0
-    while calls < repeat or spent < min_seconds:
-        t0 = time.perf_counter()
-        fn()
-        took = time.perf_counter() - t0
-        best = min(best, took)
-        spent += took
-        calls += 1
+def _best_rounds(fns: dict, repeat: int, min_seconds: float = 0.0, rounds: int = 3
+                 ) -> dict[str, float]:
+    """The shortest call of each function in ``fns`` (name -> callable). The functions take
+    turns for ``rounds`` rounds; in each, a function is called back to back (warm caches, as
+    in a loop) at least ceil(repeat / rounds) times and for at least min_seconds / rounds, the
+    first call untimed. Taking turns makes scipy and hash-spgemm sample the same moments of
+    this noisy shared machine: timed one after the other, a quiet minute for one and a busy
+    one for the other moved Cora's ratio from 2.26x to 1.86x between two runs."""
+    per_round = -(-repeat // rounds)
+    best = {name: float("inf") for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            fn()  # warm-up (and numba compilation on the first call)
+            calls = 0
+            spent = 0.0
+            while calls < per_round or spent < min_seconds / rounds:
+                t0 = time.perf_counter()
+                fn()
+                took = time.perf_counter() - t0
+                best[name] = min(best[name], took)
+                spent += took
+                calls += 1
     return best
 
 
@@ -111,21 +119,22 @@ def run(args) -> list[dict]:
         flops = 2.0 * counters["products"]
         # scipy's product is canonical only after sort_indices(): record what it returns
         scipy_sorted_output = bool((X @ Y).has_sorted_indices)
-        least = args.min_seconds
-        t_scipy = _best(lambda X=X, Y=Y: X @ Y, args.repeat, least)
 
         def scipy_sorted(X=X, Y=Y):
             (X @ Y).sort_indices()
-        t_scipy_sorted = _best(scipy_sorted, args.repeat, least)
         for t in threads:
             numba.set_num_threads(t)
-            t_hash = _best(lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb), args.repeat, least)
-            # the paper's design alone: hash tables in every phase, no dense accumulator
-            t_tables = _best(lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb, dense_max_bytes=0),
-                             args.repeat, least)
-            # rows in first-met order, like scipy's: the like-for-like comparison with X @ Y
-            t_unsorted = _best(lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb, sort_output=False),
-                               args.repeat, least)
+            best = _best_rounds({
+                "scipy": lambda X=X, Y=Y: X @ Y,
+                "scipy_sorted": scipy_sorted,
+                "hash": lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb),
+                # the paper's design alone: hash tables in every phase, no dense accumulator
+                "tables": lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb, dense_max_bytes=0),
+                # rows in first-met order, like scipy's: the like-for-like comparison
+                "unsorted": lambda Xb=Xb, Yb=Yb: hash_spgemm(Xb, Yb, sort_output=False),
+            }, args.repeat, args.min_seconds)
+            t_scipy, t_scipy_sorted = best["scipy"], best["scipy_sorted"]
+            t_hash, t_tables, t_unsorted = best["hash"], best["tables"], best["unsorted"]
             _, counters = hash_spgemm(Xb, Yb)
             _, counters_tables = hash_spgemm(Xb, Yb, dense_max_bytes=0)
             rec = {"experiment": "spgemm", "matrix": name, "threads": t,
@@ -194,6 +203,7 @@ def spmm_sparse_dense(S: sp.csr_matrix, F: np.ndarray, threads: list[int], repea
         numba.set_num_threads(t)
         rec = {"experiment": "spmm_sparse_dense", "matrix": "cora adjacency x cora features",
                "threads": t, "density": float(np.count_nonzero(F)) / F.size, "r": F.shape[1]}
+        calls = {}
         for name, opts in (("hash-spgemm", {}), ("hash-direct", {"spmm": "direct"}),
                            ("reference", {})):
             model = make_node_model("reference" if name == "reference" else "hash-spgemm",
@@ -205,7 +215,9 @@ def spmm_sparse_dense(S: sp.csr_matrix, F: np.ndarray, threads: list[int], repea
 
             def call(model=model):
                 model.spmm_a(Sb, Sb.data, F, np.zeros_like(want))
-            rec[f"seconds_{name}"] = _best(call, repeat)
+            calls[name] = call
+        for name, seconds in _best_rounds(calls, repeat).items():
+            rec[f"seconds_{name}"] = seconds
         rec["speedup_hash_vs_reference"] = rec["seconds_reference"] / rec["seconds_hash-spgemm"]
         rec["speedup_direct_vs_reference"] = (rec["seconds_reference"]
                                               / rec["seconds_hash-direct"])
