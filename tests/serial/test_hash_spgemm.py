@@ -3,6 +3,7 @@ and hash machinery on awkward matrices, SpMM/SDDMM with sparse "dense" operands,
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -15,6 +16,7 @@ from distmm.kernels.hash_spgemm import (
     SYM_TABLES,
     _bin_rows,
     _chunk_bounds,
+    _tag_dtype,
     _unbinned,
     binning_ranges,
     dense_phases,
@@ -390,6 +392,28 @@ def test_unsorted_output_is_first_met_order(dense_max_bytes):
     assert st["sort_skipped_rows"] == 1 and st["sort_direct_rows"] == 1
     C, _ = hash_spgemm(Xb, Yb, dense_max_bytes=dense_max_bytes)
     np.testing.assert_array_equal(C.indices, [3, 5, 70, 900, 3, 5])
+
+
+@pytest.mark.parametrize("ncols,rows", [(1000, 700), (30000, 66000)])
+def test_dense_symbolic_tags_survive_their_wraparound(ncols, rows):
+    """The dense symbolic phase tags columns with the row's generation number, in bytes for
+    few columns and 16 bits for many, and clears the tags when the number wraps (after 255
+    or 65535 rows). On one thread row i has generation i % period + 1; rows 0, period,
+    2 period, ... alone use Y row 0, so each of them meets columns whose tags, if the wrap
+    left them, would equal its own generation and not be counted."""
+    dtype = _tag_dtype(ncols)
+    assert dtype == (np.uint8 if ncols == 1000 else np.uint16)
+    period = np.iinfo(dtype).max
+    pick = np.where(np.arange(rows) % period == 0, 0, 1 + np.arange(rows) % 7)
+    X = sp.csr_matrix((np.ones(rows), pick, np.arange(rows + 1)), shape=(rows, 8))
+    Y = _rand(8, ncols, 40 / ncols, 81)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        st = _check_one(X, Y, np.float64)
+    finally:
+        numba.set_num_threads(threads)
+    assert st["sym_dense_rows"] == rows
 
 
 def test_bin_rows_and_fill_counters_match_the_binning():
