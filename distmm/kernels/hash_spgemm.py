@@ -1346,9 +1346,10 @@ def _prefetch_mode(prefetch: bool, identity_order: bool) -> int:
 
 def dense_phases(ncols: int, itemsize: int, dense_max_bytes: int) -> tuple[bool, bool]:
     """(symbolic, numeric): whether each phase uses the dense accumulator for C's ``ncols``
-    columns, i.e. whether the per-thread array that its rows update at random fits
-    ``dense_max_bytes`` (a 2-byte column tag in the symbolic phase; a value and a flag byte in
-    the numeric phase). 0 disables it."""
+    columns, i.e. whether the per-thread arrays that its rows update at random fit
+    ``dense_max_bytes``, counted as 2 bytes per column in the symbolic phase (its column tags,
+    a byte or 16 bits by :func:`_tag_dtype`, and flag bytes) and a value and a flag byte in the
+    numeric phase. 0 disables it."""
     return (dense_max_bytes > 0 and 2 * ncols <= dense_max_bytes,
             dense_max_bytes > 0 and ncols * (itemsize + 1) <= dense_max_bytes)
 
