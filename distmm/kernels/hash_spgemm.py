@@ -69,6 +69,7 @@ from distmm.kernels.numba_util import (
     STREAM_STORES,
     popcount,
     prefetch_span,
+    row_products,
     store_fence,
     stream_store,
 )
@@ -420,10 +421,7 @@ def _symbolic_plan(xp, xi, yp, ncols, ranges, tables, abort_limit, nchunks, binn
     products = 0
     max_bound = 0
     for i in prange(m):
-        s = 0
-        for a in range(xp[i], xp[i + 1]):
-            k = xi[a]
-            s += yp[k + 1] - yp[k]
+        s = row_products(xp, xi, yp, i)
         nprod[i] = s
         bound[i] = min(s, ncols)
         products += s

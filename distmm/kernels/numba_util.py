@@ -1,5 +1,5 @@
 """Small numba helpers shared by the CPU node models: software prefetch intrinsics, the
-fast-math flag set and a parallel gather."""
+fast-math flag set, a parallel gather and the products of a row of an SpGEMM."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["FASTMATH", "STREAM_STORES", "gather", "popcount", "prefetch_row", "prefetch_span",
-           "store_fence", "stream_store"]
+           "row_products", "store_fence", "stream_store"]
 
 # reassociation (vectorised reductions) and contraction (FMA); no nnan/ninf, so NaN/inf propagate
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
@@ -160,3 +160,14 @@ def gather(vals, perm, out):
     """out[t] = vals[perm[t]]: the values of the transposed block, gathered in parallel."""
     for t in prange(perm.shape[0]):
         out[t] = vals[perm[t]]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def row_products(xp, xi, yp, i):
+    """The intermediate products of row i of X @ Y (CSR row pointers xp, yp and X's column
+    indices xi): the lengths of the rows of Y that row i's entries select. Not collective."""
+    s = 0
+    for a in range(xp[i], xp[i + 1]):
+        k = xi[a]
+        s += yp[k + 1] - yp[k]
+    return s

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from distmm.kernels.numba_util import row_products
 from distmm.kernels.sparch.schedule import MergeTree
 
 
@@ -109,12 +110,7 @@ def _node_sizes(x_ptr, x_idx, elem_leaf, y_ptr, y_idx, parent, depth, up, rank, 
     m = x_ptr.size - 1
     most = 0
     for i in range(m):
-        cnt = 0
-        for p in range(x_ptr[i], x_ptr[i + 1]):
-            c = x_idx[p]
-            cnt += y_ptr[c + 1] - y_ptr[c]
-        if cnt > most:
-            most = cnt
+        most = max(most, row_products(x_ptr, x_idx, y_ptr, i))
     keys = np.empty(most, dtype=np.int64)
     L = np.int64(max(leaves, 1))
     for i in range(m):
