@@ -70,8 +70,10 @@ from distmm.kernels.numba_util import (
     popcount,
     prefetch_span,
     row_products,
+    row_range,
     store_fence,
     stream_store,
+    unsigned_view,
 )
 from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
@@ -278,7 +280,7 @@ def _key_range_kernel(yp, yi, ncols, out):
     for k in prange(yp.shape[0] - 1):
         lo = ncols
         hi = 0
-        for t in range(yp[k], yp[k + 1]):
+        for t in row_range(yp, k):
             lo = min(lo, yi[t])
             hi = max(hi, yi[t])
         out[k, 0] = lo
@@ -592,14 +594,12 @@ def _copy_products(xa, xe, t, end, prefetch, xi, xv, yp, yi, yv, ci, cv, stream)
     as :func:`_prefetch_ahead`. The caller passes ``stream`` as a literal True in one call
     and False in another, so that neither copy of the loop has a per-product branch: LLVM
     does not unswitch it by itself in :func:`_numeric_dense_kernel` (ER n=20000 numeric,
-    unsorted, 2 threads, alternating A/B: about 10% less, 4.7 -> 3.9 ms in the quietest run).
-    The listed rows' write-out was tried the same way and made genes-pubmed's numeric phase
-    5-9% slower, so it keeps its branch."""
+    unsorted, 2 threads, alternating A/B: about 10% less, 4.7 -> 3.9 ms in the quietest run)."""
     for a in range(xa, xe):
         _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
         k = xi[a]
         av = xv[a]
-        for s in range(yp[k], yp[k + 1]):
+        for s in row_range(yp, k):
             _put(ci, cv, t, yi[s], av * yv[s], stream)
             t += 1
 
@@ -631,7 +631,7 @@ def _y_bitmap_kernel(yp, yi, out):
     one = np.uint64(1)
     for k in prange(yp.shape[0] - 1):
         out[k, :] = 0
-        for t in range(yp[k], yp[k + 1]):
+        for t in row_range(yp, k):
             key = yi[t]
             out[k, key >> 6] |= one << np.uint64(key & 63)
 
@@ -648,7 +648,7 @@ def _or_y_row(marks, ybits, yp, yi, k):
         for w in range(words):
             marks[w] |= row[w]
     else:
-        for t in range(yp[k], yp[k + 1]):
+        for t in row_range(yp, k):
             key = yi[t]
             marks[key >> 6] |= one << np.uint64(key & 63)
 
@@ -703,7 +703,7 @@ def _symbolic_dense_kernel(xp, xi, yp, yi, bounds, nchunks, ncols, nprod, yrange
                         k = xi[a]
                         kmin = min(kmin, yrange[k, 0])
                         kmax = max(kmax, yrange[k, 1])
-                        for t in range(yp[k], yp[k + 1]):
+                        for t in row_range(yp, k):
                             flags[yi[t]] = 1
                     cnt = 0
                     for w in range(kmin >> 3, (kmax >> 3) + 1):
@@ -724,7 +724,7 @@ def _symbolic_dense_kernel(xp, xi, yp, yi, bounds, nchunks, ncols, nprod, yrange
                 for a in range(xa, xe):
                     _prefetch_ahead(prefetch, xi, yp, yi, None, a, end)
                     k = xi[a]
-                    for t in range(yp[k], yp[k + 1]):
+                    for t in row_range(yp, k):
                         key = yi[t]
                         cnt += tag[key] != g
                         tag[key] = g
@@ -762,7 +762,7 @@ def _symbolic_hash_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, 
                 for a in range(xp[i], xe):
                     cur = _prefetch_step(prefetch, xp, xi, yp, yi, None, order, hi, cur, a, end)
                     k = xi[a]
-                    for t in range(yp[k], yp[k + 1]):
+                    for t in row_range(yp, k):
                         key = yi[t]
                         h = _hash(key, size, mask)
                         while True:
@@ -1001,7 +1001,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
         flags = flags64.view(np.uint8)
         marks = np.zeros((ncols >> 6) + 1, dtype=np.uint64)
         marks_summary = np.zeros((ncols >> 12) + 1, dtype=np.uint64)
-        new = np.empty(1 if sort_rows else ncols + 1, dtype=np.int32)
+        new = np.empty(1 if sort_rows else ncols + 1, dtype=np.uint32)
         # rows per way, kept in registers: two threads' increments of sorts[c, :] per row can
         # share a cache line
         way3 = way4 = way5 = way6 = way7 = 0
@@ -1036,7 +1036,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                         k = xi[a]
                         av = xv[a]
                         _or_y_row(marks, ybits, yp, yi, k)
-                        for t in range(yp[k], yp[k + 1]):
+                        for t in row_range(yp, k):
                             acc[yi[t]] += av * yv[t]
                     _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, srow)
                     way7 += 1
@@ -1050,15 +1050,18 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                         _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
                         k = xi[a]
                         av = xv[a]
-                        for t in range(yp[k], yp[k + 1]):
+                        for t in row_range(yp, k):
                             key = yi[t]
                             acc[key] += av * yv[t]
                             new[cnt] = key
                             cnt += 1 - flags[key]
                             flags[key] = 1
+                    # plain stores: streaming C here, between the clearing stores to acc and
+                    # flags, made ER n=20000's numeric phase 6x slower in numba's cached code
+                    # (the key, value and clears of each entry, interleaved)
                     for u in range(n):
                         key = new[u]
-                        _put(ci, cv, start + u, key, acc[key], srow)
+                        _put(ci, cv, start + u, key, acc[key], False)
                         acc[key] = 0
                         flags[key] = 0
                     way5 += 1
@@ -1074,7 +1077,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                         av = xv[a]
                         kmin = min(kmin, yrange[k, 0])
                         kmax = max(kmax, yrange[k, 1])
-                        for t in range(yp[k], yp[k + 1]):
+                        for t in row_range(yp, k):
                             key = yi[t]
                             acc[key] += av * yv[t]
                             flags[key] = 1
@@ -1085,7 +1088,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                     _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
                     k = xi[a]
                     av = xv[a]
-                    for t in range(yp[k], yp[k + 1]):
+                    for t in row_range(yp, k):
                         key = yi[t]
                         acc[key] += av * yv[t]
                         w = key >> 6
@@ -1163,7 +1166,7 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                         cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur, a, end)
                         k = xi[a]
                         av = xv[a]
-                        for s in range(yp[k], yp[k + 1]):
+                        for s in row_range(yp, k):
                             _put(ci, cv, t, yi[s], av * yv[s], srow)
                             t += 1
                     way6 += 1
@@ -1175,7 +1178,7 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                     cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur, a, end)
                     k = xi[a]
                     av = xv[a]
-                    for t in range(yp[k], yp[k + 1]):
+                    for t in row_range(yp, k):
                         key = yi[t]
                         h = _hash(key, size, mask)
                         while True:
@@ -1248,7 +1251,7 @@ def _spmm_direct_kernel(sp_, si, vals, bp, bi, bv, out):
         for t in range(sp_[i], sp_[i + 1]):
             k = si[t]
             v = vals[t]
-            for u in range(bp[k], bp[k + 1]):
+            for u in row_range(bp, k):
                 o[bi[u]] += v * bv[u]
 
 
@@ -1257,7 +1260,7 @@ def _scatter_add_kernel(cp, ci, cv, out):
     """out[i, ci[t]] += cv[t] for every entry t of row i of a CSR matrix (row-parallel)."""
     for i in prange(cp.shape[0] - 1):
         o = out[i]
-        for t in range(cp[i], cp[i + 1]):
+        for t in row_range(cp, i):
             o[ci[t]] += cv[t]
 
 
@@ -1406,7 +1409,9 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     cp = np.zeros(m + 1, dtype=INDPTR_DTYPE)
     if m == 0 or X.nnz == 0 or Y.nnz == 0 or n == 0:
         return CSRBlock((m, n), cp, np.zeros(0, INDEX_DTYPE), np.zeros(0, dtype)), counters
-    xp, xi, yp, yi, yv = X.indptr, X.indices, Y.indptr, Y.indices, Y.data
+    # column indices as uint32 in the kernels: no wraparound per access (numba_util)
+    xp, yp, yv = X.indptr, Y.indptr, Y.data
+    xi, yi = unsigned_view(X.indices), unsigned_view(Y.indices)
 
     t0 = time.perf_counter()
     # 1-2. setup (products per row) and symbolic binning. A row has at most min(nprod, ncols)

@@ -376,6 +376,46 @@ def test_non_temporal_stores_write_the_same_c(monkeypatch):
     assert all(ways.values()), ways
 
 
+def test_unsigned_index_views_and_other_index_dtypes():
+    """The kernels read column indices through unsigned_view: a no-copy uint32 view of int32
+    indices, a converted copy of other integer types. A block whose indices are int64 (built by
+    hand, not by from_coo) multiplies to the same C as its int32 twin, sorted and not, with
+    hash tables and the dense accumulator; row_range spans a row's entries (empty rows too)."""
+    from numba import njit
+
+    from distmm.kernels.numba_util import row_range, unsigned_view
+
+    idx = np.array([0, 5, 2**31 - 1], dtype=np.int32)
+    view = unsigned_view(idx)
+    assert view.dtype == np.uint32 and np.shares_memory(view, idx)
+    assert unsigned_view(idx.astype(np.int64)).tolist() == idx.tolist()
+
+    @njit
+    def spans(indptr):
+        out = []
+        for k in range(indptr.shape[0] - 1):
+            for t in row_range(indptr, k):
+                out.append((k, t))
+        return out
+
+    indptr = np.array([0, 2, 2, 5], dtype=np.int64)
+    assert [(k, int(t)) for k, t in spans(indptr)] == [
+        (0, 0), (0, 1), (2, 2), (2, 3), (2, 4)]
+
+    X, Y = _rand(120, 90, 0.05, 3), _rand(90, 70, 0.06, 4)
+    bx, by = _block(X), _block(Y)
+    wide_x = CSRBlock(bx.shape, bx.indptr, bx.indices.astype(np.int64), bx.data)
+    wide_y = CSRBlock(by.shape, by.indptr, by.indices.astype(np.int64), by.data)
+    for budget in (0, DENSE_MAX_BYTES):
+        for sort_output in (True, False):
+            want = hash_spgemm(bx, by, dense_max_bytes=budget, sort_output=sort_output)[0]
+            got = hash_spgemm(wide_x, wide_y, dense_max_bytes=budget,
+                              sort_output=sort_output)[0]
+            assert np.array_equal(got.indptr, want.indptr)
+            assert np.array_equal(got.indices, want.indices)
+            assert np.array_equal(got.data, want.data)
+
+
 @pytest.mark.parametrize("dense_max_bytes", [0, DENSE_MAX_BYTES])
 def test_unsorted_output_is_first_met_order(dense_max_bytes):
     """sort_output=False writes each row in the order its columns were first met, as scipy's
