@@ -255,11 +255,13 @@ def _bin_fill(order, offsets, nnz, rsize):
 
 @njit(cache=True, nogil=True, inline="always")
 def _hash(key, size, mask):
-    """The paper's hash (section 5.2): (key * 107) & (size - 1) for power-of-two tables."""
-    h = np.int64(key) * HASH_SCALE
+    """The paper's hash (section 5.2): (key * 107) & (size - 1) for power-of-two tables, as an
+    unsigned slot, so that the probes index the table without numba's wraparound (numba_util;
+    metis-mdual numeric 0.92x the time)."""
+    h = np.uint64(key) * np.uint64(HASH_SCALE)
     if mask >= 0:
-        return h & mask
-    return h % size
+        return h & np.uint64(mask)
+    return h % np.uint64(size)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -578,7 +580,14 @@ def _prefetch_step(mode, xp, xi, yp, yi, yv, order, hi, cur, a, end):
 
 @njit(cache=True, nogil=True, inline="always")
 def _put(ci, cv, t, key, val, stream):
-    """Entry t of C: ci[t] = key, cv[t] = val; as non-temporal stores when ``stream``."""
+    """Entry t of C: ci[t] = key, cv[t] = val; as non-temporal stores when ``stream``.
+
+    In a loop, pass ``stream`` as a literal (one loop per value, as the row writers here are
+    called): with a run-time flag LLVM merged the stores of both ways for some of the unrolled
+    entries into plain stores, so lines of C were written partly streamed and partly through
+    the cache, which ran 4-30x slower (numba's cached code, unsorted ER n=20000 and
+    genes-pubmed with hash tables only). Only the sorted hashed rows' :func:`_write_row` still
+    takes a run-time flag; there streaming measured neutral (0.99-1.01x)."""
     if stream:
         stream_store(ci, t, key)
         stream_store(cv, t, val)
@@ -602,6 +611,48 @@ def _copy_products(xa, xe, t, end, prefetch, xi, xv, yp, yi, yv, ci, cv, stream)
         for s in row_range(yp, k):
             _put(ci, cv, t, yi[s], av * yv[s], stream)
             t += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy_products_hashed(xa, xe, t, prefetch, xp, xi, xv, yp, yi, yv, order, hi, cur, end, ci,
+                          cv, stream):
+    """:func:`_copy_products` for the hash kernel's rows, which are taken in bin order, so
+    the prefetching follows the cursors ``cur`` (:func:`_prefetch_step`); returns them moved
+    on. ``stream`` is passed as a literal for the same reason as there: with a run-time flag
+    LLVM merged the two ways' stores of some unrolled entries into plain stores, so lines of C
+    got streamed and plain stores mixed, and the unsorted numeric phase of ER n=20000 with
+    hash tables only ran 4-5x slower in numba's cached code."""
+    for a in range(xa, xe):
+        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur, a, end)
+        k = xi[a]
+        av = xv[a]
+        for s in row_range(yp, k):
+            _put(ci, cv, t, yi[s], av * yv[s], stream)
+            t += 1
+    return cur
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _listed_out(new, n, acc, flags, ci, cv, t, stream):
+    """Write a dense-accumulator row's n keys in the order listed in ``new`` (first met), with
+    their values from ``acc``, to C from entry t on, and clear acc and the flags. ``stream`` is
+    a literal at every call (see :func:`_copy_products_hashed`)."""
+    for u in range(n):
+        key = new[u]
+        _put(ci, cv, t + u, key, acc[key], stream)
+        acc[key] = 0
+        flags[key] = 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _slots_out(rkey, rslot, m, keys, vals, ci, cv, t, stream):
+    """Write a hashed row's m keys in insertion order (rkey, their slots rslot) with their
+    values to C from entry t on, and free the slots. ``stream`` is a literal at every call
+    (see :func:`_copy_products_hashed`)."""
+    for u in range(m):
+        h = rslot[u]
+        _put(ci, cv, t + u, rkey[u], vals[h], stream)
+        keys[h] = -1
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -774,9 +825,9 @@ def _symbolic_hash_kernel(xp, xi, yp, yi, order, bounds, rsize, limit, nchunks, 
                                 break
                             if old == key:
                                 break
-                            h = h + 1
-                            if h == size:
-                                h = 0
+                            h += np.uint64(1)
+                            if h == np.uint64(size):
+                                h = np.uint64(0)
                         if cnt > lim:
                             aborted = True
                             break
@@ -869,9 +920,9 @@ def _find(keys, key, size, mask):
     """The slot of a key known to be in the table (linear probing from its hash)."""
     h = _hash(key, size, mask)
     while keys[h] != key:
-        h += 1
-        if h == size:
-            h = 0
+        h += np.uint64(1)
+        if h == np.uint64(size):
+            h = np.uint64(0)
     return h
 
 
@@ -1038,7 +1089,10 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                         _or_y_row(marks, ybits, yp, yi, k)
                         for t in row_range(yp, k):
                             acc[yi[t]] += av * yv[t]
-                    _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, srow)
+                    if srow:
+                        _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, True)
+                    else:
+                        _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, False)
                     way7 += 1
                     continue
                 if not sort_rows and not _flag_scanned(ncols, n, COUNT_SCAN_COLS):
@@ -1056,14 +1110,10 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                             new[cnt] = key
                             cnt += 1 - flags[key]
                             flags[key] = 1
-                    # plain stores: streaming C here, between the clearing stores to acc and
-                    # flags, made ER n=20000's numeric phase 6x slower in numba's cached code
-                    # (the key, value and clears of each entry, interleaved)
-                    for u in range(n):
-                        key = new[u]
-                        _put(ci, cv, start + u, key, acc[key], False)
-                        acc[key] = 0
-                        flags[key] = 0
+                    if srow:
+                        _listed_out(new, n, acc, flags, ci, cv, start, True)
+                    else:
+                        _listed_out(new, n, acc, flags, ci, cv, start, False)
                     way5 += 1
                     continue
                 if _flag_scanned(ncols, n, DENSE_SCAN_COLS):
@@ -1081,7 +1131,12 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                             key = yi[t]
                             acc[key] += av * yv[t]
                             flags[key] = 1
-                    _marked_out(flags64, kmin >> 3, (kmax >> 3) + 1, 3, acc, ci, cv, start, srow)
+                    wlo = kmin >> 3
+                    whi = (kmax >> 3) + 1
+                    if srow:
+                        _marked_out(flags64, wlo, whi, 3, acc, ci, cv, start, True)
+                    else:
+                        _marked_out(flags64, wlo, whi, 3, acc, ci, cv, start, False)
                     way3 += 1
                     continue
                 for a in range(xa, xe):
@@ -1161,14 +1216,12 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                 if not sort_rows and n == nprod[i]:
                     # no two products share a column: the products, in their order, are the
                     # row, and no table is touched
-                    t = start
-                    for a in range(xa, xe):
-                        cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur, a, end)
-                        k = xi[a]
-                        av = xv[a]
-                        for s in row_range(yp, k):
-                            _put(ci, cv, t, yi[s], av * yv[s], srow)
-                            t += 1
+                    if srow:
+                        cur = _copy_products_hashed(xa, xe, start, prefetch, xp, xi, xv, yp, yi,
+                                                    yv, order, hi, cur, end, ci, cv, True)
+                    else:
+                        cur = _copy_products_hashed(xa, xe, start, prefetch, xp, xi, xv, yp, yi,
+                                                    yv, order, hi, cur, end, ci, cv, False)
                     way6 += 1
                     continue
                 size = rsize[q]
@@ -1194,14 +1247,14 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                                 rslot[m] = h
                                 m += 1
                                 break
-                            h = h + 1
-                            if h == size:
-                                h = 0
+                            h += np.uint64(1)
+                            if h == np.uint64(size):
+                                h = np.uint64(0)
                 if not sort_rows:
-                    for u in range(m):
-                        h = rslot[u]
-                        _put(ci, cv, start + u, rkey[u], vals[h], srow)
-                        keys[h] = -1
+                    if srow:
+                        _slots_out(rkey, rslot, m, keys, vals, ci, cv, start, True)
+                    else:
+                        _slots_out(rkey, rslot, m, keys, vals, ci, cv, start, False)
                     way5 += 1
                     continue
                 way = _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes,
