@@ -1099,7 +1099,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                     # the symbolic phase's branch-free new-key list, then the row in that order
                     # (rows dense in the columns take the flag scan below: it costs less than
                     # the list, and sorts for free)
-                    cnt = 0
+                    cnt = np.uint64(0)  # unsigned: new[cnt] without wraparound
                     for a in range(xa, xe):
                         _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
                         k = xi[a]
@@ -1108,7 +1108,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                             key = yi[t]
                             acc[key] += av * yv[t]
                             new[cnt] = key
-                            cnt += 1 - flags[key]
+                            cnt += np.uint64(1 - flags[key])
                             flags[key] = 1
                     if srow:
                         _listed_out(new, n, acc, flags, ci, cv, start, True)
@@ -1226,7 +1226,7 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                     continue
                 size = rsize[q]
                 mask = size - 1 if (size & (size - 1)) == 0 else -1
-                m = 0
+                m = np.uint64(0)  # unsigned: rkey[m] and rslot[m] without wraparound
                 for a in range(xa, xe):
                     cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur, a, end)
                     k = xi[a]
@@ -1245,11 +1245,12 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                                 vals[h] = av * yv[t]  # so vals need no reset
                                 rkey[m] = key
                                 rslot[m] = h
-                                m += 1
+                                m += np.uint64(1)
                                 break
                             h += np.uint64(1)
                             if h == np.uint64(size):
                                 h = np.uint64(0)
+                m = np.int64(m)
                 if not sort_rows:
                     if srow:
                         _slots_out(rkey, rslot, m, keys, vals, ci, cv, start, True)
