@@ -104,15 +104,15 @@ PREFETCH_CONTIGUOUS = 2
 # ... unless Y (indptr, indices and values) fits one core's L2 (1 MiB here) anyway: then the
 # cursors are pure overhead (Cora A*A numeric 0.78 -> 0.50 ms on 1 thread)
 PREFETCH_MIN_BYTES = 1 << 20
-# A C of more bytes than this (a quarter of the last-level cache here) has its rows of at
-# least STREAM_ROW_KEYS keys written with non-temporal stores, which do not read each line
-# into the cache before writing it. Numeric phase on 2 threads, medians of 12 alternating
-# runs: genes-pubmed[30000:40000] A^T (613 MB of C) 95.8 -> 89.9 ms, ER n=20000 5.35 -> 4.85,
-# ER n=100000 22.2 -> 20.9, metis-mdual unchanged. Shorter rows are left alone: streaming
-# metis-mdual's rows of about 12 keys made its numeric phase 5x slower (partly written lines).
-# A smaller C stays in the cache for whoever reads it next.
+# A C of more bytes than this (a quarter of the last-level cache here) is written with
+# non-temporal stores, which do not read each line into the cache before writing it.
+# Numeric phase, 2 threads: genes-pubmed[30000:40000] A^T (613 MB of C) 0.89x the time,
+# ER n=20000 0.89x, metis-mdual 0.92-0.95x (rows of about 12 keys). Every row of such a C
+# is streamed, short ones too: rows of fewer than 16 keys were once left plain, because
+# streaming them made metis-mdual 5x slower, but that was LLVM mixing streamed and plain
+# stores in one line (see _put), not the short rows. A smaller C stays in the cache for
+# whoever reads it next.
 STREAM_MIN_BYTES = 8 << 20
-STREAM_ROW_KEYS = 16
 # rows whose key range is at most this wide may be sorted through a bitmap (2 MiB per thread)
 BITMAP_SPAN_MAX = 1 << 24
 # per-thread budget of the dense accumulator (see hash_spgemm): about one core's L2 here. In
@@ -1065,13 +1065,12 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                 n = cp[i + 1] - start
                 xa = xp[i]
                 xe = xp[i + 1]
-                srow = stream and n >= STREAM_ROW_KEYS
                 if n == 0:  # no products
                     continue
                 if not sort_rows and n == nprod[i]:
                     # no two products share a column (Erdos-Renyi rows mostly): the products,
                     # in their order, are the row, and the accumulator is not touched
-                    if srow:
+                    if stream:
                         _copy_products(xa, xe, start, end, prefetch, xi, xv, yp, yi, yv, ci, cv,
                                        True)
                     else:
@@ -1089,7 +1088,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                         _or_y_row(marks, ybits, yp, yi, k)
                         for t in row_range(yp, k):
                             acc[yi[t]] += av * yv[t]
-                    if srow:
+                    if stream:
                         _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, True)
                     else:
                         _marked_out(marks, 0, marks.shape[0], 6, acc, ci, cv, start, False)
@@ -1110,7 +1109,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                             new[cnt] = key
                             cnt += np.uint64(1 - flags[key])
                             flags[key] = 1
-                    if srow:
+                    if stream:
                         _listed_out(new, n, acc, flags, ci, cv, start, True)
                     else:
                         _listed_out(new, n, acc, flags, ci, cv, start, False)
@@ -1133,7 +1132,7 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
                             flags[key] = 1
                     wlo = kmin >> 3
                     whi = (kmax >> 3) + 1
-                    if srow:
+                    if stream:
                         _marked_out(flags64, wlo, whi, 3, acc, ci, cv, start, True)
                     else:
                         _marked_out(flags64, wlo, whi, 3, acc, ci, cv, start, False)
@@ -1207,7 +1206,6 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                 n = cp[i + 1] - start
                 xa = xp[i]
                 xe = xp[i + 1]
-                srow = stream and n >= STREAM_ROW_KEYS
                 if n == 0:
                     for a in range(xa, xe):  # keep the cursors ahead
                         cur = _prefetch_step(prefetch, xp, xi, yp, yi, yv, order, hi, cur, a,
@@ -1216,7 +1214,7 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                 if not sort_rows and n == nprod[i]:
                     # no two products share a column: the products, in their order, are the
                     # row, and no table is touched
-                    if srow:
+                    if stream:
                         cur = _copy_products_hashed(xa, xe, start, prefetch, xp, xi, xv, yp, yi,
                                                     yv, order, hi, cur, end, ci, cv, True)
                     else:
@@ -1252,13 +1250,13 @@ def _numeric_hash_kernel(xp, xi, xv, yp, yi, yv, order, bounds, rsize, nchunks, 
                                 h = np.uint64(0)
                 m = np.int64(m)
                 if not sort_rows:
-                    if srow:
+                    if stream:
                         _slots_out(rkey, rslot, m, keys, vals, ci, cv, start, True)
                     else:
                         _slots_out(rkey, rslot, m, keys, vals, ci, cv, start, False)
                     way5 += 1
                     continue
-                if srow:
+                if stream:
                     way = _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes,
                                      bitmap, summary, packed, tmp, counts, ci, cv, start, True)
                 else:

@@ -352,8 +352,8 @@ def test_y_row_bitmaps_with_skewed_and_empty_y_rows(dtype):
 
 
 def test_non_temporal_stores_write_the_same_c(monkeypatch):
-    """With the size threshold at 0 every C is written with non-temporal stores (rows of 16
-    keys or more): every way a row is written (rank, bitmap and bucket sorts, dense flag scans,
+    """With the size threshold at 0 every C is written with non-temporal stores (every row):
+    every way a row is written (rank, bitmap and bucket sorts, dense flag scans,
     dense bitmaps, Y row bitmaps, direct, listed, with hash tables and the dense accumulator,
     sorted and not) gives the same product."""
     from distmm.kernels import hash_spgemm as module
