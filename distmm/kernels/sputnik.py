@@ -5,8 +5,8 @@ output is cut into 1-dimensional tiles (one row, ``tile_width`` consecutive colu
 tile is an independent unit of work whose width is a compile-time constant (section V-A), and
 it balances load with a *row swizzle*: rows are sorted by decreasing length, consecutive rows of
 that order are grouped into *bundles* of similar length, and bundles are handed out heaviest
-first to whichever processing element becomes free (section V-C, Figure 6). SDDMM uses the same
-1D tiling over strips of consecutive nonzeros, which balances by itself (section VI-A).
+first to whichever processing element becomes free (section V-C, Figure 6). SDDMM takes its
+work in strips of consecutive nonzeros, which balance by themselves (section VI-A).
 
 This module holds the model and its CPU path (numba, the default ``device="cpu"``);
 :mod:`distmm.kernels.sputnik_cuda` holds the GPU kernels (``device="cuda"``), which follow the
@@ -21,6 +21,9 @@ What the CPU path keeps of the design, and why:
   the tile width does not divide is the residue tile, done by the same code with a run-time
   width (section V-D2, residue handling). The dense width is walked in tiles; for every tile the
   row's indices and values are read again, as every thread block of the paper reads its row.
+  This is SpMM's decomposition. SDDMM's dot products run over all r columns in one loop:
+  tiled, the reduction over a tile of 16 or 32 columns was not vectorised by LLVM and ran 4-8x
+  slower (the kernel's docstring has the numbers).
 * **Row swizzle, heaviest bundles first, dynamic assignment.** Each thread takes the next bundle
   from a shared atomic counter (``llvm atomicrmw add``) over the swizzled order, which is what
   the GPU's online thread block scheduler does with Sputnik's reordered blocks; with
@@ -180,11 +183,15 @@ def _cpu_kernels(tw: int):
         """out[t] += vals[t] * dot(A[row_t], B[indices[t]]), strips of ``strip`` nonzeros.
 
         A strip is consecutive nonzeros (possibly spanning rows), as in the paper's SDDMM, so
-        every work unit is the same size and no reordering is needed (section VI-C)."""
+        every work unit is the same size and no reordering is needed (section VI-C). The dot
+        product is one loop over all r columns, not ``tw``-wide tiles: a reduction over a
+        compile-time tile of 16 or 32 columns inside the loop over the tiles is not
+        vectorised by LLVM, and ran 4-8x slower than the plain loop (1 thread, 2^21 nonzeros:
+        r = 32, tile 32: 32.7 -> 8.1 ms; r = 128, tile 32: 191 -> 22.5 ms; tile 128 equal), so
+        the tile width shapes the CPU's SpMM only."""
         r = A.shape[1]
         nnz = indices.shape[0]
         nstrips = (nnz + strip - 1) // strip
-        nfull = r // tw
         zero = out.dtype.type(0)
         for th in prange(nthreads):
             done = 0
@@ -205,11 +212,7 @@ def _cpu_kernels(tw: int):
                     for t in range(p, e):
                         x = B[indices[t]]
                         acc = zero
-                        for jt in range(nfull):
-                            c0 = jt * tw
-                            for k in range(tw):
-                                acc += a[c0 + k] * x[c0 + k]
-                        for k in range(nfull * tw, r):
+                        for k in range(r):
                             acc += a[k] * x[k]
                         out[t] += vals[t] * acc
                     p = e
