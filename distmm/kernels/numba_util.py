@@ -9,7 +9,7 @@ memory, and column indices are loaded too. It costs 3 to 6 instructions and a re
 access, and in the big loop nests the registers spill. Unsigned indices have no wraparound,
 so the hot loops run over :func:`row_range` and read column indices through
 :func:`unsigned_view` (measured on hash-spgemm's dense-accumulator kernels, numba's cached
-code, 1 thread: symbolic phase 0.48-0.73x the time, numeric 0.57-0.93x). Mixing uint64 with
+code, 1 thread: symbolic phase 0.48-0.75x the time, numeric 0.57-0.94x). Mixing uint64 with
 signed integers in arithmetic gives float64 in numba, so only uint32 values (which promote to
 int64) and loop counters used purely as indices are made unsigned."""
 

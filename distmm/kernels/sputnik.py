@@ -133,7 +133,8 @@ def _tile(indices, vals, X, s, e, c0, width, acc, o):
 
 @functools.cache
 def _cpu_kernels(tw: int):
-    """The (spmm, sddmm) kernels for tile width ``tw``, compiled on first use per dtype.
+    """The SpMM kernel for tile width ``tw``, compiled on first use per dtype (SDDMM has no
+    tiles on the CPU: :func:`_sddmm_kernel`).
 
     ``tw`` is a closure constant, so every width is a separate machine-code specialisation with
     constant-trip-count tile loops (numba caches closures by the values they capture).
@@ -178,47 +179,48 @@ def _cpu_kernels(tw: int):
                         _tile(indices, vals, X, s, e, nfull * tw, rem, acc, o)
             work[th * _PAD] = done
 
-    @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
-    def sddmm(indptr, indices, vals, A, B, out, strip, counter, work, nthreads):
-        """out[t] += vals[t] * dot(A[row_t], B[indices[t]]), strips of ``strip`` nonzeros.
+    return spmm
 
-        A strip is consecutive nonzeros (possibly spanning rows), as in the paper's SDDMM, so
-        every work unit is the same size and no reordering is needed (section VI-C). The dot
-        product is one loop over all r columns, not ``tw``-wide tiles: a reduction over a
-        compile-time tile of 16 or 32 columns inside the loop over the tiles is not
-        vectorised by LLVM, and ran 4-8x slower than the plain loop (1 thread, 2^21 nonzeros:
-        r = 32, tile 32: 32.7 -> 8.1 ms; r = 128, tile 32: 191 -> 22.5 ms; tile 128 equal), so
-        the tile width shapes the CPU's SpMM only."""
-        r = A.shape[1]
-        nnz = indices.shape[0]
-        nstrips = (nnz + strip - 1) // strip
-        zero = out.dtype.type(0)
-        for th in prange(nthreads):
-            done = 0
-            while True:
-                b = _fetch_add(counter, 0, 1)
-                if b >= nstrips:
-                    break
-                p = b * strip
-                p1 = min(p + strip, nnz)
-                done += p1 - p
-                # the row holding nonzero p: the last i with indptr[i] <= p
-                i = np.searchsorted(indptr, p, side="right") - 1
-                while p < p1:
-                    while indptr[i + 1] <= p:
-                        i += 1
-                    e = min(indptr[i + 1], p1)
-                    a = A[i]
-                    for t in range(p, e):
-                        x = B[indices[t]]
-                        acc = zero
-                        for k in range(r):
-                            acc += a[k] * x[k]
-                        out[t] += vals[t] * acc
-                    p = e
-            work[th * _PAD] = done
 
-    return spmm, sddmm
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+def _sddmm_kernel(indptr, indices, vals, A, B, out, strip, counter, work, nthreads):
+    """out[t] += vals[t] * dot(A[row_t], B[indices[t]]), strips of ``strip`` nonzeros.
+
+    A strip is consecutive nonzeros (possibly spanning rows), as in the paper's SDDMM, so
+    every work unit is the same size and no reordering is needed (section VI-C). The dot
+    product is one loop over all r columns, not tiles of the tile width: a reduction over a
+    compile-time tile of 16 or 32 columns inside the loop over the tiles is not
+    vectorised by LLVM, and ran 4-8x slower than the plain loop (1 thread, 2^21 nonzeros:
+    r = 32, tile 32: 32.7 -> 8.1 ms; r = 128, tile 32: 191 -> 22.5 ms; tile 128 equal), so
+    the tile width shapes the CPU's SpMM only."""
+    r = A.shape[1]
+    nnz = indices.shape[0]
+    nstrips = (nnz + strip - 1) // strip
+    zero = out.dtype.type(0)
+    for th in prange(nthreads):
+        done = 0
+        while True:
+            b = _fetch_add(counter, 0, 1)
+            if b >= nstrips:
+                break
+            p = b * strip
+            p1 = min(p + strip, nnz)
+            done += p1 - p
+            # the row holding nonzero p: the last i with indptr[i] <= p
+            i = np.searchsorted(indptr, p, side="right") - 1
+            while p < p1:
+                while indptr[i + 1] <= p:
+                    i += 1
+                e = min(indptr[i + 1], p1)
+                a = A[i]
+                for t in range(p, e):
+                    x = B[indices[t]]
+                    acc = zero
+                    for k in range(r):
+                        acc += a[k] * x[k]
+                    out[t] += vals[t] * acc
+                p = e
+        work[th * _PAD] = done
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,7 +343,7 @@ class SputnikModel(NodeModel):
         nthreads = max(1, min(numba.get_num_threads(), nbundles))
         counter = np.zeros(_PAD, dtype=np.int64)
         work = np.zeros(nthreads * _PAD, dtype=np.int64)
-        spmm, _ = _cpu_kernels(tw)
+        spmm = _cpu_kernels(tw)
         spmm(indptr, indices, vals, X, out, order, self.bundle_size, counter, work, nthreads)
         self._count_work(work, nthreads)
 
@@ -362,8 +364,7 @@ class SputnikModel(NodeModel):
         nthreads = max(1, min(numba.get_num_threads(), nstrips))
         counter = np.zeros(_PAD, dtype=np.int64)
         work = np.zeros(nthreads * _PAD, dtype=np.int64)
-        _, sddmm = _cpu_kernels(tw)
-        sddmm(S.indptr, S.indices, vals, A, B, out, SDDMM_STRIP, counter, work, nthreads)
+        _sddmm_kernel(S.indptr, S.indices, vals, A, B, out, SDDMM_STRIP, counter, work, nthreads)
         self.count(strips=nstrips)
         self._count_work(work, nthreads)
 
