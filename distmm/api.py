@@ -48,7 +48,8 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
 
 def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-shift",
                c: int = 1, r: int | None = None, node_model: str | NodeModel = "reference",
-               dtype=np.float32, permute: bool = True, seed: int = 0, order: str = "fiber",
+               dtype=np.float32, permute: bool | str = "auto", seed: int = 0,
+               order: str = "fiber",
                root: int | None = 0, check_finite: bool = True,
                overlap: bool = False) -> DistributedAlgorithm:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
@@ -57,8 +58,11 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     the replication factor, ``r`` the dense width (needed by the families that split A and B
     by columns; the others ignore it), ``node_model`` the local kernel, ``dtype`` float32 or
     float64.
-    ``permute`` applies a random symmetric row/column permutation (seeded by ``seed``) for load
-    balance; results gathered with the object's helpers are always in the original order.
+    ``permute`` balances the load (seeded by ``seed``): ``"auto"`` (default: none on one rank,
+    else ``"blocks"``), ``"blocks"`` (rows to blocks at random, natural order inside each
+    block), ``"random"`` (the paper's uniformly random permutation) or ``"none"``; ``True`` and
+    ``False`` mean ``"auto"`` and ``"none"``. Results gathered with the object's helpers are
+    always in the original order.
     Every parameter error raises the same :class:`distmm.errors.InputError` on every rank
     before any data moves. ``overlap`` overlaps each propagation shift with the local kernel
     (non-blocking send/receive into a second buffer) in the families that support it.

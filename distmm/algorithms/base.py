@@ -7,10 +7,14 @@ one block of A (m x r) and one of B (n x r); every operation takes and returns b
 distribution, so training loops chain calls without reshuffling. SDDMM results and S's values
 are flat arrays aligned with the rank's stored nonzeros of S ("value order").
 
-Load balance (paper section VI): rows and columns are randomly permuted before distribution
-(the same permutation for both when S is square, so A and B of a graph share one layout). The
-permutation is invisible to callers of the scatter/gather helpers; callers that fill their
-blocks themselves read :meth:`local_rows` to learn which original rows a block holds.
+Load balance (paper section VI): rows and columns are permuted before distribution (the same
+permutation for both when S is square, so A and B of a graph share one layout). By default
+(``permute="auto"``) rows go to blocks at random, as the paper's random permutation would put
+them, but keep their natural order inside each block, so a real graph's locality survives in
+the local kernels; one rank is not permuted at all (see :func:`distmm.permute.
+balance_permutation`). The permutation is invisible to callers of the scatter/gather helpers;
+callers that fill their blocks themselves read :meth:`local_rows` to learn which original rows
+a block holds.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from distmm.comm import CommStats, CountingComm, gather_report, mpi_type
 from distmm.coo import CooShare
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model
-from distmm.permute import identity_permutation, inverse_permutation, random_permutation
+from distmm.permute import balance_permutation, inverse_permutation
 from distmm.sparse import CSRBlock
 
 SIDES = ("a", "b")
@@ -83,7 +87,7 @@ class DistributedAlgorithm:
     r: int | None = None
 
     def __init__(self, source: CooShare, comm: MPI.Comm, node_model: str | NodeModel = "reference",
-                 dtype=np.float32, permute: bool = True, seed: int = 0,
+                 dtype=np.float32, permute: bool | str = "auto", seed: int = 0,
                  check_finite: bool = True) -> None:
         dtype = np.dtype(dtype)
         require(dtype in FLOAT_DTYPES, f"dtype must be float32 or float64, got {dtype}")
@@ -101,15 +105,37 @@ class DistributedAlgorithm:
                        else make_node_model(node_model))
         self.node_model = self.kernel.name
         m, n = self.shape
-        if permute:
-            self.row_perm = random_permutation(m, seed)
-            self.col_perm = self.row_perm if m == n else random_permutation(n, seed + 1)
+        self._agree(_check_share(source, check_finite))  # before the weights index by it
+        # Rows are assigned to the p finest row blocks any family uses (the 1.5D families'
+        # blocks; each 2.5D block is a union of consecutive ones), so "blocks" keeps the
+        # natural order inside every 1.5D block and inside each p-th of a 2.5D block.
+        self.permute = permute
+        mode = _permute_name(permute, self.p)
+        row_w = col_w = None
+        if mode == "blocks":
+            row_w, col_w = self._row_weights(source)
+        if m == n:
+            w = None if row_w is None else [row_w, col_w]
+            self.row_perm = balance_permutation(mode, m, self.p, seed, w)
+            self.col_perm = self.row_perm
         else:
-            self.row_perm, self.col_perm = identity_permutation(m), identity_permutation(n)
+            self.row_perm = balance_permutation(mode, m, self.p, seed,
+                                                None if row_w is None else [row_w])
+            self.col_perm = balance_permutation(mode, n, self.p, seed + 1,
+                                                None if col_w is None else [col_w])
         self.row_inv = inverse_permutation(self.row_perm)
         self.col_inv = self.row_inv if self.col_perm is self.row_perm else inverse_permutation(
             self.col_perm)
-        self._agree(_check_share(source, check_finite))
+
+    def _row_weights(self, source: CooShare) -> tuple[np.ndarray, np.ndarray]:
+        """Global nonzeros per row and per column of S (collective: one all-reduce of m + n
+        integers, counted under "distribute"), the weights the permutation balances."""
+        m, n = self.shape
+        local = np.concatenate((np.bincount(source.rows, minlength=m),
+                                np.bincount(source.cols, minlength=n))).astype(np.int64)
+        total = np.empty_like(local)
+        self.world.allreduce(local, total, phase="distribute")
+        return total[:m], total[m:]
 
     # ----------------------------------------------------------------- subclass hooks
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
@@ -454,7 +480,15 @@ class DistributedAlgorithm:
         """The configuration as a JSON-ready dict."""
         return {"algorithm": self.name, "p": self.p, "m": self.shape[0], "n": self.shape[1],
                 "node_model": self.node_model, "node_options": self.kernel.options(),
-                "dtype": str(self.dtype)}
+                "dtype": str(self.dtype), "permute": _permute_name(self.permute, self.p)}
+
+
+def _permute_name(mode: str | bool, p: int) -> str:
+    """The permutation actually applied, by name (for reports)."""
+    mode = {True: "auto", False: "none"}.get(mode, mode) if isinstance(mode, bool) else mode
+    if mode == "auto":
+        return "none" if p == 1 else "blocks"
+    return mode
 
 
 def _check_share(source: CooShare, check_finite: bool) -> str | None:
