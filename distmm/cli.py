@@ -124,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="include families this build does not implement yet")
     pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
     pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
-    _add_simulate(sub)
     _info.add_parser(parser, sub)
+    _add_simulate(sub)
     return parser
 
 
@@ -503,9 +503,11 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "info":
+            return _info.cmd_info(args)
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate,
                 "plan": cmd_plan, "simulate": cmd_simulate,
-                "spgemm": cmd_spgemm, "info": _info.cmd_info}[args.command](args)
+                "spgemm": cmd_spgemm}[args.command](args)
     except InputError as exc:
         if comm.rank == 0:
             print(f"distmm: error: {exc}", file=sys.stderr, flush=True)
