@@ -275,3 +275,27 @@ def test_guide_option_check_finds_a_wrong_option(tmp_path, monkeypatch):
         "| `--order fiber\\|layer` | not a plan option |\n```\n| `--in-fence` | x |\n```\n"
         "### distmm simulate sparch\n\n| `--x FILE`, `--bogus` | x |\n")
     assert unknown_guide_options() == ["distmm plan --order", "distmm simulate sparch --bogus"]
+
+
+NUMPY_DOCUMENTED = ("distmm.api.distribute", "distmm.api.as_coo_share", "distmm.api.run_op",
+                    "distmm.api.op_inputs", "distmm.api.op_output_side", "distmm.api.op_flops",
+                    "distmm._optional.require_extra", "distmm.info.collect")
+
+
+@pytest.mark.parametrize("qualname", NUMPY_DOCUMENTED)
+def test_public_functions_have_numpy_docstrings(qualname):
+    import importlib
+    import inspect
+
+    module, _, name = qualname.rpartition(".")
+    func = getattr(importlib.import_module(module), name)
+    doc = inspect.getdoc(func) or ""
+    assert re.search(r"^Returns\n-------$", doc, re.M), f"{qualname}: no Returns section"
+    params = [p for p in inspect.signature(func).parameters if p not in ("self", "cls")]
+    if params:
+        assert re.search(r"^Parameters\n----------$", doc, re.M), f"{qualname}: no Parameters"
+    # every parameter appears as "name :" (or in a "a, b :" group) in the Parameters section
+    section = doc.split("Returns\n-------")[0]
+    named = {n.strip() for line in re.findall(r"^(\w[\w, ]*) :", section, re.M)
+             for n in line.split(",")}
+    assert not set(params) - named, f"{qualname}: undocumented {sorted(set(params) - named)}"
