@@ -122,10 +122,10 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
                 "_dtype": dtype, "_kernel": node_model}
     # What S is, and its shape wherever this rank can know it without communicating.
     if isinstance(S, CooShare):
-        settings["S"], settings["shape of S"] = "a CooShare", S.shape
+        settings["S given as"], settings["shape of S"] = "a CooShare", S.shape
     elif isinstance(S, (str, os.PathLike)):
         m, n, nnz = mtx_header(S)
-        settings["S"], settings["shape of S"] = "a Matrix Market path", (m, n)
+        settings["S given as"], settings["shape of S"] = "a path", (m, n)
         problem = size_problem(os.fspath(S), m, n, nnz, p, r, dtype)
         if problem is not None:
             raise InputError(problem)
@@ -135,7 +135,8 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
                 "S is None on a rank that must provide the sparse matrix "
                 + ("(root=None: every rank passes the whole matrix)" if root is None
                    else f"(root={root})"))
-        settings["S"] = "a scipy matrix" + ("" if root is None else f" on rank {root}")
+        settings["S given as"] = ("a scipy matrix" if root is None
+                                  else f"a scipy matrix held by root {root}")
         if root is None:
             settings["shape of S"] = tuple(int(x) for x in S.shape)
     else:

@@ -394,6 +394,9 @@ def _run_prechecks(args) -> dict:
         _require_output(args.out, "--out",
                         [args.sparse, args.a, args.b, args.node_config, args.machine])
     m, n, nnz = mtx_header(args.sparse)
+    problem = api.size_problem(args.sparse, m, n, nnz, MPI.COMM_WORLD.size)
+    if problem is not None:
+        raise InputError(problem)
     widths = {}
     for name, path, rows in (("A", args.a if need_a else None, m),
                              ("B", args.b if need_b else None, n)):
@@ -408,16 +411,16 @@ def _run_prechecks(args) -> dict:
         require(width == r, f"A ({args.a}) has {r} columns but B ({args.b}) has {width}; both "
                             "must have the same width r")
     require(r >= 1, f"the dense inputs have {r} columns; they need r >= 1")
-    problem = api.size_problem(args.sparse, m, n, nnz, MPI.COMM_WORLD.size, r, args.dtype)
-    if problem is not None:
-        raise InputError(problem)
     if args.algorithm == "auto":
         require(m > 0 and n > 0 and nnz > 0,
                 f"{args.sparse}: the matrix is empty ({m} x {n}, {nnz} entries), so "
                 "--algorithm auto has nothing to plan for; name an algorithm instead")
     kernel = node_model_from_args(args)
     machine = _machine(args) if args.algorithm == "auto" else None
-    return {"need_a": need_a, "need_b": need_b, "r": r, "kernel": kernel, "machine": machine}
+    # Ranks with files of their own must see the same sizes (agreed with the checks).
+    sizes = {"S (rows, columns, entries)": (m, n, nnz), "r": r}
+    return {"need_a": need_a, "need_b": need_b, "r": r, "kernel": kernel, "machine": machine,
+            "same": sizes}
 
 
 def _check_result(obj, op: str, result: np.ndarray, A_loc, B_loc) -> None:
@@ -454,7 +457,7 @@ def cmd_run(args) -> int:
     pre: dict = {}
     with checks.guard():
         pre = _run_prechecks(args)
-    checks.agree()  # one collective: every rank knows every rank's checks passed
+    checks.agree(same=pre.get("same"))  # one collective: every rank's checks passed
     from distmm.io import load_dense_npy, write_h5_atomic
 
     dtype = np.dtype(args.dtype)
@@ -616,7 +619,8 @@ def parse_agreed(parser: argparse.ArgumentParser, argv: list[str] | None,
     args, usage, problem = None, None, None
     try:
         args = parser.parse_args(argv)
-        same = {_label(k): v for k, v in sorted(vars(args).items()) if not callable(v)}
+        same = {"--help": False, **{_label(k): v for k, v in sorted(vars(args).items())
+                                    if not callable(v)}}
     except UsageError as exc:
         usage, problem = exc.usage, str(exc)
         same = {}

@@ -72,21 +72,28 @@ def _describe_problems(messages: list[str | None], p: int) -> str | None:
 
 
 def _describe_disagreement(sames: list[Mapping[str, Any] | None]) -> str | None:
-    """One line naming each setting whose value differs between ranks, or None."""
+    """One line naming each setting whose value differs between ranks, or None.
+
+    A setting that some ranks do not have at all (another subcommand's option, say) follows
+    from a difference in one that every rank has; only those are named when there are any.
+    """
+    sames = [same or {} for same in sames]
     keys: list[str] = []
     for same in sames:
-        keys += [key for key in (same or {}) if key not in keys]
+        keys += [key for key in same if key not in keys]
+    shared = [key for key in keys if all(key in same for same in sames)]
     parts = []
-    for key in keys:
-        groups = _group([(same or {}).get(key) for same in sames])
+    for key in shared or keys:
+        groups = _group([same.get(key) for same in sames])
         if len(groups) > 1:
-            held = ", ".join(f"{value} on {format_ranks(ranks)}"
+            held = "; ".join(f"{value} on {format_ranks(ranks)}"
                              for value, ranks in groups[:_SHOWN])
             parts.append(f"{key} ({held})")
     if not parts:
         return None
+    more = f"; and {len(parts) - _SHOWN} more" if len(parts) > _SHOWN else ""
     return ("the ranks were given different settings, which must be identical on every rank: "
-            + "; ".join(parts))
+            + "; ".join(parts[:_SHOWN]) + more)
 
 
 def agree(comm: MPI.Comm, message: str | None = None,

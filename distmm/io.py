@@ -756,8 +756,7 @@ def npy_header(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], np.dtype]
         raise InputError(f"{path}: is a directory, not a .npy file")
     try:
         with open(path, "rb") as fh:
-            if fh.read(4) == b"PK\x03\x04":
-                raise InputError(f"{path}: is an .npz archive; a single .npy array is expected")
+            npz = fh.read(4) == b"PK\x03\x04"
             fh.seek(0)
             version = np.lib.format.read_magic(fh)
             read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
@@ -768,6 +767,9 @@ def npy_header(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], np.dtype]
     except PermissionError:
         raise InputError(f"{path}: permission denied") from None
     except (ValueError, OSError, EOFError) as exc:
+        if npz:
+            raise InputError(f"{path}: is an .npz archive; a single .npy array is expected"
+                             ) from None
         raise InputError(f"{path}: not a readable .npy array file ({exc})") from None
     if dtype.hasobject:
         raise InputError(f"{path}: holds Python objects; a real numeric array is expected")
