@@ -50,13 +50,18 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
                c: int = 1, r: int | None = None, node_model: str | NodeModel = "reference",
                dtype=np.float32, permute: bool = True, seed: int = 0, order: str = "fiber",
                root: int | None = 0, check_finite: bool = True,
-               overlap: bool = False) -> DistributedAlgorithm:
+               overlap: bool = False, checks: str = "once") -> DistributedAlgorithm:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
 
     Collective over ``comm``. ``algorithm`` picks the family (see :data:`ALGORITHMS`), ``c``
-    the replication factor, ``r`` the dense width (needed by the families that split A and B
-    by columns; the others ignore it), ``node_model`` the local kernel, ``dtype`` float32 or
-    float64.
+    the replication factor, ``node_model`` the local kernel, ``dtype`` float32 or float64.
+    The dense width r is chosen per call (read from the blocks): ``r`` here is only a default
+    width for ``S.dense(side)`` and ``S.dense_cols(side, rank)`` without an r; when given it
+    must satisfy the family's minimum (``S.r_rule()``). ``checks`` is "once" (default: full
+    validation and cross-rank agreement on the first call of each kind, cheap local checks
+    after), "always" or "off" (see :mod:`distmm.algorithms.calls` for what each gives up).
+    The returned object owns sub-communicators: ``S.close()`` or ``with distribute(...) as
+    S:`` frees them.
     ``permute`` applies a random symmetric row/column permutation (seeded by ``seed``) for load
     balance; results gathered with the object's helpers are always in the original order.
     Every parameter error raises the same :class:`distmm.errors.InputError` on every rank
@@ -74,7 +79,7 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     share = as_coo_share(S, comm, root=root)
     extra = {"overlap": True} if overlap else {}
     return cls(share, comm, c=c, r=r, node_model=node_model, dtype=dtype, permute=permute,
-               seed=seed, order=order, check_finite=check_finite, **extra)
+               seed=seed, order=order, check_finite=check_finite, checks=checks, **extra)
 
 
 def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,

@@ -413,6 +413,7 @@ def cmd_run(args) -> int:
         write_h5_atomic(args.out, datasets, {
             "op": args.op, "strategy": args.strategy, "config": obj.describe(),
             "seconds": seconds, "report": report, "sparse": os.path.abspath(args.sparse)})
+    obj.close()
     comm.Barrier()
     return 0
 
@@ -493,6 +494,7 @@ def cmd_bench(args) -> int:
                       **measure(obj, op, A_loc, B_loc, args.r, strategy, args.repeat)}
             _emit(record)
             _log_rank(args, obj, record)
+    obj.close()
     return 0
 
 
