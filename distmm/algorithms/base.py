@@ -353,9 +353,20 @@ class DistributedAlgorithm(CallChecks):
                out: np.ndarray | None = None) -> DenseBlock:
         """SpMMA: S(values) @ B, an m x r side-"a" matrix. Collective.
 
-        ``B_loc`` is this rank's side-"b" block; ``values`` as in :meth:`sddmm`; ``out`` a
-        side-"a" block of the same r to write into (reusable across calls). Returns this
-        rank's block of the result as a :class:`~distmm.dense.DenseBlock`."""
+        Parameters
+        ----------
+        B_loc : DenseBlock or ndarray
+            This rank's side-"b" block of B (n x r); r is read from it.
+        values : ndarray, optional
+            Values of S in this rank's value order (default: S's current values).
+        out : DenseBlock or ndarray, optional
+            A side-"a" block of the same r to write into (reusable across calls).
+
+        Returns
+        -------
+        DenseBlock
+            This rank's side-"a" block of the result (``out`` when given).
+        """
         r = self._begin("spmm_a", (("b", B_loc, "B"),), values, out, "a")
         vals = self.values if values is None else values
         res = self._spmm_a(_plain(B_loc), vals, r, _plain(out))
@@ -365,7 +376,22 @@ class DistributedAlgorithm(CallChecks):
                out: np.ndarray | None = None) -> DenseBlock:
         """SpMMB: S(values)^T @ A, an n x r side-"b" matrix; the mirror of :meth:`spmm_a`.
 
-        Collective. ``A_loc`` is this rank's side-"a" block; ``out`` a side-"b" block."""
+        Collective.
+
+        Parameters
+        ----------
+        A_loc : DenseBlock or ndarray
+            This rank's side-"a" block of A (m x r).
+        values : ndarray, optional
+            Values of S in this rank's value order (default: S's current values).
+        out : DenseBlock or ndarray, optional
+            A side-"b" block of the same r to write into.
+
+        Returns
+        -------
+        DenseBlock
+            This rank's side-"b" block of the result (``out`` when given).
+        """
         r = self._begin("spmm_b", (("a", A_loc, "A"),), values, out, "b")
         vals = self.values if values is None else values
         res = self._spmm_b(_plain(A_loc), vals, r, _plain(out))
@@ -375,16 +401,32 @@ class DistributedAlgorithm(CallChecks):
                   out: np.ndarray | None = None) -> DenseBlock:
         """FusedMMA: (S * (A B^T)) @ B, an m x r side-"a" matrix, with S's current values.
 
-        Collective. ``strategy`` is one of :attr:`strategies` ("none": SDDMM then SpMM as two
-        calls; "reuse": replication reuse; "fusion": local kernel fusion, where the family has
-        it); default: the family's most eliding one (the last of :attr:`strategies`).
-        ``out``: a side-"a" block of the same r to write into. Returns a DenseBlock."""
+        Collective.
+
+        Parameters
+        ----------
+        A_loc, B_loc : DenseBlock or ndarray
+            This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
+        strategy : str, optional
+            One of :attr:`strategies` ("none": SDDMM then SpMM as two calls; "reuse":
+            replication reuse; "fusion": local kernel fusion, where the family has it);
+            default: the family's most eliding one (the last of :attr:`strategies`).
+        out : DenseBlock or ndarray, optional
+            A side-"a" block of the same r to write into.
+
+        Returns
+        -------
+        DenseBlock
+            This rank's side-"a" block of the result (``out`` when given).
+        """
         return self._fused_call("a", A_loc, B_loc, strategy, out)
 
     def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
                   out: np.ndarray | None = None) -> DenseBlock:
-        """FusedMMB: (S * (A B^T))^T @ A, an n x r side-"b" matrix; the mirror of
-        :meth:`fusedmm_a` (``out``: a side-"b" block). Collective."""
+        """FusedMMB: (S * (A B^T))^T @ A, an n x r side-"b" matrix. Collective.
+
+        The mirror of :meth:`fusedmm_a`: same parameters, ``out`` a side-"b" block, returns
+        this rank's side-"b" block of the result."""
         return self._fused_call("b", A_loc, B_loc, strategy, out)
 
     def _fused_call(self, side: str, A_loc, B_loc, strategy, out) -> DenseBlock:

@@ -79,7 +79,7 @@ def test_tuner_closes_the_candidates_it_discards(monkeypatch):
     monkeypatch.setattr(distmm.api, "distribute", recording)
     S, _, _ = problem(40, 40, 1, seed=3)
     share = distmm.api.as_coo_share(S, COMM, root=None)
-    result = tune(share, COMM, 8, candidates_k=3, repeat=1)
+    result = tune(share, COMM, 8, candidates_k=8, repeat=1)
     assert len(built) >= 2 and result.obj in built and not result.obj.closed
     assert all(obj.closed for obj in built if obj is not result.obj)
     result.obj.close()

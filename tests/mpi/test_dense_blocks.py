@@ -177,3 +177,43 @@ def test_operator_view(algorithm, c):
     with pytest.raises(InputError, match="side"):
         op.matvec(A_loc)
     obj.close()
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_conjugate_gradient_with_the_operator_view(algorithm, c):
+    """docs/api.md's CG on (S^T S + lam I) X = S^T Y, against a dense serial solve."""
+    m, n, lam = 26, 18, 0.5
+    S, _, _ = problem(m, n, 1, seed=9)
+    with distmm.distribute(S, COMM, algorithm=algorithm, c=c, root=None,
+                           dtype=np.float64) as obj:
+        k = obj.r_rule()[0]
+        Yg = np.random.default_rng(4).standard_normal((m, k))
+        Y = obj.scatter("a", Yg, root=None)
+        op = obj.as_operator()
+
+        def normal(X):
+            return op.rmatvec(op.matvec(X)) + lam * X
+
+        def dot(X, Z):
+            return COMM.allreduce(np.einsum("ij,ij->j", X, Z))
+
+        X = obj.dense("b", k)
+        R = op.rmatvec(Y) - normal(X)
+        P_ = R.copy()
+        rs = dot(R, R)
+        for _ in range(n + 5):
+            Q = normal(P_)
+            alpha = rs / dot(P_, Q)
+            X += alpha * P_
+            R -= alpha * Q
+            rs_new = dot(R, R)
+            if rs_new.max() < 1e-26:
+                break
+            P_ = R + (rs_new / rs) * P_
+            rs = rs_new
+        assert isinstance(X, DenseBlock) and X.side == "b"
+        got = obj.gather("b", X)
+        if COMM.rank == 0:
+            Sd = sp.csr_matrix(S).toarray()
+            ref = np.linalg.solve(Sd.T @ Sd + lam * np.eye(n), Sd.T @ Yg)
+            np.testing.assert_allclose(got, ref, rtol=1e-7, atol=1e-9)
