@@ -516,6 +516,7 @@ def cmd_run(args) -> int:
         except OSError as exc:
             msg = f"--out {args.out}: cannot write the result ({exc.strerror or exc})"
     agree(comm, msg)
+    obj.close()
     return 0
 
 
@@ -605,6 +606,7 @@ def cmd_bench(args) -> int:
                       **measure(obj, op, A_loc, B_loc, args.r, strategy, args.repeat)}
             _emit(record)
             _log_rank(args, obj, record)
+    obj.close()
     return 0
 
 
