@@ -68,7 +68,7 @@ def test_distmm_run_on_four_ranks(inputs):
 def test_bad_file_exits_nonzero_quickly_with_one_message(inputs):
     d, _, _, _ = inputs
     (d / "bad.mtx").write_text("%%MatrixMarket matrix coordinate real general\n"
-                               "4 4 3\n1 1 1.0\n2 2 2.0\n9 1 3.0\n")
+                               "4 38 3\n1 1 1.0\n2 2 2.0\n9 1 3.0\n")
     t0 = time.perf_counter()
     res = launch(3, DISTMM, "run", "spmm-a", "--sparse", str(d / "bad.mtx"), "--b",
                  str(d / "B.npy"), "--out", str(d / "never.h5"), timeout=60)
