@@ -189,7 +189,8 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     checks.agree(same={k: v for k, v in settings.items() if not k.startswith("_")})
     c, r, dtype, kernel = settings["c"], settings["r"], settings["_dtype"], settings["_kernel"]
     share = as_coo_share(S, comm, root=settings["root"])
-    agree(comm, _value_overflow(share, dtype))
+    if check_finite:  # the values' check, like the algorithms' own finiteness checks
+        agree(comm, _value_overflow(share, dtype))
     cls = ALGORITHMS[algorithm]
     extra = {"overlap": True} if overlap else {}
     return cls(share, comm, c=c, r=r, node_model=kernel, dtype=dtype, permute=permute,
