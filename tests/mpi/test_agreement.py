@@ -112,7 +112,7 @@ def test_numpy_integers_are_integers():
 
 @pytest.mark.skipif(P == 1, reason="needs ranks that can disagree")
 @pytest.mark.parametrize("setting, mine, theirs, shown", [
-    ("c", 1, np.int64(P), "c (1 on ranks 0"),
+    ("c", 1, np.int64(P), "c (1 on rank"),
     ("dtype", np.float32, np.float64, "dtype (float32 on"),
     ("algorithm", "15d-dense-shift", "15d-sparse-shift", "algorithm (15d-dense-shift on"),
     ("seed", 0, 9, "seed (0 on"),
