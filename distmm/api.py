@@ -15,7 +15,6 @@ from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
 from distmm.coo import CooShare
 from distmm.errors import Checks, InputError, agree, as_int, require
-from distmm.io import mtx_header
 from distmm.kernels import NodeModel
 
 ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
@@ -85,6 +84,7 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
     printable values (compared across ranks by :func:`distmm.errors.agree`) and, under keys
     starting with "_", the normalised objects the constructor is given.
     """
+    from distmm.io import mtx_header  # h5py is imported only by those who read files
     from distmm.kernels import NODE_MODELS, make_node_model
 
     p = comm.Get_size()
