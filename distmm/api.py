@@ -15,7 +15,6 @@ from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
 from distmm.coo import CooShare
 from distmm.errors import Checks, InputError, agree, as_int, require
-from distmm.io import mtx_header
 from distmm.kernels import NodeModel
 
 ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
@@ -105,6 +104,7 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
     printable values (compared across ranks by :func:`distmm.errors.agree`) and, under keys
     starting with "_", the normalised objects the constructor is given.
     """
+    from distmm.io import mtx_header  # h5py is imported only by those who read files
     from distmm.kernels import NODE_MODELS, make_node_model
 
     p = comm.Get_size()
@@ -290,7 +290,8 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     agreement.agree(same={k: v for k, v in settings.items() if not k.startswith("_")})
     c, r, dtype, kernel = settings["c"], settings["r"], settings["_dtype"], settings["_kernel"]
     share = as_coo_share(S, comm, root=settings["root"])
-    agree(comm, _value_overflow(share, dtype))
+    if check_finite:  # the values' check, like the algorithms' own finiteness checks
+        agree(comm, _value_overflow(share, dtype))
     cls = ALGORITHMS[algorithm]
     extra = {"overlap": True} if overlap else {}
     return cls(share, comm, c=c, r=r, node_model=kernel, dtype=dtype, permute=permute,
