@@ -2,7 +2,7 @@
 
 The primitives' message sizes depend on the number of columns h of edge values and per-node
 arrays (one per attention head), so every rank must use the same h; a shape error on one rank
-must raise on every rank before any data moves. One small buffer all-reduce (three integers,
+must raise on every rank before any data moves. One small buffer all-reduce (a few integers,
 counted under phase "other") settles both; the texts of error messages travel only on the error
 path (:func:`distmm.errors.agree`).
 """
@@ -14,9 +14,9 @@ import numpy as np
 from distmm.errors import InputError, agree
 
 
-def agree_width(obj, message: str | None, width: int) -> None:
+def agree_width(obj, message: str | None, *widths: int) -> None:
     """Raise the same :class:`InputError` on every rank if any rank has a message or the ranks
-    disagree on ``width`` (h for 2-D operands, 0 for 1-D ones).
+    disagree on any of ``widths`` (e.g. h for 2-D operands, 0 for 1-D ones).
 
     Collective over ``obj.comm``.
     """
@@ -24,16 +24,17 @@ def agree_width(obj, message: str | None, width: int) -> None:
         if message is not None:
             raise InputError(message)
         return
-    w = int(width)
-    local = np.array([message is not None, w, w * w], dtype=np.int64)
+    w = np.array(widths, dtype=np.int64)
+    local = np.concatenate(([int(message is not None)], w, w * w))
     total = np.empty_like(local)
     obj.world.allreduce(local, total, phase="other")
     if total[0]:
         agree(obj.comm, message)
     # Equal widths everywhere iff their variance is zero (exact in integers, same on all ranks).
-    if obj.p * int(total[2]) != int(total[1]) ** 2:
-        raise InputError("the ranks passed operands with different numbers of columns (heads); "
-                         "every rank must pass the same h, and all 1-D or all 2-D")
+    k = w.size
+    if np.any(obj.p * total[1 + k:] != total[1:1 + k] ** 2):
+        raise InputError("the ranks passed operands with different numbers of columns (heads "
+                         "or widths); every rank must pass the same, and all 1-D or all 2-D")
 
 
 def columns(X, nrows: int, dtype: np.dtype, what: str, allow: str = "nan"

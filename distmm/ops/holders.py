@@ -84,3 +84,20 @@ def _build(obj, side: str) -> Holders:
     if nrows and row_color.min() < 0:
         raise AssertionError(f"the {obj.name} layout leaves some rows of side {side!r} unheld")
     return Holders(color, row_color, position, combiner)
+
+
+def global_width(obj, X: np.ndarray) -> int:
+    """The global width r of the dense matrix whose block on this rank is ``X``. Not collective.
+
+    A block that knows its global shape says so; otherwise 1.5D dense shifting holds whole rows
+    (r is the block's width) and the column-split families were distributed for ``obj.r``.
+    """
+    shape = getattr(X, "global_shape", None)
+    if shape is not None:
+        return int(shape[1])
+    return int(obj.r) if obj.r is not None else int(X.shape[1])
+
+
+def column_range(obj, side: str, rank: int, r: int) -> range:
+    """The columns (of r) of ``side``'s dense block on ``rank``. Not collective."""
+    return range(r)[obj.dense_cols(side, rank)]
