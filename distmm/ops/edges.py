@@ -244,18 +244,21 @@ def _shaped(out: np.ndarray, like: np.ndarray) -> np.ndarray:
     return out.reshape(-1) if like.ndim == 1 else out
 
 
-def check_edges(obj, *arrays: tuple[np.ndarray, str], allow: str = "nan") -> None:
-    """Collective check of edge-value arrays (value order, one h for all). Raises
-    :class:`distmm.errors.InputError` on every rank if any rank's arrays are wrong."""
-    nnz = obj.values.shape[0]
+def _check_arrays(obj, nrows: int, arrays, allow: str, kind: str) -> None:
     msg, widths = None, set()
     for X, what in arrays:
-        m, w = columns(X, nnz, obj.dtype, what, allow)
+        m, w = columns(X, nrows, obj.dtype, what, allow)
         msg = msg or m
         widths.add(w)
     if len(widths) > 1:
-        msg = msg or "the edge-value arrays have different shapes"
+        msg = msg or f"the {kind} arrays have different shapes"
     agree_width(obj, msg, widths.pop() if len(widths) == 1 else -1)
+
+
+def check_edges(obj, *arrays: tuple[np.ndarray, str], allow: str = "nan") -> None:
+    """Collective check of edge-value arrays (value order, one h for all). Raises
+    :class:`distmm.errors.InputError` on every rank if any rank's arrays are wrong."""
+    _check_arrays(obj, obj.values.shape[0], arrays, allow, "edge-value")
 
 
 def reduce(obj, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.ndarray:
@@ -292,15 +295,7 @@ def reduce(obj, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.nda
 
 def check_nodes(obj, side: str, *arrays: tuple[np.ndarray, str]) -> None:
     """Collective check of per-node arrays of ``side`` (one h for all)."""
-    nrows = obj.dense_rows(side, obj.rank).size
-    msg, widths = None, set()
-    for X, what in arrays:
-        m, w = columns(X, nrows, obj.dtype, what)
-        msg = msg or m
-        widths.add(w)
-    if len(widths) > 1:
-        msg = msg or "the per-node arrays have different shapes"
-    agree_width(obj, msg, widths.pop() if len(widths) == 1 else -1)
+    _check_arrays(obj, obj.dense_rows(side, obj.rank).size, arrays, "nan", "per-node")
 
 
 def expand(obj, side: str, X: np.ndarray, phase: str = EXPAND_PHASE) -> np.ndarray:

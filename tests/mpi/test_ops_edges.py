@@ -21,6 +21,8 @@ from ops_oracle import (
 )
 
 import distmm
+from distmm import costmodel
+from distmm.layout import block_offsets
 from distmm.ops.edges import (
     EXPAND_PHASE,
     REDUCE_PHASE,
@@ -121,3 +123,25 @@ def test_bad_operands_raise_on_every_rank():
     rows_a = obj.dense_rows("a", COMM.rank).size
     with pytest.raises(distmm.InputError, match="different shapes"):
         sddmm_add(obj, np.zeros((rows_a, 2)), np.zeros(obj.dense_rows("b", COMM.rank).size))
+
+
+def test_dense_shift_bounds_stated_in_the_docs():
+    """docs/primitives.md bounds the additive SDDMM and the softmax in 1.5D dense shifting by
+    the rows of the rank's row superblock and the columns of its stored column blocks."""
+    n, p = 16, COMM.Get_size()
+    S = edge_problem(n, n, seed=15, density=0.9)
+    off = block_offsets(n, p)
+    for c in costmodel.valid_cs("15d-dense-shift", p):
+        obj = distmm.distribute(S, COMM, algorithm="15d-dense-shift", c=c, dtype=np.float64,
+                                root=None)
+        u, v, q = obj.grid.u, obj.grid.v, p // c
+        own = obj.dense_rows("a", COMM.rank).size
+        superblock = int(off[u * c + c] - off[u * c])
+        stored_cols = sum(int(off[t * c + v + 1] - off[t * c + v]) for t in range(q))
+        rows, cols = edge_plan(obj, "row").sizes, edge_plan(obj, "col").sizes
+        assert rows.remote <= superblock - own
+        assert cols.remote <= stored_cols - own
+        assert rows.to_others <= superblock - own
+        assert rows.from_others <= (c - 1) * own
+        if c == 1:
+            assert rows.to_others == rows.from_others == 0
