@@ -357,7 +357,7 @@ def expand(obj, side: str, X: np.ndarray, phase: str = EXPAND_PHASE) -> np.ndarr
     require(side in DIM_OF_SIDE, f"side must be 'a' or 'b', got {side!r}")
     check_nodes(obj, side, (X, "the per-node array"))
     plan = edge_plan(obj, DIM_OF_SIDE[side])
-    return _shaped(plan.spread(obj.world, _as2d(X), phase), X)
+    return _shaped(plan.spread(obj.world, _as2d(np.asarray(X)), phase), X)
 
 
 def sddmm_add(obj, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -385,6 +385,6 @@ def sddmm_add(obj, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     mv, wv = columns(v, nv, obj.dtype, "v")
     msg = mu or mv or (None if wu == wv else "u and v have different shapes (heads)")
     agree_width(obj, msg, wu if wu == wv else -1)
-    eu = edge_plan(obj, "row").spread(obj.world, _as2d(u), SDDMM_ADD_PHASE)
-    ev = edge_plan(obj, "col").spread(obj.world, _as2d(v), SDDMM_ADD_PHASE)
+    eu = edge_plan(obj, "row").spread(obj.world, _as2d(np.asarray(u)), SDDMM_ADD_PHASE)
+    ev = edge_plan(obj, "col").spread(obj.world, _as2d(np.asarray(v)), SDDMM_ADD_PHASE)
     return _shaped(eu + ev, u)

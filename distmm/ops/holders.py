@@ -15,6 +15,7 @@ reduce-scatter of a bandwidth-optimal all-reduce does (paper section V, citing C
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,18 +87,34 @@ def _build(obj, side: str) -> Holders:
     return Holders(color, row_color, position, combiner)
 
 
-def global_width(obj, X: np.ndarray) -> int:
-    """The global width r of the dense matrix whose block on this rank is ``X``. Not collective.
+def global_width(obj, X: np.ndarray, side: str) -> int:
+    """The global width r of the dense matrix whose block on this rank is ``X``.
 
-    A block that knows its global shape says so; otherwise 1.5D dense shifting holds whole rows
-    (r is the block's width) and the column-split families were distributed for ``obj.r``.
+    Collective over ``obj.comm`` when the family splits r across ranks and was given no r at
+    construction (every rank then takes this branch); otherwise not collective: a block that
+    knows its global shape says so, 1.5D dense shifting holds whole rows (r is the block's
+    width), and a family distributed for ``obj.r`` uses that.
     """
+    local = int(X.shape[1]) if isinstance(X, np.ndarray) and X.ndim == 2 else -1
+    if obj.r is None and getattr(obj, "splits_r", False):
+        # The members of a row group hold disjoint column pieces that make up r: gather every
+        # rank's width (p integers, phase "other") and add up one non-empty group's pieces.
+        widths = np.empty(obj.p, dtype=np.int64)
+        with obj.stats.timer("other"):
+            obj.comm.Allgather(np.array([local], dtype=np.int64), widths)
+        if obj.p > 1:
+            obj.stats.add("other", obj.p - 1, obj.p - 1, obj.p - 1, obj.p - 1)
+        H = holders(obj, side)
+        groups = H.color[H.color < obj.p]
+        return int(widths[H.members(groups.min())].sum()) if groups.size else local
     shape = getattr(X, "global_shape", None)
     if shape is not None:
         return int(shape[1])
-    return int(obj.r) if obj.r is not None else int(X.shape[1])
+    return int(obj.r) if obj.r is not None else local
 
 
 def column_range(obj, side: str, rank: int, r: int) -> range:
     """The columns (of r) of ``side``'s dense block on ``rank``. Not collective."""
+    if "r" in inspect.signature(obj.dense_cols).parameters:  # families taking r per call
+        return range(r)[obj.dense_cols(side, rank, r)]
     return range(r)[obj.dense_cols(side, rank)]

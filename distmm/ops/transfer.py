@@ -104,11 +104,10 @@ def transfer(obj, X: np.ndarray, to_side: str) -> np.ndarray:
             f"{obj.shape[0]} x {obj.shape[1]}")
     src = OTHER[to_side]
     msg = None
-    r = -1
+    r = global_width(obj, X, src)
     if not isinstance(X, np.ndarray) or X.ndim != 2:
         msg = "the block to transfer must be a 2-D numpy array"
     else:
-        r = global_width(obj, X)
         expect = (obj.dense_rows(src, obj.rank).size, len(column_range(obj, src, obj.rank, r)))
         if X.shape != expect:
             msg = (f"the block to transfer has shape {X.shape} on this rank, but a side-{src!r} "

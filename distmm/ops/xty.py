@@ -60,7 +60,7 @@ def xty(obj, X: np.ndarray, Y: np.ndarray, side: str | None = None) -> np.ndarra
     Collective over ``obj.comm``; words under phase "xty" (:func:`xty_words`).
     """
     side = _side_of(X, Y, side)
-    r1, r2 = global_width(obj, X), global_width(obj, Y)
+    r1, r2 = global_width(obj, X, side), global_width(obj, Y, side)
     msg = _check(obj, side, X, "X", r1) or _check(obj, side, Y, "Y", r2)
     agree_width(obj, msg, r1, r2)
     me = obj.rank
@@ -78,7 +78,7 @@ def xty(obj, X: np.ndarray, Y: np.ndarray, side: str | None = None) -> np.ndarra
         start += count
     cols1 = column_range(obj, side, me, r1)
     partial = np.zeros((r1, r2), dtype=obj.dtype)
-    partial[cols1.start:cols1.stop] = X.T @ Y_rows
+    partial[cols1.start:cols1.stop] = np.asarray(X).T @ Y_rows
     out = np.empty_like(partial)
     obj.world.allreduce(partial, out, phase=PHASE)
     return out
