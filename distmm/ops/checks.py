@@ -61,3 +61,25 @@ def columns(X, nrows: int, dtype: np.dtype, what: str, allow: str = "nan"
     if allow == "softmax" and np.isposinf(X).any():
         return f"{what} contains +inf (use -inf to mask an edge)", width
     return None, width
+
+
+def block_side(obj, expected: str | None, *blocks: tuple[object, str]) -> str | None:
+    """The side of dense blocks: ``expected`` and what typed blocks (those carrying ``side``
+    and ``owner``, e.g. :class:`distmm.dense.DenseBlock`) say about themselves must agree.
+
+    Not collective: the sides and owners of blocks follow the program, not the rank's data.
+    Raises :class:`InputError` for a block of another distributed object or mixed sides;
+    returns the side, or None when nothing says it.
+    """
+    sides = {} if expected is None else {"the call": expected}
+    for X, what in blocks:
+        owner = getattr(X, "owner", None)
+        if owner is not None and owner is not obj:
+            raise InputError(f"{what} is a block of another distributed matrix")
+        side = getattr(X, "side", None)
+        if side is not None:
+            sides[what] = side
+    if len(set(sides.values())) > 1:
+        said = ", ".join(f"{who}: side {side!r}" for who, side in sides.items())
+        raise InputError(f"the dense blocks are on different sides ({said})")
+    return next(iter(sides.values()), None)

@@ -32,7 +32,7 @@ import numpy as np
 
 from distmm.errors import require
 from distmm.layout import block_offsets
-from distmm.ops.checks import agree_width, columns
+from distmm.ops.checks import agree_width, block_side, columns
 from distmm.ops.groups import row_group
 from distmm.ops.holders import SIDE_OF_DIM, holders
 
@@ -355,6 +355,7 @@ def expand(obj, side: str, X: np.ndarray, phase: str = EXPAND_PHASE) -> np.ndarr
     Collective over ``obj.comm``; words under ``phase`` (:func:`expand_words`).
     """
     require(side in DIM_OF_SIDE, f"side must be 'a' or 'b', got {side!r}")
+    block_side(obj, side, (X, "the per-node array"))
     check_nodes(obj, side, (X, "the per-node array"))
     plan = edge_plan(obj, DIM_OF_SIDE[side])
     return _shaped(plan.spread(obj.world, _as2d(np.asarray(X)), phase), X)
@@ -380,6 +381,8 @@ def sddmm_add(obj, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     Collective over ``obj.comm``; words under phase "sddmm_add" (:func:`sddmm_add_words`).
     S's own values are not applied (multiply by ``obj.values`` for that).
     """
+    block_side(obj, "a", (u, "u"))
+    block_side(obj, "b", (v, "v"))
     nu, nv = (obj.dense_rows(s, obj.rank).size for s in ("a", "b"))
     mu, wu = columns(u, nu, obj.dtype, "u")
     mv, wv = columns(v, nv, obj.dtype, "v")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from distmm.errors import require
-from distmm.ops.checks import agree_width
+from distmm.ops.checks import agree_width, block_side
 from distmm.ops.holders import column_range, global_width, holders
 
 PHASE = "transfer"
@@ -103,6 +103,7 @@ def transfer(obj, X: np.ndarray, to_side: str) -> np.ndarray:
             f"transfer between the A and B distributions needs a square S; this one is "
             f"{obj.shape[0]} x {obj.shape[1]}")
     src = OTHER[to_side]
+    block_side(obj, src, (X, "the block to transfer"))
     msg = None
     r = global_width(obj, X, src)
     if not isinstance(X, np.ndarray) or X.ndim != 2:

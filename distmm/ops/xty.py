@@ -15,18 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from distmm.errors import require
-from distmm.ops.checks import agree_width
+from distmm.ops.checks import agree_width, block_side
 from distmm.ops.groups import row_group, row_group_size
 from distmm.ops.holders import column_range, global_width, holders
 
 PHASE = "xty"
-
-
-def _side_of(X, Y, side: str | None) -> str:
-    if side is None:
-        side = getattr(X, "side", None) or getattr(Y, "side", None)
-    require(side in ("a", "b"), "xty needs side='a' or side='b' for plain arrays")
-    return side
 
 
 def _check(obj, side: str, X, what: str, r: int) -> str | None:
@@ -59,7 +52,8 @@ def xty(obj, X: np.ndarray, Y: np.ndarray, side: str | None = None) -> np.ndarra
 
     Collective over ``obj.comm``; words under phase "xty" (:func:`xty_words`).
     """
-    side = _side_of(X, Y, side)
+    side = block_side(obj, side, (X, "X"), (Y, "Y"))
+    require(side in ("a", "b"), "xty needs side='a' or side='b' for plain arrays")
     r1, r2 = global_width(obj, X, side), global_width(obj, Y, side)
     msg = _check(obj, side, X, "X", r1) or _check(obj, side, Y, "Y", r2)
     agree_width(obj, msg, r1, r2)

@@ -17,6 +17,7 @@ from mpi4py import MPI
 from ops_oracle import counted, edge_problem, objects
 
 import distmm
+from distmm import costmodel
 from distmm.layout import block_offsets
 from distmm.ops.holders import column_range
 from distmm.ops.transfer import PHASE as TRANSFER
@@ -52,9 +53,13 @@ def test_xty_refuses_mixed_sides_and_widths():
     B = obj.scatter("b", np.ones((6, 3)), root=None)
     if COMM.allreduce(int(A.shape != B.shape)):  # B's block has the wrong rows somewhere
         with pytest.raises(distmm.InputError, match="block of a matrix"):
-            xty(obj, A, B, side="a")
+            xty(obj, np.asarray(A), np.asarray(B), side="a")
     with pytest.raises(distmm.InputError, match="side="):
-        xty(obj, A, A)
+        xty(obj, np.asarray(A), np.asarray(A))
+    if getattr(A, "side", None) is not None:  # typed blocks (distmm.dense.DenseBlock)
+        assert np.array_equal(xty(obj, A, A), np.full((3, 3), 9.0))  # side read from A
+        with pytest.raises(distmm.InputError, match="different sides"):
+            xty(obj, A, B)
 
 
 def moved_elements(obj, to_side: str, r: int) -> int:
@@ -106,3 +111,28 @@ def test_transfer_refuses_rectangular_s_and_wrong_blocks():
         transfer(sq, A.astype(np.float32), "b")
     with pytest.raises(distmm.InputError, match="to_side"):
         transfer(sq, A, "c")
+    if getattr(A, "side", None) is not None:  # typed blocks know they are A-side
+        with pytest.raises(distmm.InputError, match="different sides"):
+            transfer(sq, A, "a")
+
+
+def test_plain_blocks_of_a_width_given_per_call():
+    """Objects distributed without r (where the family allows it) and plain-array blocks: the
+    primitives find r from the blocks (summing a row group's column pieces where r is split)."""
+    n, r = 10, 8
+    S = edge_problem(n, n, seed=16)
+    rng = np.random.default_rng(5)
+    X, Y = rng.standard_normal((n, r)), rng.standard_normal((n, r))
+    for algorithm in distmm.ALGORITHMS:
+        for c in costmodel.valid_cs(algorithm, COMM.Get_size(), r):
+            try:
+                obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, dtype=np.float64,
+                                        root=None)
+            except distmm.InputError:
+                continue  # a family that needs r at construction (the same on every rank)
+            X_loc = np.asarray(obj.scatter("b", X, root=None))
+            Y_loc = np.asarray(obj.scatter("b", Y, root=None))
+            np.testing.assert_allclose(xty(obj, X_loc, Y_loc, side="b"), X.T @ Y, rtol=1e-12,
+                                       atol=1e-12)
+            np.testing.assert_array_equal(transfer(obj, X_loc, "a"),
+                                          obj.scatter("a", X, root=None))
