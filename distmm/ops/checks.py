@@ -33,8 +33,9 @@ def agree_width(obj, message: str | None, *widths: int) -> None:
     # Equal widths everywhere iff their variance is zero (exact in integers, same on all ranks).
     k = w.size
     if np.any(obj.p * total[1 + k:] != total[1:1 + k] ** 2):
-        raise InputError("the ranks passed operands with different numbers of columns (heads "
-                         "or widths); every rank must pass the same, and all 1-D or all 2-D")
+        # Error path only: name each rank's widths (0 stands for a 1-D operand).
+        agree(obj.comm, None, same={"the operands' numbers of columns (heads, widths; 0: 1-D)":
+                                    tuple(int(x) for x in w)})
 
 
 def columns(X, nrows: int, dtype: np.dtype, what: str, allow: str = "nan"
