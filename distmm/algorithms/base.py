@@ -32,6 +32,7 @@ from distmm.dense import SIDES, DenseBlock
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model
 from distmm.layout import block_offsets
+from distmm.ops.mixin import EdgeOps
 from distmm.permute import balance_permutation, inverse_permutation
 from distmm.sparse import CSRBlock
 
@@ -75,7 +76,7 @@ def _cat(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-class DistributedAlgorithm(CallChecks):
+class DistributedAlgorithm(CallChecks, EdgeOps):
     """Base class: S placed on a grid, with the helpers every algorithm family uses.
 
     Subclasses define the grid, the owner of each nonzero in each orientation, the dense

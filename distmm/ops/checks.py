@@ -1,0 +1,86 @@
+"""Input checks of the primitives: local checks, then one collective agreement.
+
+The primitives' message sizes depend on the number of columns h of edge values and per-node
+arrays (one per attention head), so every rank must use the same h; a shape error on one rank
+must raise on every rank before any data moves. One small buffer all-reduce (a few integers,
+counted under phase "other") settles both; the texts of error messages travel only on the error
+path (:func:`distmm.errors.agree`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distmm.errors import InputError, agree
+
+
+def agree_width(obj, message: str | None, *widths: int) -> None:
+    """Raise the same :class:`InputError` on every rank if any rank has a message or the ranks
+    disagree on any of ``widths`` (e.g. h for 2-D operands, 0 for 1-D ones).
+
+    Collective over ``obj.comm``.
+    """
+    if obj.p == 1:
+        if message is not None:
+            raise InputError(message)
+        return
+    w = np.array(widths, dtype=np.int64)
+    local = np.concatenate(([int(message is not None)], w, w * w))
+    total = np.empty_like(local)
+    obj.world.allreduce(local, total, phase="other")
+    if total[0]:
+        agree(obj.comm, message)
+    # Equal widths everywhere iff their variance is zero (exact in integers, same on all ranks).
+    k = w.size
+    if np.any(obj.p * total[1 + k:] != total[1:1 + k] ** 2):
+        # Error path only: name each rank's widths (0 stands for a 1-D operand).
+        agree(obj.comm, None, same={"the operands' numbers of columns (heads, widths; 0: 1-D)":
+                                    tuple(int(x) for x in w)})
+
+
+def columns(X, nrows: int, dtype: np.dtype, what: str, allow: str = "nan"
+            ) -> tuple[str | None, int]:
+    """Local check of an operand of ``nrows`` rows, 1-D or (nrows, h), in ``dtype``.
+
+    Returns (message or None, width code: h for 2-D, 0 for 1-D). ``allow`` says which
+    non-finite entries are rejected: "nan" rejects NaN only; "softmax" also rejects +inf
+    (a score of -inf masks an edge, +inf has no normalised meaning).
+    """
+    if not isinstance(X, np.ndarray) or X.ndim not in (1, 2):
+        return f"{what} must be a 1-D or 2-D numpy array", -1
+    width = X.shape[1] if X.ndim == 2 else 0
+    if X.shape[0] != nrows:
+        return f"{what} has {X.shape[0]} rows on this rank, expected {nrows}", width
+    if X.ndim == 2 and X.shape[1] < 1:
+        return f"{what} needs at least one column", width
+    if X.dtype != dtype:
+        return f"{what} has dtype {X.dtype}, expected {dtype}", width
+    if np.isfinite(X).all():  # one pass in the common case
+        return None, width
+    if np.isnan(X).any():
+        return f"{what} contains NaN", width
+    if allow == "softmax" and np.isposinf(X).any():
+        return f"{what} contains +inf (use -inf to mask an edge)", width
+    return None, width
+
+
+def block_side(obj, expected: str | None, *blocks: tuple[object, str]) -> str | None:
+    """The side of dense blocks: ``expected`` and what typed blocks (those carrying ``side``
+    and ``owner``, e.g. :class:`distmm.dense.DenseBlock`) say about themselves must agree.
+
+    Not collective: the sides and owners of blocks follow the program, not the rank's data.
+    Raises :class:`InputError` for a block of another distributed object or mixed sides;
+    returns the side, or None when nothing says it.
+    """
+    sides = {} if expected is None else {"the call": expected}
+    for X, what in blocks:
+        owner = getattr(X, "owner", None)
+        if owner is not None and owner is not obj:
+            raise InputError(f"{what} is a block of another distributed matrix")
+        side = getattr(X, "side", None)
+        if side is not None:
+            sides[what] = side
+    if len(set(sides.values())) > 1:
+        said = ", ".join(f"{who}: side {side!r}" for who, side in sides.items())
+        raise InputError(f"the dense blocks are on different sides ({said})")
+    return next(iter(sides.values()), None)
