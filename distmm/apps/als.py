@@ -42,6 +42,7 @@ from distmm.apps.als_io import check_writable, load_checkpoint, read_ratings, sa
 from distmm.coo import CooShare
 from distmm.errors import agree, require
 from distmm.hashing import hash_uniform, mix64
+from distmm.kernels import NodeModel
 from distmm.ops.rowwise import row_dot
 
 __all__ = ["ALSConfig", "ALSResult", "fit", "initial_factors", "predict", "split_ratings"]
@@ -69,6 +70,7 @@ class ALSConfig:
     dtype: str = "float64"
     permute: bool = True
     order: str = "fiber"
+    overlap: bool = False
 
     def check(self) -> None:
         """Raise InputError (identically on every rank) for an out-of-range parameter."""
@@ -294,18 +296,22 @@ def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None) 
     from distmm.planner import Machine, plan
 
     nnz = int(comm.allreduce(share.nnz))
+    families = tuple(name for name, cls in api.ALGORITHMS.items()
+                     if not cfg.overlap or getattr(cls, "supports_overlap", False))
     best = plan(share.shape[0], share.shape[1], nnz, cfg.rank, comm.Get_size(),
-                machine or Machine())[0]
+                machine or Machine(), algorithms=families)[0]
     return replace(cfg, algorithm=best["algorithm"], strategy=best["strategy"], c=best["c"])
 
 
-def distribute_ratings(share: CooShare, comm: MPI.Comm, cfg: ALSConfig
+def distribute_ratings(share: CooShare, comm: MPI.Comm, cfg: ALSConfig,
+                       node_model: str | NodeModel | None = None
                        ) -> tuple[DistributedAlgorithm, np.ndarray]:
     """Place ratings on cfg's grid; returns (object with pattern values, ratings in value
-    order). Collective."""
+    order). Collective. ``node_model`` (default: cfg's name) may be a configured instance."""
     obj = api.distribute(share, comm, algorithm=cfg.algorithm, c=cfg.c, r=cfg.rank,
-                         node_model=cfg.node_model, dtype=np.dtype(cfg.dtype),
-                         permute=cfg.permute, seed=cfg.seed, order=cfg.order)
+                         node_model=node_model or cfg.node_model, dtype=np.dtype(cfg.dtype),
+                         permute=cfg.permute, seed=cfg.seed, order=cfg.order,
+                         overlap=cfg.overlap)
     ratings = obj.values.copy()
     obj.set_values(np.ones_like(obj.values))
     return obj, ratings
@@ -314,8 +320,9 @@ def distribute_ratings(share: CooShare, comm: MPI.Comm, cfg: ALSConfig
 def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0.1,
         epochs: int = 10, cg_iters: int = 3, cg_tol: float = 0.0, weighted: bool = False,
         test_fraction: float = 0.0, seed: int = 0, algorithm: str = "15d-dense-shift",
-        c: int = 1, strategy: str | None = None, node_model: str = "reference",
+        c: int = 1, strategy: str | None = None, node_model: str | NodeModel = "reference",
         dtype: str = "float64", permute: bool = True, order: str = "fiber",
+        overlap: bool = False,
         test=None, machine=None, callback: Callable[[dict, ALSResult], None] | None = None,
         checkpoint: str | None = None, checkpoint_every: int = 0, resume: bool = False
         ) -> ALSResult:
@@ -337,7 +344,7 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
         initial factors and the permutation.
     test : optional held-out ratings given separately (same forms as ``ratings``); then
         ``test_fraction`` must be 0.
-    algorithm, c, strategy, node_model, dtype, permute, order : as in
+    algorithm, c, strategy, node_model, dtype, permute, order, overlap : as in
         :func:`distmm.distribute`; ``algorithm="auto"`` asks the planner once for the FusedMM
         shape ALS uses (``machine``: a :class:`distmm.planner.Machine`).
     callback : called on every rank after each epoch with (record, result).
@@ -355,8 +362,9 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
     cfg = ALSConfig(rank=rank, lam=float(lam), epochs=epochs, cg_iters=cg_iters,
                     cg_tol=float(cg_tol), weighted=bool(weighted),
                     test_fraction=float(test_fraction), seed=seed, algorithm=algorithm, c=c,
-                    strategy=strategy, node_model=node_model, dtype=str(np.dtype(dtype)),
-                    permute=permute, order=order)
+                    strategy=strategy, node_model=getattr(node_model, "name", node_model),
+                    dtype=str(np.dtype(dtype)), permute=bool(permute), order=order,
+                    overlap=bool(overlap))
     cfg.check()
     require(isinstance(checkpoint_every, (int, np.integer)) and checkpoint_every >= 0,
             f"checkpoint_every must be an integer >= 0, got {checkpoint_every!r}")
@@ -381,10 +389,10 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
             f"replication factor c={cfg.c} must be a positive divisor of p={comm.Get_size()}")
     if cfg.strategy is None:
         cfg = _with_strategy(cfg, api.ALGORITHMS[cfg.algorithm].strategies[-1])
-    obj, train_vals = distribute_ratings(train, comm, cfg)
+    obj, train_vals = distribute_ratings(train, comm, cfg, node_model)
     test_obj = test_vals = None
     if int(comm.allreduce(held.nnz)) > 0:
-        test_obj, test_vals = distribute_ratings(held, comm, cfg)
+        test_obj, test_vals = distribute_ratings(held, comm, cfg, node_model)
         agree(comm, None if all(np.array_equal(obj.local_rows(s), test_obj.local_rows(s))
                                 for s in "ab") else "test and training layouts differ")
     result = ALSResult(cfg, obj, np.empty((0, 0)), np.empty((0, 0)), train_vals, test_obj,
