@@ -43,7 +43,7 @@ from distmm.coo import CooShare
 from distmm.errors import agree, require
 from distmm.hashing import hash_uniform, mix64
 from distmm.kernels import NodeModel
-from distmm.ops.rowwise import row_dot
+from distmm.ops.rowwise import row_dot, row_dot_words
 
 __all__ = ["ALSConfig", "ALSResult", "fit", "initial_factors", "predict", "split_ratings"]
 
@@ -275,6 +275,15 @@ def half_step(obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.nda
         rr = rr_new
         done += 1
     return done
+
+
+def epoch_row_dot_words(obj: DistributedAlgorithm, iterations: tuple[int, int]) -> int:
+    """Words this rank sends in phase "row_dot" during one epoch whose half-steps ran
+    ``iterations`` = (A's, B's) CG iterations: each half-step takes two row dot products
+    before its loop (|r|^2 and |b|^2) and two per iteration (p.Ap and the new |r|^2). Not
+    collective."""
+    return sum((2 + 2 * it) * row_dot_words(obj, side, obj.rank)
+               for side, it in zip("ab", iterations, strict=True))
 
 
 def _rmse(obj: DistributedAlgorithm, A_loc, B_loc, ratings: np.ndarray, ones: np.ndarray

@@ -135,6 +135,19 @@ def test_epoch_record_and_breakdown():
     res.close()
 
 
+@pytest.mark.parametrize("algorithm", list(distmm.ALGORITHMS))
+def test_row_dot_words_per_epoch_are_exact(algorithm):
+    words = []
+    c = costmodel.valid_cs(algorithm, COMM.Get_size(), R)[0]
+    res = als.fit(planted(), COMM, rank=R, epochs=3, cg_iters=3, cg_tol=0.3, c=c,
+                  algorithm=algorithm,
+                  callback=lambda rec, r: words.append(r.obj.stats.words("row_dot")))
+    for k in (1, 2):
+        its = res.history[k]["cg_iterations"]
+        assert words[k] - words[k - 1] == als.epoch_row_dot_words(res.obj, its)
+    res.close()
+
+
 def test_predict_matches_factor_products():
     S = planted()
     res = als.fit(S, COMM, rank=R, epochs=1, cg_iters=2)
