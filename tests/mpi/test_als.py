@@ -148,6 +148,30 @@ def test_row_dot_words_per_epoch_are_exact(algorithm):
     res.close()
 
 
+def test_auto_float32_and_a_separate_test_set():
+    """--algorithm auto (the planner's pick) and float32 agree with the float64 default run;
+    a test set given separately scores like the same entries held out by the split."""
+    S = planted()
+    train, test = split(S, 0.2, 1)
+    kw = {"rank": R, "lam": 0.3, "epochs": 2, "cg_iters": 3, "seed": 1}
+    F, history = _fit_and_gather(train, test=test, **kw)
+    res = als.fit(train, COMM, test=test, algorithm="auto", **kw)
+    assert res.config.algorithm in distmm.ALGORITHMS
+    assert res.config.strategy in distmm.ALGORITHMS[res.config.algorithm].strategies
+    F_auto = res.factors()
+    res.close()
+    F32, _ = _fit_and_gather(train, test=test, dtype="float32", **kw)
+    _, split_history = _fit_and_gather(S, test_fraction=0.2, **kw)
+    if COMM.rank == 0:
+        _close(F_auto[0], F[0])
+        _close(F_auto[1], F[1])
+        assert F32[0].dtype == np.float32
+        _close(F32[0], F[0], tol=1e-4)
+        _close(F32[1], F[1], tol=1e-4)
+        np.testing.assert_allclose([h["test_rmse"] for h in history],
+                                   [h["test_rmse"] for h in split_history], rtol=1e-9)
+
+
 def test_predict_matches_factor_products():
     S = planted()
     res = als.fit(S, COMM, rank=R, epochs=1, cg_iters=2)
