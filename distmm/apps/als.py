@@ -68,7 +68,7 @@ class ALSConfig:
     strategy: str | None = None
     node_model: str = "reference"
     dtype: str = "float64"
-    permute: bool = True
+    permute: bool | str = "auto"
     order: str = "fiber"
     overlap: bool = False
 
@@ -330,7 +330,7 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
         epochs: int = 10, cg_iters: int = 3, cg_tol: float = 0.0, weighted: bool = False,
         test_fraction: float = 0.0, seed: int = 0, algorithm: str = "15d-dense-shift",
         c: int = 1, strategy: str | None = None, node_model: str | NodeModel = "reference",
-        dtype: str = "float64", permute: bool = True, order: str = "fiber",
+        dtype: str = "float64", permute: bool | str = "auto", order: str = "fiber",
         overlap: bool = False,
         test=None, machine=None, callback: Callable[[dict, ALSResult], None] | None = None,
         checkpoint: str | None = None, checkpoint_every: int = 0, resume: bool = False
@@ -372,7 +372,7 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
                     cg_tol=float(cg_tol), weighted=bool(weighted),
                     test_fraction=float(test_fraction), seed=seed, algorithm=algorithm, c=c,
                     strategy=strategy, node_model=getattr(node_model, "name", node_model),
-                    dtype=str(np.dtype(dtype)), permute=bool(permute), order=order,
+                    dtype=str(np.dtype(dtype)), permute=permute, order=order,
                     overlap=bool(overlap))
     cfg.check()
     require(isinstance(checkpoint_every, (int, np.integer)) and checkpoint_every >= 0,

@@ -59,7 +59,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Handle ``distmm als`` (collective over COMM_WORLD); returns the exit status. Bad input
     raises :class:`distmm.errors.InputError` on every rank before any file is written."""
-    from distmm.cli import _emit, _log_rank, _open_log_dir, node_model_from_args
+    from distmm.cli import _emit, _log_rank, _open_log_dir, _permute_mode, node_model_from_args
     from distmm.planner import Machine
 
     comm = MPI.COMM_WORLD
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                  cg_iters=args.cg_iters, cg_tol=args.cg_tol, weighted=args.weighted,
                  test_fraction=args.test_fraction, seed=args.seed, algorithm=args.algorithm,
                  c=args.c, strategy=args.strategy, node_model=node_model_from_args(args),
-                 dtype=args.dtype, permute=not args.no_permute, order=args.order,
+                 dtype=args.dtype, permute=_permute_mode(args), order=args.order,
                  overlap=args.overlap, test=args.test, machine=machine, callback=report,
                  checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
                  resume=args.resume)
