@@ -81,7 +81,7 @@ def cmd_rmse(args) -> None:
     kw = {"rank": args.rank, "lam": args.lam, "weighted": args.weighted,
           "test_fraction": args.test_fraction, "seed": args.seed}
     res = als.fit(share, COMM, epochs=args.epochs, cg_iters=args.cg_iters,
-                  algorithm=args.algorithm, **kw)
+                  algorithm=args.algorithm, c=args.c, **kw)
     history = res.history
     res.close()
     if COMM.rank != 0:
@@ -183,6 +183,7 @@ def main() -> None:
     ap.add_argument("--test-fraction", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--algorithm", default="15d-dense-shift")
+    ap.add_argument("-c", type=int, default=1, help="rmse: replication factor")
     ap.add_argument("--algorithms", help="breakdown: comma-separated families (default all)")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
