@@ -151,3 +151,24 @@ def test_bad_input_is_refused_and_damages_nothing(ratings, tmp_path, case):
     assert res.stdout == ""
     assert out.read_bytes() == b"previous factors"
     assert (ck.read_bytes() if ck.exists() else None) == before
+
+
+def test_hdf5_ratings_separate_test_file_and_auto(ratings, tmp_path):
+    S = scipy.io.mmread(ratings).tocoo()
+    held = np.arange(S.nnz) % 10 == 0
+    h5 = tmp_path / "train.h5"
+    with h5py.File(h5, "w") as fh:
+        fh["row"], fh["col"], fh["rating"] = S.row[~held], S.col[~held], S.data[~held]
+        fh.attrs["shape"] = np.array(S.shape)
+    test = tmp_path / "test.mtx"
+    scipy.io.mmwrite(test, sp.coo_matrix((S.data[held], (S.row[held], S.col[held])),
+                                         shape=S.shape))
+    res = launch(4, "--ratings", str(h5), "--test", str(test), "--rank", "4", "--epochs", "2",
+                 "--algorithm", "auto")
+    assert res.returncode == 0, res.stderr
+    records = [json.loads(x) for x in res.stdout.splitlines()]
+    done = records[-1]
+    assert done["event"] == "als-done" and done["p"] == 4
+    assert done["algorithm"] in ("15d-dense-shift", "15d-sparse-shift", "25d-dense-replicate",
+                                 "25d-sparse-replicate")
+    assert all(r["test_rmse"] > 0 for r in records[:-1])
