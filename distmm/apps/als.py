@@ -209,21 +209,26 @@ def fingerprint(obj: DistributedAlgorithm, ratings: np.ndarray) -> dict:
 
 # ----------------------------------------------------------------------------- solver
 class _Timer:
-    """Seconds of FusedMM communication and compute, from the object's phase timers."""
+    """Seconds of FusedMM communication and compute, from the object's phase timers, and the
+    words this rank sent inside FusedMM calls (all counted phases but "distribute")."""
 
     def __init__(self, obj: DistributedAlgorithm) -> None:
         self.obj = obj
         self.comm = 0.0
         self.compute = 0.0
+        self.words = 0
 
     def fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
-        sec = self.obj.stats.seconds
+        stats = self.obj.stats
+        sec = stats.seconds
         c0 = sum(sec.get(ph, 0.0) for ph in COMM_PHASES)
         k0 = sec.get("compute", 0.0)
+        w0 = stats.words()
         f = self.obj.fusedmm_a if side == "a" else self.obj.fusedmm_b
         out = f(A_loc, B_loc, strategy)
         self.comm += sum(sec.get(ph, 0.0) for ph in COMM_PHASES) - c0
         self.compute += sec.get("compute", 0.0) - k0
+        self.words += stats.words() - w0
         return out
 
 
@@ -256,6 +261,7 @@ def half_step(obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.nda
     R = rhs - apply(X)
     R[~has] = 0
     P = R.copy()
+    tmp = np.empty_like(P)
     rr = row_dot(obj, side, R, R)
     limit = cfg.cg_tol ** 2 * row_dot(obj, side, rhs, rhs)
     done = 0
@@ -266,12 +272,13 @@ def half_step(obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.nda
         AP = apply(P)
         pap = row_dot(obj, side, P, AP)
         step = active & (pap > 0)
-        alpha = np.where(step, rr / np.where(step, pap, 1), 0).astype(obj.dtype)
-        X += alpha[:, None] * P
-        R -= alpha[:, None] * AP
+        alpha = np.where(step, rr / np.where(step, pap, 1), 0).astype(obj.dtype)[:, None]
+        X += np.multiply(alpha, P, out=tmp)
+        R -= np.multiply(alpha, AP, out=tmp)
         rr_new = row_dot(obj, side, R, R)
         beta = np.where(step, rr_new / np.where(step, rr, 1), 0).astype(obj.dtype)
-        P = R + beta[:, None] * P
+        P *= beta[:, None]
+        P += R
         rr = rr_new
         done += 1
     return done
@@ -471,6 +478,7 @@ def _run(result: ALSResult, start, callback: Callable[[dict, ALSResult], None]) 
     test_ones = None if result.test_obj is None else np.ones_like(result.test_obj.values)
     for epoch in range(done + 1, cfg.epochs + 1):
         timer = _Timer(obj)
+        words0 = obj.stats.words()
         obj.comm.Barrier()
         t0 = time.perf_counter()
         it_a = half_step(obj, "a", result.A_loc, result.B_loc, result.ratings, lam["a"],
@@ -478,22 +486,25 @@ def _run(result: ALSResult, start, callback: Callable[[dict, ALSResult], None]) 
         it_b = half_step(obj, "b", result.B_loc, result.A_loc, result.ratings, lam["b"],
                          has["b"], cfg, cfg.strategy, timer)
         seconds = time.perf_counter() - t0
+        words = obj.stats.words() - words0
         t1 = time.perf_counter()
         train = _rmse(obj, result.A_loc, result.B_loc, result.ratings, ones)
         test = (None if result.test_obj is None else
                 _rmse(result.test_obj, result.A_loc, result.B_loc, result.test_ratings,
                       test_ones))
         eval_seconds = time.perf_counter() - t1
-        # Mean over ranks of the local times (one counted all-reduce of four words).
-        local = np.array([seconds, timer.comm, timer.compute, eval_seconds])
-        mean = np.empty_like(local)
-        obj.world.allreduce(local, mean, phase="other")
-        mean /= obj.p
+        # Sums over ranks (one counted all-reduce of six words): times become means.
+        local = np.array([seconds, timer.comm, timer.compute, eval_seconds, timer.words,
+                          words], dtype=np.float64)
+        total = np.empty_like(local)
+        obj.world.allreduce(local, total, phase="other")
+        mean = total / obj.p
         record = {"epoch": epoch, "train_rmse": train, "test_rmse": test,
                   "seconds": float(mean[0]), "fusedmm_comm_seconds": float(mean[1]),
                   "fusedmm_compute_seconds": float(mean[2]),
                   "other_seconds": float(mean[0] - mean[1] - mean[2]),
-                  "eval_seconds": float(mean[3]), "cg_iterations": [it_a, it_b]}
+                  "eval_seconds": float(mean[3]), "cg_iterations": [it_a, it_b],
+                  "fusedmm_words": int(total[4]), "other_words": int(total[5] - total[4])}
         result.history.append(record)
         callback(record, result)
 

@@ -128,6 +128,9 @@ def test_epoch_record_and_breakdown():
         assert rec["seconds"] >= rec["fusedmm_comm_seconds"] + rec["fusedmm_compute_seconds"] \
             - 1e-12
         assert rec["fusedmm_compute_seconds"] > 0 and rec["cg_iterations"] == [2, 2]
+        # Words summed over ranks: FusedMM moves dense blocks at p > 1, nothing at p = 1.
+        assert (rec["fusedmm_words"] > 0) == (COMM.size > 1)
+        assert rec["other_words"] >= 0
     # The row dot products of the CG are counted under their own phase where rows are split.
     rep = res.obj.report()
     if COMM.rank == 0 and res.obj.p > 1 and res.config.algorithm != "15d-dense-shift":
