@@ -386,7 +386,8 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
             f"checkpoint_every must be an integer >= 0, got {checkpoint_every!r}")
     require(checkpoint is not None or not (resume or checkpoint_every),
             "resume and checkpoint_every need a checkpoint path")
-    check_writable(checkpoint, "checkpoint", comm)
+    paths = [x for x in (ratings, test) if isinstance(x, (str, os.PathLike))]
+    check_writable(checkpoint, "checkpoint", comm, paths)
     require(test is None or cfg.test_fraction == 0,
             "give either a separate test set or test_fraction, not both")
     share = read_ratings_any(ratings, comm)

@@ -52,7 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="write --checkpoint after every K-th epoch (default 0: never)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     _common(p)
-    p.set_defaults(dtype="float64", tune=1, run_func=run)
+    p.set_defaults(dtype="float64", tune=1, func=run)
     return p
 
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     require(args.tune == 1, "distmm als asks the planner once for --algorithm auto; "
                             "--tune is not supported")
-    check_writable(args.out, "--out", comm)
+    check_writable(args.out, "--out", comm, [args.ratings, args.test])
     _open_log_dir(args)
     machine = Machine.load(args.machine) if args.machine else None
 

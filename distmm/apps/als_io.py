@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 
 import h5py
 import numpy as np
@@ -27,7 +28,7 @@ from mpi4py import MPI
 
 from distmm.coo import CooShare
 from distmm.errors import agree
-from distmm.io import read_matrix_market, write_h5_atomic
+from distmm.io import check_output, read_matrix_market, write_h5_atomic
 
 FORMAT, VERSION = "distmm-als", 1
 H5_SUFFIXES = (".h5", ".hdf5")
@@ -84,19 +85,12 @@ def _read_h5_share(path: str, rank: int, p: int) -> tuple[CooShare | None, str |
     return CooShare((m, k), rows, cols, vals), None
 
 
-def check_writable(path: str | None, what: str, comm: MPI.Comm) -> None:
-    """Agree that ``path``'s directory exists and is writable (checked on rank 0), so a run
-    fails before its work rather than at its first write. Collective."""
-    if path is None:
-        return
-    msg = None
-    if comm.Get_rank() == 0:
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            msg = f"{what} {path}: directory {directory} does not exist"
-        elif not os.access(directory, os.W_OK):
-            msg = f"{what} {path}: directory {directory} is not writable"
-    agree(comm, msg)
+def check_writable(path: str | None, what: str, comm: MPI.Comm,
+                   inputs: Sequence[str | os.PathLike[str] | None] = ()) -> None:
+    """Agree that ``path`` can be written (checked on rank 0, the writer, by
+    :func:`distmm.io.check_output`: its directory exists and is writable and it is none of
+    ``inputs``), so a run fails before its work rather than at its first write. Collective."""
+    agree(comm, check_output(path, what, inputs) if comm.Get_rank() == 0 else None)
 
 
 def save_factors(path: str, result, epoch: int) -> None:
