@@ -22,6 +22,7 @@ from distmm import costmodel, generate
 from distmm.apps import als
 from distmm.apps.als_io import read_ratings
 from distmm.errors import InputError
+from distmm.kernels import NODE_MODELS
 
 COMM = MPI.COMM_WORLD
 R = 8  # at least one column per rank of a layer in every family and c up to p = 8
@@ -173,6 +174,16 @@ def test_auto_float32_and_a_separate_test_set():
         _close(F32[1], F[1], tol=1e-4)
         np.testing.assert_allclose([h["test_rmse"] for h in history],
                                    [h["test_rmse"] for h in split_history], rtol=1e-9)
+
+
+@pytest.mark.parametrize("node_model", [m for m in NODE_MODELS if m != "reference"])
+def test_every_node_model_gives_the_reference_factors(node_model):
+    kw = {"rank": R, "epochs": 2, "cg_iters": 3, "test_fraction": 0.2}
+    F, _ = _fit_and_gather(planted(), **kw)
+    G, _ = _fit_and_gather(planted(), node_model=node_model, **kw)
+    if COMM.rank == 0:
+        _close(G[0], F[0])
+        _close(G[1], F[1])
 
 
 def test_predict_matches_factor_products():
