@@ -186,6 +186,19 @@ def test_every_node_model_gives_the_reference_factors(node_model):
         _close(G[1], F[1])
 
 
+def test_layout_options_do_not_change_the_answer():
+    """Overlap, the permutation modes and the rank order move blocks, not the result."""
+    kw = {"rank": R, "epochs": 2, "cg_iters": 3}
+    F, _ = _fit_and_gather(planted(), **kw)
+    c = costmodel.valid_cs("15d-dense-shift", COMM.size)[-1]
+    for extra in ({"overlap": True, "permute": "random"},
+                  {"permute": "none", "order": "layer", "c": c}):
+        G, _ = _fit_and_gather(planted(), **kw, **extra)
+        if COMM.rank == 0:
+            _close(G[0], F[0])
+            _close(G[1], F[1])
+
+
 def test_predict_matches_factor_products():
     S = planted()
     res = als.fit(S, COMM, rank=R, epochs=1, cg_iters=2)
