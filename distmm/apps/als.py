@@ -31,7 +31,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from mpi4py import MPI
@@ -307,8 +307,6 @@ def _rmse(obj: DistributedAlgorithm, A_loc, B_loc, ratings: np.ndarray, ones: np
 
 def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None) -> ALSConfig:
     """Ask the planner once for ALS's FusedMM shape (m x n, nnz, r = rank)."""
-    from dataclasses import replace
-
     from distmm.planner import Machine, plan
 
     nnz = int(comm.allreduce(share.nnz))
@@ -405,7 +403,7 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
     require(cfg.c >= 1 and comm.Get_size() % cfg.c == 0,
             f"replication factor c={cfg.c} must be a positive divisor of p={comm.Get_size()}")
     if cfg.strategy is None:
-        cfg = _with_strategy(cfg, api.ALGORITHMS[cfg.algorithm].strategies[-1])
+        cfg = replace(cfg, strategy=api.ALGORITHMS[cfg.algorithm].strategies[-1])
     obj, train_vals = distribute_ratings(train, comm, cfg, node_model)
     test_obj = test_vals = None
     if int(comm.allreduce(held.nnz)) > 0:
@@ -427,12 +425,6 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
 
     _run(result, start, after_epoch)
     return result
-
-
-def _with_strategy(cfg: ALSConfig, strategy: str) -> ALSConfig:
-    from dataclasses import replace
-
-    return replace(cfg, strategy=strategy)
 
 
 def read_ratings_any(ratings, comm: MPI.Comm) -> CooShare:
@@ -509,7 +501,3 @@ def _run(result: ALSResult, start, callback: Callable[[dict, ALSResult], None]) 
         result.history.append(record)
         callback(record, result)
 
-
-def config_dict(cfg: ALSConfig) -> dict:
-    """The configuration as a JSON-ready dict."""
-    return asdict(cfg)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import asdict
 
 import h5py
 import numpy as np
@@ -103,7 +104,7 @@ def save_factors(path: str, result, epoch: int) -> None:
     if factors is not None:
         cfg = result.config
         attrs = {"format": FORMAT, "version": VERSION, "epoch": int(epoch),
-                 "problem": problem_of(result), "config": _asdict(cfg),
+                 "problem": problem_of(result), "config": asdict(cfg),
                  "history": result.history,
                  "rng": {"kind": "splitmix64 counter hash of (seed, tag, ids)",
                          "seed": cfg.seed}}
@@ -117,12 +118,6 @@ def save_factors(path: str, result, epoch: int) -> None:
 def problem_of(result) -> dict:
     """What a checkpoint must match to be resumed: data fingerprint and problem fields."""
     return {**result.fingerprint, **result.config.problem()}
-
-
-def _asdict(cfg) -> dict:
-    from dataclasses import asdict
-
-    return asdict(cfg)
 
 
 def load_checkpoint(path: str, result) -> tuple[int, np.ndarray | None, np.ndarray | None,
