@@ -193,15 +193,15 @@ def _init_block(obj: DistributedAlgorithm, side: str, seed: int, rank: int) -> n
     return np.ascontiguousarray(block, dtype=obj.dtype)
 
 
-def fingerprint(obj: DistributedAlgorithm, ratings: np.ndarray) -> dict:
-    """A p-independent summary of the training ratings (shape, count and an order-free hash
-    of every (user, item, rating)). Collective: one counted all-reduce of two words."""
-    rows, cols = obj.value_coordinates()
-    rows, cols = obj.row_perm[rows], obj.col_perm[cols]
-    bits = np.asarray(ratings, dtype=np.float64).view(np.uint64)
-    h = mix64(mix64(rows.astype(np.uint64)) ^ cols.astype(np.uint64)) ^ bits
+def fingerprint(obj: DistributedAlgorithm, train: CooShare) -> dict:
+    """A summary of the training ratings that does not depend on p, the family or the dtype:
+    shape, entry count and a wrapping sum of a hash of every (user, item, float64 rating)
+    entry of the COO shares (an order-free sum, so neither the split of entries over ranks
+    nor their order matters). Collective: one counted all-reduce of two words."""
+    bits = train.vals.view(np.uint64)
+    h = mix64(mix64(mix64(train.rows.view(np.uint64)) ^ train.cols.view(np.uint64)) ^ bits)
     with np.errstate(over="ignore"):
-        local = np.array([rows.size, int(mix64(h).sum(dtype=np.uint64))], dtype=np.uint64)
+        local = np.array([train.nnz, int(h.sum(dtype=np.uint64))], dtype=np.uint64)
     total = np.empty_like(local)
     obj.world.allreduce(local, total, phase="other")
     return {"m": obj.shape[0], "n": obj.shape[1], "nnz": int(total[0]), "hash": int(total[1])}
@@ -412,7 +412,7 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
                                 for s in "ab") else "test and training layouts differ")
     result = ALSResult(cfg, obj, np.empty((0, 0)), np.empty((0, 0)), train_vals, test_obj,
                        test_vals)
-    result.fingerprint = fingerprint(obj, train_vals)
+    result.fingerprint = fingerprint(obj, train)
     start = load_checkpoint(checkpoint, result) if resume else None
 
     def after_epoch(record: dict, res: ALSResult) -> None:
