@@ -161,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
     _info.add_parser(parser, sub)
     _add_simulate(sub)
+    from distmm.apps import als_cli
+    als_cli.add_parser(sub)
     return parser
 
 
