@@ -545,8 +545,11 @@ def write_h5_atomic(
     path: str | os.PathLike[str],
     datasets: dict[str, np.ndarray],
     attrs: dict[str, Any] | None = None,
+    group_attrs: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Write ``datasets`` and file attributes ``attrs`` to an HDF5 file at ``path``, atomically.
+
+    ``group_attrs`` maps a group (or dataset) name to attributes stored on that object.
 
     Not collective: call it on one rank. The file is written under a temporary name in the same
     directory (``<name>.tmp-XXXXXXXX``), flushed to disk and then renamed into place with
@@ -566,6 +569,10 @@ def write_h5_atomic(
                 out.create_dataset(name, data=np.asarray(data))
             for key, value in (attrs or {}).items():
                 out.attrs[key] = _attr_value(value)
+            for name, items in (group_attrs or {}).items():
+                target = out.require_group(name) if name not in out else out[name]
+                for key, value in items.items():
+                    target.attrs[key] = _attr_value(value)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
