@@ -20,6 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm import api
+from distmm.apps import gat_cli
 from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
 from distmm.errors import InputError, agree, require
@@ -124,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
     pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
     _add_simulate(sub)
+    gat_cli.add_parser(sub)
     return parser
 
 
@@ -503,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate,
                 "plan": cmd_plan, "simulate": cmd_simulate,
-                "spgemm": cmd_spgemm}[args.command](args)
+                "spgemm": cmd_spgemm, "gat": gat_cli.run}[args.command](args)
     except InputError as exc:
         if comm.rank == 0:
             print(f"distmm: error: {exc}", file=sys.stderr, flush=True)
