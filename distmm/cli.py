@@ -20,12 +20,14 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm import api
+from distmm import info as _info
 from distmm.apps import gat_cli
 from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
 from distmm.errors import InputError, agree, require
 from distmm.io import read_csr_block, read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
+from distmm.permute import PERMUTE_MODES
 from distmm.planner import Machine, format_table, plan
 from distmm.tuning import tune, tune_events
 
@@ -60,8 +62,11 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "parameters); every rank reads it")
     p.add_argument("--order", default="fiber", choices=["fiber", "layer"],
                    help="rank order: fiber- or layer-contiguous world ranks (default fiber)")
-    p.add_argument("--no-permute", action="store_true",
-                   help="keep S's row/column order (default: random symmetric permutation)")
+    p.add_argument("--permute", default="auto", choices=list(PERMUTE_MODES),
+                   help="load balance: 'blocks' assigns rows to blocks at random and keeps "
+                        "their natural order inside each block; 'random' permutes uniformly; "
+                        "'auto' (default) is 'none' on one rank, 'blocks' otherwise")
+    p.add_argument("--no-permute", action="store_true", help="same as --permute none")
     p.add_argument("--seed", type=int, default=0, help="seed of the permutation/generator")
     p.add_argument("--overlap", action="store_true",
                    help="overlap each propagation shift with the local kernel")
@@ -124,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="include families this build does not implement yet")
     pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
     pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
+    _info.add_parser(parser, sub)
     _add_simulate(sub)
     gat_cli.add_parser(sub)
     return parser
@@ -307,7 +313,7 @@ def _choose(args, share, r: int, op: str):
     if args.tune > 1:
         result = tune(share, comm, r, args.tune, machine, op=op, algorithms=families,
                       node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
-                      permute=not args.no_permute, seed=args.seed, order=args.order,
+                      permute=_permute_mode(args), seed=args.seed, order=args.order,
                       overlap=args.overlap)
         for event in tune_events(result):
             _emit(event)
@@ -379,7 +385,7 @@ def cmd_run(args) -> int:
     if obj is None:
         obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=r,
                              node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
-                             permute=not args.no_permute, seed=args.seed, order=args.order,
+                             permute=_permute_mode(args), seed=args.seed, order=args.order,
                              overlap=args.overlap)
     m, n = obj.shape
     require(A is None or A.shape[0] == m,
@@ -485,7 +491,7 @@ def cmd_bench(args) -> int:
             share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
         obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
                              node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
-                             permute=not args.no_permute, seed=args.seed, order=args.order,
+                             permute=_permute_mode(args), seed=args.seed, order=args.order,
                              overlap=args.overlap)
     _open_log_dir(args)
     A_loc, B_loc = random_blocks(obj, args.r, args.seed)
@@ -498,11 +504,18 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _permute_mode(args) -> str:
+    """The permutation mode the options ask for (--no-permute wins)."""
+    return "none" if args.no_permute else args.permute
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmm`` console script."""
     comm = MPI.COMM_WORLD
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "info":
+            return _info.cmd_info(args)
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate,
                 "plan": cmd_plan, "simulate": cmd_simulate,
                 "spgemm": cmd_spgemm, "gat": gat_cli.run}[args.command](args)
