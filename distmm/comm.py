@@ -176,9 +176,8 @@ class CountingComm:
         self.stats.add(phase, own * (c - 1), total - own, c - 1, c - 1)
 
     def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
-                       phase: str = "reduction", op: MPI.Op = MPI.SUM) -> None:
-        """Reduce ``sendbuf`` over ranks with ``op`` (default sum) and leave block k
-        (``counts[k]`` elements) on rank k."""
+                       phase: str = "reduction") -> None:
+        """Sum ``sendbuf`` over ranks and leave block k (``counts[k]`` elements) on rank k."""
         counts = [int(x) for x in counts]
         own, total, c = counts[self.rank], sum(counts), self.size
         with self.stats.timer(phase):
@@ -186,7 +185,7 @@ class CountingComm:
                 recvbuf.reshape(-1)[:own] = sendbuf.reshape(-1)[:own]
                 return
             t = mpi_type(recvbuf.dtype)
-            self.comm.Reduce_scatter([sendbuf, total, t], [recvbuf, own, t], counts, op=op)
+            self.comm.Reduce_scatter([sendbuf, total, t], [recvbuf, own, t], counts, op=MPI.SUM)
         self.stats.add(phase, total - own, own * (c - 1), c - 1, c - 1)
 
     def alltoallv(self, sendbuf: np.ndarray, sendcounts: Sequence[int], recvbuf: np.ndarray,

@@ -18,12 +18,19 @@ by the factor heads); a kernel taking several value vectors at once would need a
 method. A node with no in-edges (self-loops off) aggregates over nothing: its output is 0 before
 the bias (as in PyG), never NaN.
 
-Layout. The layer input X (node features) is S's B side (columns) and the output is the A side
-(rows). Only 1.5D dense shifting is supported (:class:`~distmm.apps.gat_edges.EdgeOps15D`);
-for a square S its A and B layouts coincide (block b of both sides lives on the same rank, and
-one permutation serves rows and columns), so a layer's output is the next layer's input without
-a transfer. Weights are replicated; their gradients are sums over disjoint node blocks,
-all-reduced once per step in one buffer (phase ``gat_weights``).
+Layout and communication. The layer input X (node features) is S's B side (columns) and the
+output is the A side (rows). The per-node scores reach the edges with the additive SDDMM
+(``S.sddmm_add``), the softmax is ``S.edge_softmax(dim="row")``, and the backward pass uses
+``S.expand``, ``S.row_sum`` and ``S.col_sum`` (:mod:`distmm.ops`, docs/primitives.md). Only
+1.5D dense shifting is supported: the other families split the dense rows by columns and fix r
+when S is placed, while a layer needs whole rows for X W^T and the scores and several widths
+per layer. For a square S the A and B layouts of 1.5D dense shifting coincide (block b of both
+sides lives on the same rank, one permutation serves rows and columns), so a layer's output is
+the next layer's input and A-side gradients are B-side ones without a transfer (checked at
+construction). Weights are replicated; their gradients are sums over disjoint node blocks,
+all-reduced once per step in one packed buffer (phase ``gat_weights``): one message for all
+parameters of all layers instead of one ``S.xty`` per matrix, and the first layer's input may
+be a scipy sparse matrix, which ``S.xty`` does not take.
 
 Dropout is drawn from a hash of (seed, step, layer, original ids): feature masks from the
 original node id and feature column, attention masks from the original (row, col) of the edge
@@ -38,7 +45,6 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from distmm.apps.gat_edges import EdgeOps15D
 from distmm.apps.gat_model import PARAMS, GATLayer, GATModel
 from distmm.coo import CooShare
 from distmm.errors import require
@@ -155,8 +161,9 @@ class DistGAT:
     """
 
     def __init__(self, obj, model: GATModel) -> None:
+        require(obj.name == "15d-dense-shift",
+                f"GAT runs on 15d-dense-shift only, not {obj.name!r} (see distmm.apps.gat)")
         require(obj.shape[0] == obj.shape[1], "GAT needs a square S")
-        self.edges = EdgeOps15D(obj)
         self.obj, self.model = obj, model
         require(np.array_equal(obj.dense_rows("a", obj.rank), obj.dense_rows("b", obj.rank)),
                 "GAT needs S's A and B layouts to coincide")
@@ -164,12 +171,12 @@ class DistGAT:
         rows, cols = obj.value_coordinates()
         self.edge_keys = obj.row_perm[rows] * obj.shape[1] + obj.col_perm[cols]
         self.dtype = obj.dtype
-        self._ones = np.ones(self.edges.nnz, dtype=self.dtype)
+        self._ones = np.ones(rows.size, dtype=self.dtype)
 
     # ---------------------------------------------------------------- forward
     def layer_forward(self, k: int, layer: GATLayer, X, drop: Dropout | None):
         """One layer on this rank's nodes: returns (Y (nodes, width), cache). Collective."""
-        obj, E = self.obj, self.edges
+        obj = self.obj
         H, F = layer.heads, layer.out_channels
         xmask = amask = None
         Xd = X
@@ -184,9 +191,9 @@ class DistGAT:
         Z = np.ascontiguousarray(Xd @ layer.weight.T, dtype=self.dtype).reshape(-1, H, F)
         s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
         s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)
-        pre = E.expand_rows(s_dst) + E.expand_cols(s_src)
+        pre = obj.sddmm_add(s_dst, s_src)
         e = np.where(pre > 0, pre, layer.negative_slope * pre)
-        alpha = E.softmax_rows(e)
+        alpha = obj.edge_softmax(e, dim="row")
         ad = alpha
         if drop is not None and drop.attention > 0:
             keys = self.edge_keys[:, None] * H + np.arange(H)[None, :]
@@ -221,7 +228,7 @@ class DistGAT:
     def layer_backward(self, layer: GATLayer, dY: np.ndarray, cache: dict, need_dx: bool):
         """Gradients of one layer (local sums over this rank's nodes, not yet all-reduced)
         and, if ``need_dx``, d loss / d X. Collective."""
-        obj, E = self.obj, self.edges
+        obj = self.obj
         Z, Xd, pre, alpha, ad, out = (cache[k] for k in ("Z", "Xd", "pre", "alpha", "ad", "out"))
         n, H, F = Z.shape
         if layer.concat:
@@ -237,12 +244,15 @@ class DistGAT:
             dad[:, h] = obj.sddmm(dh, zh, values=self._ones)
             dZ[:, h] = obj.spmm_b(dh, values=np.ascontiguousarray(ad[:, h]))
         dalpha = dad if cache["amask"] is None else dad * cache["amask"]
-        # softmax backward: sum_k alpha_ik dalpha_ik = dout_i . out_i, a local dot product
+        # Softmax backward, d e_ij = alpha_ij (d alpha_ij - t_i) with t_i = sum_k alpha_ik
+        # d alpha_ik: since d alpha_ik = mask_ik dout_i . z_k, t_i = dout_i . out_i, a local
+        # dot product (as in memory-efficient attention), so one expansion replaces the edge
+        # all-reduce of S.edge_softmax_backward.
         t = np.einsum("nhf,nhf->nh", dout, out)
-        de = alpha * (dalpha - E.expand_rows(t))
+        de = alpha * (dalpha - obj.expand("a", t))
         dpre = de * np.where(pre > 0, 1.0, layer.negative_slope).astype(self.dtype)
-        d_dst = E.reduce_rows(dpre, "sum")
-        d_src = E.reduce_cols(dpre, "sum")
+        d_dst = obj.row_sum(dpre)
+        d_src = obj.col_sum(dpre)
         dZ += d_dst[:, :, None] * layer.att_dst[None] + d_src[:, :, None] * layer.att_src[None]
         dZ2 = dZ.reshape(n, H * F)
         grads = {"weight": np.asarray((Xd.T @ dZ2).T, dtype=self.dtype),

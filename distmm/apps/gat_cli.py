@@ -24,6 +24,7 @@ from distmm.apps.gat_train import TrainConfig, TrainState, evaluate, standard_sp
 from distmm.errors import InputError, agree, require
 from distmm.io import load_dense_npy, read_csr_block, write_h5_atomic
 from distmm.kernels import NODE_MODELS
+from distmm.permute import PERMUTE_MODES
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -91,7 +92,9 @@ def _inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--order", default="fiber", choices=["fiber", "layer"])
     p.add_argument("--node-model", default="reference", choices=list(NODE_MODELS))
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--no-permute", action="store_true")
+    p.add_argument("--permute", default="auto", choices=list(PERMUTE_MODES),
+                   help="load balance of S's rows and columns (default auto; see distmm run)")
+    p.add_argument("--no-permute", action="store_true", help="same as --permute none")
     p.add_argument("--seed", type=int, default=0, help="seed of the permutation")
 
 
@@ -192,7 +195,8 @@ def _read_split(args, y: np.ndarray) -> dict[str, np.ndarray]:
 def _graph(args, add_self_loops: bool):
     return distribute_graph(args.graph, MPI.COMM_WORLD, add_self_loops=add_self_loops,
                             transpose=args.transpose, algorithm=args.algorithm, c=args.c,
-                            dtype=np.dtype(args.dtype), permute=not args.no_permute,
+                            dtype=np.dtype(args.dtype),
+                            permute="none" if args.no_permute else args.permute,
                             seed=args.seed, order=args.order, node_model=args.node_model)
 
 

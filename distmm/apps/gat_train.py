@@ -23,8 +23,10 @@ from distmm.apps.gat_model import PARAMS, Adam, GATLayer, GATModel
 from distmm.errors import InputError, require
 from distmm.io import write_h5_atomic
 
-COMM_PHASES = ("replication", "propagation", "reduction")
-SOFTMAX_PHASES = ("edge_expand", "edge_reduce")
+# the SpMM/SDDMM loops' communication (values: moving per-call values into S^T's order)
+COMM_PHASES = ("replication", "propagation", "reduction", "values")
+# per-node scores onto edges, the edge softmax and the backward pass's edge reductions
+SOFTMAX_PHASES = ("sddmm_add", "softmax", "expand", "row_reduce", "col_reduce", "plan")
 
 
 def standard_split(labels: np.ndarray, per_class: int = 20, val: int = 500, test: int = 1000,

@@ -1,7 +1,8 @@
 """Distributed GAT (distmm.apps.gat) against the serial float64 reference (tests/gat_reference.py):
 forward, backward, loss, with dropout, at every c that divides p, permutation on and off, with
-and without self-loops (a node without in-edges then); the edge primitives' word counts against
-their formulas; a directional finite difference on the distributed loss itself."""
+and without self-loops (a node without in-edges then); the packed gradient all-reduce's words
+against its formula; a directional finite difference on the distributed loss itself; other
+families refused."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from distmm.apps.gat import (
     keep_scale,
     uniform_hash,
 )
-from distmm.apps.gat_edges import edge_words
 from distmm.apps.gat_model import PARAMS, GATLayer, GATModel
 from distmm.errors import InputError
 from tests import gat_reference as ref
@@ -66,7 +66,7 @@ def _ref_masks(X, layers, dst, src, drop: Dropout):
 
 
 @pytest.mark.parametrize("c", CS)
-@pytest.mark.parametrize("permute", [True, False])
+@pytest.mark.parametrize("permute", ["random", "blocks", "none"])
 @pytest.mark.parametrize("self_loops", [True, False])
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
 def test_gat_matches_reference(c, permute, self_loops, dropout):
@@ -106,50 +106,15 @@ def test_gat_matches_reference(c, permute, self_loops, dropout):
 
 
 @pytest.mark.parametrize("c", CS)
-def test_edge_words_match_counts(c):
-    A, X, *_ = _problem(True)
+def test_gradient_allreduce_words(c):
+    A, X, y, layers, *_ = _problem(True)
     obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=1)
-    gat = DistGAT(obj, _model(_problem(True)[3]))
-    E = gat.edges
-    rng = np.random.default_rng(COMM.rank)
-    h = 3
-    calls = {"expand_rows": lambda: E.expand_rows(rng.random((gat.nodes.size, h))),
-             "expand_cols": lambda: E.expand_cols(rng.random((gat.nodes.size, h))),
-             "reduce_rows": lambda: E.reduce_rows(rng.random((E.nnz, h)), "max"),
-             "reduce_cols": lambda: E.reduce_cols(rng.random((E.nnz, h)), "sum")}
-    for op, call in calls.items():
-        obj.reset_stats()
-        call()
-        phase = "edge_expand" if op.startswith("expand") else "edge_reduce"
-        assert obj.stats.words(phase) == edge_words(obj, op, h, COMM.rank), op
-        assert obj.stats.words() == obj.stats.words(phase)
-
-
-def test_edge_reductions_match_scipy():
-    A, *_ = _problem(False)
-    obj = distribute_graph(A, COMM, add_self_loops=False, c=CS[-1], dtype=np.float64, seed=3)
-    E = DistGAT(obj, _model(_problem(False)[3])).edges
-    rows, cols = obj.value_coordinates()
-    key = (obj.row_perm[rows] * 31 + obj.col_perm[cols]).astype(float)
-    vals = np.stack([np.sin(key), np.cos(key)], axis=1)
-    nodes = obj.local_rows("a")
-    Sg = sp.csr_matrix(A != 0, dtype=float)
-    Sg.setdiag(0)
-    Sg.eliminate_zeros()
-    I, J = Sg.nonzero()
-    gv = np.stack([np.sin(I * 31.0 + J), np.cos(I * 31.0 + J)], axis=1)
-    for which, idx in (("rows", I), ("cols", J)):
-        want_sum = np.zeros((N, 2))
-        np.add.at(want_sum, idx, gv)
-        want_max = np.full((N, 2), -np.inf)
-        np.maximum.at(want_max, idx, gv)
-        want_max[np.isneginf(want_max)] = 0.0     # documented: empty row/column -> 0
-        red = E.reduce_rows if which == "rows" else E.reduce_cols
-        np.testing.assert_allclose(red(vals, "sum"), want_sum[nodes], atol=1e-14)
-        np.testing.assert_array_equal(red(vals, "max"), want_max[nodes])
-    x = np.stack([nodes * 1.0, -nodes * 2.0], axis=1)
-    np.testing.assert_array_equal(E.expand_rows(x)[:, 0], obj.row_perm[rows])
-    np.testing.assert_array_equal(E.expand_cols(x)[:, 1], -2.0 * obj.col_perm[cols])
+    gat = DistGAT(obj, _model(layers))
+    logits, caches = gat.forward(X[gat.nodes], None)
+    obj.reset_stats()
+    gat.backward(np.ones_like(logits), caches)
+    assert obj.stats.words("gat_weights") == gat.gradient_words(COMM.rank)
+    assert obj.stats.words("gat_weights", "words_received") == gat.gradient_words(COMM.rank)
 
 
 def test_distributed_gradient_directional_finite_difference():
