@@ -45,6 +45,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from distmm.apps.gat_fused import fused_attention
 from distmm.apps.gat_model import PARAMS, GATLayer, GATModel
 from distmm.coo import CooShare
 from distmm.errors import require
@@ -155,16 +156,20 @@ class DistGAT:
         S placed by :func:`distribute_graph` (square, 15d-dense-shift).
     model : GATModel
         Replicated parameters (identical on every rank), in ``obj.dtype``.
+    fused : bool
+        Inference (``drop=None``) runs each layer's attention as one fused online-softmax
+        loop (:func:`distmm.apps.gat_fused.fused_attention`); such a forward keeps no caches,
+        so it cannot be followed by :meth:`backward`. Training passes are never fused.
 
     Construction is not collective. Every rank holds the node rows ``self.nodes`` (original
     ids), the same on the A and B sides. Forward and backward are collective over ``obj.comm``.
     """
 
-    def __init__(self, obj, model: GATModel) -> None:
+    def __init__(self, obj, model: GATModel, fused: bool = False) -> None:
         require(obj.name == "15d-dense-shift",
                 f"GAT runs on 15d-dense-shift only, not {obj.name!r} (see distmm.apps.gat)")
         require(obj.shape[0] == obj.shape[1], "GAT needs a square S")
-        self.obj, self.model = obj, model
+        self.obj, self.model, self.fused = obj, model, bool(fused)
         require(np.array_equal(obj.dense_rows("a", obj.rank), obj.dense_rows("b", obj.rank)),
                 "GAT needs S's A and B layouts to coincide")
         self.nodes = obj.local_rows("a")
@@ -191,6 +196,9 @@ class DistGAT:
         Z = np.ascontiguousarray(Xd @ layer.weight.T, dtype=self.dtype).reshape(-1, H, F)
         s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
         s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)
+        if self.fused and drop is None:
+            out = fused_attention(obj, s_dst, s_src, Z.reshape(-1, H * F), layer.negative_slope)
+            return self._combine(layer, out), None
         pre = obj.sddmm_add(s_dst, s_src)
         e = np.where(pre > 0, pre, layer.negative_slope * pre)
         alpha = obj.edge_softmax(e, dim="row")
@@ -204,10 +212,15 @@ class DistGAT:
         for h in range(H):
             out[:, h] = obj.spmm_a(np.ascontiguousarray(Z[:, h]),
                                    values=np.ascontiguousarray(ad[:, h]))
-        Y = (out.reshape(-1, H * F) if layer.concat else out.mean(axis=1)) + layer.bias
         cache = dict(Xd=Xd, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out, xmask=xmask,
                      amask=amask)
-        return Y, cache
+        return self._combine(layer, out), cache
+
+    @staticmethod
+    def _combine(layer: GATLayer, out: np.ndarray) -> np.ndarray:
+        """Heads concatenated or averaged, plus the bias: (nodes, H, F) -> (nodes, width)."""
+        H, F = layer.heads, layer.out_channels
+        return (out.reshape(-1, H * F) if layer.concat else out.mean(axis=1)) + layer.bias
 
     def forward(self, X, drop: Dropout | None = None):
         """Logits of this rank's nodes (nodes, classes) and the caches for :meth:`backward`.
@@ -218,7 +231,8 @@ class DistGAT:
             Y, cache = self.layer_forward(k, layer, h, drop)
             caches.append(cache)
             if k < last:
-                cache["elu_in"] = Y
+                if cache is not None:
+                    cache["elu_in"] = Y
                 h = np.where(Y > 0, Y, np.expm1(np.minimum(Y, 0)))
             else:
                 h = Y

@@ -72,6 +72,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     pr.add_argument("--weights", required=True, help="weights file from 'distmm gat train'")
     pr.add_argument("--out", required=True, help="HDF5 file with /logits (n x classes, "
                                                  "original node order), written atomically")
+    pr.add_argument("--fused", action="store_true",
+                    help="run each layer's attention as one fused online-softmax loop")
     pr.set_defaults(gat_func=cmd_predict)
     return gat
 
@@ -281,7 +283,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     X = _read_features(args.features, nodes, obj.shape[0], comm, dtype, not args.raw_features)
     msg = model.check(X.shape[1])
     require(msg is None, f"--weights {args.weights}: {msg}")
-    gat = DistGAT(obj, model)
+    gat = DistGAT(obj, model, fused=args.fused)
     logits, _ = gat.forward(X, None)
     full = obj.gather("a", np.ascontiguousarray(logits), root=0)
     if comm.rank == 0:

@@ -89,6 +89,14 @@ def test_train_then_predict_matches_reference(files, capsys):
         want, _ = ref.model_forward(X, dst, src, layers)
         with h5py.File(logits) as fh:
             np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
+    COMM.Barrier()
+    fused = f"{d}/l1f.h5"
+    assert main(["gat", "predict", "--graph", f"{d}/A.mtx", "--features", f"{d}/X.npy",
+                 "--weights", out, "--out", fused, "--dtype", "float64", "-c", str(c),
+                 "--fused"]) == 0
+    if COMM.rank == 0:
+        with h5py.File(fused) as fh:
+            np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
 
 
 def test_resume_is_bit_identical(files, capsys):
