@@ -2,9 +2,9 @@
 
 One epoch is one full-batch step (forward with dropout, backward, Adam) followed by an
 inference pass (no dropout) that gives the losses and accuracies of the epoch's record.
-Early stopping follows the GAT paper's code: the patience counter restarts whenever the
-validation accuracy or the validation loss improves, and the parameters kept are those of the
-epoch with the best validation accuracy (ties: lower validation loss).
+Early stopping follows the GAT paper's code (execute_cora.py): the patience counter restarts
+whenever the validation accuracy is at least its best so far or the validation loss at most its
+best so far, and the parameters kept are those of the last epoch at which both held at once.
 """
 
 from __future__ import annotations
@@ -208,11 +208,11 @@ def train(gat: DistGAT, X, labels: np.ndarray, split: dict[str, np.ndarray],
         state.epoch += 1
         done += 1
         acc, vloss = record["val_acc"], record["val_loss"]
-        improved = acc > state.best_acc or vloss < state.best_loss
-        if acc > state.best_acc or (acc == state.best_acc and vloss < state.best_loss):
+        acc_ok, loss_ok = acc >= state.best_acc, vloss <= state.best_loss
+        if acc_ok and loss_ok:
             state.best_model = copy.deepcopy(state.model)
             state.best_epoch = state.epoch
-        if improved:
+        if acc_ok or loss_ok:
             state.best_acc = max(acc, state.best_acc)
             state.best_loss = min(vloss, state.best_loss)
             state.bad_epochs = 0
