@@ -1,5 +1,6 @@
 """The serial GAT reference (tests/gat_reference.py) against finite differences, and against
-torch_geometric's GATConv when that is installed."""
+torch_geometric's GATConv (forward, and backward through torch's autograd) when that is
+installed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from tests.gat_reference import (
     cross_entropy,
+    layer_backward,
     layer_forward,
     model_backward,
     model_forward,
@@ -95,9 +97,19 @@ def test_reference_matches_pyg_gatconv():
         X = rng.standard_normal((n, 5))
         keep = src != dst
         edge_index = torch.from_numpy(np.stack([src[keep], dst[keep]]))
-        want = conv(torch.from_numpy(X), edge_index).detach().numpy()
+        Xt = torch.from_numpy(X).requires_grad_(True)
+        out = conv(Xt, edge_index)
+        dY = rng.standard_normal(tuple(out.shape))
+        out.backward(torch.from_numpy(dY))
         loops = np.arange(n)
         d2 = np.concatenate([dst[keep], loops])
         s2 = np.concatenate([src[keep], loops])
-        got, _ = layer_forward(X, d2, s2, p)
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+        got, cache = layer_forward(X, d2, s2, p)
+        np.testing.assert_allclose(got, out.detach().numpy(), rtol=1e-10, atol=1e-12)
+        dX, grads = layer_backward(dY, d2, s2, p, cache)
+        np.testing.assert_allclose(dX, Xt.grad.numpy(), rtol=1e-9, atol=1e-12)
+        torch_grads = {"weight": conv.lin.weight.grad, "att_src": conv.att_src.grad[0],
+                       "att_dst": conv.att_dst.grad[0], "bias": conv.bias.grad}
+        for name, g in torch_grads.items():
+            np.testing.assert_allclose(grads[name], g.numpy(), rtol=1e-9, atol=1e-12,
+                                       err_msg=name)
