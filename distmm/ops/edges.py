@@ -110,16 +110,39 @@ def sddmm_add_words(row_sizes: EdgeSizes, col_sizes: EdgeSizes, h: int = 1) -> d
     return {k: a[k] + b[k] for k in a}
 
 
-def _segments(keys: np.ndarray, nseg: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stable order grouping equal ``keys`` (0..nseg-1, each present) and segment starts."""
-    order = np.argsort(keys, kind="stable")
-    return order, np.searchsorted(keys[order], np.arange(nseg))
+class Segments:
+    """Equal keys (0..nseg-1, each present) grouped: a stable sorting order (None when the
+    keys are already sorted, the common case of CSR value order) and segment bounds."""
 
+    def __init__(self, keys: np.ndarray, nseg: int) -> None:
+        self.order = None
+        if keys.size > 1 and np.any(keys[1:] < keys[:-1]):
+            self.order = np.argsort(keys, kind="stable")
+            keys = keys[self.order]
+        self.starts = np.searchsorted(keys, np.arange(nseg))
+        self.lengths = np.diff(np.append(self.starts, keys.size))
 
-def _segment_reduce(ufunc, x: np.ndarray, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    if starts.size == 0:
-        return np.empty((0,) + x.shape[1:], dtype=x.dtype)
-    return ufunc.reduceat(x[order], starts, axis=0)
+    def sort(self, x: np.ndarray) -> np.ndarray:
+        """``x`` grouped by segment."""
+        return x if self.order is None else x[self.order]
+
+    def unsort(self, xs: np.ndarray) -> np.ndarray:
+        """The inverse of :meth:`sort`."""
+        if self.order is None:
+            return xs
+        out = np.empty_like(xs)
+        out[self.order] = xs
+        return out
+
+    def reduce(self, ufunc, xs: np.ndarray) -> np.ndarray:
+        """Per-segment reduction of grouped ``xs``."""
+        if self.starts.size == 0:
+            return np.empty((0,) + xs.shape[1:], dtype=xs.dtype)
+        return ufunc.reduceat(xs, self.starts, axis=0)
+
+    def repeat(self, per_segment: np.ndarray) -> np.ndarray:
+        """Each segment's value at each of its (grouped) entries."""
+        return np.repeat(per_segment, self.lengths, axis=0)
 
 
 class EdgePlan:
@@ -137,7 +160,7 @@ class EdgePlan:
         uniq, inv = np.unique(key, return_inverse=True)
         self.dim, self.side, self.nnz = dim, side, key.size
         self.inv = inv.reshape(-1)
-        self.order, self.starts = _segments(self.inv, uniq.size)
+        self.seg = Segments(self.inv, uniq.size)
         # Partials travel to each row's combiner, grouped by destination.
         dest = H.combiner[uniq]
         self.send_order = np.argsort(dest, kind="stable")
@@ -154,7 +177,7 @@ class EdgePlan:
         pos = H.position[recv_ids]
         targets, cinv = np.unique(pos, return_inverse=True)
         self.cinv = cinv.reshape(-1)
-        self.corder, self.cstarts = _segments(self.cinv, targets.size)
+        self.cseg = Segments(self.cinv, targets.size)
         self.chunk = H.chunk(me)
         self.targets = targets - self.chunk.start
         # Expand: the combiner serves ranks outside the row's group; members read their own.
@@ -179,8 +202,8 @@ class EdgePlan:
 
     # ----------------------------------------------------------------- pieces
     def partial(self, values: np.ndarray, op: str) -> np.ndarray:
-        """This rank's per-distinct-row reduction of (nnz, h) ``values``. Local."""
-        return _segment_reduce(REDUCE_OPS[op][0], values, self.order, self.starts)
+        """This rank's per-distinct-row reduction of (nnz, h) ``values`` (value order)."""
+        return self.seg.reduce(REDUCE_OPS[op][0], self.seg.sort(values))
 
     def combine(self, world, partial: np.ndarray, op: str, phase: str) -> np.ndarray:
         """Send partials to the combiners; returns the combined (targets, h) rows here."""
@@ -188,7 +211,7 @@ class EdgePlan:
         recv = np.empty((int(self.recvcounts.sum()), h), dtype=partial.dtype)
         world.alltoallv(np.ascontiguousarray(partial[self.send_order]), self.sendcounts * h,
                         recv, self.recvcounts * h, phase=phase)
-        return _segment_reduce(REDUCE_OPS[op][0], recv, self.corder, self.cstarts)
+        return self.cseg.reduce(REDUCE_OPS[op][0], self.cseg.sort(recv))
 
     def to_nodes(self, combined: np.ndarray, op: str, phase: str) -> np.ndarray:
         """The (block_rows, h) per-node result from this rank's combined rows (row group
@@ -201,15 +224,22 @@ class EdgePlan:
         self.group.allgatherv(mine, out, self.chunk_sizes * h, phase=phase)
         return out
 
-    def to_edges(self, world, combined: np.ndarray, phase: str) -> np.ndarray:
-        """Return each combined row to its contributors; (nnz, h) per-value totals."""
+    def to_rows(self, world, combined: np.ndarray, phase: str) -> np.ndarray:
+        """Return each combined row to its contributors: (distinct rows, h) totals, in the
+        order of :attr:`seg` (use ``seg.repeat`` for grouped per-value totals)."""
         h = combined.shape[1]
         back = np.ascontiguousarray(combined[self.cinv])
         got = np.empty((self.send_order.size, h), dtype=combined.dtype)
         world.alltoallv(back, self.recvcounts * h, got, self.sendcounts * h, phase=phase)
         per_row = np.empty_like(got)
         per_row[self.send_order] = got
-        return per_row[self.inv]
+        return per_row
+
+    def row_totals(self, world, grouped: np.ndarray, op: str, phase: str) -> np.ndarray:
+        """All-reduce of grouped (``seg.sort``-ed) values over the ranks sharing each row:
+        (distinct rows, h) totals in :attr:`seg` order."""
+        partial = self.seg.reduce(REDUCE_OPS[op][0], grouped)
+        return self.to_rows(world, self.combine(world, partial, op, phase), phase)
 
     def spread(self, world, X: np.ndarray, phase: str) -> np.ndarray:
         """(nnz, h) values of per-node (block_rows, h) ``X`` at each local nonzero."""
@@ -217,9 +247,15 @@ class EdgePlan:
         recv = np.empty((self.remote_uniq.size, h), dtype=X.dtype)
         world.alltoallv(np.ascontiguousarray(X[self.serve_pos]), self.serve_counts * h, recv,
                         self.remote_counts * h, phase=phase)
-        per_row = np.empty((self.starts.size, h), dtype=X.dtype)
+        per_row = np.empty((self.seg.starts.size, h), dtype=X.dtype)
         per_row[self.local_uniq] = X[self.local_pos]
         per_row[self.remote_uniq] = recv
+        return self.values_of(per_row)
+
+    def values_of(self, per_row: np.ndarray) -> np.ndarray:
+        """(nnz, h) values in value order from (distinct rows, h) per-row values."""
+        if self.seg.order is None:
+            return self.seg.repeat(per_row)
         return per_row[self.inv]
 
 

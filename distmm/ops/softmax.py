@@ -5,7 +5,7 @@
 transposed), one softmax per head column. A row's nonzeros may sit on several ranks (S's block
 row is spread over the ranks of a fiber or layer in most families), so the row maximum and the
 row sum are each all-reduced over exactly the ranks holding nonzeros of that row
-(:meth:`distmm.ops.edges.EdgePlan.to_edges`), counted under phase "softmax".
+(:meth:`distmm.ops.edges.EdgePlan.row_totals`), counted under phase "softmax".
 
 Conventions: a row without nonzeros has no values, so nothing to normalise. A row whose scores
 are all -inf (every edge masked) gives alpha = 0 on its edges, never NaN; -inf scores in a row
@@ -50,16 +50,16 @@ def edge_softmax(obj, values: np.ndarray, dim: str = "row") -> np.ndarray:
     require(dim in DIMS, f"dim must be 'row' or 'col', got {dim!r}")
     check_edges(obj, (values, "scores"), allow="softmax")
     plan = edge_plan(obj, dim)
-    e = _as2d(values)
-    row_max = plan.to_edges(obj.world, plan.combine(obj.world, plan.partial(e, "max"), "max",
-                                                    PHASE), PHASE)
-    masked = np.isneginf(row_max)  # every edge of the row masked: exp(-inf - -inf) is NaN
-    with np.errstate(invalid="ignore"):
-        ex = np.exp(np.where(masked, -np.inf, e - row_max))
-    total = plan.to_edges(obj.world, plan.combine(obj.world, plan.partial(ex, "sum"), "sum",
-                                                  PHASE), PHASE)
+    seg = plan.seg
+    e = seg.sort(_as2d(values))  # grouped by row: per-row values spread by np.repeat
+    row_max = plan.row_totals(obj.world, e, "max", PHASE)
+    # A row with every edge masked: exp(-inf - 0) = 0 everywhere, so its alpha is 0, not NaN.
+    row_max[np.isneginf(row_max)] = 0.0
+    ex = np.exp(e - seg.repeat(row_max))
+    total = plan.row_totals(obj.world, ex, "sum", PHASE)
     # total >= 1 wherever the row has a finite score (its maximum contributes exp(0)).
-    alpha = np.divide(ex, total, out=np.zeros_like(ex), where=total > 0)
+    scale = np.divide(1.0, total, out=np.zeros_like(total), where=total > 0)
+    alpha = seg.unsort(ex * seg.repeat(scale))
     return _shaped(alpha, values)
 
 
@@ -87,11 +87,12 @@ def edge_softmax_backward(obj, alpha: np.ndarray, grad_alpha: np.ndarray,
     require(dim in DIMS, f"dim must be 'row' or 'col', got {dim!r}")
     check_edges(obj, (alpha, "alpha"), (grad_alpha, "grad_alpha"))
     plan = edge_plan(obj, dim)
-    a, g = _as2d(alpha), _as2d(grad_alpha)
+    seg = plan.seg
+    a, g = seg.sort(_as2d(alpha)), seg.sort(_as2d(grad_alpha))
     ag = a * g
-    dot = plan.to_edges(obj.world, plan.combine(obj.world, plan.partial(ag, "sum"), "sum",
-                                                PHASE), PHASE)
-    return _shaped(ag - a * dot, alpha)
+    dot = plan.row_totals(obj.world, ag, "sum", PHASE)
+    grad = seg.unsort(ag - a * seg.repeat(dot))
+    return _shaped(grad, alpha)
 
 
 def softmax_words(sizes: EdgeSizes, h: int = 1) -> dict[str, int]:
