@@ -14,7 +14,8 @@ from distmm.algorithms.dense_shift_15d import DenseShift15D
 from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
 from distmm.coo import CooShare
-from distmm.errors import require
+from distmm.errors import Checks, InputError, agree, as_int, require
+from distmm.io import mtx_header
 from distmm.kernels import NodeModel
 
 ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
@@ -64,6 +65,129 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
     require(False, f"cannot distribute an object of type {type(S).__name__}; pass a path, a "
                    "CooShare or a scipy sparse matrix")
     raise AssertionError  # unreachable
+
+
+def _physical_memory() -> int | None:
+    """Bytes of memory of this machine, or None where the OS does not say."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def size_problem(what: str, m: int, n: int, nnz: int, p: int, r: int | None = None,
+                 dtype=np.float32) -> str | None:
+    """Why S (m x n, ``nnz`` entries; ``what`` names it) cannot be distributed here, or None.
+
+    Not collective. A lower bound on each rank's memory: the row and column permutations and
+    their inverses (every rank holds them whole: 16 (m + n) bytes), its share of the entries
+    (24 bytes each: row, column, value) and, given r, its blocks of A and B. A size beyond
+    this machine's memory (a header that claims 1e11 rows, say) is refused with a message
+    instead of failing in an allocation.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    need = 16 * (m + n) + 24 * (-(-nnz // p))
+    if r:
+        need += itemsize * r * (-(-(m + n) // p))
+    memory = _physical_memory()
+    if memory is None or need <= memory:
+        return None
+    return (f"{what} is {m} x {n} with {nnz} entries: distributing it needs at least "
+            f"{need / 2**30:.3g} GiB per rank, more than this machine's "
+            f"{memory / 2**30:.3g} GiB of memory")
+
+
+def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, seed, order,
+              root, check_finite, overlap) -> dict:
+    """This rank's view of distribute()'s arguments, checked and normalised (not collective).
+
+    Raises InputError for a value that is wrong on this rank. The returned dict holds plain,
+    printable values (compared across ranks by :func:`distmm.errors.agree`) and, under keys
+    starting with "_", the normalised objects the constructor is given.
+    """
+    from distmm.kernels import NODE_MODELS, make_node_model
+
+    p = comm.Get_size()
+    require(isinstance(algorithm, str) and algorithm in ALGORITHMS,
+            f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    cls = ALGORITHMS[algorithm]
+    c = as_int(c, "the replication factor c")
+    require(c >= 1 and p % c == 0,
+            f"replication factor c={c} must be a positive divisor of p={p}")
+    if r is not None:
+        r = as_int(r, "the dense width r")
+        require(r >= 1, f"the dense width r must be at least 1, got {r}")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise InputError(f"dtype must be float32 or float64, got {dtype!r}") from None
+    require(dtype in (np.dtype(np.float32), np.dtype(np.float64)),
+            f"dtype must be float32 or float64, got {dtype}")
+    require(not overlap or getattr(cls, "supports_overlap", False),
+            f"{algorithm} does not support --overlap")
+    seed = as_int(seed, "seed")
+    if root is not None:
+        root = as_int(root, "root")
+        require(0 <= root < p, f"root must be None or a rank in 0..{p - 1}, got {root}")
+    if isinstance(node_model, str):
+        require(node_model in NODE_MODELS, f"unknown node model {node_model!r}; choose one "
+                                           f"of {', '.join(NODE_MODELS)}")
+        node_model = make_node_model(node_model)
+    require(isinstance(node_model, NodeModel),
+            f"node_model must be a name or a NodeModel, got {type(node_model).__name__}")
+    settings = {"algorithm": algorithm, "c": c, "r": r, "dtype": str(dtype),
+                "node_model": f"{node_model.name} {node_model.options()}",
+                "permute": _permute_setting(permute), "seed": seed, "order": order, "root": root,
+                "check_finite": bool(check_finite), "overlap": bool(overlap),
+                "_dtype": dtype, "_kernel": node_model}
+    # What S is, and its shape wherever this rank can know it without communicating.
+    if isinstance(S, CooShare):
+        settings["S given as"], settings["shape of S"] = "a CooShare", S.shape
+    elif isinstance(S, (str, os.PathLike)):
+        m, n, nnz = mtx_header(S)
+        settings["S given as"], settings["shape of S"] = "a path", (m, n)
+        problem = size_problem(os.fspath(S), m, n, nnz, p, r, dtype)
+        if problem is not None:
+            raise InputError(problem)
+    elif S is None or sp.issparse(S):
+        holds = root is None or comm.Get_rank() == root
+        require(S is not None or not holds,
+                "S is None on a rank that must provide the sparse matrix "
+                + ("(root=None: every rank passes the whole matrix)" if root is None
+                   else f"(root={root})"))
+        settings["S given as"] = ("a scipy matrix" if root is None
+                                  else f"a scipy matrix held by root {root}")
+        if root is None:
+            settings["shape of S"] = tuple(int(x) for x in S.shape)
+    else:
+        raise InputError(f"cannot distribute an object of type {type(S).__name__}; pass a "
+                         "path, a CooShare or a scipy sparse matrix")
+    return settings
+
+
+def _permute_setting(permute) -> str:
+    """``permute`` as a mode name (True and False are "auto" and "none"); InputError if it is
+    not a mode."""
+    from distmm.permute import PERMUTE_MODES
+
+    if isinstance(permute, (bool, np.bool_)):
+        return "auto" if permute else "none"
+    require(isinstance(permute, str) and permute in PERMUTE_MODES,
+            f"unknown permutation {permute!r}; choose one of {', '.join(PERMUTE_MODES)}")
+    return permute
+
+
+def _value_overflow(share: CooShare, dtype: np.dtype) -> str | None:
+    """Why S's values cannot be stored in ``dtype`` (finite values beyond float32), or None."""
+    if dtype != np.float32 or share.nnz == 0:
+        return None
+    finite = share.vals[np.isfinite(share.vals)]
+    largest = float(np.abs(finite).max()) if finite.size else 0.0
+    if largest <= float(np.finfo(np.float32).max):
+        return None
+    return (f"the sparse matrix has finite values too large for float32 (largest magnitude "
+            f"{largest:.3g}; float32 holds at most {float(np.finfo(np.float32).max):.3g}): "
+            "converting them would give infinities; use float64 (--dtype float64)")
 
 
 def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-shift",
@@ -130,6 +254,15 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         unknown family, c not dividing p, r too small, overlap unsupported) and for a bad
         file or non-finite values.
 
+    Notes
+    -----
+    Agreement at construction: before any data moves, every rank checks its own arguments
+    (and, for a path, the file's header and size) and one collective compares the outcome and
+    the settings (algorithm, c, r, dtype, node model, permutation, seed, order, root, what S is
+    and its shape) across ranks. A problem on any rank, or a setting that differs between
+    ranks, raises the same :class:`distmm.errors.InputError` on every rank, naming the ranks.
+    Integers may be Python or numpy integers.
+
     Examples
     --------
     Under ``mpiexec -n 4``::
@@ -139,18 +272,19 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         out = op.fusedmm_a(A, op.scatter("b", B_global))
         full = op.gather("a", out)             # m x r on rank 0, original order
     """
-    require(algorithm in ALGORITHMS,
-            f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    checks = Checks(comm)
+    settings: dict = {}
+    with checks.guard():
+        settings = _settings(S, comm, algorithm, c, r, node_model, dtype, permute, seed,
+                             order, root, check_finite, overlap)
+    checks.agree(same={k: v for k, v in settings.items() if not k.startswith("_")})
+    c, r, dtype, kernel = settings["c"], settings["r"], settings["_dtype"], settings["_kernel"]
+    share = as_coo_share(S, comm, root=settings["root"])
+    agree(comm, _value_overflow(share, dtype))
     cls = ALGORITHMS[algorithm]
-    # Check the grid parameters before touching the file, so every rank fails fast and alike.
-    require(isinstance(c, int) and c >= 1 and comm.Get_size() % c == 0,
-            f"replication factor c={c!r} must be a positive divisor of p={comm.Get_size()}")
-    require(not overlap or getattr(cls, "supports_overlap", False),
-            f"{algorithm} does not support --overlap")
-    share = as_coo_share(S, comm, root=root)
     extra = {"overlap": True} if overlap else {}
-    return cls(share, comm, c=c, r=r, node_model=node_model, dtype=dtype, permute=permute,
-               seed=seed, order=order, check_finite=check_finite, **extra)
+    return cls(share, comm, c=c, r=r, node_model=kernel, dtype=dtype, permute=permute,
+               seed=settings["seed"], order=order, check_finite=check_finite, **extra)
 
 
 def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,

@@ -2,10 +2,17 @@
 ``simulate`` (one accelerator simulator on one node).
 
 Launch under the MPI that distmm was installed with, e.g. ``mpiexec -n 4 distmm run ...``.
-Every rank parses the same arguments and makes the same checks, so a bad argument exits every
-rank with status 2 and one message (printed by rank 0). An unexpected error on any rank prints
-that rank's traceback and aborts the whole job, so nothing waits forever for a rank that left.
+Every rank parses its own arguments and makes its own checks (files, headers, sizes, the
+output path), then the ranks agree in one collective (:mod:`distmm.errors`): arguments that
+differ between ranks, or a check that failed on any rank, exit every rank with status 2 and
+one message naming the ranks (printed by rank 0), before any work. An unexpected error on any
+rank prints that rank's traceback and aborts the whole job, so nothing waits forever for a
+rank that left; Ctrl-C (SIGINT) ends every rank with status 130 and one line.
 Results are JSON Lines on stdout (rank 0): one object per measurement.
+
+Subcommands: each ``add_parser`` call below sets ``func`` (the function that runs it) with
+``set_defaults``; a subcommand defined in another module registers itself with one call to
+its own ``add_parser(sub)`` in :func:`build_parser`.
 """
 
 from __future__ import annotations
@@ -24,20 +31,39 @@ from distmm import info as _info
 from distmm.apps import gat_cli
 from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
-from distmm.errors import InputError, agree, require
-from distmm.io import read_csr_block, read_json_object
+from distmm.errors import Checks, InputError, agree, require
+from distmm.io import (
+    check_output,
+    mtx_header,
+    npy_header,
+    read_csr_block,
+    read_json_object,
+    write_json_atomic,
+)
 from distmm.kernels import NODE_MODELS, make_node_model
 from distmm.permute import PERMUTE_MODES
 from distmm.planner import Machine, format_table, plan
 from distmm.tuning import tune, tune_events
 
 
+class UsageError(Exception):
+    """A command-line usage error found by one rank's parser (agreed before it is reported)."""
+
+    def __init__(self, usage: str, message: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that prints usage errors once (rank 0) and exits every rank with status 2."""
+    """argparse that prints only on rank 0 and raises :class:`UsageError` instead of exiting,
+    so that the ranks can agree on a usage error before every one of them exits."""
 
     def _print_message(self, message, file=None):
         if MPI.COMM_WORLD.Get_rank() == 0:
             super()._print_message(message, file)
+
+    def error(self, message):
+        raise UsageError(self.format_usage(), message)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -89,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repeat", type=int, default=1,
                      help="run the operation this many times; report each (default 1)")
     _common(run)
+    run.set_defaults(func=cmd_run)
     bench = sub.add_parser("bench", help="time operations on a generated Erdos-Renyi matrix")
     bench.add_argument("--n", type=int, default=1 << 14, help="rows and columns of S")
     bench.add_argument("--nnz-per-row", type=int, default=32)
@@ -99,12 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated FusedMM strategies to time (default: all the "
                             "algorithm has)")
     _common(bench)
+    bench.set_defaults(func=cmd_bench)
     cal = sub.add_parser("calibrate", help="measure alpha, beta (MPI) and gamma (node model) "
                                            "for the planner; needs >= 2 ranks")
     cal.add_argument("--out", required=True, help="machine file to write (JSON)")
     cal.add_argument("--node-model", default="reference", choices=list(NODE_MODELS))
     cal.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     cal.add_argument("--quick", action="store_true", help="fewer, smaller measurements")
+    cal.set_defaults(func=cmd_calibrate)
     sg = sub.add_parser("spgemm", help="C = X @ Y on one process with a node model's SpGEMM; "
                                        "write C (CSR) to HDF5")
     sg.add_argument("--x", required=True, help="X as .mtx or .mtx.gz (m x k)")
@@ -118,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="value type (default float64, as the OpSparse paper measures)")
     sg.add_argument("--repeat", type=int, default=1,
                     help="multiply this many times; one JSON line each (default 1)")
+    sg.set_defaults(func=cmd_spgemm)
     pl = sub.add_parser("plan", help="rank every algorithm, strategy and c by predicted time")
     pl.add_argument("--m", type=int, required=True, help="rows of S")
     pl.add_argument("--n", type=int, help="columns of S (default m)")
@@ -129,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="include families this build does not implement yet")
     pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
     pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
+    pl.set_defaults(func=cmd_plan)
     _info.add_parser(parser, sub)
     _add_simulate(sub)
     gat_cli.add_parser(sub)
@@ -140,6 +171,7 @@ def _add_simulate(sub) -> None:
     simulator is a nested subcommand with its own options and its own function."""
     sim = sub.add_parser("simulate", help="run a kernel or a GNN on a simulated accelerator "
                                           "(serial; one nested subcommand per simulator)")
+    sim.set_defaults(func=cmd_simulate)
     sims = sim.add_subparsers(dest="simulator", required=True)
     from distmm.kernels.sparch import PREFETCH_POLICIES, SCHEDULERS
 
@@ -164,25 +196,6 @@ def _add_simulate(sub) -> None:
     dynaspase_cli.add_parser(sims)
 
 
-def _write_json_atomic(path: str, obj: dict) -> None:
-    """Write ``obj`` as JSON to ``path`` under a temporary name, then rename into place."""
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=True, default=_json_default)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def cmd_simulate(args) -> int:
     require(MPI.COMM_WORLD.Get_size() == 1,
             f"distmm simulate models one chip and runs serially; start it without mpiexec "
@@ -195,9 +208,7 @@ def cmd_simulate_sparch(args) -> int:
     from distmm.kernels.sparch import simulate
     from distmm.kernels.sparch.simulate import make_config
 
-    out_dir = os.path.dirname(os.path.abspath(args.report))
-    require(os.path.isdir(out_dir), f"report directory {out_dir} does not exist")
-    require(os.access(out_dir, os.W_OK), f"report directory {out_dir} is not writable")
+    _require_output(args.report, "--report", [args.x, args.y, args.config])
     options = read_json_object(args.config, "--config") if args.config else {}
     if args.no_condense:
         options["condense"] = False
@@ -220,7 +231,7 @@ def cmd_simulate_sparch(args) -> int:
     report.update({"simulator": "sparch", "x": os.path.abspath(args.x),
                    "y": os.path.abspath(args.y) if args.y else None,
                    "x_nnz": X.nnz, "y_nnz": Y.nnz, "c_nnz": C.nnz})
-    _write_json_atomic(args.report, report)
+    write_json_atomic(args.report, report)
     c, d = report["counters"], report["derived"]
     _emit({"event": "simulate", "simulator": "sparch", "report": args.report,
            "model_seconds": c["model_seconds"], "gflops": d["gflops"],
@@ -231,17 +242,16 @@ def cmd_simulate_sparch(args) -> int:
 
 
 def _open_log_dir(args) -> None:
-    """Create --log-dir once (rank 0) and agree on failure (collective)."""
+    """Create --log-dir on every rank (each writes its own file there; with per-rank working
+    directories a relative one is a different directory per rank) and agree (collective)."""
     if not args.log_dir:
         return
-    comm = MPI.COMM_WORLD
     msg = None
-    if comm.rank == 0:
-        try:
-            os.makedirs(args.log_dir, exist_ok=True)
-        except OSError as exc:
-            msg = f"cannot create --log-dir {args.log_dir}: {exc.strerror}"
-    agree(comm, msg)
+    try:
+        os.makedirs(args.log_dir, exist_ok=True)
+    except OSError as exc:
+        msg = f"cannot create --log-dir {args.log_dir}: {exc.strerror}"
+    agree(MPI.COMM_WORLD, msg)
 
 
 def _log_rank(args, obj, record: dict) -> None:
@@ -285,22 +295,33 @@ def _check_common(args) -> None:
 
 
 def node_model_from_args(args):
-    """The node model named by --node-model, configured by --node-config (every rank reads
-    the same file, so a bad one raises the same InputError everywhere)."""
+    """The node model named by --node-model, configured by --node-config (not collective: a
+    rank that cannot read the file raises InputError; callers agree on it)."""
     options = (read_json_object(args.node_config, "--node-config")
                if getattr(args, "node_config", None) else {})
     return make_node_model(args.node_model, **options)
 
 
-def _choose(args, share, r: int, op: str):
+def _require_output(path: str | None, what: str, inputs: list) -> None:
+    """Raise InputError if ``path`` cannot be written as an output (see
+    :func:`distmm.io.check_output`). Not collective; touches nothing."""
+    problem = check_output(path, what, inputs)
+    if problem is not None:
+        raise InputError(problem)
+
+
+def _machine(args) -> Machine:
+    """The planner's machine for --algorithm auto: --machine FILE or the built-in one."""
+    return Machine.load(args.machine) if args.machine else Machine()
+
+
+def _choose(args, share, r: int, op: str, machine: Machine):
     """Resolve --algorithm auto: the planner's pick, or with --tune K > 1 the fastest of its
     K best measured on this data (collective; every rank picks the same). Returns S
     distributed for the pick when tuning built it, else None."""
     if args.algorithm != "auto":
         return None
     comm = MPI.COMM_WORLD
-    require(args.tune >= 1, f"--tune must be at least 1, got {args.tune}")
-    machine = Machine.load(args.machine) if args.machine else Machine()
     m, n = share.shape
     nnz = int(comm.allreduce(share.nnz))
     # With --overlap, only the families that can overlap are candidates.
@@ -324,6 +345,11 @@ def _choose(args, share, r: int, op: str):
 
 def cmd_calibrate(args) -> int:
     comm = MPI.COMM_WORLD
+    checks = Checks(comm)
+    with checks.guard():
+        if comm.rank == 0:  # only rank 0 writes the machine file
+            _require_output(args.out, "--out", [])
+    checks.agree()
     data = calibrate(comm, args.node_model, np.dtype(args.dtype), quick=args.quick)
     if comm.rank == 0:
         save(args.out, data)
@@ -356,43 +382,109 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
-    comm = MPI.COMM_WORLD
+def _run_prechecks(args) -> dict:
+    """Every check of ``distmm run`` that reads no data, on this rank alone (not collective).
+
+    Arguments; then (rank 0, the writer) the output path, before any input is opened; then
+    the headers of S (Matrix Market) and of A and B (.npy), so that their sizes are compared
+    and S's size is checked against this machine's memory before anything is read; then the
+    --node-config and --machine files. Raises InputError; returns what later steps need.
+    """
     require(args.op in api.OPS, f"unknown operation {args.op!r}; choose one of "
                                 f"{', '.join(api.OPS)}")
     _check_common(args)
-    require(args.repeat >= 1, "--repeat must be at least 1")
+    require(args.repeat >= 1, f"--repeat must be at least 1, got {args.repeat}")
+    require(args.tune >= 1, f"--tune must be at least 1, got {args.tune}")
     need_a, need_b = api.op_inputs(args.op)
     require(not need_a or args.a, f"{args.op} needs --a A.npy")
     require(not need_b or args.b, f"{args.op} needs --b B.npy")
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    agree(comm, None if comm.rank != 0 or os.path.isdir(out_dir)
-          else f"output directory {out_dir} does not exist")
-    agree(comm, None if comm.rank != 0 or os.access(out_dir, os.W_OK)
-          else f"output directory {out_dir} is not writable")
-    from distmm.io import load_dense_npy
+    if MPI.COMM_WORLD.rank == 0:
+        _require_output(args.out, "--out",
+                        [args.sparse, args.a, args.b, args.node_config, args.machine])
+    m, n, nnz = mtx_header(args.sparse)
+    problem = api.size_problem(args.sparse, m, n, nnz, MPI.COMM_WORLD.size)
+    if problem is not None:
+        raise InputError(problem)
+    widths = {}
+    for name, path, rows in (("A", args.a if need_a else None, m),
+                             ("B", args.b if need_b else None, n)):
+        if path is None:
+            continue
+        (got, width), _ = npy_header(path)
+        require(got == rows, f"{name} ({path}) has {got} rows but S ({args.sparse}) is "
+                             f"{m} x {n}, so {name} must have {rows} rows")
+        widths[name] = (path, width)
+    (_, r), *others = widths.values()
+    for _, width in others:
+        require(width == r, f"A ({args.a}) has {r} columns but B ({args.b}) has {width}; both "
+                            "must have the same width r")
+    require(r >= 1, f"the dense inputs have {r} columns; they need r >= 1")
+    if args.algorithm == "auto":
+        require(m > 0 and n > 0 and nnz > 0,
+                f"{args.sparse}: the matrix is empty ({m} x {n}, {nnz} entries), so "
+                "--algorithm auto has nothing to plan for; name an algorithm instead")
+    kernel = node_model_from_args(args)
+    machine = _machine(args) if args.algorithm == "auto" else None
+    # Ranks with files of their own must see the same sizes (agreed with the checks).
+    sizes = {"S (rows, columns, entries)": (m, n, nnz), "r": r}
+    return {"need_a": need_a, "need_b": need_b, "r": r, "kernel": kernel, "machine": machine,
+            "same": sizes}
 
-    # Every rank opens the same files, so every rank raises the same error without talking.
-    A = load_dense_npy(args.a) if need_a else None
-    B = load_dense_npy(args.b) if need_b else None
-    if A is not None and B is not None:
-        require(A.shape[1] == B.shape[1],
-                f"A has {A.shape[1]} columns but B has {B.shape[1]}; both must have r columns")
+
+def _check_result(obj, op: str, result: np.ndarray, A_loc, B_loc) -> None:
+    """Collective: refuse a result that is not finite (with finite inputs: an overflow).
+
+    Names the operation, the stage that overflowed (for FusedMM, the SDDMM is recomputed on
+    this error path to tell its stage from the SpMM's) and the cure."""
+    comm = MPI.COMM_WORLD
+
+    def anywhere(bad: bool) -> bool:
+        flag = np.array([int(bad)], dtype=np.int32)
+        comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
+        return bool(flag[0])
+
+    if not anywhere(not np.isfinite(result).all()):
+        return
+    stage = {"sddmm": "SDDMM", "spmm-a": "SpMM", "spmm-b": "SpMM"}.get(op)
+    if stage is None:
+        sddmm_bad = anywhere(not np.isfinite(obj.sddmm(A_loc, B_loc)).all())
+        stage = "SDDMM" if sddmm_bad else "SpMM"
+    stage += (" stage (the dot products S * (A B^T))" if stage == "SDDMM"
+              else " stage (the sums of products with the dense matrix)")
+    largest = float(np.finfo(obj.dtype).max)
+    hint = ("use --dtype float64" if obj.dtype == np.float32
+            else "scale the inputs down")
+    raise InputError(f"{op} overflowed {obj.dtype} in its {stage}: the result has infinite or "
+                     f"NaN values although every input is finite (largest {obj.dtype} is "
+                     f"{largest:.3g}); nothing was written; {hint}")
+
+
+def cmd_run(args) -> int:
+    comm = MPI.COMM_WORLD
+    checks = Checks(comm)
+    pre: dict = {}
+    with checks.guard():
+        pre = _run_prechecks(args)
+    checks.agree(same=pre.get("same"))  # one collective: every rank's checks passed
+    from distmm.io import load_dense_npy, write_h5_atomic
+
+    dtype = np.dtype(args.dtype)
+    # The values (NaN, infinities, float32 overflow): every rank scans what it sees.
+    checks, A, B = Checks(comm), None, None
+    with checks.guard():
+        A = load_dense_npy(args.a, dtype=dtype) if pre["need_a"] else None
+        B = load_dense_npy(args.b, dtype=dtype) if pre["need_b"] else None
+    checks.agree()
+    _open_log_dir(args)
     share = api.as_coo_share(args.sparse, comm)
-    r = (A if A is not None else B).shape[1]
-    obj = _choose(args, share, r, args.op)
+    r = pre["r"]
+    obj = _choose(args, share, r, args.op, pre["machine"])
     _check_common(args)
     if obj is None:
         obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=r,
-                             node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
+                             node_model=pre["kernel"], dtype=dtype,
                              permute=_permute_mode(args), seed=args.seed, order=args.order,
                              overlap=args.overlap)
-    m, n = obj.shape
-    require(A is None or A.shape[0] == m,
-            f"A has {A.shape[0] if A is not None else 0} rows but S has {m} rows")
-    require(B is None or B.shape[0] == n,
-            f"B has {B.shape[0] if B is not None else 0} rows but S has {n} columns")
-    _open_log_dir(args)
     A_loc = obj.scatter("a", A, root=None) if A is not None else None
     B_loc = obj.scatter("b", B, root=None) if B is not None else None
     nnz = int(comm.allreduce(obj.values.size))
@@ -408,6 +500,7 @@ def cmd_run(args) -> int:
                   "kernels": kernel_summary(report) if report else None}
         _emit(record)
         _log_rank(args, obj, record)
+    _check_result(obj, args.op, result, A_loc, B_loc)
     side = api.op_output_side(args.op)
     if side is None:
         gathered = obj.gather_values(result)
@@ -415,13 +508,16 @@ def cmd_run(args) -> int:
     else:
         full = obj.gather(side, result)
         datasets = {"result": full} if full is not None else {}
+    msg = None
     if comm.rank == 0:
-        from distmm.io import write_h5_atomic
-
-        write_h5_atomic(args.out, datasets, {
-            "op": args.op, "strategy": args.strategy, "config": obj.describe(),
-            "seconds": seconds, "report": report, "sparse": os.path.abspath(args.sparse)})
-    comm.Barrier()
+        try:
+            write_h5_atomic(args.out, datasets, {
+                "op": args.op, "strategy": args.strategy, "config": obj.describe(),
+                "seconds": seconds, "report": report,
+                "sparse": os.path.abspath(args.sparse)})
+        except OSError as exc:
+            msg = f"--out {args.out}: cannot write the result ({exc.strerror or exc})"
+    agree(comm, msg)
     return 0
 
 
@@ -436,9 +532,7 @@ def cmd_spgemm(args) -> int:
     require(p == 1, f"distmm spgemm multiplies on one process; run it without mpiexec "
                     f"(got {p} ranks)")
     require(args.repeat >= 1, "--repeat must be at least 1")
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    require(os.path.isdir(out_dir), f"output directory {out_dir} does not exist")
-    require(os.access(out_dir, os.W_OK), f"output directory {out_dir} is not writable")
+    _require_output(args.out, "--out", [args.x, args.y, args.node_config])
     model = node_model_from_args(args)
     dtype = np.dtype(args.dtype)
     X, Y = read_csr_block(args.x, dtype), read_csr_block(args.y, dtype)
@@ -465,32 +559,44 @@ def cmd_spgemm(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    comm = MPI.COMM_WORLD
+def _bench_prechecks(args) -> dict:
+    """The checks of ``distmm bench`` on this rank alone (not collective); raises InputError."""
     _check_common(args)
     ops = args.ops.split(",")
-    strategies = (api.ALGORITHMS[args.algorithm].strategies
-                  if args.strategies == "all" and args.algorithm != "auto"
-                  else args.strategies.split(","))
     for op in ops:
         require(op in api.OPS, f"unknown operation {op!r}; choose from {', '.join(api.OPS)}")
     require(args.n >= 1 and args.r >= 1 and args.nnz_per_row >= 0 and args.repeat >= 1,
             "--n, --r and --repeat must be positive and --nnz-per-row non-negative")
+    require(args.tune >= 1, f"--tune must be at least 1, got {args.tune}")
+    strategies = (api.ALGORITHMS[args.algorithm].strategies
+                  if args.strategies == "all" and args.algorithm != "auto"
+                  else args.strategies.split(","))
+    if args.algorithm != "auto":
+        for s in strategies:
+            require(s in api.ALGORITHMS[args.algorithm].strategies,
+                    f"unknown strategy {s!r} for {args.algorithm}")
+    return {"ops": ops, "strategies": strategies, "kernel": node_model_from_args(args),
+            "machine": _machine(args) if args.algorithm == "auto" else None}
+
+
+def cmd_bench(args) -> int:
+    comm = MPI.COMM_WORLD
+    checks = Checks(comm)
+    pre: dict = {}
+    with checks.guard():
+        pre = _bench_prechecks(args)
+    checks.agree()
+    ops, strategies = pre["ops"], pre["strategies"]
     from distmm.generate import erdos_renyi
 
-    obj = share = None
+    share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
+    obj = None
     if args.algorithm == "auto":
-        share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
-        obj = _choose(args, share, args.r, ops[0])
+        obj = _choose(args, share, args.r, ops[0], pre["machine"])
         strategies = [args.strategy]
-    cls = api.ALGORITHMS[args.algorithm]
-    for s in strategies:
-        require(s in cls.strategies, f"unknown strategy {s!r} for {args.algorithm}")
     if obj is None:
-        if share is None:
-            share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
         obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
-                             node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
+                             node_model=pre["kernel"], dtype=np.dtype(args.dtype),
                              permute=_permute_mode(args), seed=args.seed, order=args.order,
                              overlap=args.overlap)
     _open_log_dir(args)
@@ -509,22 +615,78 @@ def _permute_mode(args) -> str:
     return "none" if args.no_permute else args.permute
 
 
+def _label(dest: str) -> str:
+    """How an argparse destination is spelled on the command line, for messages."""
+    return {"c": "-c", "p": "-p", "op": "OP", "command": "COMMAND",
+            "simulator": "SIMULATOR"}.get(dest, "--" + dest.replace("_", "-"))
+
+
+def parse_agreed(parser: argparse.ArgumentParser, argv: list[str] | None,
+                 comm: MPI.Comm) -> argparse.Namespace:
+    """Parse the command line on every rank and agree on the outcome (collective).
+
+    A usage error on any rank, or parsed arguments that differ between ranks (an MPMD launch
+    given different options per rank), exits every rank with status 2 and one message from
+    rank 0 naming the ranks and the arguments that differ; ``--help`` on every rank exits 0.
+    """
+    args, usage, problem = None, None, None
+    try:
+        args = parser.parse_args(argv)
+        same = {"--help": False, **{_label(k): v for k, v in sorted(vars(args).items())
+                                    if not callable(v)}}
+    except UsageError as exc:
+        usage, problem = exc.usage, str(exc)
+        same = {}
+    except SystemExit as exc:  # --help: printed on rank 0
+        same = {"--help": True, "exit": exc.code}
+    try:
+        agree(comm, problem, same)
+    except InputError as exc:
+        if comm.rank == 0:
+            if usage:
+                sys.stderr.write(usage)
+            print(f"distmm: error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    if args is None:
+        raise SystemExit(same["exit"])
+    return args
+
+
+def _interrupted(comm: MPI.Comm) -> int:
+    """End this rank after Ctrl-C (SIGINT): one line, status 130 (128 + SIGINT).
+
+    mpiexec sends SIGINT to every rank. Rank 0 prints the line and leaves at once; the job
+    launcher then ends the ranks still blocked in a collective (which cannot run Python's
+    handler). Another rank waits a moment first, so that rank 0's line is the only one unless
+    rank 0 itself is blocked. With more than one rank the process leaves with os._exit: a
+    normal exit would enter MPI_Finalize and wait for ranks that are gone.
+    """
+    import time
+
+    if comm.rank != 0:
+        time.sleep(1.0)
+    sys.stderr.write("distmm: interrupted (SIGINT); stopping every rank; nothing was written\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    if comm.size > 1:
+        os._exit(130)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmm`` console script."""
     comm = MPI.COMM_WORLD
     try:
-        args = build_parser().parse_args(argv)
-        if args.command == "info":
-            return _info.cmd_info(args)
-        return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate,
-                "plan": cmd_plan, "simulate": cmd_simulate,
-                "spgemm": cmd_spgemm, "gat": gat_cli.run}[args.command](args)
+        args = parse_agreed(build_parser(), argv, comm)
+        return args.func(args)
     except InputError as exc:
         if comm.rank == 0:
             print(f"distmm: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except SystemExit:
         raise
+    except KeyboardInterrupt:
+        return _interrupted(comm)
     except BaseException:
         sys.stderr.write(f"distmm: rank {comm.rank} of {comm.size} failed:\n"
                          + traceback.format_exc())

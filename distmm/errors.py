@@ -1,13 +1,26 @@
 """Errors and the collective agreement that keeps every rank's view of an error identical.
 
-A parameter error that only one rank notices (a malformed line in its share of a file, say) must
-still be raised on every rank, or the ranks that did not notice walk into the next collective and
-wait forever for the one that left. :func:`agree` is the single place where that happens.
+A check that only some ranks fail (a file that one node cannot see, a malformed line in one
+rank's share of a file, an argument that differs between the ranks of an MPMD launch) must
+still be raised on every rank, or the ranks that passed walk into the next collective and wait
+forever for the one that left. :func:`agree` is the single place where that happens: every
+rank makes its own checks without communicating (collecting them in a :class:`Checks`), then
+one collective decides, and every rank raises the same :class:`InputError` naming the rank(s)
+that found the problem.
 """
 
 from __future__ import annotations
 
+import contextlib
+import operator
+from collections.abc import Iterator, Mapping
+from typing import Any
+
 from mpi4py import MPI
+
+# At most this many distinct problems (and ranks per problem) are spelled out in one message.
+_SHOWN = 3
+_SHOWN_RANKS = 8
 
 
 class DistmmError(Exception):
@@ -18,25 +31,140 @@ class InputError(DistmmError, ValueError):
     """Bad user input: a parameter, a shape, a file. Raised identically on every rank."""
 
 
-def agree(comm: MPI.Comm, message: str | None) -> None:
-    """Raise :class:`InputError` on every rank of ``comm`` if any rank passes a message.
+def format_ranks(ranks: list[int]) -> str:
+    """``"rank 3"`` or ``"ranks 0, 2, 5"`` (the first few, then how many more)."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    shown = ", ".join(str(k) for k in ranks[:_SHOWN_RANKS])
+    more = f" and {len(ranks) - _SHOWN_RANKS} more" if len(ranks) > _SHOWN_RANKS else ""
+    return f"ranks {shown}{more}"
 
-    Collective over ``comm``. Each rank passes ``None`` when it found nothing wrong, or a
-    description of what it found. When at least one rank found a problem, every rank raises the
-    same error, naming the first rank that reported one (and how many did). This is a tiny
-    pickle-based allgather: it runs on the error path and during setup, never in a kernel loop.
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _group(values: list[Any]) -> list[tuple[Any, list[int]]]:
+    """Distinct values in order of first appearance, each with the ranks that hold it."""
+    groups: list[tuple[Any, list[int]]] = []
+    for rank, value in enumerate(values):
+        for held, ranks in groups:
+            if held == value:
+                ranks.append(rank)
+                break
+        else:
+            groups.append((value, [rank]))
+    return groups
+
+
+def _describe_problems(messages: list[str | None], p: int) -> str | None:
+    """One line naming every distinct problem and the ranks that reported it, or None."""
+    groups = [(msg, ranks) for msg, ranks in _group(messages) if msg is not None]
+    if not groups:
+        return None
+    if p == 1 or (len(groups) == 1 and len(groups[0][1]) == p):
+        return _one_line(groups[0][0])  # every rank found the same: no rank to single out
+    parts = [f"{_one_line(msg)} (reported by {format_ranks(ranks)})"
+             for msg, ranks in groups[:_SHOWN]]
+    if len(groups) > _SHOWN:
+        parts.append(f"and {len(groups) - _SHOWN} more different problem(s)")
+    return "; ".join(parts)
+
+
+def _describe_disagreement(sames: list[Mapping[str, Any] | None]) -> str | None:
+    """One line naming each setting whose value differs between ranks, or None.
+
+    A setting that some ranks do not have at all (another subcommand's option, say) follows
+    from a difference in one that every rank has; only those are named when there are any.
     """
-    messages = comm.allgather(message)
-    bad = [(rank, msg) for rank, msg in enumerate(messages) if msg is not None]
-    if not bad:
-        return
-    rank, msg = bad[0]
-    where = "" if comm.Get_size() == 1 else f" (reported by rank {rank}"
-    if where and len(bad) > 1:
-        where += f" and {len(bad) - 1} other rank(s)"
-    if where:
-        where += ")"
-    raise InputError(f"{msg}{where}")
+    sames = [same or {} for same in sames]
+    keys: list[str] = []
+    for same in sames:
+        keys += [key for key in same if key not in keys]
+    shared = [key for key in keys if all(key in same for same in sames)]
+    parts = []
+    for key in shared or keys:
+        groups = _group([same.get(key) for same in sames])
+        if len(groups) > 1:
+            held = "; ".join(f"{value} on {format_ranks(ranks)}"
+                             for value, ranks in groups[:_SHOWN])
+            parts.append(f"{key} ({held})")
+    if not parts:
+        return None
+    more = f"; and {len(parts) - _SHOWN} more" if len(parts) > _SHOWN else ""
+    return ("the ranks were given different settings, which must be identical on every rank: "
+            + "; ".join(parts[:_SHOWN]) + more)
+
+
+def agree(comm: MPI.Comm, message: str | None = None,
+          same: Mapping[str, Any] | None = None) -> None:
+    """Raise the same :class:`InputError` on every rank of ``comm`` if any rank found a problem.
+
+    Collective over ``comm``: every rank must call it, at the same point. Each rank passes
+    ``message=None`` when its own checks passed, or a one-line description of what it found
+    (naming the file and cause), and optionally ``same``: a small mapping of settings that must
+    be identical on every rank (argument values, sizes, which inputs are present), printed as
+    they are in a message when they differ. When any rank passed a message, every rank raises
+    one error naming each distinct problem and the ranks that reported it; otherwise, when a
+    setting in ``same`` differs, every rank raises one error naming the setting, each value
+    and its ranks. One pickle-based allgather of these small objects: it runs during setup and
+    on error paths, never in a kernel loop.
+    """
+    gathered = comm.allgather((message, None if same is None else dict(same)))
+    problem = _describe_problems([msg for msg, _ in gathered], comm.Get_size())
+    if problem is None:
+        problem = _describe_disagreement([s for _, s in gathered])
+    if problem is not None:
+        raise InputError(problem)
+
+
+class Checks:
+    """The checks one rank makes on its own before any work, agreed in one collective.
+
+    Not collective until :meth:`agree`. Typical use::
+
+        checks = Checks(comm)
+        with checks.guard():            # an InputError raised inside is recorded, not raised
+            header = read_header(path)
+        checks.require(x > 0, "x must be positive")
+        checks.agree(same={"c": c})     # collective: the same InputError on every rank
+
+    Only the first problem of a rank is kept (later checks often depend on earlier ones), and
+    :meth:`guard` skips the rest of its block once a problem is recorded.
+    """
+
+    def __init__(self, comm: MPI.Comm) -> None:
+        self.comm = comm
+        self.problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether this rank has found no problem so far."""
+        return self.problem is None
+
+    def fail(self, message: str) -> None:
+        """Record a problem (the first one wins)."""
+        if self.problem is None:
+            self.problem = message
+
+    def require(self, condition: bool, message: str) -> bool:
+        """Record ``message`` unless ``condition`` holds; return ``condition``."""
+        if not condition:
+            self.fail(message)
+        return bool(condition)
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Run a block, recording an :class:`InputError` it raises as this rank's problem."""
+        try:
+            yield
+        except InputError as exc:
+            self.fail(str(exc))
+
+    def agree(self, same: Mapping[str, Any] | None = None) -> None:
+        """Collective: raise the same InputError everywhere if any rank recorded a problem or
+        ``same`` differs between ranks (see :func:`agree`)."""
+        agree(self.comm, self.problem, same)
 
 
 def require(condition: bool, message: str) -> None:
@@ -47,3 +175,15 @@ def require(condition: bool, message: str) -> None:
     """
     if not condition:
         raise InputError(message)
+
+
+def as_int(value: Any, name: str) -> int:
+    """``value`` as a plain int (Python or numpy integer; not bool, not float), else raise
+    :class:`InputError` naming ``name``. Not collective."""
+    if isinstance(value, bool):
+        raise InputError(f"{name} must be an integer, got {value}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InputError(f"{name} must be an integer, got {value!r} "
+                         f"({type(value).__name__})") from None

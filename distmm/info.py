@@ -124,6 +124,7 @@ def add_parser(parser: argparse.ArgumentParser, sub) -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="print distmm's version, the MPI library mpi4py uses, "
                                     "numba's threading layer and the optional extras present")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.set_defaults(func=cmd_info)
     return p
 
 

@@ -2,8 +2,11 @@
 
 :func:`read_matrix_market` is collective and returns each rank's :class:`~distmm.coo.CooShare`;
 every problem it finds in the file is raised as the same :class:`~distmm.errors.InputError` on
-every rank, naming the file and (where there is one) the line. :func:`write_h5_atomic` and
-:func:`load_dense_npy` are plain single-process helpers.
+every rank, naming the file and (where there is one) the line. The other helpers are plain
+single-process ones: :func:`mtx_header` and :func:`npy_header` read only a file's header (so
+sizes are compared before any data is read), :func:`check_output` vets an output path before
+any work, :func:`write_h5_atomic` and :func:`atomic_output` write under a temporary name and
+rename into place, and :func:`load_dense_npy` memory-maps a dense input.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import contextlib
 import gzip
 import json
 import os
+import socket
 import tempfile
 import warnings
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -26,7 +30,8 @@ from mpi4py import MPI
 from .coo import CooShare
 from .errors import InputError, agree, require
 
-__all__ = ["read_matrix_market", "write_h5_atomic", "load_dense_npy"]
+__all__ = ["atomic_output", "check_output", "load_dense_npy", "mtx_header", "npy_header",
+           "read_matrix_market", "write_h5_atomic"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _MAX_HEADER_LINE = 1 << 20  # a header line longer than this is not Matrix Market
@@ -182,6 +187,26 @@ def _read_failure(path: str, exc: BaseException) -> str:
     if isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
         return f"{path}: corrupt or truncated gzip data ({exc})"
     return f"{path}: cannot read the file ({exc})"
+
+
+def mtx_header(path: str | os.PathLike[str]) -> tuple[int, int, int]:
+    """``(rows, cols, entries)`` from a Matrix Market file's banner and size line. Not collective.
+
+    Reads only the header (through gzip when the file is compressed), so sizes can be compared
+    and checked before any data is read or distributed. ``entries`` is the size line's count
+    (before symmetric mirroring). Raises :class:`InputError` with the same messages as
+    :func:`read_matrix_market` for a missing, unreadable or malformed file.
+    """
+    path = os.fspath(path)
+    try:
+        with _open_stream(path) as (fh, gzipped):
+            header, msg = _parse_header(fh, path, gzipped)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(_read_failure(path, exc)) from None
+    if msg is not None:
+        raise InputError(msg)
+    assert header is not None
+    return header.nrows, header.ncols, header.nnz
 
 
 def _parse_header(fh: BinaryIO, path: str, gzipped: bool) -> tuple[_Header | None, str | None]:
@@ -541,40 +566,79 @@ def read_json_object(path: str | os.PathLike[str], what: str) -> dict:
     return obj
 
 
-def write_h5_atomic(
-    path: str | os.PathLike[str],
-    datasets: dict[str, np.ndarray],
-    attrs: dict[str, Any] | None = None,
-    group_attrs: dict[str, dict[str, Any]] | None = None,
-) -> None:
-    """Write ``datasets`` and file attributes ``attrs`` to an HDF5 file at ``path``, atomically.
+# Temporary files are named "<output name>.distmm-tmp.<host>.<pid>.<random>" in the output's
+# directory (a rename is atomic only within one file system), so a later run can tell its own
+# leftovers from anything else and whether the process that made one is still alive.
+_TMP_TAG = ".distmm-tmp."
 
-    ``group_attrs`` maps a group (or dataset) name to attributes stored on that object.
 
-    Not collective: call it on one rank. The file is written under a temporary name in the same
-    directory (``<name>.tmp-XXXXXXXX``), flushed to disk and then renamed into place with
-    :func:`os.replace`, so ``path`` is either its old self or the complete new file, never a
-    half-written one. On any failure the temporary file is removed and the exception
-    re-raised. Dataset names may contain ``/`` (groups are created). Attribute values that are
-    dicts, lists, tuples or None are stored as JSON strings; strings, numbers and arrays are
-    stored as they are.
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _owner_gone(host: str, pid: str) -> bool:
+    """Whether the process that made a temporary file has ended (only decidable on its host)."""
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists but belongs to someone else, or cannot be asked
+        return False
+    return False
+
+
+def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[str]:
+    """Remove temporary files a killed run left for output ``path``; return their names.
+
+    Not collective. Only files of distmm's own naming pattern for this very output are
+    considered, and only those whose creating process ran on this host and has ended (a
+    temporary file of a run still writing, or of a run on another host, is left alone).
+    """
+    path = os.path.abspath(os.fspath(path))
+    directory, base = os.path.split(path)
+    prefix = base + _TMP_TAG
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if not name.startswith(prefix):
+                continue
+            host, _, rest = name[len(prefix):].rpartition(".")  # "<host>.<pid>" and random
+            host, _, pid = host.rpartition(".")
+            if rest and _owner_gone(host, pid):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
+                    removed.append(name)
+    return removed
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
+    """Yield a temporary path to write; on success rename it to ``path``, atomically.
+
+    Not collective: call it on one rank. The temporary file lies in ``path``'s directory, named
+    ``<name>.distmm-tmp.<host>.<pid>.<random>``; leftovers of killed runs for the same output
+    are removed first (see :func:`remove_stale_temporaries`). After the block the file is
+    flushed to disk, given the mode the umask asks for (0644 under umask 022, as ``open``
+    would create it) and renamed into place, so ``path`` is either its old self or the
+    complete new file. On any failure (an exception, Ctrl-C) the temporary file is removed
+    and the exception re-raised.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=directory)
+    remove_stale_temporaries(path)
+    prefix = f"{os.path.basename(path)}{_TMP_TAG}{socket.gethostname()}.{os.getpid()}."
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
     os.close(fd)
     try:
-        with h5py.File(tmp, "w") as out:
-            for name, data in datasets.items():
-                out.create_dataset(name, data=np.asarray(data))
-            for key, value in (attrs or {}).items():
-                out.attrs[key] = _attr_value(value)
-            for name, items in (group_attrs or {}).items():
-                target = out.require_group(name) if name not in out else out[name]
-                for key, value in items.items():
-                    target.attrs[key] = _attr_value(value)
+        yield tmp
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -586,6 +650,69 @@ def write_h5_atomic(
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def write_h5_atomic(
+    path: str | os.PathLike[str],
+    datasets: dict[str, np.ndarray],
+    attrs: dict[str, Any] | None = None,
+) -> None:
+    """Write ``datasets`` and file attributes ``attrs`` to an HDF5 file at ``path``, atomically.
+
+    Not collective: call it on one rank. Written through :func:`atomic_output` (temporary file
+    in the same directory, renamed into place; nothing left behind on failure; mode from the
+    umask). Dataset names may contain ``/`` (groups are created). Attribute values that are
+    dicts, lists, tuples or None are stored as JSON strings; strings, numbers and arrays are
+    stored as they are.
+    """
+    with atomic_output(path) as tmp, h5py.File(tmp, "w") as out:
+        for name, data in datasets.items():
+            out.create_dataset(name, data=np.asarray(data))
+        for key, value in (attrs or {}).items():
+            out.attrs[key] = _attr_value(value)
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: dict) -> None:
+    """Write ``obj`` as indented JSON to ``path`` through :func:`atomic_output`. Not collective."""
+    with atomic_output(path) as tmp, open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=1, sort_keys=True, default=_json_default)
+        fh.write("\n")
+
+
+def check_output(path: str | os.PathLike[str] | None, what: str,
+                 inputs: Sequence[str | os.PathLike[str] | None] = ()) -> str | None:
+    """Why ``path`` cannot be written as an output, or None. Not collective; touches nothing.
+
+    Refused: an empty name, a name ending in a path separator or naming an existing directory,
+    a directory that does not exist or is not writable, and a path that is (after symlinks and
+    hard links) the same file as one of ``inputs`` (writing it would destroy that input).
+    ``what`` names the option in the message (e.g. ``"--out"``).
+    """
+    if path is None:
+        return None
+    path = os.fspath(path)
+    if not path.strip():
+        return f"{what} is empty; give the name of the file to write"
+    if path.endswith(("/", os.sep)) or os.path.isdir(path):
+        return f"{what} {path}: is a directory; give the name of a file to write"
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        return f"{what} {path}: directory {directory} does not exist"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"{what} {path}: directory {directory} is not writable"
+    real = os.path.realpath(path)
+    for given in inputs:
+        if given is None:
+            continue
+        given = os.fspath(given)
+        same = os.path.realpath(given) == real
+        if not same and os.path.exists(path) and os.path.exists(given):
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(path, given)
+        if same:
+            return (f"{what} {path}: is the input file {given}; writing it would destroy the "
+                    "input, so give another name")
+    return None
 
 
 def _attr_value(value: Any) -> Any:
@@ -612,32 +739,73 @@ def _json_default(obj: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def load_dense_npy(path: str | os.PathLike[str], block_rows: int = 65536) -> np.ndarray:
-    """Load a 2-D real array from a ``.npy`` file, memory-mapped read-only.
+_F32_MAX = float(np.finfo(np.float32).max)
 
-    Not collective: it raises InputError locally. When every rank loads the same file every
-    rank raises the same error, so the call needs no agreement; a caller that loads on some
-    ranks only must pass the error through :func:`~distmm.errors.agree`. Refused with an
-    InputError naming the file: a missing file, a file that is not a (pickle-free) ``.npy``
-    array, an array that is not 2-D, a non-real dtype, and NaN or infinite values (checked in
-    blocks of ``block_rows`` rows; the first one is reported by row and column). The array is
-    returned in its stored dtype.
+
+def npy_header(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], np.dtype]:
+    """``(shape, dtype)`` of a 2-D real ``.npy`` array, read from its header only.
+
+    Not collective. Raises :class:`InputError` naming the file for a missing or unreadable
+    file, an ``.npz`` archive, a file that is not a (pickle-free) ``.npy`` array, an array that
+    is not 2-D or not real, and a file shorter than its header says (truncated).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, not a .npy file")
+    try:
+        with open(path, "rb") as fh:
+            npz = fh.read(4) == b"PK\x03\x04"
+            fh.seek(0)
+            version = np.lib.format.read_magic(fh)
+            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read(fh)
+            offset = fh.tell()
+            size = os.fstat(fh.fileno()).st_size
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except (ValueError, OSError, EOFError) as exc:
+        if npz:
+            raise InputError(f"{path}: is an .npz archive; a single .npy array is expected"
+                             ) from None
+        raise InputError(f"{path}: not a readable .npy array file ({exc})") from None
+    if dtype.hasobject:
+        raise InputError(f"{path}: holds Python objects; a real numeric array is expected")
+    if len(shape) != 2:
+        raise InputError(f"{path}: expected a 2-D array, got shape {tuple(shape)}")
+    if dtype.kind not in "iuf":
+        raise InputError(f"{path}: expected a real numeric array, got dtype {dtype}")
+    needed = offset + int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if size < needed:
+        raise InputError(f"{path}: truncated: its header says {shape[0]} x {shape[1]} {dtype} "
+                         f"({needed} bytes) but the file has {size} bytes")
+    return (int(shape[0]), int(shape[1])), dtype
+
+
+def load_dense_npy(path: str | os.PathLike[str], block_rows: int = 65536,
+                   dtype=None) -> np.ndarray:
+    """Load a 2-D real array from a ``.npy`` file, memory-mapped read-only.
+
+    Not collective: it raises InputError locally, so a caller whose ranks may see different
+    files must pass the error through :func:`~distmm.errors.agree`. Refused with an
+    InputError naming the file: everything :func:`npy_header` refuses, NaN or infinite values
+    (checked in blocks of ``block_rows`` rows; the first one is reported by row and column)
+    and, when ``dtype`` (the type the values will be converted to) is float32, finite values
+    too large for float32 (the first one and the largest magnitude are reported, with the hint
+    to use float64). The array is returned in its stored dtype.
+    """
+    path = os.fspath(path)
+    npy_header(path)
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"{path}: not a readable .npy array file ({exc})") from exc
-    if not isinstance(arr, np.ndarray):
-        with contextlib.suppress(Exception):
-            arr.close()
-        raise InputError(f"{path}: is an .npz archive; a single .npy array is expected")
-    if arr.ndim != 2:
-        raise InputError(f"{path}: expected a 2-D array, got shape {arr.shape}")
-    if arr.dtype.kind not in "iuf":
-        raise InputError(f"{path}: expected a real numeric array, got dtype {arr.dtype}")
+    narrow = (dtype is not None and np.dtype(dtype) == np.float32 and arr.dtype.kind == "f"
+              and arr.dtype.itemsize > 4)
+    first = None  # (row, column, value) of the first value that overflows float32
+    largest = 0.0
     if arr.dtype.kind == "f":
         step = max(int(block_rows), 1)
         for start in range(0, arr.shape[0], step):
@@ -649,4 +817,17 @@ def load_dense_npy(path: str | os.PathLike[str], block_rows: int = 65536) -> np.
                     f"{path}: non-finite value {block[i, j]} at row {start + i}, column {j}; "
                     "NaN and infinite values are refused"
                 )
+            if narrow and block.size:
+                magnitude = np.abs(block)
+                largest = max(largest, float(magnitude.max()))
+                if first is None and largest > _F32_MAX:
+                    i, j = (int(x[0]) for x in np.nonzero(magnitude > _F32_MAX))
+                    first = (start + i, j, float(block[i, j]))
+    if first is not None:
+        i, j, value = first
+        raise InputError(
+            f"{path}: finite values too large for float32 (value {value:.3g} at row {i}, "
+            f"column {j}; largest magnitude {largest:.3g}; float32 holds at most "
+            f"{_F32_MAX:.3g}): converting them would give infinities; use --dtype float64"
+        )
     return arr

@@ -22,7 +22,7 @@ from distmm.apps.gat import DistGAT, distribute_graph
 from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, TrainState, evaluate, standard_split, train
 from distmm.errors import InputError, agree, require
-from distmm.io import load_dense_npy, read_csr_block, write_h5_atomic
+from distmm.io import check_output, load_dense_npy, read_csr_block, write_h5_atomic
 from distmm.kernels import NODE_MODELS
 from distmm.permute import PERMUTE_MODES
 
@@ -31,6 +31,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``gat`` (with ``train`` and ``predict``) to the ``distmm`` sub-parsers."""
     gat = subparsers.add_parser("gat", help="graph attention network (GAT): train on labelled "
                                             "nodes, or predict logits with saved weights")
+    gat.set_defaults(func=run)
     sub = gat.add_subparsers(dest="gat_command", required=True)
     tr = sub.add_parser("train", help="train a GAT; write its weights (HDF5)")
     _inputs(tr)
@@ -106,9 +107,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------ inputs
-def _out_dir_ok(path: str, what: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    require(os.path.isdir(d), f"{what}: directory {d} does not exist")
+def _out_dir_ok(path: str, what: str, inputs=()) -> None:
+    """Refuse an output path that cannot be written or would overwrite an input (every rank
+    checks the same path, so the error is raised alike everywhere)."""
+    msg = check_output(path, what, inputs)
+    require(msg is None, msg or "")
 
 
 def _read_features(path: str, nodes: np.ndarray, n: int, comm: MPI.Comm, dtype, normalise):
@@ -219,9 +222,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             "--epochs must be >= 0, --patience and --checkpoint-every >= 1")
     require(0 <= args.dropout < 1 and 0 <= args.attention_dropout < 1,
             "dropout rates must be in [0, 1)")
-    _out_dir_ok(args.out, "--out")
+    inputs = (args.graph, args.features, args.labels)
+    _out_dir_ok(args.out, "--out", inputs)
     if args.checkpoint:
-        _out_dir_ok(args.checkpoint, "--checkpoint")
+        _out_dir_ok(args.checkpoint, "--checkpoint", inputs)
     state = None
     config = TrainConfig(args.epochs, args.patience, args.lr, args.weight_decay, args.dropout,
                          args.attention_dropout, args.model_seed)
@@ -276,7 +280,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     """``distmm gat predict``. Collective."""
     comm = MPI.COMM_WORLD
     dtype = np.dtype(args.dtype)
-    _out_dir_ok(args.out, "--out")
+    _out_dir_ok(args.out, "--out", (args.graph, args.features, args.weights))
     model = GATModel.load(args.weights, dtype)
     obj = _graph(args, model.add_self_loops)
     nodes = obj.local_rows("a")

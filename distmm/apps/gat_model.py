@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from distmm.errors import InputError, require
-from distmm.io import write_h5_atomic
+from distmm.io import atomic_output
 
 PARAMS = ("weight", "att_src", "att_dst", "bias")
 # L2 regularisation applies to these (as in the GAT paper's code: weights, not biases)
@@ -125,16 +125,16 @@ class GATModel:
         """Write ``/layer0``, ``/layer1``, ... (datasets weight, att_src, att_dst, bias; attrs
         heads, out_channels, concat, negative_slope, add_self_loops), atomically. Call on one
         rank."""
-        datasets, attrs = {}, {}
-        for k, layer in enumerate(self.layers):
-            for name, arr in layer.arrays().items():
-                datasets[f"layer{k}/{name}"] = arr
-            attrs[f"layer{k}"] = {"heads": layer.heads, "out_channels": layer.out_channels,
-                                  "concat": bool(layer.concat),
-                                  "negative_slope": float(layer.negative_slope),
-                                  "add_self_loops": bool(self.add_self_loops)}
-        write_h5_atomic(path, datasets, attrs={"format": "distmm-gat", "layers": len(self.layers)},
-                        group_attrs=attrs)
+        with atomic_output(path) as tmp, h5py.File(tmp, "w") as out:
+            out.attrs["format"] = "distmm-gat"
+            for k, layer in enumerate(self.layers):
+                g = out.create_group(f"layer{k}")
+                for name, arr in layer.arrays().items():
+                    g.create_dataset(name, data=arr)
+                g.attrs.update({"heads": layer.heads, "out_channels": layer.out_channels,
+                                "concat": bool(layer.concat),
+                                "negative_slope": float(layer.negative_slope),
+                                "add_self_loops": bool(self.add_self_loops)})
 
     @classmethod
     def load(cls, path: str | os.PathLike, dtype=np.float32) -> GATModel:

@@ -45,11 +45,11 @@ def files():
         bad[3, 1] = np.nan
         np.save(os.path.join(d, "A_nan.npy"), bad)
         with open(os.path.join(d, "bad_header.mtx"), "w") as fh:
-            fh.write("%%MatrixMarket matrix coordinate real general\n3 3\n1 1 1.0\n")
+            fh.write("%%MatrixMarket matrix coordinate real general\n29 17\n1 1 1.0\n")
         with open(os.path.join(d, "out_of_range.mtx"), "w") as fh:
-            fh.write("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n4 1 2\n")
+            fh.write("%%MatrixMarket matrix coordinate real general\n29 17 2\n1 1 1.0\n30 1 2\n")
         with open(os.path.join(d, "short.mtx"), "w") as fh:
-            fh.write("%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1.0\n2 2 1\n")
+            fh.write("%%MatrixMarket matrix coordinate real general\n29 17 3\n1 1 1.0\n2 2 1\n")
     COMM.Barrier()
     yield {"dir": d, "S": S, "A": A, "B": B}
     COMM.Barrier()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from distmm.cli import build_parser
+from distmm.cli import UsageError, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 # The "Application API" pages, merged from parallel branches; linked before they exist here.
@@ -197,6 +197,8 @@ def parse(args: list[str]) -> argparse.Namespace | str:
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             return build_parser().parse_args(args)
+    except UsageError as exc:  # the CLI's parser reports usage errors for agreement first
+        return str(exc)
     except SystemExit as exc:
         if exc.code == 0 and args == ["--version"]:
             return argparse.Namespace(command="--version")
