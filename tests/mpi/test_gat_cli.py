@@ -33,6 +33,7 @@ def files(shared_tmp):
     if COMM.rank == 0:
         os.makedirs(d, exist_ok=True)
         scipy.io.mmwrite(os.path.join(d, "A.mtx"), A)
+        scipy.io.mmwrite(os.path.join(d, "At.mtx"), A.T)
         scipy.io.mmwrite(os.path.join(d, "X.mtx"), sp.coo_matrix(X))
         np.save(os.path.join(d, "X.npy"), X)
         np.save(os.path.join(d, "X_short.npy"), X[:-1])
@@ -96,6 +97,14 @@ def test_train_then_predict_matches_reference(files, capsys):
                  "--fused"]) == 0
     if COMM.rank == 0:
         with h5py.File(fused) as fh:
+            np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
+    COMM.Barrier()
+    # the transposed file read with --transpose is the same graph
+    tr = f"{d}/l1t.h5"
+    assert main(["gat", "predict", "--graph", f"{d}/At.mtx", "--transpose", "--features",
+                 f"{d}/X.npy", "--weights", out, "--out", tr, "--dtype", "float64"]) == 0
+    if COMM.rank == 0:
+        with h5py.File(tr) as fh:
             np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
 
 
