@@ -36,6 +36,11 @@ def files(shared_tmp):
         scipy.io.mmwrite(os.path.join(d, "At.mtx"), A.T)
         scipy.io.mmwrite(os.path.join(d, "X.mtx"), sp.coo_matrix(X))
         np.save(os.path.join(d, "X.npy"), X)
+        with h5py.File(os.path.join(d, "X.h5"), "w") as fh:
+            fh["features"] = X
+        Xnan = X.copy()
+        Xnan[4, 1] = np.nan
+        np.save(os.path.join(d, "X_nan.npy"), Xnan)
         np.save(os.path.join(d, "X_short.npy"), X[:-1])
         np.savetxt(os.path.join(d, "y.txt"), y, fmt="%d")
         np.savetxt(os.path.join(d, "y_short.txt"), y[:-2], fmt="%d")
@@ -99,10 +104,10 @@ def test_train_then_predict_matches_reference(files, capsys):
         with h5py.File(fused) as fh:
             np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
     COMM.Barrier()
-    # the transposed file read with --transpose is the same graph
+    # the transposed file read with --transpose is the same graph (features from HDF5 here)
     tr = f"{d}/l1t.h5"
     assert main(["gat", "predict", "--graph", f"{d}/At.mtx", "--transpose", "--features",
-                 f"{d}/X.npy", "--weights", out, "--out", tr, "--dtype", "float64"]) == 0
+                 f"{d}/X.h5", "--weights", out, "--out", tr, "--dtype", "float64"]) == 0
     if COMM.rank == 0:
         with h5py.File(tr) as fh:
             np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
@@ -130,6 +135,7 @@ def test_resume_is_bit_identical(files, capsys):
 @pytest.mark.parametrize("change,match", [
     ({"--labels": "y_short.txt"}, "labels"),
     ({"--features": "X_short.npy"}, "rows but the graph has"),
+    ({"--features": "X_nan.npy"}, "NaN"),
     ({"--heads": "0"}, "heads"),
     ({"--graph": "rect.mtx"}, "square"),
     ({"--algorithm": "15d-sparse-shift"}, "15d-dense-shift only"),
