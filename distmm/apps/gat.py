@@ -170,8 +170,11 @@ class DistGAT:
                 f"GAT runs on 15d-dense-shift only, not {obj.name!r} (see distmm.apps.gat)")
         require(obj.shape[0] == obj.shape[1], "GAT needs a square S")
         self.obj, self.model, self.fused = obj, model, bool(fused)
-        require(np.array_equal(obj.dense_rows("a", obj.rank), obj.dense_rows("b", obj.rank)),
-                "GAT needs S's A and B layouts to coincide")
+        # layout arithmetic over every rank, so every rank reaches the same verdict
+        same_rows = all(np.array_equal(obj.dense_rows("a", k), obj.dense_rows("b", k))
+                        for k in range(obj.p))
+        same_perm = obj.row_perm is obj.col_perm or np.array_equal(obj.row_perm, obj.col_perm)
+        require(same_rows and same_perm, "GAT needs S's A and B layouts to coincide")
         self.nodes = obj.local_rows("a")
         rows, cols = obj.value_coordinates()
         self.edge_keys = obj.row_perm[rows] * obj.shape[1] + obj.col_perm[cols]
