@@ -1,6 +1,7 @@
 """``distmm gat train`` / ``predict`` in-process on every rank: JSON lines, weights in GATConv's
 layout, logits equal to the serial reference with the saved weights, bit-identical resume from a
-checkpoint, and bad input refused with status 2 and nothing written."""
+checkpoint, training that lowers the loss on a learnable task, and bad input refused with status 2
+and nothing written."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def files(shared_tmp):
     A = sp.random(N, N, density=0.2, format="coo", random_state=rng)
     X = rng.random((N, FIN))
     X[X < 0.4] = 0.0
-    y = rng.integers(0, CLASSES, N)
+    y = np.argmax(X @ rng.standard_normal((FIN, CLASSES)), axis=1)   # learnable from X
     if COMM.rank == 0:
         os.makedirs(d, exist_ok=True)
         scipy.io.mmwrite(os.path.join(d, "A.mtx"), A)
@@ -182,3 +183,18 @@ def test_predict_refuses_bad_weights(files, capsys):
         if COMM.rank == 0:
             assert match in err
         assert not os.path.exists(out)
+
+
+def test_training_lowers_the_loss(files, capsys):
+    d = files["dir"]
+    args = _train_args(d, f"{d}/fit.h5", "--dropout", "0", "--attention-dropout", "0",
+                       "--lr", "0.02", "--weight-decay", "0", "--patience", "100",
+                       "--raw-features", "--hidden", "8")
+    args[args.index("--epochs") + 1] = "40"
+    assert main(args) == 0
+    lines = _lines(capsys)
+    if COMM.rank == 0:
+        loss = [r["train_loss"] for r in lines if r["event"] == "epoch"]
+        assert len(loss) == 40 and loss[-1] < 0.7 * loss[0], loss
+        result = [r for r in lines if r["event"] == "result"][0]
+        assert result["train_acc"] > 0.6
