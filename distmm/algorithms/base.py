@@ -39,6 +39,23 @@ from distmm.sparse import CSRBlock
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+# Where newly built objects are recorded (see track_objects); None: nowhere.
+_TRACKED: list | None = None
+
+
+def track_objects(into: list | None) -> None:
+    """Record every distributed object constructed from now on in the list ``into``.
+
+    Not collective. ``None`` stops recording. For harnesses and sweeps that build objects in
+    loops: MPI has a fixed number of communicator ids per process (2048 in MPICH), and every
+    object holds a few until :meth:`DistributedAlgorithm.close`, so such code closes what it
+    recorded, in the order it was built (the same order on every rank, since close is
+    collective).
+    """
+    global _TRACKED
+    _TRACKED = into
+
+
 @dataclass
 class Orientation:
     """One stored orientation of S on this rank, as a list of CSR blocks.
@@ -99,6 +116,8 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
                  dtype=np.float32, permute: bool | str = "auto", seed: int = 0,
                  check_finite: bool = True, r: int | None = None,
                  checks: str = "once") -> None:
+        if _TRACKED is not None:
+            _TRACKED.append(self)
         dtype = np.dtype(dtype)
         require(dtype in FLOAT_DTYPES, f"dtype must be float32 or float64, got {dtype}")
         require(checks in CHECKS,
@@ -743,7 +762,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         Collective over ``comm`` (every rank must close the object). Afterwards every
         operation raises InputError; closing again does nothing. The caller's ``comm`` is not
         freed."""
-        if self._closed:
+        if self.__dict__.get("_closed", False):
             return
         self._closed = True
         for sub in self._grid_comms() + list(self.__dict__.get("_extra_comms", [])):
@@ -751,7 +770,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
             if sub != MPI.COMM_NULL:
                 sub.Free()
         self.__dict__["_extra_comms"] = []
-        self._scratch.clear()
+        self.__dict__.get("_scratch", {}).clear()
 
     @property
     def closed(self) -> bool:

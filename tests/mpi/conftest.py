@@ -315,6 +315,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             del report.wasxfail
 
 
+@pytest.fixture(autouse=True)
+def _close_distributed_objects():
+    """Close every distributed object a test built, in the order it was built.
+
+    Each object holds sub-communicators until closed, and MPICH has 2048 communicator ids per
+    process: a whole suite of tests that never close their objects runs out of them. Every
+    rank runs the same test, so every rank closes the same objects in the same order."""
+    from distmm.algorithms.base import track_objects
+
+    made: list = []
+    track_objects(made)
+    yield
+    track_objects(None)
+    for obj in made:
+        obj.close()
+
+
 @pytest.fixture
 def comm() -> MPI.Intracomm:
     """MPI.COMM_WORLD, for tests that communicate."""
