@@ -4,17 +4,22 @@ Typical use, under ``mpiexec -n P``::
 
     from mpi4py import MPI
     import distmm
-    S = distmm.distribute("graph.mtx", MPI.COMM_WORLD, c=2)   # place S once
-    A = S.scatter("a", A_global)                             # this rank's block of A
-    B = S.scatter("b", B_global)
-    out = S.fusedmm_a(A, B, strategy="fusion")               # same distribution as A
-    full = S.gather("a", out)                                # on rank 0, original order
+    with distmm.distribute("graph.mtx", MPI.COMM_WORLD, c=2) as S:  # place S once
+        A = S.scatter("a", A_global)            # this rank's block of A: a DenseBlock
+        B = S.dense("b", 16, fill=distmm.hashed_normal(seed=0))  # r is per call
+        out = S.fusedmm_a(A, B, strategy="fusion")               # same distribution as A
+        full = S.gather("a", out)                                # on rank 0, original order
+
+See docs/api.md.
 """
 
 from distmm.api import ALGORITHMS, OPS, distribute
 from distmm.coo import CooShare
+from distmm.dense import DenseBlock, hashed_normal
 from distmm.errors import DistmmError, InputError
+from distmm.operator import Operator
 
 __version__ = "0.1.0"
 
-__all__ = ["ALGORITHMS", "OPS", "CooShare", "DistmmError", "InputError", "distribute"]
+__all__ = ["ALGORITHMS", "OPS", "CooShare", "DenseBlock", "DistmmError", "InputError",
+           "Operator", "distribute", "hashed_normal"]

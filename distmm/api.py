@@ -15,7 +15,6 @@ from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
 from distmm.coo import CooShare
 from distmm.errors import Checks, InputError, agree, as_int, require
-from distmm.io import mtx_header
 from distmm.kernels import NodeModel
 
 ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
@@ -98,13 +97,14 @@ def size_problem(what: str, m: int, n: int, nnz: int, p: int, r: int | None = No
 
 
 def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, seed, order,
-              root, check_finite, overlap) -> dict:
+              root, check_finite, overlap, checks="once") -> dict:
     """This rank's view of distribute()'s arguments, checked and normalised (not collective).
 
     Raises InputError for a value that is wrong on this rank. The returned dict holds plain,
     printable values (compared across ranks by :func:`distmm.errors.agree`) and, under keys
     starting with "_", the normalised objects the constructor is given.
     """
+    from distmm.io import mtx_header  # h5py is imported only by those who read files
     from distmm.kernels import NODE_MODELS, make_node_model
 
     p = comm.Get_size()
@@ -116,7 +116,7 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
             f"replication factor c={c} must be a positive divisor of p={p}")
     if r is not None:
         r = as_int(r, "the dense width r")
-        require(r >= 1, f"the dense width r must be at least 1, got {r}")
+        require(r >= 1, f"the dense width r must be at least 1 (r >= 1), got {r}")
     try:
         dtype = np.dtype(dtype)
     except TypeError:
@@ -125,6 +125,9 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
             f"dtype must be float32 or float64, got {dtype}")
     require(not overlap or getattr(cls, "supports_overlap", False),
             f"{algorithm} does not support --overlap")
+    from distmm.algorithms.calls import CHECKS
+
+    require(checks in CHECKS, f"checks must be one of {', '.join(CHECKS)}, got {checks!r}")
     seed = as_int(seed, "seed")
     if root is not None:
         root = as_int(root, "root")
@@ -139,7 +142,7 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
                 "node_model": f"{node_model.name} {node_model.options()}",
                 "permute": _permute_setting(permute), "seed": seed, "order": order, "root": root,
                 "check_finite": bool(check_finite), "overlap": bool(overlap),
-                "_dtype": dtype, "_kernel": node_model}
+                "checks": checks, "_dtype": dtype, "_kernel": node_model}
     # What S is, and its shape wherever this rank can know it without communicating.
     if isinstance(S, CooShare):
         settings["S given as"], settings["shape of S"] = "a CooShare", S.shape
@@ -195,7 +198,7 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
                dtype=np.float32, permute: bool | str = "auto", seed: int = 0,
                order: str = "fiber",
                root: int | None = 0, check_finite: bool = True,
-               overlap: bool = False) -> DistributedAlgorithm:
+               overlap: bool = False, checks: str = "once") -> DistributedAlgorithm:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
 
     Collective over ``comm``: every rank calls it with the same parameters.
@@ -212,8 +215,10 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     c : int
         Replication factor, a positive divisor of p (2.5D families: p/c a perfect square).
     r : int, optional
-        Dense width of A and B. Required by the families that split A and B by columns
-        (r >= p/c, sqrt(p/c) or sqrt(pc)); ignored by 1.5D dense shifting.
+        Only a default width for ``S.dense(side)`` and ``S.dense_cols(side, rank)`` called
+        without an r: the dense width is chosen per call (read from the blocks), and each
+        family refuses an r below its minimum (``S.r_rule()``: r >= p/c, sqrt(p/c) or
+        sqrt(pc) for the families that split A and B by columns).
     node_model : str or NodeModel
         The local kernel: a name from :data:`distmm.kernels.NODE_MODELS` or an instance from
         :func:`distmm.kernels.make_node_model`.
@@ -238,6 +243,10 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     overlap : bool
         Overlap each propagation shift with the local kernel (non-blocking send/receive into
         a second buffer), in the families that support it.
+    checks : {"once", "always", "off"}
+        "once" (default): full validation and cross-rank agreement on the first call of each
+        kind, cheap local checks after; "always"; or "off" (see
+        :mod:`distmm.algorithms.calls` for what each gives up).
 
     Returns
     -------
@@ -245,7 +254,8 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         The object bound to S, the grid, c, the node model and the dtype. Its methods
         (``sddmm``, ``spmm_a``, ``spmm_b``, ``fusedmm_a``, ``fusedmm_b``, ``set_values``,
         ``scatter``, ``gather``, ``report``, ...) are collective and take and return dense
-        blocks in its own distribution.
+        blocks in its own distribution. It owns sub-communicators: ``S.close()`` or
+        ``with distribute(...) as S:`` frees them.
 
     Raises
     ------
@@ -272,19 +282,21 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         out = op.fusedmm_a(A, op.scatter("b", B_global))
         full = op.gather("a", out)             # m x r on rank 0, original order
     """
-    checks = Checks(comm)
+    agreement = Checks(comm)
     settings: dict = {}
-    with checks.guard():
+    with agreement.guard():
         settings = _settings(S, comm, algorithm, c, r, node_model, dtype, permute, seed,
-                             order, root, check_finite, overlap)
-    checks.agree(same={k: v for k, v in settings.items() if not k.startswith("_")})
+                             order, root, check_finite, overlap, checks)
+    agreement.agree(same={k: v for k, v in settings.items() if not k.startswith("_")})
     c, r, dtype, kernel = settings["c"], settings["r"], settings["_dtype"], settings["_kernel"]
     share = as_coo_share(S, comm, root=settings["root"])
-    agree(comm, _value_overflow(share, dtype))
+    if check_finite:  # the values' check, like the algorithms' own finiteness checks
+        agree(comm, _value_overflow(share, dtype))
     cls = ALGORITHMS[algorithm]
     extra = {"overlap": True} if overlap else {}
     return cls(share, comm, c=c, r=r, node_model=kernel, dtype=dtype, permute=permute,
-               seed=settings["seed"], order=order, check_finite=check_finite, **extra)
+               seed=settings["seed"], order=order, check_finite=check_finite,
+               checks=settings["checks"], **extra)
 
 
 def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,

@@ -48,13 +48,12 @@ def kernel_summary(report: dict) -> dict:
 
 def random_blocks(obj: DistributedAlgorithm, r: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """This rank's blocks of random normal A (m x r) and B (n x r), in the object's
-    distribution (rows and columns of r). Not collective."""
+    distribution (rows and columns of r), as typed blocks. Not collective."""
     rng = np.random.default_rng([seed, obj.rank])
 
     def block(side: str) -> np.ndarray:
-        shape = (obj.dense_rows(side, obj.rank).size,
-                 len(range(r)[obj.dense_cols(side, obj.rank)]))
-        return rng.standard_normal(shape).astype(obj.dtype)
+        shape = obj.local_shape(side, r)
+        return obj.wrap(side, rng.standard_normal(shape).astype(obj.dtype), r)
 
     return block("a"), block("b")
 

@@ -359,7 +359,10 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    machine = Machine.load(args.machine) if args.machine else Machine()
+    checks, machine = Checks(MPI.COMM_WORLD), None
+    with checks.guard():  # every rank reads --machine; one that cannot must stop them all
+        machine = _machine(args)
+    checks.agree()
     algorithms = None if args.all_algorithms else tuple(api.ALGORITHMS)
     rows = plan(args.m, args.n or args.m, args.nnz, args.r, args.p, machine, algorithms)
     if MPI.COMM_WORLD.Get_rank() != 0:
@@ -516,6 +519,7 @@ def cmd_run(args) -> int:
         except OSError as exc:
             msg = f"--out {args.out}: cannot write the result ({exc.strerror or exc})"
     agree(comm, msg)
+    obj.close()
     return 0
 
 
@@ -605,6 +609,7 @@ def cmd_bench(args) -> int:
                       **measure(obj, op, A_loc, B_loc, args.r, strategy, args.repeat)}
             _emit(record)
             _log_rank(args, obj, record)
+    obj.close()
     return 0
 
 

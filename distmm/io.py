@@ -478,7 +478,8 @@ def _first_bad_entry(table: np.ndarray, header: _Header) -> tuple[int, str] | No
     for col, name, limit in ((0, "row", header.nrows), (1, "column", header.ncols)):
         idx = table[:, col]
         integral = np.isfinite(idx) & (idx == np.floor(idx))
-        checks.append((~integral, lambda e, n=name, i=idx: f"{n} index {i[e]!r} is not an integer"))
+        checks.append((~integral,
+                       lambda e, n=name, i=idx: f"{n} index {float(i[e])!r} is not an integer"))
         checks.append(
             (
                 integral & ((idx < 1) | (idx > limit)),
@@ -497,7 +498,7 @@ def _first_bad_entry(table: np.ndarray, header: _Header) -> tuple[int, str] | No
             checks.append(
                 (
                     finite & (val != np.floor(val)),
-                    lambda e: f"value {val[e]!r} is not an integer in an 'integer' file",
+                    lambda e: f"value {float(val[e])!r} is not an integer in an 'integer' file",
                 )
             )
     first: tuple[int, str] | None = None

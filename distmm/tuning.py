@@ -67,7 +67,8 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
     blocks of width r (seeded by ``seed``) are the inputs: the time of these kernels does not
     depend on the values. A candidate that cannot be distributed raises the same InputError on
     every rank (distribute checks collectively), so no rank is left waiting. Returns a
-    :class:`Tuned`; only the chosen candidate's distribution is kept in memory.
+    :class:`Tuned`; only the chosen candidate's distribution is kept in memory: the others are
+    closed (their sub-communicators freed) as soon as they are beaten.
     """
     require(op in api.OPS, f"unknown operation {op!r}; choose one of {', '.join(api.OPS)}")
     require(isinstance(repeat, int) and repeat >= 1, "repeat must be at least 1")
@@ -96,8 +97,14 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
             row["measured_s"] = _time(comm, obj, op, A_loc, B_loc, row["strategy"], repeat)
             if best_row is None or row["measured_s"] < best_row["measured_s"]:
                 best_row, kept = row, True
+        # Every rank takes the same decision (the times are all-reduced), so closing the
+        # discarded object (collective) is safe.
         if kept:
+            if best_obj is not None:
+                best_obj.close()
             best_obj = obj
+        else:
+            obj.close()
         del obj, A_loc, B_loc
     best_obj.reset_stats()
     return Tuned(best_row, best_obj, chosen)

@@ -55,8 +55,8 @@ def main() -> None:
     best: dict[tuple[str, str], tuple[int, float]] = {}
     for algorithm, strategy in costmodel.CONFIGS:
         for c in costmodel.valid_cs(algorithm, p, r):
-            obj = distmm.distribute(S, comm, algorithm=algorithm, c=c, r=r, permute=False)
-            w = counted(obj, r, strategy)
+            with distmm.distribute(S, comm, algorithm=algorithm, c=c, r=r, permute=False) as obj:
+                w = counted(obj, r, strategy)
             key = (algorithm, strategy)
             if key not in best or w < best[key][1]:
                 best[key] = (c, w)

@@ -114,10 +114,11 @@ def main() -> None:
                         if comm.rank == 0:
                             print(f"{label} r={r} {algorithm} {strategy} c={c}: "
                                   f"{rec['seconds']:.4f} s", flush=True)
+                    obj.close()
             tuned = tune(source, comm, r, args.tune, machine,
                          algorithms=tuple(algorithms), dtype=np.dtype(args.dtype),
                          seed=args.seed, overlap=args.overlap)
-            del tuned.obj
+            tuned.obj.close()
             if comm.rank == 0:
                 best_plan = plan(m, n, nnz, r, p, machine, algorithms=tuple(algorithms))[0]
                 sections.append(summary(label, r, p, rows, best_plan, args.every_c,

@@ -25,15 +25,17 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
+from distmm.algorithms.calls import CHECKS, CallChecks
 from distmm.comm import CommStats, CountingComm, gather_report, mpi_type
 from distmm.coo import CooShare
+from distmm.dense import SIDES, DenseBlock
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model
+from distmm.layout import block_offsets
 from distmm.ops.mixin import EdgeOps
 from distmm.permute import balance_permutation, inverse_permutation
 from distmm.sparse import CSRBlock
 
-SIDES = ("a", "b")
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -74,30 +76,51 @@ def _cat(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-class DistributedAlgorithm(EdgeOps):
+class DistributedAlgorithm(CallChecks, EdgeOps):
     """Base class: S placed on a grid, with the helpers every algorithm family uses.
 
     Subclasses define the grid, the owner of each nonzero in each orientation, the dense
     blocks each rank holds, and the operations. Construction is collective over ``comm``.
+
+    The dense width r is a property of each call, read from its blocks: S's placement does not
+    depend on it. Families that cut the r columns of A and B across ranks (``splits_r``) state
+    their minimum r per call (:meth:`r_rule`). ``r`` given at construction is only a default
+    width, used where a call has no block to read it from (:meth:`dense`, :meth:`dense_cols`
+    without r). ``checks`` picks the per-call validation (see :mod:`distmm.algorithms.calls`).
+    An object owns sub-communicators: free them with :meth:`close` or a ``with`` block.
     """
 
     name = "abstract"
     strategies: tuple[str, ...] = ()
-    # Families that split A and B by columns fix r at construction; the others leave it None
-    # and take r from each call's blocks.
-    r: int | None = None
+    # Whether the family cuts the r columns of A and B into column blocks across ranks.
+    splits_r = False
 
     def __init__(self, source: CooShare, comm: MPI.Comm, node_model: str | NodeModel = "reference",
                  dtype=np.float32, permute: bool | str = "auto", seed: int = 0,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, r: int | None = None,
+                 checks: str = "once") -> None:
         dtype = np.dtype(dtype)
         require(dtype in FLOAT_DTYPES, f"dtype must be float32 or float64, got {dtype}")
+        require(checks in CHECKS,
+                f"checks must be one of {', '.join(map(repr, CHECKS))}, got {checks!r}")
         self.comm = comm
         self.p = comm.Get_size()
         self.rank = comm.Get_rank()
         self.dtype = dtype
         self.shape = (int(source.shape[0]), int(source.shape[1]))
         self.check_finite = check_finite
+        self.checks = checks
+        # Rank-independent (the family sets its grid sizes first), so before any message.
+        self.r = None if r is None else self._check_r(r)
+        self._checked: set[str] = set()
+        self._last_r: int | None = None
+        self._closed = False
+        self._scratch: dict[tuple, np.ndarray] = {}
+        self._col_cache: dict[int, np.ndarray] = {}
+        self._rows_cache: dict[str, int] = {}
+        # Communicators created on this object by other modules (distmm.ops) are registered
+        # here, so that close() frees them too.
+        self.__dict__.setdefault("_extra_comms", [])
         self.stats = CommStats()
         self.world = CountingComm(comm, self.stats)
         # A name makes a fresh model with default options; an instance (configured by the
@@ -143,9 +166,97 @@ class DistributedAlgorithm(EdgeOps):
         """Global permuted rows of ``side``'s dense block on ``rank`` (local order)."""
         raise NotImplementedError
 
-    def dense_cols(self, side: str, rank: int) -> slice:
-        """Columns (of r) of ``side``'s dense block on ``rank``."""
-        return slice(None)
+    def r_rule(self) -> tuple[int, str]:
+        """(the smallest dense width r a call may use, why). Not collective."""
+        return 1, "at least one column"
+
+    def _col_blocks(self) -> int:
+        """How many column blocks r is cut into (families with ``splits_r``)."""
+        return 1
+
+    def _col_block(self, rank: int) -> int:
+        """The column block of r that ``rank`` holds (the same for A and B)."""
+        return 0
+
+    def _grid_comms(self) -> list[MPI.Comm]:
+        """The sub-communicators this object created (freed by :meth:`close`)."""
+        grid = getattr(self, "grid", None)
+        if grid is None:
+            return []
+        names = ("row_comm", "col_comm", "layer_comm", "fiber_comm")
+        return [getattr(grid, a) for a in names if hasattr(grid, a)]
+
+    # ----------------------------------------------------------------- dense layout
+    def dense_cols(self, side: str, rank: int, r: int | None = None) -> slice:
+        """Columns (of r) of ``side``'s dense block on ``rank``. Not collective.
+
+        Families that keep whole rows return ``slice(None)`` for any r. The others cut r into
+        column blocks (offsets computed once per r and cached); ``r`` defaults to the width
+        given at construction."""
+        if not self.splits_r:
+            return slice(None)
+        co = self._col_offsets(self._default_r(r))
+        b = self._col_block(rank)
+        return slice(int(co[b]), int(co[b + 1]))
+
+    def _col_offsets(self, r: int) -> np.ndarray:
+        co = self._col_cache.get(r)
+        if co is None:
+            co = self._col_cache[r] = block_offsets(r, self._col_blocks())
+        return co
+
+    def local_width(self, r: int, rank: int | None = None) -> int:
+        """Columns of a width-r dense block held by ``rank`` (default: this rank)."""
+        if not self.splits_r:
+            return r
+        co = self._col_offsets(r)
+        b = self._col_block(self.rank if rank is None else rank)
+        return int(co[b + 1] - co[b])
+
+    def local_shape(self, side: str, r: int) -> tuple[int, int]:
+        """Shape of this rank's block of a width-r dense matrix on ``side``. Not collective."""
+        return self._local_rows(side), self.local_width(r)
+
+    def _local_rows(self, side: str) -> int:
+        n = self._rows_cache.get(side)
+        if n is None:
+            n = self._rows_cache[side] = int(self.dense_rows(side, self.rank).size)
+        return n
+
+    def _default_r(self, r: int | None) -> int:
+        r = self.r if r is None else r
+        require(r is not None,
+                f"the {self.name} algorithm splits the r columns of A and B across ranks, so "
+                "the width must be given here (r=...), or at construction as a default")
+        return r
+
+    def _check_r(self, r) -> int:
+        """Rank-independent check of a dense width; returns it as an int."""
+        require(isinstance(r, (int, np.integer)) and not isinstance(r, bool),
+                f"the dense width r must be an integer, got {r!r}")
+        problem = self._r_problem(int(r))
+        require(problem is None, problem or "")
+        return int(r)
+
+    def _block(self, side: str, r: int, array: np.ndarray) -> DenseBlock:
+        """``array`` (this rank's block, no copy) typed as a block of this object."""
+        if isinstance(array, DenseBlock) and array.owner is self and array.side == side \
+                and array.r == r:
+            return array
+        nrows = self.shape[0] if side == "a" else self.shape[1]
+        return DenseBlock(array, side, (nrows, r), self)
+
+    def _buffer(self, role: str, shape: tuple[int, ...], dtype=None) -> np.ndarray:
+        """A scratch array kept on the object between calls (one per role, shape, dtype).
+
+        Only for buffers that never leave the call: their contents are overwritten by the
+        next call that uses the same role."""
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        key = (role, tuple(int(x) for x in shape), dtype)
+        buf = self._scratch.get(key)
+        if buf is None:
+            buf = self._scratch[key] = np.empty(key[1], dtype=dtype)
+        return buf
 
     # ----------------------------------------------------------------- placing S
     def _place(self, name: str, owners: np.ndarray, rows: np.ndarray, cols: np.ndarray,
@@ -229,128 +340,169 @@ class DistributedAlgorithm(EdgeOps):
             self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
         agree(self.comm, message)
 
-    def _check_dense(self, side: str, X: np.ndarray, what: str) -> str | None:
-        """Local check of one dense block; returns a message or None."""
-        expect_rows = self.dense_rows(side, self.rank).size
-        if not isinstance(X, np.ndarray) or X.ndim != 2:
-            return f"{what} must be a 2-D numpy array"
-        if X.shape[0] != expect_rows:
-            return (f"{what} has {X.shape[0]} rows on this rank but the distribution gives it "
-                    f"{expect_rows}")
-        if X.dtype != self.dtype:
-            return f"{what} has dtype {X.dtype}, but this matrix was distributed as {self.dtype}"
-        if not X.flags.c_contiguous:
-            return f"{what} must be C-contiguous (np.ascontiguousarray)"
-        if self.check_finite and not np.isfinite(X).all():
-            return f"{what} contains NaN or infinite values"
-        return None
-
     def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
                      values: np.ndarray | None = None) -> int:
-        """Check dense blocks given as (side, array, name) and optional values of S.
+        """Fully check dense blocks given as (side, array, name) and optional values of S.
 
-        Collective: one small allgather, so that a problem found on any rank raises the same
-        InputError on every rank before the operation communicates. Returns the dense width r
-        (the local block width; every rank must agree on it).
-        """
-        msg = None
-        widths = set()
-        for side, X, what in pairs:
-            msg = msg or self._check_dense(side, X, what)
-            if msg is None and self.r is not None:
-                cols = range(self.r)[self.dense_cols(side, self.rank)]
-                if X.shape[1] != len(cols):
-                    msg = (f"{what} has {X.shape[1]} columns on this rank but the distribution "
-                           f"gives it {len(cols)} (columns {cols.start}..{cols.stop - 1} of "
-                           f"r={self.r})")
-            if isinstance(X, np.ndarray) and X.ndim == 2:
-                widths.add(X.shape[1])
-        if values is not None:
-            msg = msg or self._check_values(values)
-        if self.r is not None:
-            self._agree(msg)
-            return self.r
-        if len(widths) > 1:
-            msg = msg or f"the dense operands have different widths {sorted(widths)}"
-        width = widths.pop() if len(widths) == 1 else -1
-        gathered = self.comm.allgather((width, msg))
-        if self.p > 1:
-            self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
-        bad = [(k, m) for k, (_, m) in enumerate(gathered) if m is not None]
-        all_widths = sorted({w for w, _ in gathered})
-        if not bad and len(all_widths) > 1:
-            bad = [(0, f"dense blocks disagree on r across ranks: {all_widths}")]
-        if not bad and all_widths[0] < 1:
-            bad = [(0, "dense operands need r >= 1 columns")]
-        if bad:
-            k, m = bad[0]
-            suffix = f" (reported by rank {k})" if self.p > 1 else ""
-            raise InputError(m + suffix)
-        return all_widths[0]
-
-    def _check_values(self, values: np.ndarray) -> str | None:
-        nnz = self.values.size
-        if not isinstance(values, np.ndarray) or values.ndim != 1 or values.size != nnz:
-            return f"values must be a 1-D array of this rank's {nnz} stored nonzeros"
-        if values.dtype != self.dtype:
-            return f"values have dtype {values.dtype}, expected {self.dtype}"
-        if self.check_finite and not np.isfinite(values).all():
-            return "values contain NaN or infinite entries"
-        return None
+        Collective (one small allgather), whatever ``checks`` says: a problem found on any
+        rank raises the same InputError on every rank. Returns the dense width r the blocks
+        agree on."""
+        self._require_open()
+        return self._full_check(pairs, values, None, None)
 
     # ----------------------------------------------------------------- public operations
-    # Families that store S in orientations "a" (S) and "b" (S^T) implement the loop pieces
-    # _sddmm_in / _spmm_x_in / _spmm_y_in and _fusedmm; the others override these methods.
-    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
-              values: np.ndarray | str | None = None) -> np.ndarray:
-        """R = S(values) * (A B^T) at S's nonzeros; returns this rank's R in value order.
+    # Each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm (side, ...), given the
+    # checked operands, the call's r and an optional output buffer.
+    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | None = None,
+              out: np.ndarray | None = None) -> np.ndarray:
+        """SDDMM: R = S(values) * (A B^T) at S's nonzeros. Collective.
 
-        Collective. ``values`` (value order, or the name of a vector registered with
-        :meth:`set_named_values`) defaults to S's current values."""
+        Parameters
+        ----------
+        A_loc, B_loc : DenseBlock or ndarray
+            This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
+        values : ndarray, optional
+            Values of S in this rank's value order, or the name of a vector registered with
+            :meth:`set_named_values` (default: S's current values).
+        out : ndarray, optional
+            A 1-D buffer of this rank's stored nonzeros (dtype of S) to write R into.
+
+        Returns
+        -------
+        ndarray
+            This rank's R in value order (``out`` when given).
+        """
         values = self._named_or(values)
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
+        r = self._begin("sddmm", (("a", A_loc, "A"), ("b", B_loc, "B")), values, out, "values")
         vals = self.values if values is None else values
-        return self._sddmm_in("a", A_loc, B_loc, vals)[0]
+        res = self._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
+        return res if out is None else out
 
-    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None) -> np.ndarray:
-        """A-side output S(values) @ B (m x r); returns this rank's block. Collective.
+    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None,
+               out: np.ndarray | None = None) -> DenseBlock:
+        """SpMMA: S(values) @ B, an m x r side-"a" matrix. Collective.
 
-        ``values``: as in :meth:`sddmm`."""
+        Parameters
+        ----------
+        B_loc : DenseBlock or ndarray
+            This rank's side-"b" block of B (n x r); r is read from it.
+        values : ndarray, optional
+            Values of S in this rank's value order, or the name of a vector registered with
+            :meth:`set_named_values` (default: S's current values).
+        out : DenseBlock or ndarray, optional
+            A side-"a" block of the same r to write into (reusable across calls).
+
+        Returns
+        -------
+        DenseBlock
+            This rank's side-"a" block of the result (``out`` when given).
+        """
         values = self._named_or(values)
-        self.check_inputs(("b", B_loc, "B"), values=values)
+        r = self._begin("spmm_a", (("b", B_loc, "B"),), values, out, "a")
         vals = self.values if values is None else values
-        return self._spmm_x_in("a", B_loc, vals)
+        res = self._spmm_a(_plain(B_loc), vals, r, _plain(out))
+        return self._block("a", r, res if out is None else out)
 
-    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None) -> np.ndarray:
-        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective.
+    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None,
+               out: np.ndarray | None = None) -> DenseBlock:
+        """SpMMB: S(values)^T @ A, an n x r side-"b" matrix; the mirror of :meth:`spmm_a`.
 
-        ``values``: as in :meth:`sddmm`."""
+        Collective.
+
+        Parameters
+        ----------
+        A_loc : DenseBlock or ndarray
+            This rank's side-"a" block of A (m x r).
+        values : ndarray, optional
+            Values of S in this rank's value order, or the name of a vector registered with
+            :meth:`set_named_values` (default: S's current values).
+        out : DenseBlock or ndarray, optional
+            A side-"b" block of the same r to write into.
+
+        Returns
+        -------
+        DenseBlock
+            This rank's side-"b" block of the result (``out`` when given).
+        """
         values = self._named_or(values)
-        self.check_inputs(("a", A_loc, "A"), values=values)
+        r = self._begin("spmm_b", (("a", A_loc, "A"),), values, out, "b")
         vals = self.values if values is None else values
-        return self._spmm_y_in("a", A_loc, vals)
+        res = self._spmm_b(_plain(A_loc), vals, r, _plain(out))
+        return self._block("b", r, res if out is None else out)
 
     def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-                  values: np.ndarray | str | None = None) -> np.ndarray:
-        """FusedMMA: (S(values) * (A B^T)) @ B, m x r. Collective.
+                  values: np.ndarray | str | None = None,
+                  out: np.ndarray | None = None) -> DenseBlock:
+        """FusedMMA: (S(values) * (A B^T)) @ B, an m x r side-"a" matrix. Collective.
 
-        ``strategy`` is one of :attr:`strategies` ("none": SDDMM then SpMM as two calls;
-        "reuse": replication reuse; "fusion": local kernel fusion, where the family has it);
-        default: the family's most eliding one (the last of :attr:`strategies`).
-        ``values`` (value order, or a name from :meth:`set_named_values`) defaults to S's
-        current values. A strategy that runs on the stored S^T needs the values in S^T's
-        order: S's own and named vectors are moved there once and kept; an explicit array is
-        moved at every call (one all-to-all of this rank's nonzero values, phase "values"), so
-        a loop that reuses a vector should register it by name."""
-        return self._fusedmm("a", A_loc, B_loc, strategy or self.strategies[-1],
-                             self._named_or(values))
+        Parameters
+        ----------
+        A_loc, B_loc : DenseBlock or ndarray
+            This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
+        strategy : str, optional
+            One of :attr:`strategies` ("none": SDDMM then SpMM as two calls; "reuse":
+            replication reuse; "fusion": local kernel fusion, where the family has it);
+            default: the family's most eliding one (the last of :attr:`strategies`).
+        values : ndarray or str, optional
+            Values of S in this rank's value order, or the name of a vector registered with
+            :meth:`set_named_values` (default: S's current values). A strategy that runs on
+            the stored S^T needs the values in S^T's order: S's own and named vectors are
+            moved there once and kept; an explicit array is moved at every call (one
+            all-to-all of this rank's nonzero values, phase "values"), so a loop that reuses a
+            vector should register it by name.
+        out : DenseBlock or ndarray, optional
+            A side-"a" block of the same r to write into.
+
+        Returns
+        -------
+        DenseBlock
+            This rank's side-"a" block of the result (``out`` when given).
+        """
+        return self._fused_call("a", A_loc, B_loc, strategy, out, values)
 
     def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-                  values: np.ndarray | str | None = None) -> np.ndarray:
-        """FusedMMB: (S(values) * (A B^T))^T @ A, n x r; the mirror of :meth:`fusedmm_a`.
-        Collective."""
-        return self._fusedmm("b", A_loc, B_loc, strategy or self.strategies[-1],
-                             self._named_or(values))
+                  values: np.ndarray | str | None = None,
+                  out: np.ndarray | None = None) -> DenseBlock:
+        """FusedMMB: (S * (A B^T))^T @ A, an n x r side-"b" matrix. Collective.
+
+        The mirror of :meth:`fusedmm_a`: same parameters, ``out`` a side-"b" block, returns
+        this rank's side-"b" block of the result."""
+        return self._fused_call("b", A_loc, B_loc, strategy, out, values)
+
+    def _fused_call(self, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
+        strategy = strategy or self.strategies[-1]
+        self._check_strategy(strategy)
+        values = self._named_or(values)
+        r = self._begin(f"fusedmm_{side}", (("a", A_loc, "A"), ("b", B_loc, "B")), values,
+                        out, side)
+        res = self._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
+                            values)
+        return self._block(side, r, res if out is None else out)
+
+    def _check_strategy(self, strategy: str) -> None:
+        """Rank-independent check of a FusedMM strategy name."""
+        require(strategy in self.strategies,
+                f"unknown FusedMM strategy {strategy!r} for {self.name}; choose one of "
+                f"{', '.join(self.strategies)}")
+
+    @staticmethod
+    def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:
+        """``result`` copied into ``out`` when given (else ``result`` itself)."""
+        if out is None:
+            return result
+        np.copyto(out, result)
+        return out
+
+    def as_operator(self, values: np.ndarray | None = None):
+        """S as a linear operator for iterative solvers (see :class:`distmm.operator.Operator`).
+
+        ``matvec(B)`` is :meth:`spmm_a` (S @ B, side "b" in, side "a" out), ``rmatvec(A)`` is
+        :meth:`spmm_b` (S^T @ A); ``.T`` / ``.H`` swap them. ``values`` pins S's values
+        (default: S's current values at each call). Not collective."""
+        from distmm.operator import Operator
+
+        self._require_open()
+        return Operator(self, values)
 
     # ----------------------------------------------------------------- values of S
     @property
@@ -362,6 +514,7 @@ class DistributedAlgorithm(EdgeOps):
         """Replace S's values (this rank's, in value order) without redistributing S.
 
         Collective: every rank calls it with its own values; they are checked everywhere."""
+        self._require_open()
         self._agree(self._check_values(values))
         self._store_values(values)
 
@@ -404,64 +557,114 @@ class DistributedAlgorithm(EdgeOps):
         perm = self.row_perm if side == "a" else self.col_perm
         return perm[self.dense_rows(side, self.rank)]
 
-    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> np.ndarray:
+    def dense(self, side: str, r: int | None = None, fill=0.0) -> DenseBlock:
+        """A new width-r dense matrix on ``side``, as this rank's typed block.
+
+        Parameters
+        ----------
+        side : {"a", "b"}
+            "a": m x r, rows indexed like S's rows; "b": n x r, like S's columns.
+        r : int, optional
+            The dense width (default: the ``r`` given at construction). Every rank must pass
+            the same r; it must satisfy :meth:`r_rule`.
+        fill : float or callable
+            A constant, or ``fill(rows, cols)`` returning the ``(len(rows), len(cols))``
+            entries for the original row ids ``rows`` and global column indices ``cols`` of
+            this rank's block (e.g. :func:`distmm.dense.hashed_normal`: the same matrix at
+            every rank count).
+
+        Not collective (no communication), but meant to be called on every rank.
+        """
+        self._require_open()
+        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
+        r = self._check_r(self._default_r(r))
+        block = np.empty(self.local_shape(side, r), dtype=self.dtype)
+        if callable(fill):
+            cols = np.arange(r, dtype=np.int64)[self.dense_cols(side, self.rank, r)]
+            values = np.asarray(fill(self.local_rows(side), cols))
+            require(values.shape == block.shape,
+                    f"fill returned shape {values.shape}, expected {block.shape} (rows x "
+                    "columns of this rank's block)")
+            block[...] = values
+        else:
+            block.fill(fill)
+        return self._block(side, r, block)
+
+    def wrap(self, side: str, X_loc: np.ndarray, r: int | None = None) -> DenseBlock:
+        """Type this rank's block of a width-r matrix (no copy) as a DenseBlock of ``side``.
+
+        For blocks filled by hand (with :meth:`local_rows` and :meth:`dense_cols`). ``r``
+        defaults to the local width in families that keep whole rows and to the construction
+        default in the others. Checks the local shape and dtype; not collective."""
+        self._require_open()
+        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
+        if r is None and not self.splits_r and isinstance(X_loc, np.ndarray) and X_loc.ndim == 2:
+            r = X_loc.shape[1]
+        r = self._check_r(self._default_r(r))
+        msg = self._block_problem(side, X_loc, "the block", scan=False)
+        if msg is None and X_loc.shape[1] != self.local_width(r):
+            msg = (f"the block has {X_loc.shape[1]} columns on this rank but its share of "
+                   f"r={r} is {self.local_width(r)}")
+        if msg is not None:
+            raise InputError(msg + f" (rank {self.rank})")
+        return self._block(side, r, X_loc)
+
+    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> DenseBlock:
         """Distribute a global dense matrix (m x r for "a", n x r for "b", original order).
 
-        Collective. With ``root=None`` every rank passes the whole matrix and takes its block
-        without communicating; otherwise only ``root``'s ``X`` is read. Returns this rank's
-        block, C-contiguous in the algorithm's dtype.
+        Collective. r is X's width (it must satisfy :meth:`r_rule`). With ``root=None`` every
+        rank passes the whole matrix and takes its block without communicating; otherwise only
+        ``root``'s ``X`` is read. Returns this rank's block, a C-contiguous
+        :class:`~distmm.dense.DenseBlock` in the algorithm's dtype.
         """
+        self._require_open()
         require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
         nrows = self.shape[0] if side == "a" else self.shape[1]
         perm = self.row_perm if side == "a" else self.col_perm
-        if self.r is not None:
-            msg = None
-            if (root is None or self.rank == root) and isinstance(X, np.ndarray) \
-                    and X.ndim == 2 and X.shape[1] != self.r:
-                msg = (f"the global matrix for side {side!r} has {X.shape[1]} columns, but "
-                       f"this matrix was distributed for r={self.r}")
-            self._agree(msg)
         if root is None:
             # Every rank reads only its own rows (X may be a memory-mapped file), so the
             # finiteness check runs on the local block, then all ranks agree.
             msg = _check_global(X, nrows, side, check_finite=False)
+            msg = msg or self._r_problem(X.shape[1])
             block = None
             if msg is None:
+                r = X.shape[1]
                 block = np.ascontiguousarray(
                     X[np.sort(perm[self.dense_rows(side, self.rank)])], dtype=self.dtype)
                 order = np.argsort(np.argsort(perm[self.dense_rows(side, self.rank)]))
-                block = np.ascontiguousarray(block[order][:, self.dense_cols(side, self.rank)])
+                block = np.ascontiguousarray(
+                    block[order][:, self.dense_cols(side, self.rank, r)])
                 if not np.isfinite(block).all():
                     msg = f"the global matrix for side {side!r} contains NaN or infinite values"
             self._agree(msg)
-            return block
+            return self._block(side, r, block)
         msg = _check_global(X, nrows, side) if self.rank == root else None
+        msg = msg or (self._r_problem(X.shape[1]) if self.rank == root else None)
         self._agree(msg)
         r = self.comm.bcast(X.shape[1] if self.rank == root else None, root=root)
         blocks, counts = None, None
         if self.rank == root:
             parts = [np.ascontiguousarray(X[perm[self.dense_rows(side, k)]]
-                                          [:, self.dense_cols(side, k)], dtype=self.dtype)
+                                          [:, self.dense_cols(side, k, r)], dtype=self.dtype)
                      for k in range(self.p)]
             counts = [part.size for part in parts]
             blocks = np.concatenate([part.reshape(-1) for part in parts])
-        mine = self.dense_rows(side, self.rank).size
-        ncols = len(range(r)[self.dense_cols(side, self.rank)])
-        out = np.empty((mine, ncols), dtype=self.dtype)
+        out = np.empty(self.local_shape(side, r), dtype=self.dtype)
         t = mpi_type(self.dtype)
         if self.rank == root:
             displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
             self.comm.Scatterv([blocks, (counts, displs), t], [out, out.size, t], root=root)
         else:
             self.comm.Scatterv(None, [out, out.size, t], root=root)
-        return out
+        return self._block(side, r, out)
 
     def gather(self, side: str, X_loc: np.ndarray, root: int = 0) -> np.ndarray | None:
         """Collect a distributed dense matrix on ``root`` in original row order (collective).
 
-        Returns the global (m or n) x r matrix on ``root`` and None elsewhere."""
+        r is read from the blocks. Returns the global (m or n) x r matrix on ``root`` and None
+        elsewhere."""
         require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        r = self.check_inputs((side, X_loc, "dense block"))
+        r = self._begin("gather", ((side, X_loc, "dense block"),))
         nrows = self.shape[0] if side == "a" else self.shape[1]
         perm = self.row_perm if side == "a" else self.col_perm
         t = mpi_type(self.dtype)
@@ -469,7 +672,7 @@ class DistributedAlgorithm(EdgeOps):
         if self.rank != root:
             self.comm.Gatherv([send, send.size, t], None, root=root)
             return None
-        shapes = [(self.dense_rows(side, k).size, len(range(r)[self.dense_cols(side, k)]))
+        shapes = [(self.dense_rows(side, k).size, self.local_width(r, k))
                   for k in range(self.p)]
         counts = [a * b for a, b in shapes]
         recv = np.empty(sum(counts), dtype=self.dtype)
@@ -479,13 +682,14 @@ class DistributedAlgorithm(EdgeOps):
         for k in range(self.p):
             block = recv[displs[k]:displs[k] + counts[k]].reshape(shapes[k])
             out[np.ix_(perm[self.dense_rows(side, k)],
-                       np.arange(r)[self.dense_cols(side, k)])] = block
+                       np.arange(r)[self.dense_cols(side, k, r)])] = block
         return out
 
     def gather_values(self, values: np.ndarray | None = None, root: int = 0
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Collect values in value order (S's own if None) on ``root`` as COO in original
         coordinates, sorted by (row, col). Collective; None on other ranks."""
+        self._require_open()
         if values is None:
             values = self.values
         self._agree(self._check_values(values))
@@ -527,7 +731,43 @@ class DistributedAlgorithm(EdgeOps):
         """The configuration as a JSON-ready dict."""
         return {"algorithm": self.name, "p": self.p, "m": self.shape[0], "n": self.shape[1],
                 "node_model": self.node_model, "node_options": self.kernel.options(),
-                "dtype": str(self.dtype), "permute": _permute_name(self.permute, self.p)}
+                "dtype": str(self.dtype), "permute": _permute_name(self.permute, self.p),
+                "checks": self.checks,
+                **({"r": self.r} if self.r is not None else {})}
+
+    # ----------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """Free the communicators this object created: the grid's sub-communicators and any
+        registered in ``_extra_comms`` by other modules (e.g. :mod:`distmm.ops`).
+
+        Collective over ``comm`` (every rank must close the object). Afterwards every
+        operation raises InputError; closing again does nothing. The caller's ``comm`` is not
+        freed."""
+        if self._closed:
+            return
+        self._closed = True
+        for sub in self._grid_comms() + list(self.__dict__.get("_extra_comms", [])):
+            sub = sub.comm if isinstance(sub, CountingComm) else sub
+            if sub != MPI.COMM_NULL:
+                sub.Free()
+        self.__dict__["_extra_comms"] = []
+        self._scratch.clear()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._closed
+
+    def __enter__(self) -> DistributedAlgorithm:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _plain(X: np.ndarray | None) -> np.ndarray | None:
+    """A plain ndarray view of a block (the kernels and the loops see no subclass)."""
+    return None if X is None else X.view(np.ndarray)
 
 
 def _permute_name(mode: str | bool, p: int) -> str:
@@ -596,7 +836,8 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
         """How values move from orientation "a"'s order to "b"'s (built once; collective
         only in that orientation "b" must exist)."""
         if self._plan is None:
-            self._orientation("b")
+            if "b" not in self._o:
+                self._orientation("b")
             self._plan = self._value_plan(
                 self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
                 lambda i, j: self._owner("b", i, j))
@@ -622,6 +863,16 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
         moved = np.empty(o.nnz, dtype=self.dtype)
         self._move_values(self._b_plan(), values, moved)
         return moved
+
+    # The paper's three kernels in orientation "a" (S itself), as loop pieces of the family.
+    def _sddmm(self, A_loc, B_loc, vals, r, out):
+        return self._sddmm_in("a", A_loc, B_loc, vals, r, out=out)[0]
+
+    def _spmm_a(self, B_loc, vals, r, out):
+        return self._spmm_x_in("a", B_loc, vals, r, out)
+
+    def _spmm_b(self, A_loc, vals, r, out):
+        return self._spmm_y_in("a", A_loc, vals, r, out=out)
 
     @property
     def values(self) -> np.ndarray:

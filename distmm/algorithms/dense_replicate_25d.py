@@ -173,30 +173,23 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
     name = "25d-dense-replicate"
     strategies = STRATEGIES
     supports_overlap = True
+    splits_r = True
 
     def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
-                 node_model: str | NodeModel = "reference", dtype=np.float32, permute: bool = True,
-                 seed: int = 0, order: str = "fiber", check_finite: bool = True,
-                 overlap: bool = False) -> None:
+                 node_model: str | NodeModel = "reference", dtype=np.float32,
+                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
+                 check_finite: bool = True,
+                 overlap: bool = False, checks: str = "once") -> None:
         self.overlap = bool(overlap)
         # Every check below is rank-independent and runs before any communication.
         p = comm.Get_size()
         s = grid_side(p, c)
         require(order in RANK_ORDERS,
                 f"unknown rank order {order!r}; choose one of {', '.join(RANK_ORDERS)}")
-        require(r is not None,
-                f"the {self.name} algorithm splits A and B by columns, so it needs the dense "
-                "width r at construction (pass r=...)")
-        require(isinstance(r, (int, np.integer)) and not isinstance(r, bool),
-                f"the dense width r must be an integer, got {r!r}")
-        require(r >= s,
-                f"the {self.name} algorithm splits the r={r} columns of A and B into "
-                f"s = sqrt(p/c) = {s} column blocks, so it needs r >= {s} (p={p}, c={c}); "
-                "use a larger r or a larger c")
+        self.c, self.s = int(c), s  # before the base class checks a default r (r_rule)
         super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
-                         seed=seed, check_finite=check_finite)
+                         seed=seed, check_finite=check_finite, r=r, checks=checks)
         self.grid = ProcessGrid25D.create(comm, int(c), order)
-        self.c, self.s, self.r = int(c), s, int(r)
         self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
         self.row = CountingComm(self.grid.row_comm, self.stats)
         self.col = CountingComm(self.grid.col_comm, self.stats)
@@ -204,8 +197,6 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         self._word = _WORD[self.dtype]
         m, n = self.shape
         self.offsets = {"a": block_offsets(m, s * self.c), "b": block_offsets(n, s * self.c)}
-        self.col_offsets = block_offsets(self.r, s)
-        self.width = int(self.col_offsets[self.grid.j + 1] - self.col_offsets[self.grid.j])
         rows = self.row_inv[source.rows]
         cols = self.col_inv[source.cols]
         self._o: dict[str, Orientation] = {}
@@ -323,38 +314,47 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         off = self.offsets[side]
         return np.arange(off[b], off[b + 1], dtype=np.int64)
 
-    def dense_cols(self, side: str, rank: int) -> slice:
-        """Columns (of r) of ``side``'s block on ``rank``: column block j. Not collective."""
-        j = int(self._position(rank)[1])
-        return slice(int(self.col_offsets[j]), int(self.col_offsets[j + 1]))
+    def r_rule(self) -> tuple[int, str]:
+        """r >= s = sqrt(p/c): the s columns of a layer each hold one column block of r."""
+        return self.s, (f"A and B are split into s = sqrt(p/c) = {self.s} column blocks, one "
+                        "per grid column; use a larger r or a larger c")
+
+    def _col_blocks(self) -> int:
+        return self.s
+
+    def _col_block(self, rank: int) -> int:
+        """Column block j (Table II), the same for A and B."""
+        return int(self._position(rank)[1])
 
     def _build_b(self, rows, cols, vals) -> None:
         self._add_orientation("b", rows, cols, vals)
 
     def describe(self) -> dict:
         """The configuration as a JSON-ready dict. Not collective."""
-        return {**super().describe(), "c": self.c, "s": self.s, "r": self.r,
+        return {**super().describe(), "c": self.c, "s": self.s,
                 "order": self.grid.order, "overlap": self.overlap,
                 "layout": "A per Table II; B and S stored with Algorithm 2's initial skew"}
 
     # ----------------------------------------------------------------- the loop (Algorithm 2)
-    def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
+    def _replicate(self, name: str, X_loc: np.ndarray, r: int) -> np.ndarray:
         """All-gather this fiber's X blocks into the X superblock T (replication)."""
         xs, _ = self._frames(name)
-        off, c, w = self.offsets[xs], self.c, self.width
+        off, c, w = self.offsets[xs], self.c, self.local_width(r)
         x = self._xsuper(name, self.grid.i, self.grid.j)
         counts = [int(off[x * c + q + 1] - off[x * c + q]) * w for q in range(c)]
-        T = np.empty((int(off[x * c + c] - off[x * c]), w), dtype=self.dtype)
+        T = self._buffer(("T", name), (int(off[x * c + c] - off[x * c]), w))
         self.fiber.allgatherv(X_loc, T, counts)
         return T
 
-    def _reduce(self, name: str, T: np.ndarray) -> np.ndarray:
+    def _reduce(self, name: str, T: np.ndarray, r: int, out: np.ndarray | None = None
+                ) -> np.ndarray:
         """Reduce-scatter the X superblock T back to the fiber's blocks (reduction)."""
         xs, _ = self._frames(name)
-        off, c, k, w = self.offsets[xs], self.c, self.grid.k, self.width
+        off, c, k, w = self.offsets[xs], self.c, self.grid.k, self.local_width(r)
         x = self._xsuper(name, self.grid.i, self.grid.j)
         counts = [int(off[x * c + q + 1] - off[x * c + q]) * w for q in range(c)]
-        out = np.empty((counts[k] // w if w else 0, w), dtype=self.dtype)
+        if out is None:
+            out = np.empty((counts[k] // w if w else 0, w), dtype=self.dtype)
         self.fiber.reduce_scatter(T, out, counts)
         return out
 
@@ -368,30 +368,30 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         return CSRBlock(shape=shape, indptr=indptr, indices=indices, data=vals)
 
     def _propagate(self, name: str, mode: str, third: np.ndarray, T: np.ndarray | None,
-                   Y_loc: np.ndarray | None, T_out: np.ndarray | None = None
-                   ) -> tuple[np.ndarray, np.ndarray | None]:
+                   Y_loc: np.ndarray | None, r: int, T_out: np.ndarray | None = None,
+                   result: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """s Cannon steps: local kernel, then shift the S block and the Y block (propagation).
 
         ``third`` is the third COO word of the home block's nonzeros at the start: S's values
         for SpMM, zeros for SDDMM (the partial sums). ``mode``: "sddmm" (T and Y_loc in),
         "spmm_x" (Y_loc in, T_out accumulates the X superblock) or "spmm_y" (T in; the Y
         block is the output and travels). Returns (third word of the home block after the
-        loop, this rank's Y output block for "spmm_y" or None).
+        loop, a view valid until the next call; this rank's Y output block for "spmm_y",
+        written into ``result`` when given, or None).
         """
         o = self._orientation(name)
         lp = self._loops[name]
-        home, s, w, dt = o.blocks[0], self.s, self.width, self.dtype
+        home, s, w, dt = o.blocks[0], self.s, self.local_width(r), self.dtype
         z, yrows = lp.step_nnz, lp.step_yrows
         z0 = int(z[0])
-        cur = np.empty(3 * int(z.max()), dtype=self._word)
-        nxt = np.empty_like(cur)
+        cur = self._buffer("cur", (3 * int(z.max()),), self._word)
+        nxt = self._buffer("nxt", (3 * int(z.max()),), self._word)
         cur[:z0] = lp.home_rows
         cur[z0:2 * z0] = lp.home_cols
         cur[2 * z0:3 * z0].view(dt)[:] = third
-        ycur = np.zeros((int(yrows.max()), w), dtype=dt)
-        ynxt = np.empty_like(ycur)
-        if mode != "spmm_y":
-            ycur[:yrows[0]] = Y_loc
+        ycur = self._buffer("ycur", (int(yrows.max()), w))
+        ynxt = self._buffer("ynxt", (int(yrows.max()), w))
+        ycur[:yrows[0]] = Y_loc if mode != "spmm_y" else 0
         ones = np.ones(int(z.max()), dtype=dt) if mode == "sddmm" else None
         kern = self.kernel
         i = self.grid.i
@@ -428,48 +428,53 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
                 self.col.finish(reqs)
                 cur, nxt = nxt, cur
                 ycur, ynxt = ynxt, ycur
-        out_third = cur[2 * z0:3 * z0].view(dt).copy()
-        return out_third, (np.ascontiguousarray(ycur[:yrows[0]]) if mode == "spmm_y" else None)
+        out_third = cur[2 * z0:3 * z0].view(dt)
+        if mode != "spmm_y":
+            return out_third, None
+        if result is None:
+            return out_third, ycur[:yrows[0]].copy()  # ycur is reused by the next call
+        result[...] = ycur[:yrows[0]]
+        return out_third, result
 
     # pieces expressed in an orientation's frame ------------------------------------------
-    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, T=None):
-        o = self._orientation(name)
+    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None):
         if T is None:
-            T = self._replicate(name, X_loc)
-        partial, _ = self._propagate(name, "sddmm", np.zeros(o.nnz, dtype=self.dtype), T,
-                                     Y_loc)
-        partial *= vals  # R = S(vals) o (sum over the s column blocks of A_t B_t^T)
-        return partial, T
+            T = self._replicate(name, X_loc, r)
+        partial, _ = self._propagate(name, "sddmm", 0.0, T, Y_loc, r)
+        # R = S(vals) o (sum over the s column blocks of A_t B_t^T)
+        return np.multiply(partial, vals, out=out), T
 
-    def _spmm_x_in(self, name: str, Y_loc, vals):
+    def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None):
         o = self._orientation(name)
-        T_out = np.zeros((o.blocks[0].shape[0], self.width), dtype=self.dtype)
-        self._propagate(name, "spmm_x", vals, None, Y_loc, T_out)
-        return self._reduce(name, T_out)
+        T_out = self._buffer(("T_out", name), (o.blocks[0].shape[0], self.local_width(r)))
+        T_out[...] = 0
+        self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out)
+        return self._reduce(name, T_out, r, out)
 
-    def _spmm_y_in(self, name: str, X_loc, vals, T=None):
+    def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None):
         if T is None:
-            T = self._replicate(name, X_loc)
-        return self._propagate(name, "spmm_y", vals, T, None)[1]
+            T = self._replicate(name, X_loc, r)
+        return self._propagate(name, "spmm_y", vals, T, None, r, result=out)[1]
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
-    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str,
-                 values: np.ndarray | None = None) -> np.ndarray:
+    def _check_strategy(self, strategy: str) -> None:
         require(strategy != "fusion",
                 f"local kernel fusion is not possible with the {self.name} algorithm: A and B "
                 "are divided by columns, so no rank holds whole dot products (paper sections "
                 "IV-B, V-C); choose one of " + ", ".join(STRATEGIES))
         require(strategy in STRATEGIES,
                 f"unknown FusedMM strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
+
+    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
+                 values: np.ndarray | None = None) -> np.ndarray:
         # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)
         if strategy == "none":
-            R, _ = self._sddmm_in(same, X, Y, self._values_for(same, values))
-            return self._spmm_x_in(same, Y, R)
-        R, T = self._sddmm_in(other, Y, X, self._values_for(other, values))
-        return self._spmm_y_in(other, None, R, T=T)
+            R, _ = self._sddmm_in(same, X, Y, self._values_for(same, values), r)
+            return self._spmm_x_in(same, Y, R, r, out)
+        R, T = self._sddmm_in(other, Y, X, self._values_for(other, values), r)
+        return self._spmm_y_in(other, None, R, r, T=T, out=out)
 
     # ----------------------------------------------------------------- communication model
     @staticmethod

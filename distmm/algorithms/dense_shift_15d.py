@@ -32,7 +32,6 @@ from mpi4py import MPI
 from distmm.algorithms.base import TwoOrientationAlgorithm
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
-from distmm.errors import require
 from distmm.grid import ProcessGrid15D
 from distmm.kernels import NodeModel
 from distmm.layout import block_of, block_offsets
@@ -54,13 +53,13 @@ class DenseShift15D(TwoOrientationAlgorithm):
     supports_overlap = True
 
     def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
-                 node_model: str | NodeModel = "reference", dtype=np.float32, permute: bool = True,
-                 seed: int = 0, order: str = "fiber", check_finite: bool = True,
-                 overlap: bool = False) -> None:
-        # r is not needed here (A and B keep whole rows); the families that split the dense
-        # matrices by columns take it at construction.
+                 node_model: str | NodeModel = "reference", dtype=np.float32,
+                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
+                 check_finite: bool = True,
+                 overlap: bool = False, checks: str = "once") -> None:
+        # A and B keep whole rows, so any r >= 1 works per call; ``r`` is only a default width.
         super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
-                         seed=seed, check_finite=check_finite)
+                         seed=seed, check_finite=check_finite, r=r, checks=checks)
         self.grid = ProcessGrid15D.create(comm, c, order)
         self.c, self.q = c, self.grid.q
         self.overlap = bool(overlap)
@@ -141,36 +140,38 @@ class DenseShift15D(TwoOrientationAlgorithm):
         off, u, c = self.offsets[xs], self.grid.u, self.c
         r = X_loc.shape[1]
         counts = [int(off[u * c + k + 1] - off[u * c + k]) * r for k in range(c)]
-        T = np.empty((int(off[u * c + c] - off[u * c]), r), dtype=self.dtype)
+        T = self._buffer(("T", name), (int(off[u * c + c] - off[u * c]), r))
         self.fiber.allgatherv(X_loc, T, counts)
         return T
 
-    def _reduce(self, name: str, T: np.ndarray) -> np.ndarray:
+    def _reduce(self, name: str, T: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Reduce-scatter the X-side superblock T back to the fiber's blocks (reduction)."""
         xs, _ = self._frames(name)
         off, u, c, v = self.offsets[xs], self.grid.u, self.c, self.grid.v
         r = T.shape[1]
         counts = [int(off[u * c + k + 1] - off[u * c + k]) * r for k in range(c)]
-        out = np.empty((int(off[u * c + v + 1] - off[u * c + v]), r), dtype=self.dtype)
+        if out is None:
+            out = np.empty((int(off[u * c + v + 1] - off[u * c + v]), r), dtype=self.dtype)
         self.fiber.reduce_scatter(T, out, counts)
         return out
 
     def _propagate(self, name: str, mode: str, vals: np.ndarray, T: np.ndarray | None,
-                   Y_loc: np.ndarray | None, r: int, out: np.ndarray | None) -> np.ndarray | None:
+                   Y_loc: np.ndarray | None, r: int, out: np.ndarray | None,
+                   result: np.ndarray | None = None) -> np.ndarray | None:
         """q steps of local kernel + cyclic shift of the Y block within the layer.
 
         ``mode`` is "sddmm" (out: values), "spmm_x" (out: X-side superblock), "spmm_y" (Y is
         the output; returns this rank's finished Y block) or "fused_x" (out: X-side
         superblock). Rank u holds the Y block of layer position (u + t) mod q at step t.
+        ``result`` (spmm_y only): where to put the finished Y block (default: a new array).
         """
         o = self._orientation(name)
         _, ys = self._frames(name)
         yo, c, v, u, q = self.offsets[ys], self.c, self.grid.v, self.grid.u, self.q
         sizes = [int(yo[t * c + v + 1] - yo[t * c + v]) for t in range(q)]
-        cur = np.zeros((max(sizes), r), dtype=self.dtype)
-        nxt = np.empty_like(cur)
-        if mode != "spmm_y":
-            cur[:sizes[u]] = Y_loc
+        cur = self._buffer("cur", (max(sizes), r))
+        nxt = self._buffer("nxt", (max(sizes), r))
+        cur[:sizes[u]] = Y_loc if mode != "spmm_y" else 0
         k = self.kernel
         left, right = (u - 1) % q, (u + 1) % q
         # Overlap (the paper's future work, section VII): send the Y block on while the kernel
@@ -199,48 +200,58 @@ class DenseShift15D(TwoOrientationAlgorithm):
                 t_next = (t + 1) % q
                 self.layer.shift(cur[:sizes[t]], nxt[:sizes[t_next]], dest=left, source=right)
                 cur, nxt = nxt, cur
-        return np.ascontiguousarray(cur[:sizes[u]]) if mode == "spmm_y" else None
+        if mode != "spmm_y":
+            return None
+        if result is None:
+            return cur[:sizes[u]].copy()  # cur is reused by the next call
+        result[...] = cur[:sizes[u]]
+        return result
 
     # pieces expressed in an orientation's frame ------------------------------------------
-    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, T=None):
-        o, r = self._orientation(name), Y_loc.shape[1]
+    def _superblock_out(self, name: str, r: int) -> np.ndarray:
+        """The zeroed X-side accumulator of an orientation (kept between calls)."""
+        o = self._orientation(name)
+        T_out = self._buffer(("T_out", name), (o.blocks[0].shape[0] if o.blocks else 0, r))
+        T_out[...] = 0
+        return T_out
+
+    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None):
+        o = self._orientation(name)
         if T is None:
             T = self._replicate(name, X_loc)
-        out = np.zeros(o.nnz, dtype=self.dtype)
+        if out is None:
+            out = np.zeros(o.nnz, dtype=self.dtype)
+        else:
+            out[...] = 0
         self._propagate(name, "sddmm", vals, T, Y_loc, r, out)
         return out, T
 
-    def _spmm_x_in(self, name: str, Y_loc, vals):
-        o, r = self._orientation(name), Y_loc.shape[1]
-        T_out = np.zeros((o.blocks[0].shape[0] if o.blocks else 0, r), dtype=self.dtype)
+    def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None):
+        T_out = self._superblock_out(name, r)
         self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out)
-        return self._reduce(name, T_out)
+        return self._reduce(name, T_out, out)
 
-    def _spmm_y_in(self, name: str, X_loc, vals, T=None):
+    def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None):
         if T is None:
             T = self._replicate(name, X_loc)
-        return self._propagate(name, "spmm_y", vals, T, None, T.shape[1], None)
+        return self._propagate(name, "spmm_y", vals, T, None, r, None, result=out)
 
-    def _fused_x_in(self, name: str, X_loc, Y_loc, vals):
-        o, r = self._orientation(name), Y_loc.shape[1]
+    def _fused_x_in(self, name: str, X_loc, Y_loc, vals, r, out=None):
         T = self._replicate(name, X_loc)
-        T_out = np.zeros((o.blocks[0].shape[0] if o.blocks else 0, r), dtype=self.dtype)
+        T_out = self._superblock_out(name, r)
         self._propagate(name, "fused_x", vals, T, Y_loc, r, T_out)
-        return self._reduce(name, T_out)
+        return self._reduce(name, T_out, out)
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
-    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str,
+    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
                  values: np.ndarray | None = None) -> np.ndarray:
-        require(strategy in STRATEGIES,
-                f"unknown FusedMM strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
         # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)
         if strategy == "fusion":
-            return self._fused_x_in(same, X, Y, self._values_for(same, values))
+            return self._fused_x_in(same, X, Y, self._values_for(same, values), r, out)
         if strategy == "none":
-            R, _ = self._sddmm_in(same, X, Y, self._values_for(same, values))
-            return self._spmm_x_in(same, Y, R)
-        R, T = self._sddmm_in(other, Y, X, self._values_for(other, values))
-        return self._spmm_y_in(other, None, R, T=T)
+            R, _ = self._sddmm_in(same, X, Y, self._values_for(same, values), r)
+            return self._spmm_x_in(same, Y, R, r, out)
+        R, T = self._sddmm_in(other, Y, X, self._values_for(other, values), r)
+        return self._spmm_y_in(other, None, R, r, T=T, out=out)

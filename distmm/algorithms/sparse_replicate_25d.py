@@ -142,28 +142,20 @@ class SparseReplicate25D(DistributedAlgorithm):
     name = "25d-sparse-replicate"
     strategies = STRATEGIES
     supports_overlap = True
+    splits_r = True
 
     def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
-                 node_model: str | NodeModel = "reference", dtype=np.float32, permute: bool = True,
-                 seed: int = 0, order: str = "fiber", check_finite: bool = True,
-                 overlap: bool = False) -> None:
+                 node_model: str | NodeModel = "reference", dtype=np.float32,
+                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
+                 check_finite: bool = True,
+                 overlap: bool = False, checks: str = "once") -> None:
         p = comm.Get_size()
         s = _check_grid(p, c)
         c = int(c)
-        require(r is not None,
-                "the 2.5D sparse replicating algorithm splits A and B by columns, so it needs "
-                "the dense width r at construction (pass r=...)")
-        require(isinstance(r, (int, np.integer)) and not isinstance(r, bool),
-                f"the dense width r must be an integer, got {r!r}")
-        r = int(r)
-        require(r >= s * c,
-                f"the 2.5D sparse replicating algorithm cuts r into sqrt(p/c)*c = {s}*{c} = "
-                f"{s * c} column blocks (one per layer and grid column), so it needs "
-                f"r >= {s * c} for p={p}, c={c}; got r={r}")
+        self.c, self.s = c, s  # before the base class checks a default r (r_rule)
         super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
-                         seed=seed, check_finite=check_finite)
+                         seed=seed, check_finite=check_finite, r=r, checks=checks)
         self.grid = ProcessGrid25D.create(comm, c, order)
-        self.c, self.s, self.r = c, s, r
         self.overlap = bool(overlap)
         g = self.grid
         self.row = CountingComm(g.row_comm, self.stats)
@@ -171,9 +163,6 @@ class SparseReplicate25D(DistributedAlgorithm):
         self.fiber = CountingComm(g.fiber_comm, self.stats)
         m, n = self.shape
         self.offsets = {"a": block_offsets(m, s), "b": block_offsets(n, s)}
-        self.col_offsets = block_offsets(r, s * c)
-        # widths of this layer's s column blocks, indexed by l
-        self._widths = np.diff(self.col_offsets[g.k * s:(g.k + 1) * s + 1]).astype(np.int64)
 
         rows = self.row_inv[source.rows]
         cols = self.col_inv[source.cols]
@@ -234,10 +223,19 @@ class SparseReplicate25D(DistributedAlgorithm):
         off = self.offsets[side]
         return np.arange(off[b], off[b + 1], dtype=np.int64)
 
-    def dense_cols(self, side: str, rank: int) -> slice:
-        """Columns of r in ``side``'s block on ``rank`` (the same for A and B)."""
-        g = self._col_block(rank)
-        return slice(int(self.col_offsets[g]), int(self.col_offsets[g + 1]))
+    def r_rule(self) -> tuple[int, str]:
+        """r >= sqrt(pc): r is cut into s*c column blocks, one per layer and grid column."""
+        s, c = self.s, self.c
+        return s * c, (f"r is cut into sqrt(p/c)*c = {s}*{c} = {s * c} column blocks, one per "
+                       "layer and grid column; use a larger r or a smaller c")
+
+    def _col_blocks(self) -> int:
+        return self.s * self.c
+
+    def _layer_widths(self, r: int) -> np.ndarray:
+        """Widths of this layer's s column blocks of r, indexed by l (cached per r)."""
+        k, s = self.grid.k, self.s
+        return np.diff(self._col_offsets(r)[k * s:(k + 1) * s + 1]).astype(np.int64)
 
     # ----------------------------------------------------------------- values of S
     @property
@@ -259,28 +257,29 @@ class SparseReplicate25D(DistributedAlgorithm):
         return rows[self._own], cols[self._own]
 
     def describe(self) -> dict:
-        return {**super().describe(), "c": self.c, "s": self.s, "r": self.r,
+        return {**super().describe(), "c": self.c, "s": self.s,
                 "order": self.grid.order, "overlap": self.overlap,
                 "value_order": "k-th of c contiguous shares of the fiber's S block (CSR order)"}
 
     # ----------------------------------------------------------------- checks
     # ----------------------------------------------------------------- the loop
     def _cannon(self, mode: str, A_loc: np.ndarray | None, B_loc: np.ndarray | None,
-                vals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+                vals: np.ndarray, r: int, out: np.ndarray | None = None) -> np.ndarray | None:
         """s steps of local kernel + cyclic shifts of A (along the row) and B (up the column).
 
         ``mode``: "sddmm" (A, B in; partial dot products accumulate into ``out``, one per
         nonzero of the block), "spmm_a" (B in, A out) or "spmm_b" (A in, B out). Returns the
-        finished output block for the SpMM modes. Collective over the layer.
+        finished output block for the SpMM modes, written into ``out`` when given. Collective
+        over the layer.
         """
         s, g = self.s, self.grid
-        w = self._widths
+        w = self._layer_widths(r)
         wmax = int(w.max())
         mi, nj = self._S.shape
         l0 = (g.i + g.j) % s
         a_in, b_in = mode != "spmm_a", mode != "spmm_b"
-        a_cur, a_nxt = np.empty(mi * wmax, self.dtype), np.empty(mi * wmax, self.dtype)
-        b_cur, b_nxt = np.empty(nj * wmax, self.dtype), np.empty(nj * wmax, self.dtype)
+        a_cur, a_nxt = (self._buffer(role, (mi * wmax,)) for role in ("a_cur", "a_nxt"))
+        b_cur, b_nxt = (self._buffer(role, (nj * wmax,)) for role in ("b_cur", "b_nxt"))
 
         def view(buf: np.ndarray, rows: int, l: int) -> np.ndarray:
             return buf[:rows * int(w[l])].reshape(rows, int(w[l]))
@@ -316,76 +315,55 @@ class SparseReplicate25D(DistributedAlgorithm):
                     self.col.shift(Bb, Bn, dest=north, source=south)
                 a_cur, a_nxt = a_nxt, a_cur
                 b_cur, b_nxt = b_nxt, b_cur
-        if mode == "spmm_a":
-            return view(a_cur, mi, l0).copy()
-        if mode == "spmm_b":
-            return view(b_cur, nj, l0).copy()
-        return None
+        if mode == "sddmm":
+            return None
+        # The buffers are reused by the next call: the result is copied out of them.
+        home = view(a_cur, mi, l0) if mode == "spmm_a" else view(b_cur, nj, l0)
+        if out is None:
+            return home.copy()
+        out[...] = home
+        return out
 
-    def _sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray, vals: np.ndarray) -> np.ndarray:
-        partial = np.zeros(self._nnz_block, dtype=self.dtype)
-        self._cannon("sddmm", A_loc, B_loc, self._ones, partial)
-        mine = np.empty(self._own.stop - self._own.start, dtype=self.dtype)
+    def _sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray, vals: np.ndarray, r: int,
+               out: np.ndarray | None = None) -> np.ndarray:
+        partial = self._buffer("partial", (self._nnz_block,))
+        partial[...] = 0
+        self._cannon("sddmm", A_loc, B_loc, self._ones, r, partial)
+        mine = out if out is not None else np.empty(self._own.stop - self._own.start,
+                                                    dtype=self.dtype)
         self.fiber.reduce_scatter(partial, mine, self._counts)
         with self.stats.timer("compute"):
             mine *= vals  # section IV-A: post-multiply by S's values, no communication
         return mine
 
-    def _spmm(self, mode: str, X_loc: np.ndarray, vals: np.ndarray) -> np.ndarray:
-        full = np.empty(self._nnz_block, dtype=self.dtype)
+    def _spmm(self, mode: str, X_loc: np.ndarray, vals: np.ndarray, r: int,
+              out: np.ndarray | None = None) -> np.ndarray:
+        full = self._buffer("full_values", (self._nnz_block,))
         self.fiber.allgatherv(np.ascontiguousarray(vals), full, self._counts)
         if mode == "spmm_a":
-            return self._cannon(mode, None, X_loc, full)
-        return self._cannon(mode, X_loc, None, full)
+            return self._cannon(mode, None, X_loc, full, r, out)
+        return self._cannon(mode, X_loc, None, full, r, out)
 
-    # ----------------------------------------------------------------- public operations
-    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
-              values: np.ndarray | str | None = None) -> np.ndarray:
-        """R = S(values) * (A B^T) at S's nonzeros; returns this rank's share of R in value
-        order. Collective. ``values`` (value order, or a registered name) defaults to S's
-        current values."""
-        values = self._named_or(values)
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
-        return self._sddmm(A_loc, B_loc, self._vals if values is None else values)
+    # ----------------------------------------------------------------- the operations
+    def _spmm_a(self, B_loc, vals, r, out):
+        return self._spmm("spmm_a", B_loc, vals, r, out)
 
-    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None) -> np.ndarray:
-        """A-side output S(values) @ B (m x r); returns this rank's block. Collective."""
-        values = self._named_or(values)
-        self.check_inputs(("b", B_loc, "B"), values=values)
-        return self._spmm("spmm_a", B_loc, self._vals if values is None else values)
+    def _spmm_b(self, A_loc, vals, r, out):
+        return self._spmm("spmm_b", A_loc, vals, r, out)
 
-    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None) -> np.ndarray:
-        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective."""
-        values = self._named_or(values)
-        self.check_inputs(("a", A_loc, "A"), values=values)
-        return self._spmm("spmm_b", A_loc, self._vals if values is None else values)
-
-    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-                  values: np.ndarray | str | None = None) -> np.ndarray:
-        """FusedMMA: (S(values) * (A B^T)) @ B, m x r. Collective.
-
-        Only ``strategy="none"`` exists (SDDMM, then SpMMA on its output): this family
-        replicates no dense matrix, so neither elision of section IV-B applies (V-D).
-        ``values`` (value order, or a registered name) defaults to S's current values; this
-        family stores one orientation, so no value ever moves for it."""
-        return self._fusedmm("spmm_a", A_loc, B_loc, strategy or "none",
-                             self._named_or(values))
-
-    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-                  values: np.ndarray | str | None = None) -> np.ndarray:
-        """FusedMMB: (S(values) * (A B^T))^T @ A, n x r; SDDMM then SpMMB. Collective."""
-        return self._fusedmm("spmm_b", A_loc, B_loc, strategy or "none",
-                             self._named_or(values))
-
-    def _fusedmm(self, mode: str, A_loc, B_loc, strategy: str,
-                 values: np.ndarray | None = None) -> np.ndarray:
+    def _check_strategy(self, strategy: str) -> None:
         require(strategy in STRATEGIES,
                 f"unknown FusedMM strategy {strategy!r} for {self.name}; it supports only "
                 f"{', '.join(STRATEGIES)} (it replicates no dense matrix, so neither "
                 "replication reuse nor local kernel fusion applies: paper section V-D)")
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
-        R = self._sddmm(A_loc, B_loc, self._vals if values is None else values)
-        return self._spmm(mode, B_loc if mode == "spmm_a" else A_loc, R)
+
+    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
+                 values: np.ndarray | None = None) -> np.ndarray:
+        # Only "none" exists: SDDMM, then SpMMA or SpMMB on its output (section V-D).
+        R = self._sddmm(A_loc, B_loc, self._vals if values is None else values, r)
+        if side == "a":
+            return self._spmm("spmm_a", B_loc, R, r, out)
+        return self._spmm("spmm_b", A_loc, R, r, out)
 
     # ----------------------------------------------------------------- cost model
     @staticmethod

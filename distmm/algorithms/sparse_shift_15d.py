@@ -125,11 +125,13 @@ class SparseShift15D(TwoOrientationAlgorithm):
     name = "15d-sparse-shift"
     strategies = STRATEGIES
     supports_overlap = True
+    splits_r = True
 
     def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
-                 node_model: str | NodeModel = "reference", dtype=np.float32, permute: bool = True,
-                 seed: int = 0, order: str = "fiber", check_finite: bool = True,
-                 overlap: bool = False) -> None:
+                 node_model: str | NodeModel = "reference", dtype=np.float32,
+                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
+                 check_finite: bool = True,
+                 overlap: bool = False, checks: str = "once") -> None:
         self.overlap = bool(overlap)
         p = comm.Get_size()
         # Every check below depends only on arguments that agree across ranks: they raise the
@@ -139,26 +141,17 @@ class SparseShift15D(TwoOrientationAlgorithm):
         require(p % c == 0, f"replication factor c={c} does not divide the number of ranks p={p}")
         require(order in RANK_ORDERS,
                 f"unknown rank order {order!r}; choose one of {', '.join(RANK_ORDERS)}")
-        q = p // int(c)
-        require(r is not None,
-                "the 1.5D sparse shifting algorithm splits A and B by columns and needs the "
-                "dense width at construction: pass r")
-        require(isinstance(r, (int, np.integer)) and not isinstance(r, bool),
-                f"dense width r must be an integer, got {r!r}")
-        require(int(r) >= q,
-                f"dense width r={r} is too small for the 1.5D sparse shifting algorithm with "
-                f"p={p}, c={c}: each of the p/c={q} ranks of a layer needs at least one of the "
-                f"r columns (r >= {q}; use a larger c or another algorithm)")
         m, n = int(source.shape[0]), int(source.shape[1])
         require(max(m, n) < 2**31 - 1, f"S of shape {(m, n)} exceeds 32-bit local indices")
+        # The grid sizes first: r_rule needs them to check a default r before any message.
+        self.c, self.q = int(c), p // int(c)
+        q = self.q
         super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
-                         seed=seed, check_finite=check_finite)
-        self.c, self.q, self.r = int(c), q, int(r)
+                         seed=seed, check_finite=check_finite, r=r, checks=checks)
         self.grid = ProcessGrid15D.create(comm, self.c, order)
         self.layer = CountingComm(self.grid.layer_comm, self.stats)
         self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
         self.offsets = {"a": block_offsets(m, p), "b": block_offsets(n, p)}
-        self.col_offsets = block_offsets(self.r, q)
         self._pack_dtype = _PACK_DTYPE[self.dtype]
         # Fiber order of each side's rows: layer 0's rows (its row blocks in local order), then
         # layer 1's, ...: exactly the order in which an all-gather along the fiber stacks them.
@@ -235,13 +228,16 @@ class SparseShift15D(TwoOrientationAlgorithm):
         ls = self._layer_starts[side]
         return self._row_map[side][ls[v]:ls[v + 1]]
 
-    def dense_cols(self, side: str, rank: int) -> slice:
-        u, _ = self._position(rank)
-        return slice(int(self.col_offsets[u]), int(self.col_offsets[u + 1]))
+    def r_rule(self) -> tuple[int, str]:
+        """r >= p/c: each of the p/c ranks of a layer holds one column block of r."""
+        return self.q, (f"each of the p/c={self.q} ranks of a layer holds one of p/c column "
+                        "blocks of r; use a larger c or another algorithm")
 
-    def _width(self) -> int:
-        u = self.grid.u
-        return int(self.col_offsets[u + 1] - self.col_offsets[u])
+    def _col_blocks(self) -> int:
+        return self.q
+
+    def _col_block(self, rank: int) -> int:
+        return self._position(rank)[0]
 
     def _build_b(self, rows, cols, vals) -> None:
         self._build("b", rows, cols, vals)
@@ -255,7 +251,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
         return int(self._layer_nnz[name].sum()) if self.q > 1 else 0
 
     def describe(self) -> dict:
-        return {**super().describe(), "c": self.c, "r": self.r, "order": self.grid.order,
+        return {**super().describe(), "c": self.c, "order": self.grid.order,
                 "overlap": self.overlap}
 
     # ----------------------------------------------------------------- checks
@@ -301,21 +297,23 @@ class SparseShift15D(TwoOrientationAlgorithm):
         return CSRBlock(shape=shape, indptr=indptr, indices=indices, data=vals), vals
 
     # ----------------------------------------------------------------- the loop
-    def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
+    def _replicate(self, name: str, X_loc: np.ndarray, r: int) -> np.ndarray:
         """All-gather column block u of all X rows along the fiber, in fiber order."""
         xs, _ = self._frames(name)
-        ls, w = self._layer_starts[xs], self._width()
+        ls, w = self._layer_starts[xs], self.local_width(r)
         counts = [int(ls[v + 1] - ls[v]) * w for v in range(self.c)]
-        T = np.empty((int(ls[-1]), w), dtype=self.dtype)
+        T = self._buffer(("T", name), (int(ls[-1]), w))
         self.fiber.allgatherv(X_loc, T, counts)
         return T
 
-    def _reduce(self, name: str, T: np.ndarray) -> np.ndarray:
+    def _reduce(self, name: str, T: np.ndarray, r: int, out: np.ndarray | None = None
+                ) -> np.ndarray:
         """Reduce-scatter the X-side buffer T (fiber order) back to this fiber's blocks."""
         xs, _ = self._frames(name)
-        ls, w, v = self._layer_starts[xs], self._width(), self.grid.v
+        ls, w, v = self._layer_starts[xs], self.local_width(r), self.grid.v
         counts = [int(ls[k + 1] - ls[k]) * w for k in range(self.c)]
-        out = np.empty((int(ls[v + 1] - ls[v]), w), dtype=self.dtype)
+        if out is None:
+            out = np.empty((int(ls[v + 1] - ls[v]), w), dtype=self.dtype)
         self.fiber.reduce_scatter(T, out, counts)
         return out
 
@@ -340,8 +338,8 @@ class SparseShift15D(TwoOrientationAlgorithm):
         mx = int(self.offsets[xs][-1])
         frame = "csc" if mode == "spmm_y" else "csr"
         size = WORDS_PER_NONZERO * int(nnz.max(initial=0))
-        cur = np.empty(size, dtype=self._pack_dtype)
-        nxt = np.empty_like(cur)
+        cur = self._buffer("cur", (size,), self._pack_dtype)
+        nxt = self._buffer("nxt", (size,), self._pack_dtype)
         self._pack(name, frame, None if mode == "sddmm" else vals, cur)
         ones = np.ones(int(nnz.max(initial=0)), dtype=self.dtype) if mode == "sddmm" else None
         # With overlap, SpMM steps send the block on while the kernel reads it; SDDMM must
@@ -377,45 +375,51 @@ class SparseShift15D(TwoOrientationAlgorithm):
         return cur[2 * ku:3 * ku].view(self.dtype)
 
     # pieces expressed in an orientation's frame ------------------------------------------
-    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, T=None) -> tuple[np.ndarray, np.ndarray]:
+    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None
+                  ) -> tuple[np.ndarray, np.ndarray]:
         if T is None:
-            T = self._replicate(name, X_loc)
+            T = self._replicate(name, X_loc, r)
         dots = self._propagate(name, "sddmm", None, T, Y_loc, None)
-        return np.multiply(vals, dots), T
+        return np.multiply(vals, dots, out=out), T
 
-    def _spmm_x_in(self, name: str, Y_loc, vals) -> np.ndarray:
+    def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None) -> np.ndarray:
         xs, _ = self._frames(name)
-        T_out = np.zeros((int(self.offsets[xs][-1]), self._width()), dtype=self.dtype)
+        T_out = self._buffer(("T_out", name), (int(self.offsets[xs][-1]), self.local_width(r)))
+        T_out[...] = 0
         self._propagate(name, "spmm_x", vals, None, Y_loc, T_out)
-        return self._reduce(name, T_out)
+        return self._reduce(name, T_out, r, out)
 
-    def _spmm_y_in(self, name: str, X_loc, vals, T=None) -> np.ndarray:
+    def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None) -> np.ndarray:
         if T is None:
-            T = self._replicate(name, X_loc)
+            T = self._replicate(name, X_loc, r)
         _, ys = self._frames(name)
-        out = np.zeros((self.dense_rows(ys, self.rank).size, self._width()), dtype=self.dtype)
+        if out is None:
+            out = np.zeros((self._local_rows(ys), self.local_width(r)), dtype=self.dtype)
+        else:
+            out[...] = 0
         self._propagate(name, "spmm_y", vals, T, None, out)
         return out
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
-    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str,
-                 values: np.ndarray | None = None) -> np.ndarray:
+    def _check_strategy(self, strategy: str) -> None:
         require(strategy in STRATEGIES,
                 f"unknown FusedMM strategy {strategy!r} for {self.name}; choose one of "
                 f"{', '.join(STRATEGIES)} (local kernel fusion needs whole dense rows, which "
                 "this algorithm splits by columns)")
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
+
+    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
+                 values: np.ndarray | None = None) -> np.ndarray:
         if strategy == "none":
-            R, _ = self._sddmm_in("a", A_loc, B_loc, self._values_for("a", values))
+            R, _ = self._sddmm_in("a", A_loc, B_loc, self._values_for("a", values), r)
             if side == "a":
-                return self._spmm_x_in("a", B_loc, R)
-            return self._spmm_y_in("a", A_loc, R)
+                return self._spmm_x_in("a", B_loc, R, r, out)
+            return self._spmm_y_in("a", A_loc, R, r, out=out)
         # Replication reuse: replicate the operand that is not the output's side and finish
         # with the SpMM whose output is stationary (FusedMMA on S^T, section IV-B).
         name = "b" if side == "a" else "a"
         X, Y = (B_loc, A_loc) if side == "a" else (A_loc, B_loc)
-        R, T = self._sddmm_in(name, X, Y, self._values_for(name, values))
-        return self._spmm_y_in(name, None, R, T=T)
+        R, T = self._sddmm_in(name, X, Y, self._values_for(name, values), r)
+        return self._spmm_y_in(name, None, R, r, T=T, out=out)
 
     # ----------------------------------------------------------------- the cost model
     @staticmethod

@@ -269,8 +269,10 @@ def test_bad_r_raises_everywhere():
     S, _, _ = problem(10, 10, 2)
     share = CooShare.from_scipy(S, COMM, root=None)
     s = math.isqrt(P // C_SHIFT)
-    with pytest.raises(InputError, match="needs the dense width r"):
-        DenseReplicate25D(share, COMM, c=C_SHIFT)
+    obj = DenseReplicate25D(share, COMM, c=C_SHIFT)  # r is per call; a default is optional
+    with pytest.raises(InputError, match="r=..."):
+        obj.dense("b")
+    obj.close()
     with pytest.raises(InputError, match=f"r >= {s}"):
         DenseReplicate25D(share, COMM, c=C_SHIFT, r=s - 1)
     with pytest.raises(InputError, match="must be an integer"):
@@ -293,9 +295,12 @@ def test_unknown_and_impossible_strategies():
 def test_global_width_and_shape_mismatch():
     S, A, B = problem(12, 7, 4)
     obj = build(S, C_SHIFT, 4, root=None)
-    with pytest.raises(InputError, match="distributed for r=4"):
-        obj.scatter("a", A[:, :3] if COMM.rank == 0 else None)
-    with pytest.raises(InputError, match="distributed for r=4"):
-        obj.scatter("b", np.ones((7, 5)), root=None)
+    # r is per call: other widths scatter, as long as r >= s.
+    assert obj.scatter("a", A[:, :3] if COMM.rank == 0 else None).r == 3
+    assert obj.scatter("b", np.ones((7, 5)), root=None).r == 5
+    s = math.isqrt(P // C_SHIFT)
+    if s > 1:
+        with pytest.raises(InputError, match=f"r >= {s}"):
+            obj.scatter("b", np.ones((7, s - 1)), root=None)
     with pytest.raises(InputError, match="rows, expected 7"):
         obj.scatter("b", A if COMM.rank == 0 else None)

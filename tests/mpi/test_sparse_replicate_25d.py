@@ -259,8 +259,10 @@ def test_bad_c_raises_everywhere():
 def test_r_missing_or_too_small():
     S, _, _ = problem(10, 10, 2)
     c = CS[-1]
-    with pytest.raises(InputError, match="needs the dense width r"):
-        make(S, c, None, root=None)
+    obj = make(S, c, None, root=None)  # r is per call; a default is optional
+    with pytest.raises(InputError, match="r=..."):
+        obj.dense("a")
+    obj.close()
     with pytest.raises(InputError, match=f"r >= {s_of(c) * c}"):
         make(S, c, s_of(c) * c - 1, root=None)
     with pytest.raises(InputError, match="integer"):
@@ -276,11 +278,12 @@ def test_unknown_strategy_and_global_width():
     for strategy in ("reuse", "fusion", "telepathy"):
         with pytest.raises(InputError, match="supports only none"):
             obj.fusedmm_a(A_loc, B_loc, strategy)
-    wide = np.hstack([A, A])
-    with pytest.raises(InputError, match=f"distributed for r={r}"):
-        obj.scatter("a", wide if COMM.rank == 0 else None)
-    with pytest.raises(InputError, match=f"distributed for r={r}"):
-        obj.scatter("a", wide, root=None)
+    wide = np.hstack([A, A])  # r is per call: a wider matrix scatters
+    assert obj.scatter("a", wide if COMM.rank == 0 else None).r == 2 * r
+    assert obj.scatter("a", wide, root=None).r == 2 * r
+    if r > 1:
+        with pytest.raises(InputError, match=f"r >= {r}"):
+            obj.scatter("a", A[:, :r - 1], root=None)
     with pytest.raises(InputError, match="rows, expected 10"):
         obj.scatter("b", np.zeros((7, r)) if COMM.rank == 0 else None)
 

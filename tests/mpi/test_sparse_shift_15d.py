@@ -217,10 +217,14 @@ def test_table4_best_c():
 
 
 # ------------------------------------------------------------------ bad input, every rank
-def test_r_required_and_large_enough():
+def test_default_r_optional_but_large_enough():
+    """r at construction is only a default width: optional, but refused when too small."""
     S, _, _ = problem(10, 10, 2)
-    with pytest.raises(InputError, match="pass r"):
-        build(S, CS[0], None, root=None)
+    obj = build(S, CS[0], None, root=None)
+    assert obj.r is None and obj.r_rule()[0] == P // CS[0]
+    with pytest.raises(InputError, match="pass r|r=..."):
+        obj.dense("a")
+    obj.close()
     with pytest.raises(InputError, match="too small"):
         build(S, 1, P - 1, root=None)
     with pytest.raises(InputError, match="integer"):
@@ -254,5 +258,8 @@ def test_global_shape_and_width_mismatch():
     obj = build(S, 1, r, root=None)
     with pytest.raises(InputError, match="rows, expected 7"):
         obj.scatter("b", A if COMM.rank == 0 else None)
-    with pytest.raises(InputError, match=f"distributed for r={r}"):
-        obj.scatter("a", np.zeros((12, r + 1)) if COMM.rank == 0 else None)
+    # r is per call: another width scatters, and one below p/c is refused everywhere.
+    assert obj.scatter("a", np.zeros((12, r + 1)) if COMM.rank == 0 else None).r == r + 1
+    if P > 1:
+        with pytest.raises(InputError, match="too small"):
+            obj.scatter("a", np.zeros((12, P - 1)) if COMM.rank == 0 else None)

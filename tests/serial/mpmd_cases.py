@@ -209,6 +209,16 @@ CASES: list[Case] = [
          r"machine\.json: missing or non-numeric alpha " + LAST_RANK,
          files=on_last({"machine.json": b'{"beta": 1, "gamma": 1}'}),
          cli=run_with("--algorithm", "auto", "--machine", "machine.json")),
+    Case("plan-machine-missing-on-one", "distmm plan --machine FILE missing on one rank",
+         r"machine file \(from distmm calibrate\) machine\.json: no such file " + LAST_RANK,
+         files=on_last({}, drop=("machine.json",)),
+         cli=lambda rank, p: ["plan", "--m", "100", "--nnz", "1000", "--r", "8", "-p", "4",
+                              "--machine", "machine.json"]),
+    Case("bench-node-config-on-one", "distmm bench --node-config FILE missing on one rank",
+         r"--node-config node\.json: no such file " + LAST_RANK,
+         files=on_last({}, drop=("node.json",)),
+         cli=lambda rank, p: ["bench", "--n", "50", "--r", "4", "--node-config",
+                              "node.json"]),
     # ---- sizes and values the same on every rank
     Case("sparse-huge-header", "S's header claims 1e11 x 1e11 (every rank)",
          r"S\.mtx is 100000000000 x 100000000000 with 1 entries: distributing it needs at "
@@ -301,6 +311,15 @@ def _api_case(rank: int, p: int, **per_rank):
     return distmm.distribute(S, MPI.COMM_WORLD, **kwargs)
 
 
+def _share(rank: int, p: int):
+    """This rank's slice of S's entries as a CooShare; the last rank claims one more row."""
+    from distmm.coo import CooShare
+
+    lo, hi = rank * _S.nnz // p, (rank + 1) * _S.nnz // p
+    shape = (M + 1, N) if rank == p - 1 else (M, N)
+    return CooShare(shape=shape, rows=_S.row[lo:hi], cols=_S.col[lo:hi], vals=_S.data[lo:hi])
+
+
 def _api_scatter_on_root_only(rank: int, p: int):
     from mpi4py import MPI
 
@@ -353,6 +372,9 @@ CASES += [
     Case("api-kind-differs", "S a path on rank 0, a scipy matrix elsewhere",
          r"S given as \(a path on rank 0; a scipy matrix held by root 0 on ranks? (1|1, 2, 3)\)$",
          api=lambda rank, p: _api_case(rank, p, S=lambda k, q: "S.mtx" if k == 0 else _S)),
+    Case("api-cooshare-shape-differs", "S a CooShare of another shape on the last rank",
+         r"shape of S \(\(29, 17\) on ranks? 0(, 1, 2)?; \(30, 17\) on ranks? (1|3)\)$",
+         api=lambda rank, p: _api_case(rank, p, S=lambda k, q: _share(k, q))),
     Case("api-root-none-missing", "root=None with the matrix on rank 0 only",
          r"S is None on a rank that must provide the sparse matrix \(root=None",
          api=lambda rank, p: _api_case(rank, p, root=lambda k, q: None,

@@ -1,0 +1,289 @@
+"""Checking one call's operands, and learning its dense width r, under a ``checks`` policy.
+
+Every public operation of a distributed object starts with :meth:`CallChecks._begin`, which
+validates the dense blocks, S's values and the ``out=`` buffer, and returns the call's dense
+width r. How much it does depends on the object's ``checks`` (a constructor argument):
+
+``"always"``
+    Full validation on every call: type, side, owner, rows, dtype, contiguity, width, NaN/inf
+    scan of every operand (when ``check_finite``), and one cross-rank agreement (a small
+    pickled allgather), so a problem found on any rank raises the same InputError on every rank
+    before the operation communicates.
+``"once"`` (the default)
+    The full validation on the first call of each kind (``sddmm``, ``spmm_a``, ... and
+    ``gather``), and after it only cheap local checks: type, side and owner of typed blocks,
+    rows, dtype, contiguity, width and ``out=`` (no NaN scan, no collective). What is lost: a
+    NaN or infinity that appears in a later iteration is not diagnosed (it propagates into the
+    results); and a problem that the cheap checks find on some ranks only raises there, while
+    the other ranks go on into the operation's collectives and wait (a hang, which the MPI
+    test harness or a job time limit ends). Ranks that pass blocks of different r after the
+    first call are not caught either. Typed blocks (:class:`~distmm.dense.DenseBlock`) make
+    the cheap checks much stronger: side, owner and the global r are known locally, so a block
+    of the wrong side or object is refused on every rank that holds one.
+``"off"``
+    No checks at all after construction (the dense width is still read from the blocks).
+
+The dense width r. A typed block carries it. A plain ndarray carries only its local width,
+which is r itself in the families that keep whole rows (1.5D dense shifting) but only a share
+of r in the families that split the r columns across ranks; there, r is learnt by an all-gather
+of one integer per rank (a buffer call, counted under phase "other") unless a typed operand
+gives it, or, with ``checks="off"``, the last r used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from mpi4py import MPI
+
+from distmm.dense import SIDES, DenseBlock
+from distmm.errors import InputError
+
+CHECKS = ("always", "once", "off")
+
+
+class CallChecks:
+    """Mixin of :class:`~distmm.algorithms.base.DistributedAlgorithm`: the per-call checks.
+
+    Uses the object's ``comm``, ``p``, ``rank``, ``dtype``, ``stats``, ``checks``,
+    ``check_finite``, ``splits_r``, ``values`` and its layout hooks (``_local_rows``,
+    ``local_width``, ``r_rule``, ``_col_block``)."""
+
+    # ----------------------------------------------------------------- entry point
+    def _begin(self, kind: str, dense: tuple[tuple[str, np.ndarray, str], ...],
+               values: np.ndarray | None = None, out: np.ndarray | None = None,
+               out_side: str | None = None) -> int:
+        """Validate one call's operands per ``self.checks`` and return its dense width r.
+
+        ``dense`` lists (side, block, name); ``out_side`` is the side of a dense ``out=``
+        buffer or ``"values"`` for an SDDMM result. Collective unless the policy allows a
+        local check (see the module docstring)."""
+        self._require_open()
+        if self.checks == "off":
+            r = self._unchecked_r(dense)
+        elif self.checks == "always" or kind not in self._checked:
+            r = self._full_check(dense, values, out, out_side)
+            self._checked.add(kind)
+        else:
+            r = self._cheap_check(dense, values, out, out_side)
+        self._last_r = r
+        return r
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise InputError(f"this {self.name} object was closed (close() or the end of its "
+                             "with-block freed its communicators); distribute S again")
+
+    # ----------------------------------------------------------------- local pieces
+    def _block_problem(self, side: str, X, what: str, scan: bool) -> str | None:
+        """What is wrong with one operand on this rank (None if nothing). Not collective."""
+        if not isinstance(X, np.ndarray) or X.ndim != 2:
+            return f"{what} must be a 2-D numpy array"
+        if isinstance(X, DenseBlock) and X.typed:
+            if X.owner is not self and _layout_key(X.owner) != _layout_key(self):
+                return (f"{what} is a block of another distributed object whose dense "
+                        "distribution differs from this one's (family, grid, shape or "
+                        "permutation); move it with that object's gather and this one's "
+                        "scatter")
+            if X.side != side:
+                return (f"{what} is a side-{X.side!r} block ({_side_words(X.side)}), but this "
+                        f"operation needs a side-{side!r} block ({_side_words(side)})")
+        expect = self._local_rows(side)
+        if X.shape[0] != expect:
+            return (f"{what} has {X.shape[0]} rows on this rank but the distribution gives it "
+                    f"{expect}")
+        if X.dtype != self.dtype:
+            return f"{what} has dtype {X.dtype}, but this matrix was distributed as {self.dtype}"
+        if not X.flags.c_contiguous:
+            return f"{what} must be C-contiguous (np.ascontiguousarray)"
+        if scan and not np.isfinite(X).all():
+            return f"{what} contains NaN or infinite values"
+        return None
+
+    def _values_problem(self, values, scan: bool) -> str | None:
+        nnz = self.values.size
+        if not isinstance(values, np.ndarray) or values.ndim != 1 or values.size != nnz:
+            return f"values must be a 1-D array of this rank's {nnz} stored nonzeros"
+        if values.dtype != self.dtype:
+            return f"values have dtype {values.dtype}, expected {self.dtype}"
+        if scan and not np.isfinite(values).all():
+            return "values contain NaN or infinite entries"
+        return None
+
+    def _check_values(self, values: np.ndarray) -> str | None:
+        """Local check of a values array (with the NaN scan when ``check_finite``)."""
+        return self._values_problem(values, self.check_finite)
+
+    def _out_problem(self, out, out_side: str | None, operands) -> str | None:
+        """What is wrong with an ``out=`` buffer, apart from its width. Not collective."""
+        if out is None:
+            return None
+        if out_side == "values":
+            msg = self._values_problem(out, scan=False)
+            if msg is None and not out.flags.c_contiguous:
+                msg = "values must be C-contiguous"
+            msg = msg and "out= " + msg
+        else:
+            msg = self._block_problem(out_side, out, "out=", scan=False)
+        if msg is None and any(isinstance(x, np.ndarray) and np.may_share_memory(out, x)
+                               for x in operands):
+            msg = "out= shares memory with an input of the same call; pass a separate buffer"
+        return msg
+
+    def _local(self, dense, values, out, out_side, scan: bool):
+        """(message, typed r or None, local width or -1, out= width or None) on this rank."""
+        msg, typed, widths = None, set(), set()
+        for side, X, what in dense:
+            msg = msg or self._block_problem(side, X, what, scan)
+            if isinstance(X, np.ndarray) and X.ndim == 2:
+                widths.add(X.shape[1])
+                if isinstance(X, DenseBlock) and X.typed:
+                    typed.add(X.r)
+        if isinstance(out, DenseBlock) and out.typed:
+            typed.add(out.r)
+        if len(widths) > 1:
+            msg = msg or f"the dense operands have different widths {sorted(widths)}"
+        if len(typed) > 1:
+            msg = msg or (f"the dense operands (and out=) are blocks of different widths r "
+                          f"{sorted(typed)}")
+        if values is not None:
+            msg = msg or self._values_problem(values, scan)
+        operands = [x for _, x, _ in dense] + ([values] if values is not None else [])
+        msg = msg or self._out_problem(out, out_side, operands)
+        width = widths.pop() if len(widths) == 1 else -1
+        out_width = None  # no dense out= buffer on this rank
+        if out is not None and out_side not in (None, "values"):
+            out_width = out.shape[1] if isinstance(out, np.ndarray) and out.ndim == 2 else -1
+        return msg, (typed.pop() if len(typed) == 1 else None), width, out_width
+
+    # ----------------------------------------------------------------- the three policies
+    def _full_check(self, dense, values, out, out_side) -> int:
+        """Every check, then one agreement over ``comm`` (collective)."""
+        msg, typed_r, width, out_width = self._local(dense, values, out, out_side,
+                                                     scan=self.check_finite)
+        gathered = self.comm.allgather((msg, typed_r, width, out_width))
+        if self.p > 1:
+            self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
+        bad = [(k, g[0]) for k, g in enumerate(gathered) if g[0] is not None]
+        if not bad:
+            r, problem = self._derive_r([(g[1], g[2]) for g in gathered])
+            if problem is None and out_side not in (None, "values"):
+                problem = self._width_problem(r, [g[3] for g in gathered], "out=")
+            if problem is not None:
+                bad = [(None, problem)]
+        if bad:
+            k, m = bad[0]
+            suffix = f" (reported by rank {k})" if self.p > 1 and k is not None else ""
+            raise InputError(m + suffix)
+        return r
+
+    def _cheap_check(self, dense, values, out, out_side) -> int:
+        """Local checks only; an all-gather of one integer when r is not known locally."""
+        msg, typed_r, width, out_width = self._local(dense, values, out, out_side, scan=False)
+        if msg is None:
+            if typed_r is not None:
+                r = typed_r
+            elif not self.splits_r:
+                r = width
+            else:
+                r = self._agree_width(width)
+            msg = self._r_problem(r) or self._width_problem(r, {self.rank: width}, "dense block")
+            if msg is None and out_side not in (None, "values"):
+                msg = self._width_problem(r, {self.rank: out_width}, "out=")
+        if msg is not None:
+            raise InputError(msg + " (found by the cheap local checks of checks='once' on "
+                             f"rank {self.rank}; other ranks may not have seen it)")
+        return r
+
+    def _unchecked_r(self, dense) -> int:
+        """The dense width without checking anything (checks="off")."""
+        for _, X, _ in dense:
+            if isinstance(X, DenseBlock) and X.typed:
+                return X.r
+        if not self.splits_r:
+            return dense[0][1].shape[1]
+        known = self._last_r if self._last_r is not None else self.r
+        return known if known is not None else self._agree_width(dense[0][1].shape[1])
+
+    def _agree_width(self, width: int) -> int:
+        """r from every rank's local width: an all-gather of one integer (collective)."""
+        mine = np.array([width], dtype=np.int64)
+        every = np.empty(self.p, dtype=np.int64)
+        with self.stats.timer("other"):
+            self.comm.Allgather([mine, MPI.INT64_T], [every, MPI.INT64_T])
+        if self.p > 1:
+            self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
+        r, problem = self._derive_r([(None, int(w)) for w in every])
+        if problem is not None:
+            raise InputError(problem)
+        return r
+
+    # ----------------------------------------------------------------- r from widths
+    def _derive_r(self, info: list[tuple[int | None, int]]) -> tuple[int, str | None]:
+        """The call's r from every rank's (typed r or None, local width); rank-independent.
+
+        Returns (r, None) or (-1, the problem)."""
+        typed = sorted({t for t, _ in info if t is not None})
+        if len(typed) > 1:
+            return -1, f"dense blocks disagree on r across ranks: {typed}"
+        if typed:
+            r = typed[0]
+        elif not self.splits_r:
+            widths = sorted({w for _, w in info})
+            if len(widths) > 1:
+                return -1, f"dense blocks disagree on r across ranks: {widths}"
+            r = widths[0]
+        else:
+            # Each column block of r is held by several ranks: take the first holder's width.
+            first: dict[int, int] = {}
+            for k, (_, w) in enumerate(info):
+                first.setdefault(self._col_block(k), w)
+            r = sum(first.values()) if min(first.values()) >= 0 else -1
+        problem = self._r_problem(r) or self._width_problem(
+            r, {k: w for k, (_, w) in enumerate(info)}, "dense block")
+        return r, problem
+
+    def _r_problem(self, r: int) -> str | None:
+        if r < 1:
+            return f"dense width r={r} is too small: dense operands need r >= 1 columns"
+        low, why = self.r_rule()
+        if r < low:
+            return (f"dense width r={r} is too small for the {self.name} algorithm: it needs "
+                    f"r >= {low} ({why})")
+        return None
+
+    def _width_problem(self, r: int, widths, what: str) -> str | None:
+        """Whether each rank's local width (a dict or list by rank) is its share of r."""
+        items = widths.items() if isinstance(widths, dict) else enumerate(widths)
+        for k, w in items:
+            if w is None:
+                continue
+            expect = self.local_width(r, k)
+            if w != expect:
+                return (f"{what} on rank {k} has {w} columns, but its share of the r={r} "
+                        f"columns is {expect} (dense blocks disagree on r across ranks, or "
+                        "the block is not in this distribution)")
+        return None
+
+
+def _layout_key(obj) -> tuple:
+    """What a dense block's placement depends on: two objects with equal keys lay out every
+    width-r block identically, so their blocks are interchangeable (cached on the object)."""
+    key = obj.__dict__.get("_layout_key_cache")
+    if key is None:
+        digest = hashlib.blake2b(digest_size=16)
+        for perm in (obj.row_perm, obj.col_perm):
+            digest.update(np.ascontiguousarray(perm, dtype=np.int64).tobytes())
+        grid = getattr(obj, "grid", None)
+        key = (type(obj).__name__, obj.p, obj.rank, obj.shape, getattr(obj, "c", None),
+               getattr(grid, "order", None), digest.hexdigest())
+        obj.__dict__["_layout_key_cache"] = key
+    return key
+
+
+def _side_words(side: str) -> str:
+    return "rows indexed like S's rows: A" if side == "a" else "rows indexed like S's columns: B"
+
+
+__all__ = ["CHECKS", "SIDES", "CallChecks"]

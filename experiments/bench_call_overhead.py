@@ -1,0 +1,113 @@
+"""Per-call overhead of a FusedMM under checks="always", "once" and "off" (docs/api.md).
+
+Run under mpiexec, e.g.::
+
+    mpiexec -n 2 python experiments/bench_call_overhead.py --n 4096 --d 16 --r 16
+    mpiexec -n 2 python experiments/bench_call_overhead.py \
+        --matrix /work/shared/data/metis-mdual.mtx.gz --r 128 --calls 5
+
+For each policy (taken in turns, A B C A B C ..., so that each samples the same moments of a
+shared machine) S is distributed once, typed blocks of width r are made with ``S.dense``, two
+untimed calls warm up (JIT, S^T built on first use, the first call's full checks), then
+``--calls`` FusedMMA calls run back to back into one ``out=`` buffer. Per rank, the call time
+is the loop's wall time / calls; the phases are the object's per-phase seconds
+(``S.report()``: compute = the local kernels; replication, propagation, reduction = the
+paper's communication; other = the checks' collectives); overhead = call time - (compute +
+replication + propagation + reduction), i.e. everything a call spends outside the kernels
+and the paper's communication (checks, Python dispatch, buffers). Each figure is the slowest
+rank's; the best of ``--rounds`` rounds is kept. Prints a Markdown table (rank 0) and, with
+``--jsonl``, appends one JSON line per policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from mpi4py import MPI
+
+import distmm
+from distmm.generate import erdos_renyi
+
+POLICIES = ("always", "once", "off")
+LOOP_PHASES = ("compute", "replication", "propagation", "reduction")
+
+
+def measure(share, comm, args, checks: str) -> dict:
+    """One round for one policy: per-call seconds by phase, slowest rank's (collective)."""
+    with distmm.distribute(share, comm, algorithm=args.algorithm, c=args.c,
+                           checks=checks, seed=args.seed) as S:
+        A = S.dense("a", args.r, fill=distmm.hashed_normal(args.seed, 0.1))
+        B = S.dense("b", args.r, fill=distmm.hashed_normal(args.seed + 1, 0.1))
+        out = S.dense("a", args.r)
+        for _ in range(2):
+            S.fusedmm_a(A, B, args.strategy, out=out)
+        S.reset_stats()
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(args.calls):
+            S.fusedmm_a(A, B, args.strategy, out=out)
+        wall = (time.perf_counter() - t0) / args.calls
+        per_phase = {ph: S.stats.seconds.get(ph, 0.0) / args.calls
+                     for ph in LOOP_PHASES + ("other",)}
+        mine = {"call": wall, **per_phase,
+                "overhead": wall - sum(per_phase[ph] for ph in LOOP_PHASES)}
+        worst = {k: comm.allreduce(v, op=MPI.MAX) for k, v in mine.items()}
+        desc = S.describe()
+    return {"checks": checks, **worst, "algorithm": desc["algorithm"], "c": desc["c"],
+            "strategy": args.strategy or S.strategies[-1]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--matrix", help="a .mtx/.mtx.gz file (default: Erdos-Renyi)")
+    ap.add_argument("--n", type=int, default=4096, help="Erdos-Renyi size")
+    ap.add_argument("--d", type=int, default=16, help="Erdos-Renyi nonzeros per row")
+    ap.add_argument("--r", type=int, default=16)
+    ap.add_argument("--algorithm", default="15d-dense-shift", choices=list(distmm.ALGORITHMS))
+    ap.add_argument("--c", type=int, default=1)
+    ap.add_argument("--strategy", default=None)
+    ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jsonl", help="append one JSON line per policy here")
+    args = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    if args.matrix:
+        share = distmm.api.as_coo_share(args.matrix, comm)
+        label = args.matrix.rsplit("/", 1)[-1]
+    else:
+        share = erdos_renyi(args.n, args.n, args.d, args.seed, comm)
+        label = f"Erdos-Renyi n={args.n}, {args.d}/row"
+    nnz = int(comm.allreduce(share.nnz))
+    best: dict[str, dict] = {}
+    for _ in range(args.rounds):
+        for checks in POLICIES:
+            rec = measure(share, comm, args, checks)
+            if checks not in best or rec["call"] < best[checks]["call"]:
+                best[checks] = rec
+    if comm.rank != 0:
+        return
+    p = comm.Get_size()
+    print(f"{label}: nnz={nnz}, r={args.r}, p={p}, {best['once']['algorithm']} "
+          f"c={best['once']['c']} {best['once']['strategy']}, {args.calls} calls, best of "
+          f"{args.rounds} rounds (slowest rank); times in microseconds per call")
+    print("| checks | call | compute | communication | other (checks) | overhead | "
+          "overhead / compute |")
+    print("|---|---|---|---|---|---|---|")
+    for checks in POLICIES:
+        b = best[checks]
+        comm_s = b["replication"] + b["propagation"] + b["reduction"]
+        ratio = b["overhead"] / b["compute"] if b["compute"] > 0 else float("nan")
+        print(f"| {checks} | {b['call'] * 1e6:.0f} | {b['compute'] * 1e6:.0f} | "
+              f"{comm_s * 1e6:.0f} | {b['other'] * 1e6:.0f} | {b['overhead'] * 1e6:.0f} | "
+              f"{ratio:.3f} |")
+        if args.jsonl:
+            with open(args.jsonl, "a") as fh:
+                fh.write(json.dumps({"matrix": label, "nnz": nnz, "r": args.r, "p": p,
+                                     "calls": args.calls, **b}, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
