@@ -28,6 +28,7 @@ from mpi4py import MPI
 
 from distmm import api
 from distmm import info as _info
+from distmm.apps import als_cli, gat_cli
 from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
 from distmm.errors import Checks, InputError, agree, require
@@ -161,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
     _info.add_parser(parser, sub)
     _add_simulate(sub)
+    als_cli.add_parser(sub)
+    gat_cli.add_parser(sub)
     return parser
 
 

@@ -108,10 +108,17 @@ class DenseBlock(np.ndarray):
                     mixed = True
                 meta = x
         args = tuple(x.view(np.ndarray) if isinstance(x, DenseBlock) else x for x in inputs)
-        if "out" in kwargs:
+        outs = kwargs.get("out")
+        if outs is not None:
             kwargs["out"] = tuple(x.view(np.ndarray) if isinstance(x, DenseBlock) else x
-                                  for x in kwargs["out"])
+                                  for x in outs)
         result = getattr(ufunc, method)(*args, **kwargs)
+        if outs is not None and method == "__call__":
+            # As numpy does: an in-place operation (X += Y) returns the out= object itself.
+            mine = tuple(o if isinstance(o, DenseBlock) else res for o, res in
+                         zip(outs, result if isinstance(result, tuple) else (result,),
+                             strict=True))
+            return mine if isinstance(result, tuple) else mine[0]
         if method != "__call__" or meta is None or mixed:
             return result
         like = meta

@@ -15,11 +15,17 @@ from mpi4py import MPI
 
 from .coo import CooShare
 from .errors import agree, require
+from .hashing import hash_normal
 
-__all__ = ["erdos_renyi", "erdos_renyi_chunk", "rmat", "rmat_chunk"]
+__all__ = ["erdos_renyi", "erdos_renyi_chunk", "planted_low_rank", "planted_low_rank_chunk",
+           "planted_factors", "rmat", "rmat_chunk"]
 
 # Stream tag that keeps R-MAT streams apart from Erdos-Renyi streams with the same seed.
 _RMAT_STREAM = 0x524D4154
+# Stream and hash tags of the planted low-rank generator.
+_PLANTED_STREAM = 0x504C4E54
+_PLANTED_A, _PLANTED_B = 11, 12
+PATTERNS = ("erdos-renyi", "power-law")
 
 Chunk = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -184,3 +190,76 @@ def rmat(
     rows, cols, vals = _concat(parts)
     n = 1 << scale
     return CooShare(shape=(n, n), rows=rows, cols=cols, vals=vals)
+
+
+def planted_factors(side: str, ids: np.ndarray, rank: int, seed: int) -> np.ndarray:
+    """Rows ``ids`` of the planted factor A* (side "a") or B* ("b"), shape (len(ids), rank).
+
+    Not collective. Entry (i, k) is a standard normal hashed from (seed, side, i, k) (see
+    :mod:`distmm.hashing`) divided by rank**0.25, so that a_i . b_j has unit variance and any
+    rank can compute any row alone.
+    """
+    tag = _PLANTED_A if side == "a" else _PLANTED_B
+    ids = np.asarray(ids, dtype=np.int64)
+    return hash_normal(seed, tag, ids[:, None], np.arange(rank)[None, :]) / rank ** 0.25
+
+
+def planted_low_rank_chunk(m: int, n: int, rank: int, nnz_per_row: int, seed: int, chunk: int,
+                           noise: float = 0.1, pattern: str = "erdos-renyi",
+                           chunk_rows: int = 4096) -> Chunk:
+    """The entries of row chunk ``chunk`` of :func:`planted_low_rank`'s matrix.
+
+    Not collective. Chunk t covers rows [t*chunk_rows, min(m, (t+1)*chunk_rows)); its stream
+    is ``default_rng([seed, tag, t])``, from which the column draws come first (row by row,
+    ``nnz_per_row`` each) and then one noise value per kept entry. "erdos-renyi" draws columns
+    uniformly; "power-law" draws column ``floor(n * u**3)`` for uniform u, so low column ids are
+    popular (item popularity with a heavy head). A column drawn twice in a row is kept once,
+    so no coordinate repeats. Values are ``A*[i] . B*[j] + noise * N(0, 1)``
+    (:func:`planted_factors`). Entries come sorted by (row, col).
+    """
+    lo = chunk * chunk_rows
+    hi = min(m, lo + chunk_rows)
+    nrows = max(hi - lo, 0)
+    rng = np.random.default_rng([seed, _PLANTED_STREAM, chunk])
+    u = rng.random(nrows * nnz_per_row)
+    cols = np.minimum((n * (u if pattern == "erdos-renyi" else u ** 3)).astype(np.int64), n - 1)
+    rows = np.repeat(np.arange(lo, lo + nrows, dtype=np.int64), nnz_per_row)
+    keys = np.unique(rows * n + cols)
+    rows, cols = keys // n, keys % n
+    vals = np.einsum("ij,ij->i", planted_factors("a", rows, rank, seed),
+                     planted_factors("b", cols, rank, seed))
+    vals += noise * rng.standard_normal(keys.size)
+    return rows, cols, vals
+
+
+def planted_low_rank(m: int, n: int, rank: int, nnz_per_row: int, seed: int, comm: MPI.Comm,
+                     noise: float = 0.1, pattern: str = "erdos-renyi",
+                     chunk_rows: int = 4096) -> CooShare:
+    """This rank's share of a planted low-rank ratings matrix R = A* B*^T + noise, observed
+    on a random pattern (a synthetic ALS problem with a known answer).
+
+    Collective over ``comm`` (only to check that every rank passed the same parameters). A* is
+    m x rank and B* n x rank (:func:`planted_factors`); each row observes up to
+    ``nnz_per_row`` distinct columns drawn by ``pattern`` ("erdos-renyi" or "power-law", see
+    :func:`planted_low_rank_chunk`), with Gaussian noise of standard deviation ``noise``. Rows
+    come in chunks of ``chunk_rows`` and chunk t belongs to rank t mod p, so the global matrix
+    does not depend on p.
+    """
+    seed = _check_seed(seed)
+    require(m >= 0 and n >= 1, f"planted_low_rank: need m >= 0 and n >= 1, got {m} x {n}")
+    require(rank >= 1, f"planted_low_rank: rank must be >= 1, got {rank}")
+    require(nnz_per_row >= 0, f"planted_low_rank: nnz_per_row must be >= 0, got {nnz_per_row}")
+    require(noise >= 0 and np.isfinite(noise),
+            f"planted_low_rank: noise must be finite and >= 0, got {noise}")
+    require(pattern in PATTERNS,
+            f"planted_low_rank: pattern must be one of {', '.join(PATTERNS)}, got {pattern!r}")
+    require(chunk_rows >= 1, f"planted_low_rank: chunk_rows must be >= 1, got {chunk_rows}")
+    m, n, rank, nnz_per_row = int(m), int(n), int(rank), int(nnz_per_row)
+    params = (m, n, rank, nnz_per_row, seed, float(noise), pattern, int(chunk_rows))
+    _check_same(comm, "planted_low_rank", params)
+    p, me = comm.Get_size(), comm.Get_rank()
+    nchunks = -(-m // chunk_rows)
+    parts = [planted_low_rank_chunk(m, n, rank, nnz_per_row, seed, t, noise, pattern,
+                                    chunk_rows) for t in range(me, nchunks, p)]
+    rows, cols, vals = _concat(parts)
+    return CooShare(shape=(m, n), rows=rows, cols=cols, vals=vals)

@@ -38,3 +38,5 @@ if comm.rank == 0:
     print("result", result.shape, "finite:", bool(np.isfinite(result).all()))
     print("words sent per rank (max):",
           {ph: v["words_sent"]["max"] for ph, v in words.items() if "words_sent" in v})
+
+op.close()                                           # frees the grid communicators

@@ -15,7 +15,6 @@ reduce-scatter of a bandwidth-optimal all-reduce does (paper section V, citing C
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +114,4 @@ def global_width(obj, X: np.ndarray, side: str) -> int:
 
 def column_range(obj, side: str, rank: int, r: int) -> range:
     """The columns (of r) of ``side``'s dense block on ``rank``. Not collective."""
-    if "r" in inspect.signature(obj.dense_cols).parameters:  # families taking r per call
-        return range(r)[obj.dense_cols(side, rank, r)]
-    return range(r)[obj.dense_cols(side, rank)]
+    return range(r)[obj.dense_cols(side, rank, r)]

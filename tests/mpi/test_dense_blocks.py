@@ -103,8 +103,10 @@ def test_numpy_semantics_of_blocks():
         assert res.global_shape == A_loc.global_shape
     X = A_loc.copy()
     X[...] = 0
-    X += 1.0
-    assert isinstance(X, DenseBlock) and X.side == "a" and np.all(X == 1.0)
+    same = X
+    X += 1.0  # in place: the same object, still typed (as numpy returns out=)
+    assert X is same and isinstance(X, DenseBlock) and X.side == "a" and np.all(X == 1.0)
+    assert type(np.concatenate([A_loc, A_loc])) is np.ndarray
     # Reductions and reshaping give plain arrays / scalars: no stale side.
     total = np.sum(A_loc)
     assert not isinstance(total, DenseBlock) and np.ndim(total) == 0

@@ -1,0 +1,503 @@
+"""Explicit-feedback alternating least squares on distributed FusedMM (paper section VI-E).
+
+Minimises sum over observed (i, j) of (R_ij - a_i . b_j)^2 + lambda (|A|_F^2 + |B|_F^2)
+(``weighted=True``: each row's lambda is multiplied by its number of ratings, Zhou et al.
+2008). A half-step solves every row's normal equations (B_i^T B_i + lambda_i I) a_i = B_i^T r_i
+by conjugate gradients batched over all rows (Zhao and Canny, cited in VI-E): the operator
+applied to the iterate X of all rows at once is ONE FusedMMA with S's pattern, rows of
+(S * (X B^T)) B, plus lambda X; the right-hand side is one SpMMA with the ratings as S's values.
+The B half-step mirrors it with FusedMMB / SpMMB. The per-row CG scalars are row-wise dot
+products (:func:`distmm.ops.rowwise.row_dot`), summed over the ranks holding a row's column
+pieces in the families that split A and B by columns. No Python loop runs over rows.
+
+Distribution. The training ratings are placed once; S's values become the pattern (ones) and
+the ratings stay beside them in value order, passed as ``values=`` to the SpMM of the
+right-hand side, so nothing is redistributed between the two half-steps. Held-out ratings are
+placed as a second object with the same family, c, shape and permutation seed, hence the same
+dense layout, so the test RMSE is one SDDMM of the same factor blocks.
+
+Determinism. The split hashes (user, item), and the initial factors hash (side, original row,
+column) (:mod:`distmm.hashing`): neither depends on p, the family or c. CG starts from the
+current factors (warm start), runs at most ``cg_iters`` iterations and stops early only when
+every row everywhere has relative residual |r_i| / |b_i| <= ``cg_tol`` (one counted
+all-reduce of the number of unconverged rows per iteration; skipped when cg_tol = 0). Rows that
+converge earlier stop moving (their step is masked to zero); rows with no training rating are
+never updated, so they keep their initial factors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from mpi4py import MPI
+
+from distmm import api
+from distmm.algorithms.base import DistributedAlgorithm
+from distmm.apps.als_io import check_writable, load_checkpoint, read_ratings, save_factors
+from distmm.coo import CooShare
+from distmm.errors import agree, require
+from distmm.hashing import hash_uniform, mix64
+from distmm.kernels import NodeModel
+from distmm.ops.rowwise import row_dot, row_dot_words
+
+__all__ = ["ALSConfig", "ALSResult", "fit", "initial_factors", "predict", "split_ratings"]
+
+_SPLIT_TAG, _INIT_TAG = 101, 103
+COMM_PHASES = ("replication", "propagation", "reduction")
+
+
+@dataclass(frozen=True)
+class ALSConfig:
+    """What defines an ALS run (all ranks pass the same). See :func:`fit` for each field."""
+
+    rank: int = 32
+    lam: float = 0.1
+    epochs: int = 10
+    cg_iters: int = 3
+    cg_tol: float = 0.0
+    weighted: bool = False
+    test_fraction: float = 0.0
+    seed: int = 0
+    algorithm: str = "15d-dense-shift"
+    c: int = 1
+    strategy: str | None = None
+    node_model: str = "reference"
+    dtype: str = "float64"
+    permute: bool | str = "auto"
+    order: str = "fiber"
+    overlap: bool = False
+
+    def check(self) -> None:
+        """Raise InputError (identically on every rank) for an out-of-range parameter."""
+        require(isinstance(self.rank, (int, np.integer)) and self.rank >= 1,
+                f"rank must be an integer >= 1, got {self.rank!r}")
+        require(math.isfinite(self.lam) and self.lam >= 0, f"lambda must be >= 0, got "
+                                                            f"{self.lam!r}")
+        require(isinstance(self.epochs, (int, np.integer)) and self.epochs >= 1,
+                f"epochs must be an integer >= 1, got {self.epochs!r}")
+        require(isinstance(self.cg_iters, (int, np.integer)) and self.cg_iters >= 1,
+                f"cg_iters must be an integer >= 1, got {self.cg_iters!r}")
+        require(math.isfinite(self.cg_tol) and self.cg_tol >= 0,
+                f"cg_tol must be >= 0, got {self.cg_tol!r}")
+        require(0.0 <= self.test_fraction < 1.0,
+                f"test_fraction must be in [0, 1), got {self.test_fraction!r}")
+        require(isinstance(self.seed, (int, np.integer)) and self.seed >= 0,
+                f"seed must be a non-negative integer, got {self.seed!r}")
+        require(self.dtype in ("float32", "float64"),
+                f"dtype must be float32 or float64, got {self.dtype!r}")
+        require(self.algorithm == "auto" or self.algorithm in api.ALGORITHMS,
+                f"unknown algorithm {self.algorithm!r}; choose auto or one of "
+                f"{', '.join(api.ALGORITHMS)}")
+        if self.algorithm != "auto" and self.strategy is not None:
+            strategies = api.ALGORITHMS[self.algorithm].strategies
+            require(self.strategy in strategies,
+                    f"unknown strategy {self.strategy!r} for {self.algorithm}; choose one of "
+                    f"{', '.join(strategies)}")
+
+    def problem(self) -> dict:
+        """The fields that define the optimisation problem (a checkpoint must match them)."""
+        return {k: getattr(self, k) for k in ("rank", "lam", "weighted", "test_fraction",
+                                              "seed")}
+
+
+@dataclass
+class ALSResult:
+    """What :func:`fit` returns on every rank.
+
+    ``A_loc`` and ``B_loc`` are this rank's factor blocks in ``obj``'s distribution (use
+    ``obj.gather`` / :meth:`factors` for the global matrices in original order). ``history``
+    holds one dict per epoch (identical on every rank). ``obj`` is the distributed training
+    pattern, ``test_obj`` the held-out ratings (None without a test set); ``ratings`` the
+    training ratings in ``obj``'s value order.
+    """
+
+    config: ALSConfig
+    obj: DistributedAlgorithm
+    A_loc: np.ndarray
+    B_loc: np.ndarray
+    ratings: np.ndarray
+    test_obj: DistributedAlgorithm | None
+    test_ratings: np.ndarray | None
+    history: list[dict] = field(default_factory=list)
+    fingerprint: dict = field(default_factory=dict)
+
+    def factors(self, root: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
+        """(A, B) in original user/item order on ``root``, None elsewhere. Collective."""
+        A = self.obj.gather("a", self.A_loc, root=root)
+        B = self.obj.gather("b", self.B_loc, root=root)
+        return None if A is None else (A, B)
+
+    def close(self) -> None:
+        """Free the communicators the distributed objects created. Collective."""
+        for obj in (self.test_obj, self.obj):
+            if obj is not None:
+                release(obj)
+
+
+def release(obj: DistributedAlgorithm) -> None:
+    """Free what ``obj`` created (its ``close()`` where the family has one). Collective."""
+    close = getattr(obj, "close", None)
+    if close is not None:
+        close()
+        return
+    for sub in obj.__dict__.pop("_extra_comms", []):
+        sub.Free()
+    obj.__dict__.pop("_row_groups", None)
+
+
+def predict(A: np.ndarray, B: np.ndarray, users: np.ndarray, items: np.ndarray
+            ) -> np.ndarray:
+    """Predicted ratings a_u . b_i for each (user, item) pair, from global factors (original
+    order, e.g. from :meth:`ALSResult.factors` or a factors file). Not collective."""
+    users = np.asarray(users, dtype=np.int64)
+    items = np.asarray(items, dtype=np.int64)
+    require(users.shape == items.shape, "users and items must have the same shape")
+    require(users.size == 0 or (0 <= users.min() and users.max() < A.shape[0]),
+            f"user ids must lie in [0, {A.shape[0]})")
+    require(items.size == 0 or (0 <= items.min() and items.max() < B.shape[0]),
+            f"item ids must lie in [0, {B.shape[0]})")
+    return np.einsum("ij,ij->i", A[users], B[items])
+
+
+# ----------------------------------------------------------------------------- data
+def split_ratings(share: CooShare, test_fraction: float, seed: int
+                  ) -> tuple[CooShare, CooShare]:
+    """(train, test) parts of a COO share: entry (u, i) is held out when a hash of
+    (seed, u, i) falls below ``test_fraction``. Not collective; the split does not depend on
+    p or on which rank holds an entry."""
+    held = hash_uniform(seed, _SPLIT_TAG, share.rows, share.cols) < test_fraction
+    keep = ~held
+    return (CooShare(share.shape, share.rows[keep], share.cols[keep], share.vals[keep]),
+            CooShare(share.shape, share.rows[held], share.cols[held], share.vals[held]))
+
+
+def initial_factors(rows: np.ndarray, cols: np.ndarray, side: str, seed: int, rank: int
+                    ) -> np.ndarray:
+    """Initial factor entries for original ``rows`` x columns ``cols`` of side "a" or "b".
+
+    Not collective. Entry (i, k) is uniform in [0, 1) / sqrt(rank), hashed from (seed, side,
+    i, k): the same at every p and in every family."""
+    tag = _INIT_TAG + (0 if side == "a" else 1)
+    return hash_uniform(seed, tag, np.asarray(rows)[:, None],
+                        np.asarray(cols)[None, :]) / math.sqrt(rank)
+
+
+def _init_block(obj: DistributedAlgorithm, side: str, seed: int, rank: int) -> np.ndarray:
+    cols = np.arange(rank)[obj.dense_cols(side, obj.rank)]
+    block = initial_factors(obj.local_rows(side), cols, side, seed, rank)
+    return np.ascontiguousarray(block, dtype=obj.dtype)
+
+
+def fingerprint(obj: DistributedAlgorithm, train: CooShare) -> dict:
+    """A summary of the training ratings that does not depend on p, the family or the dtype:
+    shape, entry count and a wrapping sum of a hash of every (user, item, float64 rating)
+    entry of the COO shares (an order-free sum, so neither the split of entries over ranks
+    nor their order matters). Collective: one counted all-reduce of two words."""
+    bits = train.vals.view(np.uint64)
+    h = mix64(mix64(mix64(train.rows.view(np.uint64)) ^ train.cols.view(np.uint64)) ^ bits)
+    with np.errstate(over="ignore"):
+        local = np.array([train.nnz, int(h.sum(dtype=np.uint64))], dtype=np.uint64)
+    total = np.empty_like(local)
+    obj.world.allreduce(local, total, phase="other")
+    return {"m": obj.shape[0], "n": obj.shape[1], "nnz": int(total[0]), "hash": int(total[1])}
+
+
+# ----------------------------------------------------------------------------- solver
+class _Timer:
+    """Seconds of FusedMM communication and compute, from the object's phase timers, and the
+    words this rank sent inside FusedMM calls (all counted phases but "distribute")."""
+
+    def __init__(self, obj: DistributedAlgorithm) -> None:
+        self.obj = obj
+        self.comm = 0.0
+        self.compute = 0.0
+        self.words = 0
+
+    def fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
+        stats = self.obj.stats
+        sec = stats.seconds
+        c0 = sum(sec.get(ph, 0.0) for ph in COMM_PHASES)
+        k0 = sec.get("compute", 0.0)
+        w0 = stats.words()
+        f = self.obj.fusedmm_a if side == "a" else self.obj.fusedmm_b
+        out = f(A_loc, B_loc, strategy)
+        self.comm += sum(sec.get(ph, 0.0) for ph in COMM_PHASES) - c0
+        self.compute += sec.get("compute", 0.0) - k0
+        self.words += stats.words() - w0
+        return out
+
+
+def _count_active(obj: DistributedAlgorithm, active: np.ndarray) -> int:
+    """Unconverged rows over all ranks (collective; counted under "other"). A row held by a
+    row group of g ranks counts g times, which does not matter for a test against zero."""
+    local = np.array([int(active.sum())], dtype=np.int64)
+    total = np.empty_like(local)
+    obj.world.allreduce(local, total, phase="other")
+    return int(total[0])
+
+
+def half_step(obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.ndarray,
+              ratings: np.ndarray, lam_rows: np.ndarray, has: np.ndarray, cfg: ALSConfig,
+              strategy: str, timer: _Timer) -> int:
+    """Update the factor block ``X`` of ``side`` in place by batched CG; returns iterations.
+
+    Collective over ``obj.comm``. ``other`` is the fixed factor's block, ``lam_rows`` the
+    per-row lambda and ``has`` the mask of rows with at least one training rating (rows
+    outside it never move)."""
+
+    def apply(P: np.ndarray) -> np.ndarray:
+        Y = (timer.fusedmm("a", P, other, strategy) if side == "a"
+             else timer.fusedmm("b", other, P, strategy))
+        Y += lam_rows[:, None] * P
+        return Y
+
+    rhs = (obj.spmm_a(other, values=ratings) if side == "a"
+           else obj.spmm_b(other, values=ratings))
+    R = rhs - apply(X)
+    R[~has] = 0
+    P = R.copy()
+    tmp = np.empty_like(P)
+    rr = row_dot(obj, side, R, R)
+    limit = cfg.cg_tol ** 2 * row_dot(obj, side, rhs, rhs)
+    done = 0
+    for _ in range(cfg.cg_iters):
+        active = has & (rr > limit)
+        if cfg.cg_tol > 0 and _count_active(obj, active) == 0:
+            break
+        AP = apply(P)
+        pap = row_dot(obj, side, P, AP)
+        step = active & (pap > 0)
+        alpha = np.where(step, rr / np.where(step, pap, 1), 0).astype(obj.dtype)[:, None]
+        X += np.multiply(alpha, P, out=tmp)
+        R -= np.multiply(alpha, AP, out=tmp)
+        rr_new = row_dot(obj, side, R, R)
+        beta = np.where(step, rr_new / np.where(step, rr, 1), 0).astype(obj.dtype)
+        P *= beta[:, None]
+        P += R
+        rr = rr_new
+        done += 1
+    return done
+
+
+def epoch_row_dot_words(obj: DistributedAlgorithm, iterations: tuple[int, int]) -> int:
+    """Words this rank sends in phase "row_dot" during one epoch whose half-steps ran
+    ``iterations`` = (A's, B's) CG iterations: each half-step takes two row dot products
+    before its loop (|r|^2 and |b|^2) and two per iteration (p.Ap and the new |r|^2). Not
+    collective."""
+    return sum((2 + 2 * it) * row_dot_words(obj, side, obj.rank)
+               for side, it in zip("ab", iterations, strict=True))
+
+
+def _rmse(obj: DistributedAlgorithm, A_loc, B_loc, ratings: np.ndarray, ones: np.ndarray
+          ) -> float:
+    """Root mean squared error at the object's nonzeros (collective: one SDDMM and a counted
+    all-reduce of two words)."""
+    pred = obj.sddmm(A_loc, B_loc, values=ones)
+    err = pred.astype(np.float64) - ratings
+    local = np.array([float(err @ err), float(err.size)])
+    total = np.empty_like(local)
+    obj.world.allreduce(local, total, phase="other")
+    return math.sqrt(total[0] / total[1]) if total[1] else float("nan")
+
+
+def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None) -> ALSConfig:
+    """Ask the planner once for ALS's FusedMM shape (m x n, nnz, r = rank)."""
+    from distmm.planner import Machine, plan
+
+    nnz = int(comm.allreduce(share.nnz))
+    families = tuple(name for name, cls in api.ALGORITHMS.items()
+                     if not cfg.overlap or getattr(cls, "supports_overlap", False))
+    best = plan(share.shape[0], share.shape[1], nnz, cfg.rank, comm.Get_size(),
+                machine or Machine(), algorithms=families)[0]
+    return replace(cfg, algorithm=best["algorithm"], strategy=best["strategy"], c=best["c"])
+
+
+def distribute_ratings(share: CooShare, comm: MPI.Comm, cfg: ALSConfig,
+                       node_model: str | NodeModel | None = None
+                       ) -> tuple[DistributedAlgorithm, np.ndarray]:
+    """Place ratings on cfg's grid; returns (object with pattern values, ratings in value
+    order). Collective. ``node_model`` (default: cfg's name) may be a configured instance."""
+    obj = api.distribute(share, comm, algorithm=cfg.algorithm, c=cfg.c, r=cfg.rank,
+                         node_model=node_model or cfg.node_model, dtype=np.dtype(cfg.dtype),
+                         permute=cfg.permute, seed=cfg.seed, order=cfg.order,
+                         overlap=cfg.overlap)
+    ratings = obj.values.copy()
+    obj.set_values(np.ones_like(obj.values))
+    return obj, ratings
+
+
+def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0.1,
+        epochs: int = 10, cg_iters: int = 3, cg_tol: float = 0.0, weighted: bool = False,
+        test_fraction: float = 0.0, seed: int = 0, algorithm: str = "15d-dense-shift",
+        c: int = 1, strategy: str | None = None, node_model: str | NodeModel = "reference",
+        dtype: str = "float64", permute: bool | str = "auto", order: str = "fiber",
+        overlap: bool = False,
+        test=None, machine=None, callback: Callable[[dict, ALSResult], None] | None = None,
+        checkpoint: str | None = None, checkpoint_every: int = 0, resume: bool = False
+        ) -> ALSResult:
+    """Fit user factors A (m x rank) and item factors B (n x rank) to observed ratings.
+
+    Parameters
+    ----------
+    ratings : path, CooShare or scipy sparse matrix
+        The ratings (users x items): a Matrix Market or HDF5 path (read in parallel, see
+        :func:`distmm.apps.als_io.read_ratings`), this rank's COO share, or a scipy matrix
+        held by rank 0. Duplicated coordinates are summed.
+    comm : MPI communicator; every rank calls ``fit`` with the same arguments (collective).
+    rank, lam, epochs : the factor width r >= 1, lambda >= 0 and the number of epochs
+        (one A half-step then one B half-step each) >= 1.
+    cg_iters, cg_tol : CG iterations per half-step, and the relative residual below which a
+        row stops (0: always run cg_iters).
+    weighted : lambda_i = lam * (ratings of row i) instead of lam.
+    test_fraction, seed : held-out fraction (hash split) and the seed of the split, the
+        initial factors and the permutation.
+    test : optional held-out ratings given separately (same forms as ``ratings``); then
+        ``test_fraction`` must be 0.
+    algorithm, c, strategy, node_model, dtype, permute, order, overlap : as in
+        :func:`distmm.distribute`; ``algorithm="auto"`` asks the planner once for the FusedMM
+        shape ALS uses (``machine``: a :class:`distmm.planner.Machine`).
+    callback : called on every rank after each epoch with (record, result).
+    checkpoint, checkpoint_every : write the factors and the run's state to ``checkpoint``
+        (HDF5, atomically, see :mod:`distmm.apps.als_io`) after every ``checkpoint_every``-th
+        epoch (0: never) and after the last.
+    resume : start from ``checkpoint`` (which must exist and belong to this problem; it may
+        come from another p, family or c) instead of the initial factors.
+
+    Returns
+    -------
+    ALSResult : this rank's factor blocks and the per-epoch history (train/test RMSE,
+        seconds split into FusedMM communication, FusedMM compute and the rest).
+    """
+    cfg = ALSConfig(rank=rank, lam=float(lam), epochs=epochs, cg_iters=cg_iters,
+                    cg_tol=float(cg_tol), weighted=bool(weighted),
+                    test_fraction=float(test_fraction), seed=seed, algorithm=algorithm, c=c,
+                    strategy=strategy, node_model=getattr(node_model, "name", node_model),
+                    dtype=str(np.dtype(dtype)), permute=permute, order=order,
+                    overlap=bool(overlap))
+    cfg.check()
+    require(isinstance(checkpoint_every, (int, np.integer)) and checkpoint_every >= 0,
+            f"checkpoint_every must be an integer >= 0, got {checkpoint_every!r}")
+    require(checkpoint is not None or not (resume or checkpoint_every),
+            "resume and checkpoint_every need a checkpoint path")
+    paths = [x for x in (ratings, test) if isinstance(x, (str, os.PathLike))]
+    check_writable(checkpoint, "checkpoint", comm, paths)
+    require(test is None or cfg.test_fraction == 0,
+            "give either a separate test set or test_fraction, not both")
+    share = read_ratings_any(ratings, comm)
+    total = int(comm.allreduce(share.nnz))
+    require(total > 0, f"the ratings matrix {share.shape[0]} x {share.shape[1]} is empty")
+    train, held = split_ratings(share, cfg.test_fraction, cfg.seed)
+    if test is not None:
+        held = read_ratings_any(test, comm)
+        require(held.shape == share.shape, f"the test ratings are {held.shape[0]} x "
+                                           f"{held.shape[1]}, the training ratings "
+                                           f"{share.shape[0]} x {share.shape[1]}")
+    require(int(comm.allreduce(train.nnz)) > 0, "no training rating is left after the split")
+    if cfg.algorithm == "auto":
+        cfg = _choose_auto(train, comm, cfg, machine)
+    require(cfg.c >= 1 and comm.Get_size() % cfg.c == 0,
+            f"replication factor c={cfg.c} must be a positive divisor of p={comm.Get_size()}")
+    if cfg.strategy is None:
+        cfg = replace(cfg, strategy=api.ALGORITHMS[cfg.algorithm].strategies[-1])
+    obj, train_vals = distribute_ratings(train, comm, cfg, node_model)
+    test_obj = test_vals = None
+    if int(comm.allreduce(held.nnz)) > 0:
+        test_obj, test_vals = distribute_ratings(held, comm, cfg, node_model)
+        agree(comm, None if all(np.array_equal(obj.local_rows(s), test_obj.local_rows(s))
+                                for s in "ab") else "test and training layouts differ")
+    result = ALSResult(cfg, obj, np.empty((0, 0)), np.empty((0, 0)), train_vals, test_obj,
+                       test_vals)
+    result.fingerprint = fingerprint(obj, train)
+    start = load_checkpoint(checkpoint, result) if resume else None
+
+    def after_epoch(record: dict, res: ALSResult) -> None:
+        epoch = record["epoch"]
+        if checkpoint and checkpoint_every and (epoch % checkpoint_every == 0
+                                                or epoch == cfg.epochs):
+            save_factors(checkpoint, res, epoch)
+        if callback is not None:
+            callback(record, res)
+
+    _run(result, start, after_epoch)
+    return result
+
+
+def read_ratings_any(ratings, comm: MPI.Comm) -> CooShare:
+    """A COO share from a path (.mtx[.gz] or .h5), a CooShare or a scipy matrix on rank 0.
+    Collective."""
+    if isinstance(ratings, (str, os.PathLike)):
+        return read_ratings(ratings, comm)
+    return api.as_coo_share(ratings, comm)
+
+
+def _setup(result: ALSResult, start) -> int:
+    """Initial (or resumed) factor blocks; returns the number of epochs already done."""
+    obj, cfg = result.obj, result.config
+    if start is None:
+        result.A_loc = _init_block(obj, "a", cfg.seed, cfg.rank)
+        result.B_loc = _init_block(obj, "b", cfg.seed, cfg.rank)
+        return 0
+    done, A, B, history = start
+    result.A_loc = obj.scatter("a", A)
+    result.B_loc = obj.scatter("b", B)
+    result.history = list(history)
+    return int(done)
+
+
+def _row_counts(obj: DistributedAlgorithm, side: str, rank: int) -> np.ndarray:
+    """Training ratings of each local row of ``side`` (one SpMM of a ones block with S's
+    pattern; every rank holds at least one column, so column 0 is there)."""
+    ncols = len(range(rank)[obj.dense_cols("b" if side == "a" else "a", obj.rank)])
+    rows_other = obj.dense_rows("b" if side == "a" else "a", obj.rank).size
+    ones = np.ones((rows_other, ncols), dtype=obj.dtype)
+    out = obj.spmm_a(ones) if side == "a" else obj.spmm_b(ones)
+    nrows = obj.dense_rows(side, obj.rank).size
+    return out[:, 0].astype(np.float64) if out.shape[1] else np.zeros(nrows)
+
+
+def _run(result: ALSResult, start, callback: Callable[[dict, ALSResult], None]) -> None:
+    obj, cfg = result.obj, result.config
+    done = _setup(result, start)
+    counts = {s: _row_counts(obj, s, cfg.rank) for s in "ab"}
+    has = {s: counts[s] > 0 for s in "ab"}
+    lam = {s: (cfg.lam * (counts[s] if cfg.weighted else np.ones_like(counts[s])))
+           .astype(obj.dtype) for s in "ab"}
+    ones = np.ones_like(obj.values)
+    test_ones = None if result.test_obj is None else np.ones_like(result.test_obj.values)
+    for epoch in range(done + 1, cfg.epochs + 1):
+        timer = _Timer(obj)
+        words0 = obj.stats.words()
+        obj.comm.Barrier()
+        t0 = time.perf_counter()
+        it_a = half_step(obj, "a", result.A_loc, result.B_loc, result.ratings, lam["a"],
+                         has["a"], cfg, cfg.strategy, timer)
+        it_b = half_step(obj, "b", result.B_loc, result.A_loc, result.ratings, lam["b"],
+                         has["b"], cfg, cfg.strategy, timer)
+        seconds = time.perf_counter() - t0
+        words = obj.stats.words() - words0
+        t1 = time.perf_counter()
+        train = _rmse(obj, result.A_loc, result.B_loc, result.ratings, ones)
+        test = (None if result.test_obj is None else
+                _rmse(result.test_obj, result.A_loc, result.B_loc, result.test_ratings,
+                      test_ones))
+        eval_seconds = time.perf_counter() - t1
+        # Sums over ranks (one counted all-reduce of six words): times become means.
+        local = np.array([seconds, timer.comm, timer.compute, eval_seconds, timer.words,
+                          words], dtype=np.float64)
+        total = np.empty_like(local)
+        obj.world.allreduce(local, total, phase="other")
+        mean = total / obj.p
+        record = {"epoch": epoch, "train_rmse": train, "test_rmse": test,
+                  "seconds": float(mean[0]), "fusedmm_comm_seconds": float(mean[1]),
+                  "fusedmm_compute_seconds": float(mean[2]),
+                  "other_seconds": float(mean[0] - mean[1] - mean[2]),
+                  "eval_seconds": float(mean[3]), "cg_iterations": [it_a, it_b],
+                  "fusedmm_words": int(total[4]), "other_words": int(total[5] - total[4])}
+        result.history.append(record)
+        callback(record, result)
+

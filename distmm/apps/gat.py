@@ -1,0 +1,331 @@
+"""Graph attention networks (Velickovic et al., ICLR 2018; the paper's reference [3]) on a
+distributed S, forward and backward by hand.
+
+Convention: S[i, j] != 0 means an edge j -> i; row i of S lists the nodes i aggregates from
+(``--transpose`` in the command line serves the other convention). Per layer and head h, with
+GATConv's semantics (torch_geometric.nn.GATConv):
+
+    z = X W^T                                  local GEMM on each rank's node rows
+    s_src[j] = a_src . z_j,  s_dst[i] = a_dst . z_i         per node, per head
+    e_ij = LeakyReLU(s_dst[i] + s_src[j])      per-node values expanded onto S's nonzeros
+    alpha_ij = softmax of e_i. over row i      edge softmax (row max and row sum reduced)
+    out_i = sum_j alpha_ij z_j                 SpMM S(alpha_h) z_h, one call per head
+    y = concat_h(out) (or mean_h) + bias, ELU between layers.
+
+The SpMM loops over heads: the public SpMM takes one value vector per call, and the words a
+loop moves equal those of one call of width heads * out_channels (only the message count grows
+by the factor heads); a kernel taking several value vectors at once would need a new node-model
+method. A node with no in-edges (self-loops off) aggregates over nothing: its output is 0 before
+the bias (as in PyG), never NaN.
+
+Layout and communication. The layer input X (node features) is S's B side (columns) and the
+output is the A side (rows). The per-node scores reach the edges with the additive SDDMM
+(``S.sddmm_add``), the softmax is ``S.edge_softmax(dim="row")``, and the backward pass uses
+``S.expand``, ``S.row_sum`` and ``S.col_sum`` (:mod:`distmm.ops`, docs/primitives.md). Only
+1.5D dense shifting is supported: the other families split the dense rows by columns and fix r
+when S is placed, while a layer needs whole rows for X W^T and the scores and several widths
+per layer. For a square S the A and B layouts of 1.5D dense shifting coincide (block b of both
+sides lives on the same rank, one permutation serves rows and columns), so a layer's output is
+the next layer's input and A-side gradients are B-side ones without a transfer (checked at
+construction). Weights are replicated; their gradients are sums over disjoint node blocks,
+all-reduced once per step in one packed buffer (phase ``gat_weights``): one message for all
+parameters of all layers instead of one ``S.xty`` per matrix, and the first layer's input may
+be a scipy sparse matrix, which ``S.xty`` does not take.
+
+Dropout is drawn from a hash of (seed, step, layer, original ids): feature masks from the
+original node id and feature column, attention masks from the original (row, col) of the edge
+and the head, so the results do not depend on p, c or the permutation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from mpi4py import MPI
+
+from distmm.apps.gat_fused import fused_attention
+from distmm.apps.gat_model import PARAMS, GATLayer, GATModel
+from distmm.coo import CooShare
+from distmm.errors import require
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+FEATURE, ATTENTION = 0, 1
+
+
+# ---------------------------------------------------------------------------------- the graph
+def graph_share(share: CooShare, add_self_loops: bool = True,
+                transpose: bool = False, comm: MPI.Comm = MPI.COMM_WORLD) -> CooShare:
+    """GAT's S from this rank's share of an adjacency matrix: the pattern of its stored entries
+    (values 1; duplicates are merged when S is placed), optionally transposed, with existing
+    self-loops removed and, with ``add_self_loops``, one self-loop per node added (as GATConv
+    does). Not collective beyond reading ``comm``'s size and rank: rank k adds the self-loops
+    of nodes ``k n / p .. (k + 1) n / p - 1``. The matrix must be square (checked by the
+    caller, the global shape being known on every rank)."""
+    rows, cols = (share.cols, share.rows) if transpose else (share.rows, share.cols)
+    keep = rows != cols
+    rows, cols = rows[keep], cols[keep]
+    n = share.shape[0]
+    if add_self_loops:
+        p, k = comm.Get_size(), comm.Get_rank()
+        loops = np.arange(k * n // p, (k + 1) * n // p, dtype=np.int64)
+        rows, cols = np.concatenate([rows, loops]), np.concatenate([cols, loops])
+    return CooShare((n, n), rows, cols, np.ones(rows.size))
+
+
+def distribute_graph(S, comm: MPI.Comm = MPI.COMM_WORLD, add_self_loops: bool = True,
+                     transpose: bool = False, algorithm: str = "15d-dense-shift", c: int = 1,
+                     **options):
+    """Place GAT's S (see :func:`graph_share`) on a grid; returns the distributed object.
+
+    Collective. ``S`` is anything :func:`distmm.api.as_coo_share` accepts (a Matrix Market
+    path read in parts by every rank, a CooShare, a scipy matrix on rank 0). ``options`` go to
+    :func:`distmm.api.distribute` (dtype, permute, seed, node_model, order, overlap). A
+    non-square matrix or a family other than 15d-dense-shift raises InputError on every rank.
+    """
+    from distmm.api import as_coo_share, distribute
+
+    require(algorithm == "15d-dense-shift",
+            f"GAT runs on 15d-dense-shift only, not {algorithm!r}: the other families split "
+            "the dense rows by columns and fix r when S is placed, while a GAT layer needs "
+            "whole rows (per-node scores) and several widths per layer")
+    share = as_coo_share(S, comm)
+    require(share.shape[0] == share.shape[1],
+            f"GAT needs a square adjacency matrix, got {share.shape[0]} x {share.shape[1]}")
+    share = graph_share(share, add_self_loops, transpose, comm)
+    return distribute(share, comm, algorithm=algorithm, c=c, **options)
+
+
+# ---------------------------------------------------------------------------------- dropout
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def uniform_hash(keys: np.ndarray, *stream: int) -> np.ndarray:
+    """Uniform [0, 1) numbers, a pure function of each non-negative integer key and of the
+    stream (e.g. seed, step, layer, kind). Not collective."""
+    base = np.zeros(1, dtype=np.uint64)
+    for part in stream:
+        base = _mix(base + np.asarray([part], dtype=np.uint64) + _GOLDEN)
+    x = _mix(np.asarray(keys, dtype=np.int64).astype(np.uint64) * _GOLDEN + base)
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def keep_scale(u: np.ndarray, rate: float, dtype) -> np.ndarray:
+    """Inverted-dropout factors: 0 where ``u < rate``, 1 / (1 - rate) elsewhere."""
+    return np.where(u >= rate, 1.0 / (1.0 - rate), 0.0).astype(dtype)
+
+
+@dataclass
+class Dropout:
+    """Dropout rates and the stream that makes masks reproducible: ``step`` is the training
+    step, ``seed`` the run's seed."""
+
+    features: float = 0.6
+    attention: float = 0.6
+    seed: int = 0
+    step: int = 0
+
+
+def feature_mask(X, node_ids: np.ndarray, rate: float, seed: int, step: int, layer: int,
+                 dtype):
+    """Factors for ``X``'s entries (dense: all of them; scipy CSR: its stored entries, the
+    others being zero anyway), keyed by (original node id, column). Not collective."""
+    fin = X.shape[1]
+    if sp.issparse(X):
+        rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        keys = node_ids[rows] * fin + X.indices
+    else:
+        keys = node_ids[:, None] * fin + np.arange(fin)[None, :]
+    return keep_scale(uniform_hash(keys, seed, step, layer, FEATURE), rate, dtype)
+
+
+# ---------------------------------------------------------------------------------- the model
+class DistGAT:
+    """A GAT model bound to a distributed S: forward, backward and loss on this rank's nodes.
+
+    Parameters
+    ----------
+    obj : DenseShift15D
+        S placed by :func:`distribute_graph` (square, 15d-dense-shift).
+    model : GATModel
+        Replicated parameters (identical on every rank), in ``obj.dtype``.
+    fused : bool
+        Inference (``drop=None``) runs each layer's attention as one fused online-softmax
+        loop (:func:`distmm.apps.gat_fused.fused_attention`); such a forward keeps no caches,
+        so it cannot be followed by :meth:`backward`. Training passes are never fused.
+
+    Construction is not collective. Every rank holds the node rows ``self.nodes`` (original
+    ids), the same on the A and B sides. Forward and backward are collective over ``obj.comm``.
+    """
+
+    def __init__(self, obj, model: GATModel, fused: bool = False) -> None:
+        require(obj.name == "15d-dense-shift",
+                f"GAT runs on 15d-dense-shift only, not {obj.name!r} (see distmm.apps.gat)")
+        require(obj.shape[0] == obj.shape[1], "GAT needs a square S")
+        self.obj, self.model, self.fused = obj, model, bool(fused)
+        # layout arithmetic over every rank, so every rank reaches the same verdict
+        same_rows = all(np.array_equal(obj.dense_rows("a", k), obj.dense_rows("b", k))
+                        for k in range(obj.p))
+        same_perm = obj.row_perm is obj.col_perm or np.array_equal(obj.row_perm, obj.col_perm)
+        require(same_rows and same_perm, "GAT needs S's A and B layouts to coincide")
+        self.nodes = obj.local_rows("a")
+        rows, cols = obj.value_coordinates()
+        self.edge_keys = obj.row_perm[rows] * obj.shape[1] + obj.col_perm[cols]
+        self.dtype = obj.dtype
+        self._ones = np.ones(rows.size, dtype=self.dtype)
+
+    # ---------------------------------------------------------------- forward
+    def layer_forward(self, k: int, layer: GATLayer, X, drop: Dropout | None):
+        """One layer on this rank's nodes: returns (Y (nodes, width), cache). Collective."""
+        obj = self.obj
+        H, F = layer.heads, layer.out_channels
+        xmask = amask = None
+        Xd = X
+        if drop is not None and drop.features > 0:
+            xmask = feature_mask(X, self.nodes, drop.features, drop.seed, drop.step, k,
+                                 self.dtype)
+            if sp.issparse(X):
+                Xd = X.copy()
+                Xd.data = Xd.data * xmask
+            else:
+                Xd = X * xmask
+        Z = np.ascontiguousarray(Xd @ layer.weight.T, dtype=self.dtype).reshape(-1, H, F)
+        s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
+        s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)
+        if self.fused and drop is None:
+            out = fused_attention(obj, s_dst, s_src, Z.reshape(-1, H * F), layer.negative_slope)
+            return self._combine(layer, out), None
+        pre = obj.sddmm_add(s_dst, s_src)
+        e = np.where(pre > 0, pre, layer.negative_slope * pre)
+        alpha = obj.edge_softmax(e, dim="row")
+        ad = alpha
+        if drop is not None and drop.attention > 0:
+            keys = self.edge_keys[:, None] * H + np.arange(H)[None, :]
+            amask = keep_scale(uniform_hash(keys, drop.seed, drop.step, k, ATTENTION),
+                               drop.attention, self.dtype)
+            ad = alpha * amask
+        out = np.empty_like(Z)
+        for h in range(H):
+            out[:, h] = obj.spmm_a(np.ascontiguousarray(Z[:, h]),
+                                   values=np.ascontiguousarray(ad[:, h]))
+        cache = dict(Xd=Xd, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out, xmask=xmask,
+                     amask=amask)
+        return self._combine(layer, out), cache
+
+    @staticmethod
+    def _combine(layer: GATLayer, out: np.ndarray) -> np.ndarray:
+        """Heads concatenated or averaged, plus the bias: (nodes, H, F) -> (nodes, width)."""
+        H, F = layer.heads, layer.out_channels
+        return (out.reshape(-1, H * F) if layer.concat else out.mean(axis=1)) + layer.bias
+
+    def forward(self, X, drop: Dropout | None = None):
+        """Logits of this rank's nodes (nodes, classes) and the caches for :meth:`backward`.
+        ``drop=None`` is inference (no dropout). Collective."""
+        caches, h = [], X
+        last = len(self.model.layers) - 1
+        for k, layer in enumerate(self.model.layers):
+            Y, cache = self.layer_forward(k, layer, h, drop)
+            caches.append(cache)
+            if k < last:
+                if cache is not None:
+                    cache["elu_in"] = Y
+                h = np.where(Y > 0, Y, np.expm1(np.minimum(Y, 0)))
+            else:
+                h = Y
+        return h, caches
+
+    # ---------------------------------------------------------------- backward
+    def layer_backward(self, layer: GATLayer, dY: np.ndarray, cache: dict, need_dx: bool):
+        """Gradients of one layer (local sums over this rank's nodes, not yet all-reduced)
+        and, if ``need_dx``, d loss / d X. Collective."""
+        obj = self.obj
+        Z, Xd, pre, alpha, ad, out = (cache[k] for k in ("Z", "Xd", "pre", "alpha", "ad", "out"))
+        n, H, F = Z.shape
+        if layer.concat:
+            dout = dY.reshape(n, H, F)
+        else:
+            dout = np.repeat((dY / H)[:, None, :], H, axis=1)
+        dad = np.empty_like(ad)
+        dZ = np.empty_like(Z)
+        for h in range(H):
+            dh = np.ascontiguousarray(dout[:, h])
+            zh = np.ascontiguousarray(Z[:, h])
+            # d alpha_ij = dout_i . z_j (SDDMM); d z_j += sum_i alpha_ij dout_i (SpMM on S^T)
+            dad[:, h] = obj.sddmm(dh, zh, values=self._ones)
+            dZ[:, h] = obj.spmm_b(dh, values=np.ascontiguousarray(ad[:, h]))
+        dalpha = dad if cache["amask"] is None else dad * cache["amask"]
+        # Softmax backward, d e_ij = alpha_ij (d alpha_ij - t_i) with t_i = sum_k alpha_ik
+        # d alpha_ik: since d alpha_ik = mask_ik dout_i . z_k, t_i = dout_i . out_i, a local
+        # dot product (as in memory-efficient attention), so one expansion replaces the edge
+        # all-reduce of S.edge_softmax_backward.
+        t = np.einsum("nhf,nhf->nh", dout, out)
+        de = alpha * (dalpha - obj.expand("a", t))
+        dpre = de * np.where(pre > 0, 1.0, layer.negative_slope).astype(self.dtype)
+        d_dst = obj.row_sum(dpre)
+        d_src = obj.col_sum(dpre)
+        dZ += d_dst[:, :, None] * layer.att_dst[None] + d_src[:, :, None] * layer.att_src[None]
+        dZ2 = dZ.reshape(n, H * F)
+        grads = {"weight": np.asarray((Xd.T @ dZ2).T, dtype=self.dtype),
+                 "att_src": np.einsum("nh,nhf->hf", d_src, Z),
+                 "att_dst": np.einsum("nh,nhf->hf", d_dst, Z),
+                 "bias": dY.sum(axis=0)}
+        dX = None
+        if need_dx:
+            dX = dZ2 @ layer.weight
+            if cache["xmask"] is not None:
+                dX = dX * cache["xmask"]
+        return dX, grads
+
+    def backward(self, dlogits: np.ndarray, caches: list[dict]) -> list[dict[str, np.ndarray]]:
+        """Gradients of every layer's parameters, summed over all ranks (one all-reduce,
+        phase ``gat_weights``; identical on every rank). Collective."""
+        layers = self.model.layers
+        grads = [None] * len(layers)
+        d = dlogits
+        for k in range(len(layers) - 1, -1, -1):
+            d, grads[k] = self.layer_backward(layers[k], d, caches[k], need_dx=k > 0)
+            if k > 0:
+                Y = caches[k - 1]["elu_in"]
+                d = d * np.where(Y > 0, 1.0, np.exp(np.minimum(Y, 0))).astype(self.dtype)
+        return self.allreduce_grads(grads)
+
+    def allreduce_grads(self, grads: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Sum every gradient over the ranks in one packed all-reduce. Collective."""
+        flat = np.concatenate([g[name].reshape(-1) for g in grads for name in PARAMS])
+        total = np.empty_like(flat)
+        self.obj.world.allreduce(flat, total, phase="gat_weights")
+        out, pos = [], 0
+        for g in grads:
+            d = {}
+            for name in PARAMS:
+                d[name] = total[pos:pos + g[name].size].reshape(g[name].shape)
+                pos += g[name].size
+            out.append(d)
+        return out
+
+    def gradient_words(self, rank: int) -> int:
+        """Words ``rank`` sends in :meth:`allreduce_grads` (not collective)."""
+        size = sum(a.size for la in self.model.layers for a in la.arrays().values())
+        p = self.obj.p
+        return 2 * size * (p - 1) // p if p > 1 else 0
+
+
+def cross_entropy(logits: np.ndarray, labels: np.ndarray, mask: np.ndarray, count: int
+                  ) -> tuple[float, np.ndarray]:
+    """Sum over this rank's ``mask``ed nodes of the cross-entropy, divided by ``count`` (the
+    global number of such nodes), and its gradient w.r.t. the logits. Not collective."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    idx = np.flatnonzero(mask)
+    loss = -float(logp[idx, labels[idx]].sum()) / count
+    d = np.zeros_like(logits)
+    d[idx] = np.exp(logp[idx])
+    d[idx, labels[idx]] -= 1.0
+    return loss, d / count

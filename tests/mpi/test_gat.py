@@ -1,0 +1,161 @@
+"""Distributed GAT (distmm.apps.gat) against the serial float64 reference (tests/gat_reference.py):
+forward, backward, loss, with dropout, at every c that divides p, permutation on and off, with
+and without self-loops (a node without in-edges then); the packed gradient all-reduce's words
+against its formula; a directional finite difference on the distributed loss itself; other
+families refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from mpi4py import MPI
+
+from distmm.apps.gat import (
+    ATTENTION,
+    DistGAT,
+    Dropout,
+    cross_entropy,
+    distribute_graph,
+    feature_mask,
+    keep_scale,
+    uniform_hash,
+)
+from distmm.apps.gat_model import PARAMS, GATLayer, GATModel
+from distmm.errors import InputError
+from tests import gat_reference as ref
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+CS = [c for c in (1, 2, 3, 4, 8) if P % c == 0]
+N, FIN, CLASSES = 13, 5, 3
+
+
+def _problem(self_loops: bool, seed: int = 5):
+    rng = np.random.default_rng(seed)
+    A = (rng.random((N, N)) < 0.25).astype(float)
+    A[3] = 0.0                      # node 3 has no in-edges (unless self-loops are added)
+    A[7, 7] = 1.0                   # an existing self-loop, removed and re-added like GATConv
+    X = rng.standard_normal((N, FIN))
+    X[rng.random((N, FIN)) < 0.3] = 0.0
+    y = rng.integers(0, CLASSES, N)
+    layers = ref.random_layers(rng, [FIN, 2, CLASSES], heads=[3, 2], concat=[True, False])
+    pat = A != 0
+    np.fill_diagonal(pat, self_loops)
+    dst, src = np.nonzero(pat)
+    return sp.csr_matrix(A), X, y, layers, dst, src
+
+
+def _model(layers) -> GATModel:
+    return GATModel([GATLayer(**{k: np.array(p[k]) for k in PARAMS}, concat=p["concat"],
+                              negative_slope=p["negative_slope"]) for p in layers])
+
+
+def _ref_masks(X, layers, dst, src, drop: Dropout):
+    xm, am = [], []
+    ids = np.arange(N)
+    for k, p in enumerate(layers):
+        width = p["weight"].shape[1]
+        xm.append(feature_mask(np.ones((N, width)), ids, drop.features, drop.seed, drop.step,
+                               k, np.float64))
+        H = p["heads"]
+        keys = (dst * N + src)[:, None] * H + np.arange(H)[None, :]
+        am.append(keep_scale(uniform_hash(keys, drop.seed, drop.step, k, ATTENTION),
+                             drop.attention, np.float64))
+    return xm, am
+
+
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("permute", ["random", "blocks", "none"])
+@pytest.mark.parametrize("self_loops", [True, False])
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_gat_matches_reference(c, permute, self_loops, dropout):
+    A, X, y, layers, dst, src = _problem(self_loops)
+    obj = distribute_graph(A, COMM, add_self_loops=self_loops, c=c, dtype=np.float64,
+                           permute=permute, seed=2)
+    gat = DistGAT(obj, _model(layers))
+    drop = Dropout(dropout, dropout, seed=11, step=4) if dropout else None
+    X_loc = X[gat.nodes]
+    if dropout:
+        X_loc = sp.csr_matrix(X_loc)    # sparse input: masks on stored entries only
+    logits, caches = gat.forward(X_loc, drop)
+    train = np.zeros(N, bool)
+    train[[0, 2, 3, 5, 8, 12]] = True
+    loss, dlog = cross_entropy(logits, y[gat.nodes], train[gat.nodes], int(train.sum()))
+    grads = gat.backward(dlog, caches)
+    total = np.zeros(1)
+    COMM.Allreduce(np.array([loss]), total)
+
+    xm, am = _ref_masks(X, layers, dst, src, drop) if dropout else (None, None)
+    want, rc = ref.model_forward(X, dst, src, layers, xm, am)
+    want_loss, want_d = ref.cross_entropy(want, y, np.flatnonzero(train))
+    want_grads = ref.model_backward(want_d, dst, src, layers, rc)
+    got = obj.gather("a", logits, root=0)
+    if COMM.rank == 0:
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+    assert abs(total[0] - want_loss) < 1e-12
+    for k in range(len(layers)):
+        for name in PARAMS:
+            np.testing.assert_allclose(grads[k][name], want_grads[k][name], rtol=1e-9,
+                                       atol=1e-12, err_msg=f"layer {k} {name}")
+    if not self_loops:  # node 3 has no in-edges: output is the bias alone
+        row = np.flatnonzero(gat.nodes == 3)
+        if row.size and not dropout:
+            np.testing.assert_allclose(logits[row[0]], layers[1]["bias"], atol=1e-14)
+
+
+@pytest.mark.parametrize("c", CS)
+def test_gradient_allreduce_words(c):
+    A, X, y, layers, *_ = _problem(True)
+    obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=1)
+    gat = DistGAT(obj, _model(layers))
+    logits, caches = gat.forward(X[gat.nodes], None)
+    obj.reset_stats()
+    gat.backward(np.ones_like(logits), caches)
+    assert obj.stats.words("gat_weights") == gat.gradient_words(COMM.rank)
+    assert obj.stats.words("gat_weights", "words_received") == gat.gradient_words(COMM.rank)
+
+
+def test_distributed_gradient_directional_finite_difference():
+    A, X, y, layers, *_ = _problem(True, seed=9)
+    obj = distribute_graph(A, COMM, c=CS[-1], dtype=np.float64, seed=4)
+    model = _model(layers)
+    gat = DistGAT(obj, model)
+    drop = Dropout(0.3, 0.3, seed=1, step=2)
+    train = np.arange(N) % 2 == 0
+
+    def loss() -> float:
+        logits, caches = gat.forward(X[gat.nodes], drop)
+        val, d = cross_entropy(logits, y[gat.nodes], train[gat.nodes], int(train.sum()))
+        out = np.zeros(1)
+        COMM.Allreduce(np.array([val]), out)
+        return out[0], d, caches
+
+    _, d, caches = loss()
+    grads = gat.backward(d, caches)
+    rng = np.random.default_rng(0)   # same direction on every rank
+    dirs = [{k: rng.standard_normal(la.arrays()[k].shape) for k in PARAMS}
+            for la in model.layers]
+    slope = sum(float((g[k] * dd[k]).sum())
+                for g, dd in zip(grads, dirs, strict=True) for k in PARAMS)
+    h = 1e-6
+    vals = []
+    for sign in (1, -1):
+        for la, dd in zip(model.layers, dirs, strict=True):
+            for k in PARAMS:
+                getattr(la, k)[...] += sign * h * dd[k]
+        vals.append(loss()[0])
+        for la, dd in zip(model.layers, dirs, strict=True):
+            for k in PARAMS:
+                getattr(la, k)[...] -= sign * h * dd[k]
+    assert abs((vals[0] - vals[1]) / (2 * h) - slope) < 1e-6 * max(1.0, abs(slope))
+
+
+def test_gat_refuses_other_families_and_rectangular():
+    A, *_ = _problem(True)
+    with pytest.raises(InputError, match="15d-dense-shift only"):
+        distribute_graph(A, COMM, algorithm="25d-dense-replicate")
+    R = sp.random(5, 7, density=0.5, format="csr", random_state=0)
+    with pytest.raises(InputError, match="square"):
+        distribute_graph(R if COMM.rank == 0 else None, COMM)

@@ -1,0 +1,80 @@
+"""Serial pieces of GAT training: the standard split, the dropout hash, Adam against a
+hand-computed step, and the weights file's round trip and refusals."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from distmm.apps.gat import feature_mask, keep_scale, uniform_hash
+from distmm.apps.gat_model import Adam, GATModel
+from distmm.apps.gat_train import standard_split
+from distmm.errors import InputError
+
+
+def test_standard_split_sizes_disjoint_reproducible():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, 700)
+    a = standard_split(y, 20, 100, 300, seed=3)
+    b = standard_split(y, 20, 100, 300, seed=3)
+    c = standard_split(y, 20, 100, 300, seed=4)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert not np.array_equal(a["train"], c["train"])
+    assert [a[k].size for k in ("train", "val", "test")] == [80, 100, 300]
+    assert np.bincount(y[a["train"]]).tolist() == [20] * 4
+    allids = np.concatenate([a["train"], a["val"], a["test"]])
+    assert np.unique(allids).size == allids.size
+    with pytest.raises(InputError, match="too few"):
+        standard_split(y, 20, 400, 300)
+
+
+def test_dropout_hash_is_uniform_and_keyed():
+    keys = np.arange(200000)
+    u = uniform_hash(keys, 1, 2, 3)
+    assert 0.0 <= u.min() and u.max() < 1.0
+    assert abs(u.mean() - 0.5) < 0.005 and abs((u < 0.6).mean() - 0.6) < 0.005
+    np.testing.assert_array_equal(u[::7], uniform_hash(keys[::7], 1, 2, 3))
+    assert (uniform_hash(keys, 1, 2, 4) != u).mean() > 0.99
+    m = keep_scale(u, 0.6, np.float32)
+    assert set(np.unique(m).tolist()) == {0.0, np.float32(1 / 0.4)}
+    # a node's mask depends on its id, not its position
+    X = np.ones((3, 5))
+    ids = np.array([7, 2, 9])
+    a = feature_mask(X, ids, 0.5, 0, 1, 0, np.float64)
+    b = feature_mask(X[::-1], ids[::-1], 0.5, 0, 1, 0, np.float64)
+    np.testing.assert_array_equal(a, b[::-1])
+
+
+def test_adam_step_matches_formula():
+    model = GATModel.init(3, 2, 2, 2, layers=1, seed=0, dtype=np.float64)
+    before = {k: v.copy() for k, v in model.layers[0].arrays().items()}
+    rng = np.random.default_rng(1)
+    grads = [{k: rng.standard_normal(v.shape) for k, v in before.items()}]
+    opt = Adam(lr=0.01, weight_decay=0.1)
+    opt.step(model, grads)
+    for k, p0 in before.items():
+        g = grads[0][k] + (0.1 * p0 if k != "bias" else 0.0)
+        m, v = 0.1 * g, 0.001 * g * g
+        want = p0 - 0.01 * (m / 0.1) / (np.sqrt(v / 0.001) + 1e-8)
+        np.testing.assert_allclose(model.layers[0].arrays()[k], want, rtol=1e-12)
+
+
+def test_weights_round_trip_and_refusals(tmp_path):
+    model = GATModel.init(5, 4, 3, 2, out_heads=2, seed=0, dtype=np.float64,
+                          add_self_loops=False)
+    path = tmp_path / "w.h5"
+    model.save(path)
+    back = GATModel.load(path, np.float64)
+    assert back.add_self_loops is False and len(back.layers) == 2
+    for a, b in zip(model.layers, back.layers, strict=True):
+        assert (a.concat, a.heads, a.out_channels) == (b.concat, b.heads, b.out_channels)
+        for k, v in a.arrays().items():
+            np.testing.assert_array_equal(v, b.arrays()[k])
+    with h5py.File(path, "a") as fh:
+        del fh["layer1/att_dst"]
+    with pytest.raises(InputError, match="lacks att_dst"):
+        GATModel.load(path, np.float64)
+    with pytest.raises(InputError, match="heads must be >= 1"):
+        GATModel.init(5, 4, 0, 2)
