@@ -14,37 +14,60 @@ import numpy as np
 from distmm.errors import InputError, agree
 
 
-def agree_width(obj, message: str | None, *widths: int) -> None:
+def full_check_due(obj, call: str) -> bool:
+    """Whether ``call`` (a primitive's name) gets the full check now, under the object's
+    ``checks`` policy: always; on its first successful call ("once"); never ("off"). Not
+    collective; the same on every rank."""
+    policy = getattr(obj, "checks", "always")
+    if policy == "off":
+        return False
+    return policy == "always" or call not in obj.__dict__.get("_ops_checked", set())
+
+
+def agree_width(obj, message: str | None, *widths: int, call: str) -> None:
     """Raise the same :class:`InputError` on every rank if any rank has a message or the ranks
     disagree on any of ``widths`` (e.g. h for 2-D operands, 0 for 1-D ones).
 
-    Collective over ``obj.comm``.
+    Collective over ``obj.comm`` when :func:`full_check_due` says so for ``call``; otherwise
+    local (a message raises on this rank only, as the cheap checks of ``checks="once"`` do).
+    A closed object raises on every rank.
     """
-    if obj.p == 1:
+    if getattr(obj, "closed", False):
+        raise InputError(f"this {obj.name} object was closed (close() or the end of its "
+                         "with-block freed its communicators); distribute S again")
+    if not full_check_due(obj, call):
         if message is not None:
-            raise InputError(message)
+            raise InputError(f"{message} (found by the cheap local checks on rank {obj.rank}; "
+                             "other ranks may not have seen it)")
         return
-    w = np.array(widths, dtype=np.int64)
-    local = np.concatenate(([int(message is not None)], w, w * w))
-    total = np.empty_like(local)
-    obj.world.allreduce(local, total, phase="other")
-    if total[0]:
-        agree(obj.comm, message)
-    # Equal widths everywhere iff their variance is zero (exact in integers, same on all ranks).
-    k = w.size
-    if np.any(obj.p * total[1 + k:] != total[1:1 + k] ** 2):
-        # Error path only: name each rank's widths (0 stands for a 1-D operand).
-        agree(obj.comm, None, same={"the operands' numbers of columns (heads, widths; 0: 1-D)":
-                                    tuple(int(x) for x in w)})
+    if obj.p > 1:
+        w = np.array(widths, dtype=np.int64)
+        local = np.concatenate(([int(message is not None)], w, w * w))
+        total = np.empty_like(local)
+        obj.world.allreduce(local, total, phase="other")
+        if total[0]:
+            agree(obj.comm, message)
+        # Equal widths everywhere iff their variance is zero (exact in integers, same on all
+        # ranks).
+        k = w.size
+        if np.any(obj.p * total[1 + k:] != total[1:1 + k] ** 2):
+            # Error path only: name each rank's widths (0 stands for a 1-D operand).
+            agree(obj.comm, None, same={
+                "the operands' numbers of columns (heads, widths; 0: 1-D)":
+                    tuple(int(x) for x in w)})
+    elif message is not None:
+        raise InputError(message)
+    obj.__dict__.setdefault("_ops_checked", set()).add(call)
 
 
-def columns(X, nrows: int, dtype: np.dtype, what: str, allow: str = "nan"
+def columns(X, nrows: int, dtype: np.dtype, what: str, allow: str = "nan", scan: bool = True
             ) -> tuple[str | None, int]:
     """Local check of an operand of ``nrows`` rows, 1-D or (nrows, h), in ``dtype``.
 
     Returns (message or None, width code: h for 2-D, 0 for 1-D). ``allow`` says which
     non-finite entries are rejected: "nan" rejects NaN only; "softmax" also rejects +inf
-    (a score of -inf masks an edge, +inf has no normalised meaning).
+    (a score of -inf masks an edge, +inf has no normalised meaning); ``scan=False`` skips
+    reading the entries (the cheap checks).
     """
     if not isinstance(X, np.ndarray) or X.ndim not in (1, 2):
         return f"{what} must be a 1-D or 2-D numpy array", -1
@@ -55,7 +78,7 @@ def columns(X, nrows: int, dtype: np.dtype, what: str, allow: str = "nan"
         return f"{what} needs at least one column", width
     if X.dtype != dtype:
         return f"{what} has dtype {X.dtype}, expected {dtype}", width
-    if np.isfinite(X).all():  # one pass in the common case
+    if not scan or np.isfinite(X).all():  # one pass in the common case
         return None, width
     if np.isnan(X).any():
         return f"{what} contains NaN", width

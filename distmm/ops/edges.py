@@ -32,7 +32,7 @@ import numpy as np
 
 from distmm.errors import require
 from distmm.layout import block_offsets
-from distmm.ops.checks import agree_width, block_side, columns
+from distmm.ops.checks import agree_width, block_side, columns, full_check_due
 from distmm.ops.groups import row_group
 from distmm.ops.holders import SIDE_OF_DIM, holders
 
@@ -280,21 +280,22 @@ def _shaped(out: np.ndarray, like: np.ndarray) -> np.ndarray:
     return out.reshape(-1) if like.ndim == 1 else out
 
 
-def _check_arrays(obj, nrows: int, arrays, allow: str, kind: str) -> None:
+def _check_arrays(obj, nrows: int, arrays, allow: str, kind: str, call: str) -> None:
+    scan = full_check_due(obj, call) and getattr(obj, "check_finite", True)
     msg, widths = None, set()
     for X, what in arrays:
-        m, w = columns(X, nrows, obj.dtype, what, allow)
+        m, w = columns(X, nrows, obj.dtype, what, allow, scan)
         msg = msg or m
         widths.add(w)
     if len(widths) > 1:
         msg = msg or f"the {kind} arrays have different shapes"
-    agree_width(obj, msg, widths.pop() if len(widths) == 1 else -1)
+    agree_width(obj, msg, widths.pop() if len(widths) == 1 else -1, call=call)
 
 
-def check_edges(obj, *arrays: tuple[np.ndarray, str], allow: str = "nan") -> None:
-    """Collective check of edge-value arrays (value order, one h for all). Raises
-    :class:`distmm.errors.InputError` on every rank if any rank's arrays are wrong."""
-    _check_arrays(obj, obj.values.shape[0], arrays, allow, "edge-value")
+def check_edges(obj, call: str, *arrays: tuple[np.ndarray, str], allow: str = "nan") -> None:
+    """Check edge-value arrays (value order, one h for all) for primitive ``call``: collective
+    under the object's checks policy (:func:`distmm.ops.checks.agree_width`)."""
+    _check_arrays(obj, obj.values.shape[0], arrays, allow, "edge-value", call)
 
 
 def reduce(obj, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.ndarray:
@@ -321,7 +322,7 @@ def reduce(obj, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.nda
     """
     require(dim in DIMS, f"dim must be 'row' or 'col', got {dim!r}")
     require(op in REDUCE_OPS, f"op must be 'sum' or 'max', got {op!r}")
-    check_edges(obj, (values, "values"))
+    check_edges(obj, "reduce", (values, "values"))
     plan = edge_plan(obj, dim)
     phase = REDUCE_PHASE[dim]
     v = _as2d(values)
@@ -329,9 +330,9 @@ def reduce(obj, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.nda
     return _shaped(plan.to_nodes(combined, op, phase), values)
 
 
-def check_nodes(obj, side: str, *arrays: tuple[np.ndarray, str]) -> None:
-    """Collective check of per-node arrays of ``side`` (one h for all)."""
-    _check_arrays(obj, obj.dense_rows(side, obj.rank).size, arrays, "nan", "per-node")
+def check_nodes(obj, side: str, call: str, *arrays: tuple[np.ndarray, str]) -> None:
+    """Check per-node arrays of ``side`` (one h for all), like :func:`check_edges`."""
+    _check_arrays(obj, obj.dense_rows(side, obj.rank).size, arrays, "nan", "per-node", call)
 
 
 def expand(obj, side: str, X: np.ndarray, phase: str = EXPAND_PHASE) -> np.ndarray:
@@ -356,7 +357,7 @@ def expand(obj, side: str, X: np.ndarray, phase: str = EXPAND_PHASE) -> np.ndarr
     """
     require(side in DIM_OF_SIDE, f"side must be 'a' or 'b', got {side!r}")
     block_side(obj, side, (X, "the per-node array"))
-    check_nodes(obj, side, (X, "the per-node array"))
+    check_nodes(obj, side, "expand", (X, "the per-node array"))
     plan = edge_plan(obj, DIM_OF_SIDE[side])
     return _shaped(plan.spread(obj.world, _as2d(np.asarray(X)), phase), X)
 
@@ -384,10 +385,11 @@ def sddmm_add(obj, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     block_side(obj, "a", (u, "u"))
     block_side(obj, "b", (v, "v"))
     nu, nv = (obj.dense_rows(s, obj.rank).size for s in ("a", "b"))
-    mu, wu = columns(u, nu, obj.dtype, "u")
-    mv, wv = columns(v, nv, obj.dtype, "v")
+    scan = full_check_due(obj, "sddmm_add") and getattr(obj, "check_finite", True)
+    mu, wu = columns(u, nu, obj.dtype, "u", scan=scan)
+    mv, wv = columns(v, nv, obj.dtype, "v", scan=scan)
     msg = mu or mv or (None if wu == wv else "u and v have different shapes (heads)")
-    agree_width(obj, msg, wu if wu == wv else -1)
+    agree_width(obj, msg, wu if wu == wv else -1, call="sddmm_add")
     eu = edge_plan(obj, "row").spread(obj.world, _as2d(np.asarray(u)), SDDMM_ADD_PHASE)
     ev = edge_plan(obj, "col").spread(obj.world, _as2d(np.asarray(v)), SDDMM_ADD_PHASE)
     return _shaped(eu + ev, u)

@@ -35,6 +35,7 @@ from distmm.ops.edges import (
     sddmm_add,
     sddmm_add_words,
 )
+from distmm.ops.softmax import edge_softmax
 
 COMM = MPI.COMM_WORLD
 SIDE = {"row": "a", "col": "b"}
@@ -145,3 +146,29 @@ def test_dense_shift_bounds_stated_in_the_docs():
         assert rows.from_others <= (c - 1) * own
         if c == 1:
             assert rows.to_others == rows.from_others == 0
+
+
+def test_checks_policy_and_close():
+    """checks="once": the first call of each primitive is checked in full and agreed; later
+    calls check shapes locally and do not scan for NaN. "always" scans every time. A closed
+    object refuses every primitive on every rank."""
+    S = edge_problem(9, 9, seed=17)
+    for policy in ("once", "always"):
+        obj = distmm.distribute(S, COMM, dtype=np.float64, root=None, checks=policy)
+        nnz = obj.values.shape[0]
+        nnz_any = COMM.allreduce(int(nnz > 0))
+        reduce(obj, obj.values)  # the first call: full check, passes
+        bad = obj.values.copy()
+        bad[:] = np.nan
+        if policy == "always" and nnz_any:
+            with pytest.raises(distmm.InputError, match="NaN"):
+                reduce(obj, bad)
+        elif policy == "once":
+            got = reduce(obj, bad)  # not scanned: NaN propagates into the sums
+            assert np.isnan(got).sum() == np.count_nonzero(
+                global_reduce(S, np.ones(S.nnz), "row", "sum")[obj.local_rows("a")])
+        with pytest.raises(distmm.InputError, match="rows on this rank"):
+            reduce(obj, np.zeros(nnz + 1))  # wrong on every rank: raises everywhere either way
+        obj.close()
+        with pytest.raises(distmm.InputError, match="closed"):
+            edge_softmax(obj, obj.values)
