@@ -136,6 +136,8 @@ class DenseShift15D(TwoOrientationAlgorithm):
     # ----------------------------------------------------------------- the loop (Algorithm 1)
     def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
         """All-gather this fiber's X blocks into the row superblock T (replication)."""
+        if self.c == 1:  # a fiber of one rank: the block is the superblock, nothing to copy
+            return X_loc
         xs, _ = self._frames(name)
         off, u, c = self.offsets[xs], self.grid.u, self.c
         r = X_loc.shape[1]
@@ -169,6 +171,8 @@ class DenseShift15D(TwoOrientationAlgorithm):
         _, ys = self._frames(name)
         yo, c, v, u, q = self.offsets[ys], self.c, self.grid.v, self.grid.u, self.q
         sizes = [int(yo[t * c + v + 1] - yo[t * c + v]) for t in range(q)]
+        if q == 1:  # one rank per layer: nothing shifts, the kernel reads Y (or writes it) in place
+            return self._local_step(o, mode, vals, T, Y_loc, r, out, result)
         cur = self._buffer("cur", (max(sizes), r))
         nxt = self._buffer("nxt", (max(sizes), r))
         cur[:sizes[u]] = Y_loc if mode != "spmm_y" else 0
@@ -207,6 +211,25 @@ class DenseShift15D(TwoOrientationAlgorithm):
         result[...] = cur[:sizes[u]]
         return result
 
+    def _local_step(self, o, mode: str, vals, T, Y_loc, r: int, out, result):
+        """:meth:`_propagate` for a layer of one rank (q = 1): one kernel call on S's only
+        block, with no shift buffer between the caller's blocks and the kernel."""
+        S, sv, k = o.blocks[0], o.block_values(vals, 0), self.kernel
+        if mode == "spmm_y":
+            Y = np.zeros((S.shape[1], r), dtype=self.dtype) if result is None else result
+            if result is not None:
+                Y[...] = 0
+        with self.stats.timer("compute"):
+            if mode == "sddmm":
+                k.sddmm(S, sv, T, Y_loc, o.block_values(out, 0))
+            elif mode == "spmm_x":
+                k.spmm_a(S, sv, Y_loc, out)
+            elif mode == "spmm_y":
+                k.spmm_b(S, sv, T, Y)
+            else:
+                k.fusedmm_a(S, sv, T, Y_loc, out)
+        return Y if mode == "spmm_y" else None
+
     # pieces expressed in an orientation's frame ------------------------------------------
     def _superblock_out(self, name: str, r: int) -> np.ndarray:
         """The zeroed X-side accumulator of an orientation (kept between calls)."""
@@ -227,9 +250,9 @@ class DenseShift15D(TwoOrientationAlgorithm):
         return out, T
 
     def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None):
-        T_out = self._superblock_out(name, r)
+        T_out = self._x_accumulator(name, r, out)
         self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out)
-        return self._reduce(name, T_out, out)
+        return T_out if self.c == 1 else self._reduce(name, T_out, out)
 
     def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None):
         if T is None:
@@ -238,9 +261,20 @@ class DenseShift15D(TwoOrientationAlgorithm):
 
     def _fused_x_in(self, name: str, X_loc, Y_loc, vals, r, out=None):
         T = self._replicate(name, X_loc)
-        T_out = self._superblock_out(name, r)
+        T_out = self._x_accumulator(name, r, out)
         self._propagate(name, "fused_x", vals, T, Y_loc, r, T_out)
-        return self._reduce(name, T_out, out)
+        return T_out if self.c == 1 else self._reduce(name, T_out, out)
+
+    def _x_accumulator(self, name: str, r: int, out) -> np.ndarray:
+        """Where the X-side superblock accumulates: with c = 1 the superblock is this rank's
+        own block, so the result itself (zeroed ``out``, or a new zero array) and the
+        reduction is skipped; else the object's zeroed scratch superblock."""
+        if self.c > 1:
+            return self._superblock_out(name, r)
+        if out is None:
+            return np.zeros((self._orientation(name).blocks[0].shape[0], r), dtype=self.dtype)
+        out[...] = 0
+        return out
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,

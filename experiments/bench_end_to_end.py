@@ -1,0 +1,364 @@
+"""End-to-end speed of distmm's calls on real matrices beside PyTorch and scipy.
+
+The tables in docs/performance.md come from this script.
+
+Each library runs in processes of its own, so that no threading runtime slows another (numba's
+and PyTorch's OpenMP pools compete when they share a process), and the variants take turns:
+round 1 runs every variant once, round 2 again, and so on, so that each samples the same
+moments of a shared machine. For every matrix (natural order), dtype, width r and operation a
+worker times ``--calls`` calls after one warm-up and reports its best; the table keeps the best
+over rounds.
+
+Variants:
+
+* ``distmm-p1``: ``mpiexec -n 1``, 2 numba threads (``--threads``), the public API as users call
+  it: ``distmm.distribute`` (default options: 1.5D dense shifting, c = 1, the default
+  permutation and checks) and typed blocks from ``S.dense``, results into ``out=`` buffers.
+* ``distmm-p2``: the same at ``mpiexec -n 2``, one thread per rank.
+* ``torch``: PyTorch's CPU ``torch.sparse.mm`` (SpMMA), ``torch.sparse.sampled_addmm`` times S's
+  values (SDDMM) and the pair (FusedMMA), on a CSR tensor, ``--threads`` threads.
+* ``scipy``: scipy's CSR ``S @ B`` (one thread) and a vectorised numpy SDDMM.
+
+For distmm every call is split into the local kernels (phase ``compute``), each communication
+phase, and the rest (the call's time minus those: checks, dispatch, buffers, copies). Each
+worker also reports its peak resident set (``ru_maxrss``) beside the bytes of the rank's own
+data (S's local blocks and the dense blocks of the call).
+
+Run from the repository root (it launches its own workers)::
+
+    .venv/bin/python experiments/bench_end_to_end.py --jsonl e2e.jsonl --markdown e2e.md
+
+A worker is this script with ``--worker NAME``; it prints one JSON line per measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DATA = os.environ.get("DISTMM_DATA", os.path.join(ROOT, "..", "shared", "data"))
+MATRICES = ("metis-mdual", "genes-pubmed", "movielens-100k-ratings", "cora-adjacency",
+            "er-65536")
+OPS = ("fusedmm_a", "spmm_a", "sddmm")
+VARIANTS = ("distmm-p1", "distmm-p2", "torch", "scipy")
+COMM_PHASES = ("replication", "propagation", "reduction", "values", "other")
+
+
+# ----------------------------------------------------------------------------- inputs
+def load_matrix(name: str):
+    """The named matrix as scipy CSR (float64, duplicates summed), natural order."""
+    import scipy.io
+    import scipy.sparse as sp
+
+    if name.startswith("er-"):
+        n = int(name.split("-")[1])
+        rng = np.random.default_rng(0)
+        nnz = 32 * n
+        rows = rng.integers(0, n, nnz)
+        cols = rng.integers(0, n, nnz)
+        S = sp.coo_matrix((rng.uniform(0.5, 1.5, nnz), (rows, cols)), shape=(n, n))
+    else:
+        path = name if os.path.exists(name) else os.path.join(DATA, name + ".mtx.gz")
+        with gzip.open(path) as fh:
+            S = scipy.io.mmread(fh)
+    S = S.tocsr().astype(np.float64)
+    S.sum_duplicates()
+    return S
+
+
+def dense(rows: int, r: int, seed: int, dtype) -> np.ndarray:
+    """A deterministic dense matrix (the same in every worker)."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((rows, r)) * 0.1).astype(dtype)
+
+
+def best_of(fn, calls: int) -> float:
+    fn()  # warm-up: JIT, S^T built on first use, the first call's full checks
+    best = float("inf")
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+# ----------------------------------------------------------------------------- workers
+def _distmm_calls(S, A, B, outs) -> dict:
+    return {"fusedmm_a": lambda: S.fusedmm_a(A, B, out=outs["fusedmm_a"]),
+            "spmm_a": lambda: S.spmm_a(B, out=outs["spmm_a"]),
+            "sddmm": lambda: S.sddmm(A, B, out=outs["sddmm"])}
+
+
+def _torch_calls(torch, St, A, B) -> dict:
+    m, n = St.shape
+    vals, Bt = St.values(), B.t()
+
+    def sddmm():
+        R = torch.sparse.sampled_addmm(St, A, Bt, beta=0.0)
+        return torch.sparse_csr_tensor(R.crow_indices(), R.col_indices(), R.values() * vals,
+                                       size=(m, n))
+
+    return {"spmm_a": lambda: torch.sparse.mm(St, B), "sddmm": sddmm,
+            "fusedmm_a": lambda: torch.sparse.mm(sddmm(), B)}
+
+
+def _scipy_calls(Sd, rows, A, B) -> dict:
+    cols, vals = Sd.indices, Sd.data
+
+    def sddmm():
+        return np.einsum("ij,ij->i", A[rows], B[cols]) * vals
+
+    def fused():
+        R = Sd.copy()
+        R.data = sddmm()
+        return R @ B
+
+    return {"spmm_a": lambda: Sd @ B, "sddmm": sddmm, "fusedmm_a": fused}
+
+
+def worker_distmm(args) -> None:
+    """Runs under mpiexec: the public API as a user calls it."""
+    from mpi4py import MPI
+
+    import distmm
+    from distmm.coo import CooShare
+
+    comm = MPI.COMM_WORLD
+    S_global = load_matrix(args.matrix) if comm.rank == 0 else None
+    for dtype in args.dtypes:
+        share = CooShare.from_scipy(S_global, comm, root=0)
+        with distmm.distribute(share, comm, dtype=dtype) as S:
+            for r in args.rs:
+                A = S.dense("a", r, fill=distmm.hashed_normal(1, 0.1))
+                B = S.dense("b", r, fill=distmm.hashed_normal(2, 0.1))
+                outs = {"fusedmm_a": S.dense("a", r), "spmm_a": S.dense("a", r),
+                        "sddmm": np.empty_like(S.values)}
+                calls = _distmm_calls(S, A, B, outs)
+                data_bytes = (S.values.nbytes * 3 + A.nbytes + B.nbytes
+                              + outs["fusedmm_a"].nbytes)
+                for op in args.ops:
+                    fn = calls[op]
+                    fn()
+                    keys = ("compute",) + COMM_PHASES
+                    best, phases = float("inf"), None
+                    for _ in range(args.calls):
+                        S.reset_stats()
+                        comm.Barrier()
+                        t0 = time.perf_counter()
+                        fn()
+                        dt = time.perf_counter() - t0
+                        mine = np.array([S.stats.seconds.get(ph, 0.0) for ph in keys])
+                        dt = comm.allreduce(dt, op=MPI.MAX)
+                        slowest = np.empty_like(mine)
+                        comm.Allreduce(mine, slowest, op=MPI.MAX)
+                        if dt < best:
+                            best, phases = dt, slowest
+                    rss = comm.allreduce(peak_rss_bytes(), op=MPI.MAX)
+                    data = comm.allreduce(data_bytes, op=MPI.MAX)
+                    if comm.rank == 0:
+                        ph = dict(zip(keys, (float(x) for x in phases), strict=True))
+                        comm_s = sum(ph[k] for k in COMM_PHASES)
+                        emit({"dtype": dtype, "r": r, "op": op, "seconds": best,
+                              "compute": ph["compute"], "comm": comm_s,
+                              "rest": max(0.0, best - ph["compute"] - comm_s),
+                              "phases": ph, "peak_rss": rss, "data_bytes": data,
+                              "permute": S.describe()["permute"]})
+
+
+def worker_torch(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    S = load_matrix(args.matrix)
+    m, n = S.shape
+    for dtype in args.dtypes:
+        St = torch.sparse_csr_tensor(torch.from_numpy(S.indptr.astype(np.int64)),
+                                     torch.from_numpy(S.indices.astype(np.int64)),
+                                     torch.from_numpy(S.data.astype(dtype)), size=(m, n))
+        for r in args.rs:
+            A = torch.from_numpy(dense(m, r, 1, dtype))
+            B = torch.from_numpy(dense(n, r, 2, dtype))
+            calls = _torch_calls(torch, St, A, B)
+            for op in args.ops:
+                emit({"dtype": dtype, "r": r, "op": op,
+                      "seconds": best_of(calls[op], args.calls), "peak_rss": peak_rss_bytes()})
+
+
+def worker_scipy(args) -> None:
+    S = load_matrix(args.matrix)
+    m, n = S.shape
+    rows = np.repeat(np.arange(m), np.diff(S.indptr))
+    for dtype in args.dtypes:
+        Sd = S.astype(dtype)
+        for r in args.rs:
+            calls = _scipy_calls(Sd, rows, dense(m, r, 1, dtype), dense(n, r, 2, dtype))
+            for op in args.ops:
+                emit({"dtype": dtype, "r": r, "op": op,
+                      "seconds": best_of(calls[op], args.calls), "peak_rss": peak_rss_bytes()})
+
+
+WORKERS = {"distmm": worker_distmm, "torch": worker_torch, "scipy": worker_scipy}
+
+
+# ----------------------------------------------------------------------------- driver
+def launch(variant: str, matrix: str, args) -> list[dict]:
+    """Run one worker process (or mpiexec job) and collect its records."""
+    common = ["--matrix", matrix, "--rs", ",".join(map(str, args.rs)), "--dtypes",
+              ",".join(args.dtypes), "--ops", ",".join(args.ops), "--calls", str(args.calls)]
+    env = dict(os.environ)
+    env.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
+    if variant.startswith("distmm"):
+        p = int(variant.split("-p")[1])
+        threads = max(1, args.threads // p)
+        env.update(NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+                   MPIR_CVAR_ENABLE_HEAVY_YIELD="1")
+        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+        cmd = [mpiexec, "-n", str(p), sys.executable, __file__, "--worker", "distmm"] + common
+    else:
+        env.update(OMP_NUM_THREADS=str(args.threads))
+        cmd = [sys.executable, __file__, "--worker", variant, "--threads",
+               str(args.threads)] + common
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    if res.returncode != 0:
+        raise SystemExit(f"bench_end_to_end: {variant} on {matrix} failed:\n{res.stderr}")
+    return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+
+
+def machine() -> dict:
+    import numba
+    import scipy
+
+    info = {"host": platform.node(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__, "scipy": scipy.__version__, "numba": numba.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:
+        info["torch"] = None
+    return info
+
+
+def _secs(get: dict, v: str) -> str:
+    return f"{get[v]['seconds']:.4g}" if get.get(v) else "-"
+
+
+def _split(get: dict, v: str) -> str:
+    rec = get.get(v)
+    if not rec:
+        return "-"
+    t = rec["seconds"]
+    return f"{rec['compute'] / t:.0%} / {rec['comm'] / t:.0%} / {rec['rest'] / t:.0%}"
+
+
+def _ratio(get: dict, v: str) -> str:
+    if get.get(v) and get.get("distmm-p1"):
+        return f"{get[v]['seconds'] / get['distmm-p1']['seconds']:.2f}x"
+    return "-"
+
+
+def markdown(best: dict, args) -> str:
+    """One table per matrix and dtype: times and ratios per (r, op)."""
+    lines = []
+    for matrix in args.matrices:
+        for dtype in args.dtypes:
+            lines += [f"\n**{matrix}, {dtype}** (best seconds over rounds; distmm's split: "
+                      "kernel / communication / rest, as a share of the call)\n",
+                      "| op | r | distmm p=1 (s) | split p=1 | distmm p=2 (s) | split p=2 | "
+                      "torch (s) | scipy (s) | torch / distmm p=1 | scipy / distmm p=1 |",
+                      "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+            for op in args.ops:
+                for r in args.rs:
+                    get = {v: best.get((v, matrix, dtype, r, op)) for v in args.variants}
+
+                    lines.append(
+                        f"| {op} | {r} | {_secs(get, 'distmm-p1')} | "
+                        f"{_split(get, 'distmm-p1')} | {_secs(get, 'distmm-p2')} | "
+                        f"{_split(get, 'distmm-p2')} | {_secs(get, 'torch')} | "
+                        f"{_secs(get, 'scipy')} | {_ratio(get, 'torch')} | "
+                        f"{_ratio(get, 'scipy')} |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_list(kind):
+    return lambda text: [kind(x) for x in text.split(",") if x]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
+    ap.add_argument("--matrix", help=argparse.SUPPRESS)
+    ap.add_argument("--matrices", type=csv_list(str), default=list(MATRICES))
+    ap.add_argument("--variants", type=csv_list(str), default=list(VARIANTS))
+    ap.add_argument("--rs", type=csv_list(int), default=[16, 32, 64, 128, 256])
+    ap.add_argument("--dtypes", type=csv_list(str), default=["float32", "float64"])
+    ap.add_argument("--ops", type=csv_list(str), default=list(OPS))
+    ap.add_argument("--calls", type=int, default=5, help="timed calls per worker (best kept)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--jsonl", help="append every record here")
+    ap.add_argument("--markdown", help="write the tables here")
+    args = ap.parse_args(argv)
+    if args.worker:
+        WORKERS[args.worker](args)
+        return 0
+    for v in args.variants:
+        if v not in VARIANTS:
+            ap.error(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+    for op in args.ops:
+        if op not in OPS:
+            ap.error(f"unknown op {op!r}; choose from {', '.join(OPS)}")
+    if "torch" in args.variants:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            ap.error("the torch variant needs PyTorch: pip install distmm[torch] "
+                     "(or leave it out with --variants)")
+    info = machine()
+    best: dict = {}
+    out = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115
+    for rnd in range(args.rounds):
+        for matrix in args.matrices:
+            for variant in args.variants:
+                t0 = time.perf_counter()
+                for rec in launch(variant, matrix, args):
+                    rec.update(variant=variant, matrix=matrix, round=rnd, machine=info)
+                    key = (variant, matrix, rec["dtype"], rec["r"], rec["op"])
+                    if key not in best or rec["seconds"] < best[key]["seconds"]:
+                        best[key] = rec
+                    if out:
+                        out.write(json.dumps(rec) + "\n")
+                        out.flush()
+                print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
+                      f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    table = markdown(best, args)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(f"Machine: {json.dumps(info)}\n" + table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
