@@ -29,6 +29,7 @@ from distmm.comm import CommStats, CountingComm, gather_report, mpi_type
 from distmm.coo import CooShare
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model
+from distmm.ops.mixin import EdgeOps
 from distmm.permute import balance_permutation, inverse_permutation
 from distmm.sparse import CSRBlock
 
@@ -73,7 +74,7 @@ def _cat(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-class DistributedAlgorithm:
+class DistributedAlgorithm(EdgeOps):
     """Base class: S placed on a grid, with the helpers every algorithm family uses.
 
     Subclasses define the grid, the owner of each nonzero in each orientation, the dense
