@@ -27,11 +27,31 @@ OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
 
 
 def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
-    """Turn what the caller has into this rank's COO share (collective).
+    """Turn what the caller has into this rank's COO share of S.
 
-    ``S`` may be a path to a Matrix Market file (``.mtx`` or ``.mtx.gz``; every rank reads its
-    own part), a :class:`CooShare` (each rank's own entries, e.g. from a generator), or a scipy
-    sparse matrix held by ``root`` (the other ranks pass None) or by every rank (``root=None``).
+    Collective over ``comm`` (except for a :class:`CooShare`, which is returned as it is).
+
+    Parameters
+    ----------
+    S : str, os.PathLike, CooShare, scipy sparse matrix or None
+        A Matrix Market file (``.mtx`` or ``.mtx.gz``; every rank reads its own part), a
+        :class:`CooShare` (each rank's own entries, e.g. from :mod:`distmm.generate`), or a
+        scipy sparse matrix held by ``root`` (the other ranks pass None) or by every rank
+        (``root=None``).
+    comm : MPI.Comm
+        The communicator whose ranks share S.
+    root : int or None
+        The rank holding a scipy matrix, or None when every rank holds it.
+
+    Returns
+    -------
+    CooShare
+        This rank's entries of S (global coordinates, duplicates not yet summed).
+
+    Raises
+    ------
+    InputError
+        On every rank, for an unreadable or malformed file or an unsupported type.
     """
     if isinstance(S, CooShare):
         return S
@@ -54,18 +74,70 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
                overlap: bool = False) -> DistributedAlgorithm:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
 
-    Collective over ``comm``. ``algorithm`` picks the family (see :data:`ALGORITHMS`), ``c``
-    the replication factor, ``r`` the dense width (needed by the families that split A and B
-    by columns; the others ignore it), ``node_model`` the local kernel, ``dtype`` float32 or
-    float64.
-    ``permute`` balances the load (seeded by ``seed``): ``"auto"`` (default: none on one rank,
-    else ``"blocks"``), ``"blocks"`` (rows to blocks at random, natural order inside each
-    block), ``"random"`` (the paper's uniformly random permutation) or ``"none"``; ``True`` and
-    ``False`` mean ``"auto"`` and ``"none"``. Results gathered with the object's helpers are
-    always in the original order.
-    Every parameter error raises the same :class:`distmm.errors.InputError` on every rank
-    before any data moves. ``overlap`` overlaps each propagation shift with the local kernel
-    (non-blocking send/receive into a second buffer) in the families that support it.
+    Collective over ``comm``: every rank calls it with the same parameters.
+
+    Parameters
+    ----------
+    S : str, os.PathLike, CooShare, scipy sparse matrix or None
+        The m x n sparse matrix: see :func:`as_coo_share`. Duplicate entries are summed.
+    comm : MPI.Comm
+        The ranks to distribute over (p = ``comm.Get_size()``).
+    algorithm : str
+        The family, a key of :data:`ALGORITHMS`: ``"15d-dense-shift"`` (default),
+        ``"15d-sparse-shift"``, ``"25d-dense-replicate"`` or ``"25d-sparse-replicate"``.
+    c : int
+        Replication factor, a positive divisor of p (2.5D families: p/c a perfect square).
+    r : int, optional
+        Dense width of A and B. Required by the families that split A and B by columns
+        (r >= p/c, sqrt(p/c) or sqrt(pc)); ignored by 1.5D dense shifting.
+    node_model : str or NodeModel
+        The local kernel: a name from :data:`distmm.kernels.NODE_MODELS` or an instance from
+        :func:`distmm.kernels.make_node_model`.
+    dtype : numpy dtype
+        ``float32`` (default) or ``float64``: the type of S's values and the dense blocks.
+    permute : {"auto", "blocks", "random", "none"} or bool
+        Load balance (seeded by ``seed``): ``"auto"`` (default: none on one rank, else
+        ``"blocks"``), ``"blocks"`` (rows go to blocks at random in runs of consecutive ids
+        and keep their natural order inside each block, which keeps a real graph's locality),
+        ``"random"`` (the paper's uniformly random permutation) or ``"none"``; ``True`` and
+        ``False`` mean ``"auto"`` and ``"none"``. Scatter, gather and the results stay in the
+        original order either way.
+    seed : int
+        Seed of the permutation.
+    order : {"fiber", "layer"}
+        Whether consecutive world ranks share a fiber or a layer.
+    root : int or None
+        The rank holding a scipy matrix S, or None when every rank holds it.
+    check_finite : bool
+        Refuse NaN or infinite values in S, in the dense blocks passed to the kernels and in
+        ``set_values`` (default True).
+    overlap : bool
+        Overlap each propagation shift with the local kernel (non-blocking send/receive into
+        a second buffer), in the families that support it.
+
+    Returns
+    -------
+    DistributedAlgorithm
+        The object bound to S, the grid, c, the node model and the dtype. Its methods
+        (``sddmm``, ``spmm_a``, ``spmm_b``, ``fusedmm_a``, ``fusedmm_b``, ``set_values``,
+        ``scatter``, ``gather``, ``report``, ...) are collective and take and return dense
+        blocks in its own distribution.
+
+    Raises
+    ------
+    InputError
+        The same error on every rank, before any data moves, for every parameter error (an
+        unknown family, c not dividing p, r too small, overlap unsupported) and for a bad
+        file or non-finite values.
+
+    Examples
+    --------
+    Under ``mpiexec -n 4``::
+
+        op = distmm.distribute("graph.mtx", MPI.COMM_WORLD, c=2)
+        A = op.scatter("a", A_global)          # A_global on rank 0, None elsewhere
+        out = op.fusedmm_a(A, op.scatter("b", B_global))
+        full = op.gather("a", out)             # m x r on rank 0, original order
     """
     require(algorithm in ALGORITHMS,
             f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
@@ -85,8 +157,29 @@ def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,
            B_loc: np.ndarray | None, strategy: str | None = None) -> np.ndarray:
     """Run one named operation (CLI spelling, e.g. ``"fusedmm-a"``) on distributed blocks.
 
-    Collective. ``strategy`` (FusedMM only) defaults to the family's most communication-eliding
-    one. Returns the SDDMM values (value order) or this rank's dense output block.
+    Collective over the object's communicator.
+
+    Parameters
+    ----------
+    obj : DistributedAlgorithm
+        S distributed by :func:`distribute`.
+    op : str
+        One of :data:`OPS`.
+    A_loc, B_loc : numpy.ndarray or None
+        This rank's blocks of A and B in ``obj``'s distribution (None where ``op`` does not
+        read it, see :func:`op_inputs`).
+    strategy : str, optional
+        FusedMM only; default (None or ``"-"``): the family's most communication-eliding one.
+
+    Returns
+    -------
+    numpy.ndarray
+        The SDDMM values in this rank's value order, or this rank's dense output block.
+
+    Raises
+    ------
+    InputError
+        For an unknown operation or strategy, or blocks of the wrong shape (on every rank).
     """
     require(op in OPS, f"unknown operation {op!r}; choose one of {', '.join(OPS)}")
     if strategy is None or strategy == "-":
@@ -103,16 +196,54 @@ def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,
 
 
 def op_inputs(op: str) -> tuple[bool, bool]:
-    """Whether an operation reads A and whether it reads B."""
+    """Whether an operation reads A and whether it reads B. Not collective.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`OPS`.
+
+    Returns
+    -------
+    tuple of bool
+        ``(reads_a, reads_b)``: ``spmm-a`` reads only B, ``spmm-b`` only A, the rest both.
+    """
     return op != "spmm-a", op != "spmm-b"
 
 
 def op_output_side(op: str) -> str | None:
-    """The side of a dense result ("a" or "b"), or None for SDDMM's sparse result."""
+    """The side of an operation's dense result. Not collective.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`OPS`.
+
+    Returns
+    -------
+    str or None
+        ``"a"`` (m x r: ``spmm-a``, ``fusedmm-a``), ``"b"`` (n x r: ``spmm-b``,
+        ``fusedmm-b``), or None for SDDMM, whose result is values of S.
+    """
     return {"sddmm": None, "spmm-a": "a", "spmm-b": "b", "fusedmm-a": "a",
             "fusedmm-b": "b"}[op]
 
 
 def op_flops(op: str, nnz: int, r: int) -> float:
-    """Useful flops of one operation: 2 nnz r for SDDMM or SpMM, twice that for FusedMM."""
+    """Useful flops of one operation. Not collective.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`OPS`.
+    nnz : int
+        Nonzeros of S.
+    r : int
+        Dense width.
+
+    Returns
+    -------
+    float
+        2 nnz r for SDDMM or SpMM, 4 nnz r for FusedMM.
+    """
     return (4.0 if op.startswith("fusedmm") else 2.0) * nnz * r

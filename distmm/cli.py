@@ -20,6 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm import api
+from distmm import info as _info
 from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
 from distmm.errors import InputError, agree, require
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="include families this build does not implement yet")
     pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
     pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
+    _info.add_parser(parser, sub)
     _add_simulate(sub)
     return parser
 
@@ -510,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "info":
+            return _info.cmd_info(args)
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate,
                 "plan": cmd_plan, "simulate": cmd_simulate,
                 "spgemm": cmd_spgemm}[args.command](args)

@@ -9,7 +9,9 @@ A communicator of one rank moves nothing and counts nothing.
 
 Each phase is also timed: ``replication`` (all-gather of an input along the fiber),
 ``propagation`` (cyclic shifts inside a layer), ``reduction`` (reduce-scatter of an output along
-the fiber), ``compute`` (local kernels), ``distribute`` (placing S once), ``other``.
+the fiber), ``compute`` (local kernels), ``distribute`` (placing S once), ``values`` (moving
+edge values into the stored S^T's order), ``other`` (agreement on input checks); the edge-value
+primitives of :mod:`distmm.ops` name phases of their own.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-PHASES = ("distribute", "replication", "propagation", "reduction", "compute", "other")
+PHASES = ("distribute", "replication", "propagation", "reduction", "compute", "values",
+          "other")
 COUNTERS = ("words_sent", "words_received", "messages_sent", "messages_received")
 
 

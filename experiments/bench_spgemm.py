@@ -227,7 +227,7 @@ def spmm_sparse_dense(S: sp.csr_matrix, F: np.ndarray, threads: list[int], repea
 
 
 def tables(records: list[dict]) -> str:
-    """Markdown tables of the measurements (as pasted into README.md)."""
+    """Markdown tables of the measurements (as in docs/node-models/hash-spgemm.md)."""
     lines = ["| matrix | CR | threads | dense (sym, num) | ms | GFLOP/s | unsorted ms | "
              "tables only ms | scipy ms | scipy+sort ms | vs scipy+sort | unsorted vs scipy "
              "| vs scipy | tables only vs scipy | probes/ins (sym, num) |",

@@ -117,8 +117,9 @@ def run(quick: bool, out) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The README tables: Fig. 16 as DRAM traffic and as modelled GFLOP/s per step, then
-    condensing, prefetch hit rates, energy and the simulator's own time per matrix."""
+    """The tables of docs/node-models/sparch.md: Fig. 16 as DRAM traffic and as modelled
+    GFLOP/s per step, then condensing, prefetch hit rates, energy and the simulator's own time
+    per matrix."""
     names = list(dict.fromkeys(r["matrix"] for r in rows))
     by = {(r["matrix"], r["step"]): r for r in rows}
     steps = [s for s, _ in STEPS]

@@ -217,7 +217,7 @@ class DistributedAlgorithm(EdgeOps):
         send_order, sendcounts, recv_order, recvcounts = plan
         recv = np.empty(recv_order.size, dtype=src_values.dtype)
         self.world.alltoallv(np.ascontiguousarray(src_values[send_order]), sendcounts, recv,
-                             recvcounts, phase="other")
+                             recvcounts, phase="values")
         dst_values[recv_order] = recv
 
     # ----------------------------------------------------------------- checks
@@ -302,39 +302,55 @@ class DistributedAlgorithm(EdgeOps):
     # Families that store S in orientations "a" (S) and "b" (S^T) implement the loop pieces
     # _sddmm_in / _spmm_x_in / _spmm_y_in and _fusedmm; the others override these methods.
     def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
-              values: np.ndarray | None = None) -> np.ndarray:
+              values: np.ndarray | str | None = None) -> np.ndarray:
         """R = S(values) * (A B^T) at S's nonzeros; returns this rank's R in value order.
 
-        Collective. ``values`` defaults to S's current values."""
+        Collective. ``values`` (value order, or the name of a vector registered with
+        :meth:`set_named_values`) defaults to S's current values."""
+        values = self._named_or(values)
         self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
         vals = self.values if values is None else values
         return self._sddmm_in("a", A_loc, B_loc, vals)[0]
 
-    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """A-side output S(values) @ B (m x r); returns this rank's block. Collective."""
+    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None) -> np.ndarray:
+        """A-side output S(values) @ B (m x r); returns this rank's block. Collective.
+
+        ``values``: as in :meth:`sddmm`."""
+        values = self._named_or(values)
         self.check_inputs(("b", B_loc, "B"), values=values)
         vals = self.values if values is None else values
         return self._spmm_x_in("a", B_loc, vals)
 
-    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective."""
+    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None) -> np.ndarray:
+        """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective.
+
+        ``values``: as in :meth:`sddmm`."""
+        values = self._named_or(values)
         self.check_inputs(("a", A_loc, "A"), values=values)
         vals = self.values if values is None else values
         return self._spmm_y_in("a", A_loc, vals)
 
-    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str | None = None) -> np.ndarray:
-        """FusedMMA: (S * (A B^T)) @ B, m x r, with S's current values. Collective.
+    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+                  values: np.ndarray | str | None = None) -> np.ndarray:
+        """FusedMMA: (S(values) * (A B^T)) @ B, m x r. Collective.
 
         ``strategy`` is one of :attr:`strategies` ("none": SDDMM then SpMM as two calls;
         "reuse": replication reuse; "fusion": local kernel fusion, where the family has it);
-        default: the family's most eliding one (the last of :attr:`strategies`)."""
-        return self._fusedmm("a", A_loc, B_loc, strategy or self.strategies[-1])
+        default: the family's most eliding one (the last of :attr:`strategies`).
+        ``values`` (value order, or a name from :meth:`set_named_values`) defaults to S's
+        current values. A strategy that runs on the stored S^T needs the values in S^T's
+        order: S's own and named vectors are moved there once and kept; an explicit array is
+        moved at every call (one all-to-all of this rank's nonzero values, phase "values"), so
+        a loop that reuses a vector should register it by name."""
+        return self._fusedmm("a", A_loc, B_loc, strategy or self.strategies[-1],
+                             self._named_or(values))
 
-    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str | None = None) -> np.ndarray:
-        """FusedMMB: (S * (A B^T))^T @ A, n x r; the mirror of :meth:`fusedmm_a`. Collective."""
-        return self._fusedmm("b", A_loc, B_loc, strategy or self.strategies[-1])
+    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+                  values: np.ndarray | str | None = None) -> np.ndarray:
+        """FusedMMB: (S(values) * (A B^T))^T @ A, n x r; the mirror of :meth:`fusedmm_a`.
+        Collective."""
+        return self._fusedmm("b", A_loc, B_loc, strategy or self.strategies[-1],
+                             self._named_or(values))
 
     # ----------------------------------------------------------------- values of S
     @property
@@ -351,6 +367,36 @@ class DistributedAlgorithm(EdgeOps):
 
     def _store_values(self, values: np.ndarray) -> None:
         raise NotImplementedError
+
+    def set_named_values(self, name: str, values: np.ndarray) -> None:
+        """Keep another vector of edge values under ``name``, beside S's own.
+
+        Collective (checked everywhere, like :meth:`set_values`). Every operation's ``values=``
+        then accepts ``name``; where a strategy runs on the stored S^T, the vector is moved
+        into S^T's order on first use and kept, so alternating between named vectors (ALS:
+        ratings for the right-hand side, ones for the matvec) moves nothing after that.
+        Registering a name again replaces its vector and its moved copies."""
+        require(isinstance(name, str) and name != "",
+                f"a value vector's name must be a non-empty string, got {name!r}")
+        self._agree(self._check_values(values))
+        named = self.__dict__.setdefault("_named", {})
+        named[name] = {"a": np.array(values, dtype=self.dtype, copy=True)}
+
+    def named_values(self, name: str) -> np.ndarray:
+        """The vector registered as ``name`` (value order; a view: do not resize). Not
+        collective."""
+        named = self.__dict__.get("_named", {})
+        require(name in named, f"no value vector named {name!r}; registered: "
+                               f"{', '.join(sorted(named)) or 'none'} (see set_named_values)")
+        return named[name]["a"]
+
+    def drop_named_values(self, name: str) -> None:
+        """Forget the vector registered as ``name`` and its moved copies. Not collective."""
+        self.__dict__.get("_named", {}).pop(name, None)
+
+    def _named_or(self, values: np.ndarray | str | None) -> np.ndarray | None:
+        """``values`` with a registered name replaced by its vector (value order)."""
+        return self.named_values(values) if isinstance(values, str) else values
 
     # ----------------------------------------------------------------- dense data in and out
     def local_rows(self, side: str) -> np.ndarray:
@@ -542,13 +588,40 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
             self._build_b(rows, cols, a.values)
             self._b_stale = False
         elif name == "b" and self._b_stale:
-            if self._plan is None:
-                self._plan = self._value_plan(
-                    self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
-                    lambda i, j: self._owner("b", i, j))
-            self._move_values(self._plan, self._o["a"].values, self._o["b"].values)
+            self._move_values(self._b_plan(), self._o["a"].values, self._o["b"].values)
             self._b_stale = False
         return self._o[name]
+
+    def _b_plan(self):
+        """How values move from orientation "a"'s order to "b"'s (built once; collective
+        only in that orientation "b" must exist)."""
+        if self._plan is None:
+            self._orientation("b")
+            self._plan = self._value_plan(
+                self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
+                lambda i, j: self._owner("b", i, j))
+        return self._plan
+
+    def _values_for(self, name: str, values: np.ndarray | None) -> np.ndarray:
+        """Values in orientation ``name``'s order (collective when they must move).
+
+        ``values`` is None (S's own), or a vector in value order ("a"): a registered vector
+        (:meth:`set_named_values`) is moved to "b" once and kept; any other array is moved at
+        every call."""
+        o = self._orientation(name)
+        if values is None:
+            return o.values
+        if name == "a":
+            return values
+        for entry in self.__dict__.get("_named", {}).values():
+            if entry["a"] is values:
+                if "b" not in entry:
+                    entry["b"] = np.empty(o.nnz, dtype=self.dtype)
+                    self._move_values(self._b_plan(), values, entry["b"])
+                return entry["b"]
+        moved = np.empty(o.nnz, dtype=self.dtype)
+        self._move_values(self._b_plan(), values, moved)
+        return moved
 
     @property
     def values(self) -> np.ndarray:

@@ -50,7 +50,7 @@ B does in "a". At step t rank (i, j, k) holds S^T(B superblock (i+j) mod s, A bl
 and messages are those of a row shift. (A row shift would need A or B stored in a second,
 differently skewed layout and a re-layout per call, which the paper does not count either.)
 "b" is built from "a" on first use (an all-to-all of the nonzeros, counted as "distribute");
-after ``set_values`` its values are refreshed by one all-to-all of values (phase "other").
+after ``set_values`` its values are refreshed by one all-to-all of values (phase "values").
 
 SDDMM, SpMMA and SpMMB use "a". FusedMM strategies (local kernel fusion is impossible here: A and
 B are divided by columns, so no rank sees whole dot products, section IV-B and V-C):
@@ -453,23 +453,22 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         return self._propagate(name, "spmm_y", vals, T, None)[1]
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
-    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
+    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str,
+                 values: np.ndarray | None = None) -> np.ndarray:
         require(strategy != "fusion",
                 f"local kernel fusion is not possible with the {self.name} algorithm: A and B "
                 "are divided by columns, so no rank holds whole dot products (paper sections "
                 "IV-B, V-C); choose one of " + ", ".join(STRATEGIES))
         require(strategy in STRATEGIES,
                 f"unknown FusedMM strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"))
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
         # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)
         if strategy == "none":
-            o = self._orientation(same)
-            R, _ = self._sddmm_in(same, X, Y, o.values)
+            R, _ = self._sddmm_in(same, X, Y, self._values_for(same, values))
             return self._spmm_x_in(same, Y, R)
-        o = self._orientation(other)
-        R, T = self._sddmm_in(other, Y, X, o.values)
+        R, T = self._sddmm_in(other, Y, X, self._values_for(other, values))
         return self._spmm_y_in(other, None, R, T=T)
 
     # ----------------------------------------------------------------- communication model

@@ -229,20 +229,18 @@ class DenseShift15D(TwoOrientationAlgorithm):
         return self._reduce(name, T_out)
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
-    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
+    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str,
+                 values: np.ndarray | None = None) -> np.ndarray:
         require(strategy in STRATEGIES,
                 f"unknown FusedMM strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"))
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
         # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)
         if strategy == "fusion":
-            o = self._orientation(same)
-            return self._fused_x_in(same, X, Y, o.values)
+            return self._fused_x_in(same, X, Y, self._values_for(same, values))
         if strategy == "none":
-            o = self._orientation(same)
-            R, _ = self._sddmm_in(same, X, Y, o.values)
+            R, _ = self._sddmm_in(same, X, Y, self._values_for(same, values))
             return self._spmm_x_in(same, Y, R)
-        o = self._orientation(other)
-        R, T = self._sddmm_in(other, Y, X, o.values)
+        R, T = self._sddmm_in(other, Y, X, self._values_for(other, values))
         return self._spmm_y_in(other, None, R, T=T)

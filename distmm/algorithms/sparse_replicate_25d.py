@@ -340,42 +340,51 @@ class SparseReplicate25D(DistributedAlgorithm):
 
     # ----------------------------------------------------------------- public operations
     def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
-              values: np.ndarray | None = None) -> np.ndarray:
+              values: np.ndarray | str | None = None) -> np.ndarray:
         """R = S(values) * (A B^T) at S's nonzeros; returns this rank's share of R in value
-        order. Collective. ``values`` (value order) defaults to S's current values."""
+        order. Collective. ``values`` (value order, or a registered name) defaults to S's
+        current values."""
+        values = self._named_or(values)
         self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
         return self._sddmm(A_loc, B_loc, self._vals if values is None else values)
 
-    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None) -> np.ndarray:
         """A-side output S(values) @ B (m x r); returns this rank's block. Collective."""
+        values = self._named_or(values)
         self.check_inputs(("b", B_loc, "B"), values=values)
         return self._spmm("spmm_a", B_loc, self._vals if values is None else values)
 
-    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None) -> np.ndarray:
         """B-side output S(values)^T @ A (n x r); returns this rank's block. Collective."""
+        values = self._named_or(values)
         self.check_inputs(("a", A_loc, "A"), values=values)
         return self._spmm("spmm_b", A_loc, self._vals if values is None else values)
 
-    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str = "none") -> np.ndarray:
-        """FusedMMA: (S * (A B^T)) @ B, m x r, with S's current values. Collective.
+    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+                  values: np.ndarray | str | None = None) -> np.ndarray:
+        """FusedMMA: (S(values) * (A B^T)) @ B, m x r. Collective.
 
         Only ``strategy="none"`` exists (SDDMM, then SpMMA on its output): this family
-        replicates no dense matrix, so neither elision of section IV-B applies (V-D)."""
-        return self._fusedmm("spmm_a", A_loc, B_loc, strategy)
+        replicates no dense matrix, so neither elision of section IV-B applies (V-D).
+        ``values`` (value order, or a registered name) defaults to S's current values; this
+        family stores one orientation, so no value ever moves for it."""
+        return self._fusedmm("spmm_a", A_loc, B_loc, strategy or "none",
+                             self._named_or(values))
 
-    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray,
-                  strategy: str = "none") -> np.ndarray:
-        """FusedMMB: (S * (A B^T))^T @ A, n x r; SDDMM then SpMMB. Collective."""
-        return self._fusedmm("spmm_b", A_loc, B_loc, strategy)
+    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+                  values: np.ndarray | str | None = None) -> np.ndarray:
+        """FusedMMB: (S(values) * (A B^T))^T @ A, n x r; SDDMM then SpMMB. Collective."""
+        return self._fusedmm("spmm_b", A_loc, B_loc, strategy or "none",
+                             self._named_or(values))
 
-    def _fusedmm(self, mode: str, A_loc, B_loc, strategy: str) -> np.ndarray:
+    def _fusedmm(self, mode: str, A_loc, B_loc, strategy: str,
+                 values: np.ndarray | None = None) -> np.ndarray:
         require(strategy in STRATEGIES,
                 f"unknown FusedMM strategy {strategy!r} for {self.name}; it supports only "
                 f"{', '.join(STRATEGIES)} (it replicates no dense matrix, so neither "
                 "replication reuse nor local kernel fusion applies: paper section V-D)")
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"))
-        R = self._sddmm(A_loc, B_loc, self._vals)
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
+        R = self._sddmm(A_loc, B_loc, self._vals if values is None else values)
         return self._spmm(mode, B_loc if mode == "spmm_a" else A_loc, R)
 
     # ----------------------------------------------------------------- cost model

@@ -398,14 +398,15 @@ class SparseShift15D(TwoOrientationAlgorithm):
         return out
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
-    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
+    def _fusedmm(self, side: str, A_loc, B_loc, strategy: str,
+                 values: np.ndarray | None = None) -> np.ndarray:
         require(strategy in STRATEGIES,
                 f"unknown FusedMM strategy {strategy!r} for {self.name}; choose one of "
                 f"{', '.join(STRATEGIES)} (local kernel fusion needs whole dense rows, which "
                 "this algorithm splits by columns)")
-        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"))
+        self.check_inputs(("a", A_loc, "A"), ("b", B_loc, "B"), values=values)
         if strategy == "none":
-            R, _ = self._sddmm_in("a", A_loc, B_loc, self.values)
+            R, _ = self._sddmm_in("a", A_loc, B_loc, self._values_for("a", values))
             if side == "a":
                 return self._spmm_x_in("a", B_loc, R)
             return self._spmm_y_in("a", A_loc, R)
@@ -413,8 +414,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
         # with the SpMM whose output is stationary (FusedMMA on S^T, section IV-B).
         name = "b" if side == "a" else "a"
         X, Y = (B_loc, A_loc) if side == "a" else (A_loc, B_loc)
-        o = self._orientation(name)
-        R, T = self._sddmm_in(name, X, Y, o.values)
+        R, T = self._sddmm_in(name, X, Y, self._values_for(name, values))
         return self._spmm_y_in(name, None, R, T=T)
 
     # ----------------------------------------------------------------- the cost model

@@ -1,4 +1,4 @@
-"""What a user does at the shell: `mpiexec -n N distmm run ...` and the README example.
+"""What a user does at the shell: `mpiexec -n N distmm run ...` and examples/quickstart.py.
 
 These launch real MPI jobs with the mpiexec installed next to this Python, and bound each one
 with a timeout so that a hang fails the test instead of the suite.

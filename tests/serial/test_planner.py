@@ -22,7 +22,8 @@ BANDWIDTH_ONLY = Machine(alpha=0.0, beta=1.0, gamma=0.0, source="words only")
 # balance, so the map is checked on a machine like the paper's, not on this laptop-sized one.
 # The map is the paper's prediction, so it is checked with the paper's Table III; with what
 # distmm actually sends (model="implemented"), 2.5D sparse replicating at c = p, which the
-# paper did not run, becomes the prediction at the lowest phi (see the README).
+# paper did not run, becomes the prediction at the lowest phi
+# (docs/algorithms/25d-sparse-replicate.md).
 KNL_LIKE = Machine(alpha=3e-6, beta=5e-10, gamma=5e-12, delta=3e-10, gamma_unfused=7.5e-12,
                    source="KNL-like")
 

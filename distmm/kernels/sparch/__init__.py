@@ -23,7 +23,7 @@ section II:
 * **Cycles per round** = max(compute bound, DRAM bound) + fill/drain (:mod:`.model`).
 * **Energy** from Table III: 0.26 nJ/FLOP computation + 0.34 nJ/FLOP SRAM + DRAM per byte.
 
-Assumptions where the paper leaves gaps (also in README, "SpArch simulator"):
+Assumptions where the paper leaves gaps (also in docs/node-models/sparch.md):
 
 1. Transaction level, not cycle level: a round's compute bound is max(products / 16
    multipliers, tree input elements / 16), since every layer shares one 16-wide merger and every

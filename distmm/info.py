@@ -1,0 +1,137 @@
+"""``distmm info``: what distmm runs on, so a user can tell at once whether it is the right MPI.
+
+Prints distmm's version; the MPI library mpi4py is linked to (``MPI.Get_library_version()``),
+the MPI standard version and the launcher's view (the world size: 1 under a foreign mpiexec);
+mpi4py's version and build configuration; numba's threading layer and thread count; the versions
+of numpy, scipy and h5py; and which optional extras are installed. Not collective: only rank 0
+prints, every rank returns 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import platform
+import sys
+
+from distmm._optional import EXTRAS, available
+
+# distribution names of the optional packages, by import name
+_DISTRIBUTIONS = {"torch_geometric": "torch-geometric"}
+_REQUIRED = ("numpy", "scipy", "h5py", "llvmlite")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _threading_layer() -> tuple[str, bool]:
+    """numba's threading layer and whether it is the one actually loaded (True) or only the
+    one configured (False, when the pool could not be started without compiling)."""
+    import numba
+
+    try:  # private, but the cheapest way to start the pool without compiling a kernel
+        from numba.np.ufunc.parallel import _launch_threads
+
+        _launch_threads()
+        return numba.threading_layer(), True
+    except Exception:  # noqa: BLE001 - any failure: report the configured layer instead
+        return str(numba.config.THREADING_LAYER), False
+
+
+def collect() -> dict:
+    """Everything ``distmm info`` reports, as a JSON-ready dict. Not collective.
+
+    Returns
+    -------
+    dict
+        Keys ``distmm``, ``python``, ``mpi`` (library, library_version, standard, vendor,
+        world_size, processor), ``mpi4py`` (version, config), ``numba`` (version,
+        threading_layer, threading_layer_loaded, num_threads, configured_threads),
+        ``packages`` (required package -> version) and ``extras`` (optional import name ->
+        ``{"extra": name, "version": version or None}``).
+    """
+    import mpi4py
+    import numba
+    from mpi4py import MPI
+
+    import distmm
+
+    library = MPI.Get_library_version().strip()
+    major, minor = MPI.Get_version()
+    vendor, vendor_version = MPI.get_vendor()
+    try:
+        config = {k: str(v) for k, v in mpi4py.get_config().items()}
+    except Exception:  # noqa: BLE001 - get_config is informational and may be absent
+        config = {}
+    layer, loaded = _threading_layer()
+    extras = {}
+    for module, extra in EXTRAS.items():
+        # mpich (the wheel) has no importable module: its distribution metadata tells
+        version = _version(_DISTRIBUTIONS.get(module, module))
+        present = version is not None or available(module)
+        extras[module] = {"extra": extra, "installed": present, "version": version}
+    return {
+        "distmm": distmm.__version__,
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "mpi": {"library": " ".join(library.splitlines()[0].split()) if library else "",
+                "library_version": library, "standard": f"{major}.{minor}",
+                "vendor": f"{vendor} {'.'.join(map(str, vendor_version))}",
+                "world_size": MPI.COMM_WORLD.Get_size(),
+                "processor": MPI.Get_processor_name()},
+        "mpi4py": {"version": mpi4py.__version__, "config": config},
+        "numba": {"version": numba.__version__, "threading_layer": layer,
+                  "threading_layer_loaded": loaded, "num_threads": numba.get_num_threads(),
+                  "configured_threads": numba.config.NUMBA_NUM_THREADS},
+        "packages": {name: _version(name) for name in _REQUIRED},
+        "extras": extras,
+    }
+
+
+def format_text(info: dict) -> str:
+    """``collect()``'s dict as the aligned text ``distmm info`` prints."""
+    mpi, nb = info["mpi"], info["numba"]
+    rows = [
+        ("distmm", info["distmm"]),
+        ("python", info["python"]),
+        ("MPI library", mpi["library"]),
+        ("MPI standard", f"{mpi['standard']} (vendor {mpi['vendor']})"),
+        ("MPI world size", f"{mpi['world_size']} on {mpi['processor']}"),
+        ("mpi4py", info["mpi4py"]["version"]),
+        *((f"mpi4py {k}", v) for k, v in sorted(info["mpi4py"]["config"].items())),
+        ("numba", f"{nb['version']}, threading layer {nb['threading_layer']}"
+                  f"{'' if nb['threading_layer_loaded'] else ' (configured)'}, "
+                  f"{nb['num_threads']} threads"),
+        *((name, version or "not installed") for name, version in info["packages"].items()),
+    ]
+    for module, e in info["extras"].items():
+        state = (f"{e['version'] or 'installed'}" if e["installed"]
+                 else f"not installed (pip install distmm[{e['extra']}])")
+        rows.append((f"extra {module}", state))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def add_parser(parser: argparse.ArgumentParser, sub) -> argparse.ArgumentParser:
+    """Add ``--version`` to the top-level parser and the ``info`` command to ``sub``."""
+    import distmm
+
+    parser.add_argument("--version", action="version", version=f"distmm {distmm.__version__}")
+    p = sub.add_parser("info", help="print distmm's version, the MPI library mpi4py uses, "
+                                    "numba's threading layer and the optional extras present")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    return p
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Handle ``distmm info``: rank 0 prints; returns 0. Not collective."""
+    from mpi4py import MPI
+
+    info = collect()
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print(json.dumps(info, sort_keys=True) if args.json else format_text(info), flush=True)
+    return 0

@@ -1,0 +1,111 @@
+"""`distmm info`, `distmm --version`, the single version and the optional-extra helper.
+
+The oracle for `info` is what this process sees itself (mpi4py's MPI library string, numba's
+thread count, importlib's view of the installed extras); the console script runs as a user
+would run it, with a timeout.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numba
+import pytest
+from mpi4py import MPI
+
+import distmm
+from distmm._optional import EXTRAS, require_extra
+from distmm.cli import build_parser
+from distmm.errors import InputError
+from distmm.info import collect, format_text
+
+BIN = os.path.dirname(sys.executable)
+DISTMM = os.path.join(BIN, "distmm")
+MPIEXEC = os.path.join(BIN, "mpiexec")
+ENV = {**os.environ, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1", "NUMBA_NUM_THREADS": "1"}
+needs_script = pytest.mark.skipif(not os.path.exists(DISTMM),
+                                  reason="needs the installed distmm console script")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=120, env=ENV)
+
+
+def test_version_has_one_source():
+    # setup.cfg reads distmm.__version__, so the installed metadata must agree with it
+    assert distmm.__version__ == importlib.metadata.version("distmm")
+
+
+@needs_script
+def test_version_flag_prints_the_package_version():
+    res = _run(DISTMM, "--version")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"distmm {distmm.__version__}"
+
+
+def test_collect_matches_what_this_process_sees():
+    info = collect()
+    assert info["distmm"] == distmm.__version__
+    assert info["mpi"]["library_version"] == MPI.Get_library_version().strip()
+    assert info["mpi"]["library"] and info["mpi"]["library"] in " ".join(
+        MPI.Get_library_version().split())
+    assert info["mpi"]["standard"] == "{}.{}".format(*MPI.Get_version())
+    assert info["mpi"]["world_size"] == MPI.COMM_WORLD.Get_size()
+    assert info["numba"]["num_threads"] == numba.get_num_threads()
+    assert info["numba"]["threading_layer"]
+    assert info["packages"]["numpy"] == importlib.metadata.version("numpy")
+    for module, entry in info["extras"].items():
+        assert entry["extra"] == EXTRAS[module]
+        try:
+            installed = importlib.metadata.version(
+                "torch-geometric" if module == "torch_geometric" else module) is not None
+        except importlib.metadata.PackageNotFoundError:
+            installed = importlib.util.find_spec(module) is not None
+        assert entry["installed"] == installed, module
+    text = format_text(info)
+    assert distmm.__version__ in text and info["mpi"]["library"] in text
+    for entry in info["extras"].values():
+        if not entry["installed"]:
+            assert f"pip install distmm[{entry['extra']}]" in text
+
+
+@needs_script
+def test_info_json_from_the_console_script():
+    res = _run(DISTMM, "info", "--json")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert info["distmm"] == distmm.__version__
+    assert info["mpi"]["library_version"] == MPI.Get_library_version().strip()
+    assert info["numba"]["num_threads"] == 1  # NUMBA_NUM_THREADS=1 in ENV
+
+
+@pytest.mark.skipif(not os.path.exists(MPIEXEC) or not os.path.exists(DISTMM),
+                    reason="needs the installed mpiexec and distmm console script")
+def test_info_under_mpiexec_prints_once_and_sees_every_rank():
+    res = _run(MPIEXEC, "-n", "2", DISTMM, "info", "--json")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 1
+    assert json.loads(lines[0])["mpi"]["world_size"] == 2
+
+
+def test_info_is_registered_in_the_parser():
+    args = build_parser().parse_args(["info", "--json"])
+    assert args.command == "info" and args.json
+
+
+def test_require_extra_returns_the_module_or_names_the_extra():
+    import json as json_module
+
+    assert require_extra("json") is json_module
+    with pytest.raises(InputError, match=r"^plotting needs the optional package "
+                                         r"distmm_no_such_pkg: pip install distmm\[plot\]$"):
+        require_extra("distmm_no_such_pkg.sub", "plot", what="plotting")
+    if importlib.util.find_spec("petsc4py") is None:
+        with pytest.raises(InputError, match=r"pip install distmm\[petsc\]"):
+            require_extra("petsc4py", what="the PETSc baseline")
