@@ -47,8 +47,9 @@ def load_cora(data: Path):
     S = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n)).tocsr()
     S.data[:] = 1.0  # duplicates summed by tocsr: the pattern is what matters
     with gzip.open(data / "cora-features.mtx.gz") as fh:
-        X = np.asarray(sp.csr_matrix(scipy.io.mmread(fh)).todense(), dtype=np.float32)
-    X /= np.maximum(X.sum(axis=1, keepdims=True), 1.0)  # row-normalised, as in the paper
+        X = sp.csr_matrix(scipy.io.mmread(fh), dtype=np.float32)
+    rowsum = np.asarray(X.sum(axis=1)).ravel()
+    X = sp.diags(1.0 / np.maximum(rowsum, 1.0)).astype(np.float32) @ X  # row-normalised
     labels = np.loadtxt(data / "cora-labels.txt", dtype=np.int64)
     return S, X, labels
 
@@ -78,8 +79,13 @@ class GATLayer(torch.nn.Module):
         torch.nn.init.xavier_uniform_(self.att_dst)
 
     def forward(self, x):
-        x = torch.nn.functional.dropout(x, self.dropout, self.training)
-        z = self.lin(x).view(-1, self.heads, self.out)          # this rank's nodes
+        if x.is_sparse:  # the bag-of-words input: dropout and product on stored entries only
+            kept = torch.nn.functional.dropout(x.values(), self.dropout, self.training)
+            x = torch.sparse_coo_tensor(x.indices(), kept, x.shape, check_invariants=False)
+            z = torch.sparse.mm(x, self.lin.weight.t())
+        else:
+            z = self.lin(torch.nn.functional.dropout(x, self.dropout, self.training))
+        z = z.view(-1, self.heads, self.out)                    # this rank's nodes
         s_src = (z * self.att_src).sum(-1)                      # (nodes, heads), B side
         s_dst = (z * self.att_dst).sum(-1)                      # (nodes, heads), A side
         e = torch.nn.functional.leaky_relu(dt.sddmm_add(self.S, s_dst, s_src), 0.2)
@@ -127,7 +133,9 @@ def main() -> None:
     # the same nodes, so a layer's output (A side) is the next layer's input (B side).
     nodes = S.local_rows("a")
     assert np.array_equal(nodes, S.local_rows("b"))
-    x = torch.from_numpy(S.scatter("b", X_glob, root=None))
+    mine = X_glob[nodes].tocoo()  # this rank's nodes' features, sparse, in block order
+    x = torch.sparse_coo_tensor(np.vstack([mine.row, mine.col]).astype(np.int64),
+                                mine.data, mine.shape, check_invariants=True).coalesce()
     labels = torch.from_numpy(labels_glob[nodes])
     split = standard_split(labels_glob, seed=args.seed)
     masks = {k: torch.from_numpy(np.isin(nodes, v)) for k, v in split.items()}
