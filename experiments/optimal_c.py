@@ -3,7 +3,7 @@ elision, with replication reuse and with local kernel fusion on weak-scaling set
 (paper section VI-C, Figure 7; Table IV predicts sqrt(p), sqrt(2p) and sqrt(p/2)).
 
 Every valid c is run (the paper's weak-scaling runs stopped at c = 8; the paper preset goes to
-16). Laptop preset: setup 1's laptop sizes (side 2^12 p, 8 per row, r = 64) at p = 2 and 4.
+16). Laptop preset: setup 1's laptop sizes (side 2^14 p, 8 per row, r = 64) at p = 2 and 4.
 
     .venv/bin/python experiments/optimal_c.py --preset laptop
 """
@@ -27,7 +27,7 @@ def configs(side: int, d: int, r: int, ps: list[int], cs=None) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     presets = {
-        "laptop": lambda args: configs(1 << 12, 8, 64, runner.pow2_upto(2, args.max_p or 4)),
+        "laptop": lambda args: configs(1 << 14, 8, 64, runner.pow2_upto(2, args.max_p or 4)),
         "paper": lambda args: configs(1 << 16, 32, 256, runner.pow2_upto(2, args.max_p or 256),
                                       range(1, 17)),
     }

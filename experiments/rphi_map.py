@@ -5,7 +5,7 @@ The candidates are the paper's: the four configurations with communication elisi
 shifting with replication reuse or local kernel fusion, 1.5D sparse shifting and 2.5D dense
 replicating with replication reuse) and 2.5D sparse replicating, each at every valid c. The plot
 marks, per (r, nonzeros per row), the observed winner at its best c beside the model's. Laptop
-preset: p = 4, m = 2^13, r in {16, 64, 256}, 2, 8 or 32 nonzeros per row.
+preset: p = 4, m = 2^15, r in {16, 64, 256}, 2, 8 or 32 nonzeros per row.
 
     .venv/bin/python experiments/rphi_map.py --preset laptop
 """
@@ -30,7 +30,7 @@ def grid(side: int, ds: list[int], rs: list[int], p: int, repeat: int = 3) -> li
 
 def main(argv: list[str] | None = None) -> int:
     presets = {
-        "laptop": lambda args: grid(1 << 13, [2, 8, 32], [16, 64, 256], 4, repeat=2),
+        "laptop": lambda args: grid(1 << 15, [2, 8, 32], [16, 64, 256], 4, repeat=2),
         "paper": lambda args: grid(1 << 22, [4, 8, 16, 32, 64, 128], [32, 64, 128, 256, 512],
                                    32),
     }

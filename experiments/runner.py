@@ -292,19 +292,32 @@ def worker(config_file: str, results: str, machine_file: str | None) -> None:
                   f"(model {rec['model']['seconds']:.4f} s)", flush=True)
 
 
-def launcher_command(launcher: str, p: int, mpi_args: list[str]) -> list[str]:
-    """The command prefix that starts p ranks of this Python (not collective)."""
+def launcher_command(launcher: str, p: int, mpi_args: list[str], threads: int | None = None,
+                     bind: str = "core") -> list[str]:
+    """The command that starts p ranks of this file (``--worker``) with this Python, through
+    launch/distmm-launch: the venv's mpiexec or ``srun --mpi=pmi2``, ``threads`` numba threads
+    per rank (default: the wrapper's, an exported NUMBA_NUM_THREADS or cores / ranks), CPU
+    binding ``bind`` ("core" or "none"), ``mpi_args`` passed to the launcher. Not collective."""
+    require(launcher in ("mpiexec", "srun"), f"unknown launcher {launcher!r}")
     if launcher == "srun":
-        require(shutil.which("srun") is not None, "--launcher srun: srun is not on PATH")
-        return ["srun", "--mpi=pmi2", "-n", str(p), *mpi_args, sys.executable]
-    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    require(os.path.exists(mpiexec), f"no mpiexec next to {sys.executable}: install distmm "
-                                     "with its MPI (pip install distmm[mpich]) in this venv")
-    return [mpiexec, "-n", str(p), *mpi_args, sys.executable]
+        require(shutil.which("srun") is not None, "--launcher srun: srun is not on PATH "
+                                                  "(run inside a Slurm allocation)")
+    else:
+        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+        require(os.path.exists(mpiexec), f"no mpiexec next to {sys.executable}: install "
+                                         "distmm with its MPI (pip install distmm[mpich])")
+    cmd = [os.path.join(ROOT, "launch", "distmm-launch"), "--launcher", launcher, "-n", str(p),
+           "--bind", bind]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    for arg in mpi_args:
+        cmd += ["--mpi-opt", arg]
+    return cmd + ["--script", os.path.abspath(__file__), "--"]
 
 
 def measure(cfgs: list[dict], results: str, launcher: str = "mpiexec",
-            mpi_args: list[str] | None = None, machine_file: str | None = None) -> int:
+            mpi_args: list[str] | None = None, machine_file: str | None = None,
+            threads: int | None = None, bind: str = "core") -> int:
     """Measure the configurations not yet in ``results``: one MPI job per p. Returns how
     many were measured; raises InputError when a job fails."""
     done = recorded_keys(results, cfgs[0]["experiment"]) if cfgs else set()
@@ -315,12 +328,12 @@ def measure(cfgs: list[dict], results: str, launcher: str = "mpiexec",
         batch = [cfg for cfg in todo if cfg["p"] == p]
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
             json.dump(batch, fh)
-        cmd = launcher_command(launcher, p, mpi_args or []) + [
-            os.path.abspath(__file__), "--worker", fh.name, "--results", results]
+        cmd = launcher_command(launcher, p, mpi_args or [], threads, bind) + [
+            "--worker", fh.name, "--results", results]
         if machine_file:
             cmd += ["--machine", machine_file]
         try:
-            rc = subprocess.run(cmd).returncode
+            rc = subprocess.run(cmd, env={**os.environ, "DISTMM_PYTHON": sys.executable}).returncode
         finally:
             os.unlink(fh.name)
         require(rc == 0, f"the MPI job for p={p} failed (exit {rc}): {' '.join(cmd)}")
@@ -379,9 +392,15 @@ def main(experiment: str, presets: dict[str, Callable[[argparse.Namespace], list
                     help="write the cost model's predictions with this machine file instead "
                          "of measuring (distmm calibrate, or machines/cori-knl.json)")
     ap.add_argument("--max-p", type=int, help="with --project: rank counts up to this")
+    ap.add_argument("--max-c", type=int, help="only replication factors up to this (the "
+                                               "paper's weak-scaling runs stopped at 8)")
     ap.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec")
     ap.add_argument("--mpi-arg", action="append", default=[],
                     help="passed to mpiexec/srun before the program (repeat the option)")
+    ap.add_argument("--threads", type=int,
+                    help="numba threads per rank (default: NUMBA_NUM_THREADS, else cores / p)")
+    ap.add_argument("--bind", choices=("core", "none"), default="core",
+                    help="CPU binding of the ranks (launch/distmm-launch --bind)")
     ap.add_argument("--machine", help="machine file for the model column of measured records")
     ap.add_argument("--data-dir", default=DATA_DIR, help="folder of the Matrix Market files")
     ap.add_argument("--list", action="store_true", help="print the configurations and exit")
@@ -400,6 +419,8 @@ def main(experiment: str, presets: dict[str, Callable[[argparse.Namespace], list
                              f"{', '.join(map(str, bad))}: its rank counts are "
                              f"{', '.join(map(str, usable))}")
             cfgs = [cfg for cfg in cfgs if cfg["p"] in args.p]
+        if args.max_c:
+            cfgs = [cfg for cfg in cfgs if cfg["c"] <= args.max_c]
         results = args.results or os.path.join(
             "results", f"{experiment}-{args.preset}{'-projected' if args.project else ''}.jsonl")
         if args.list:
@@ -409,7 +430,8 @@ def main(experiment: str, presets: dict[str, Callable[[argparse.Namespace], list
         if args.project:
             count = project(cfgs, results, args.project)
         else:
-            count = measure(cfgs, results, args.launcher, args.mpi_arg, args.machine)
+            count = measure(cfgs, results, args.launcher, args.mpi_arg, args.machine,
+                            args.threads, args.bind)
     except InputError as exc:
         print(f"{experiment}: {exc}", file=sys.stderr)
         return 2

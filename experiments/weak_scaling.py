@@ -4,7 +4,7 @@ Setup 1 doubles p and the side of S together (side 2^16 p, 32 nonzeros per row, 
 paper); setup 2 quadruples p while the side and the nonzeros per row both double (side
 2^16 p^(1/2), 32 p^(1/2) per row). Every (algorithm, strategy, valid c) is run; the plots take
 each algorithm at its best c with the per-phase breakdown. The laptop preset keeps the paper's
-phi = nnz / (n r) = 1/8 at 1/16 of the side: side 2^12 p (setup 2: 2^12 p^(1/2)), 8 (8 p^(1/2))
+phi = nnz / (n r) = 1/8 at 1/4 of the side: side 2^14 p (setup 2: 2^14 p^(1/2)), 8 (8 p^(1/2))
 per row, r = 64, p = 1, 2, 4 (setup 2: 1, 4).
 
     .venv/bin/python experiments/weak_scaling.py --setup 1 --preset laptop
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     factor = 2 if setup == 1 else 4
 
     def laptop(args):
-        return setup_configs(setup, 1 << 12, 8, 64, runner.pow2_upto(1, args.max_p or 4, factor),
+        return setup_configs(setup, 1 << 14, 8, 64, runner.pow2_upto(1, args.max_p or 4, factor),
                              experiment)
 
     def paper(args):
