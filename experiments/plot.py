@@ -13,7 +13,7 @@ same figure marked "predicted"):
 * optimal-c (Figure 7): the best c vs p per strategy, predicted (model over the same c) and
   observed; Table IV's real optimum as a thin line.
 * strong-scaling (Figure 8): time of the timed FusedMM calls vs p per matrix, each algorithm at
-  its best c (and PETSc when its records are present).
+  its best c.
 
 Needs matplotlib: pip install distmm[plot].
 """
@@ -41,7 +41,6 @@ STYLE = {  # (algorithm, strategy) -> (label, colour, marker), as the paper's le
     ("25d-dense-replicate", "none"): ("2.5D dense repl., no elision", "tab:green", "o"),
     ("25d-dense-replicate", "reuse"): ("2.5D dense repl., repl. reuse", "olive", "s"),
     ("25d-sparse-replicate", "none"): ("2.5D sparse repl., no elision", "tab:brown", "^"),
-    ("petsc", "spmm x2"): ("PETSc MatMatMult x2", "black", "v"),
 }
 
 
@@ -146,7 +145,8 @@ def plot_rphi(plt, records: list[dict], out: str) -> list[str]:
     panels = [("predicted", lambda rec: rec["model"]["seconds"])]
     if measured:
         panels.append(("observed", lambda rec: rec["seconds"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.2 * len(panels), 8), 5),
+                             squeeze=False)
     used = set()
     for ax, (title, seconds) in zip(axes[0], panels, strict=True):
         for (d, r), recs in cells.items():
@@ -167,9 +167,9 @@ def plot_rphi(plt, records: list[dict], out: str) -> list[str]:
         ax.set_title(f"{title} best, p = {p}, m = {records[0]['m']}")
     handles = [plt.Line2D([], [], ls="", marker="s", markersize=10, color=STYLE[cfg][1],
                           label=STYLE[cfg][0]) for cfg in STYLE if cfg in used]
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7)
-    fig.subplots_adjust(bottom=0.25)
-    return [_save(fig, out, "rphi-map", records)]
+    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=7)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    return [_save(fig, out, "rphi-map", records, tight=False)]
 
 
 def plot_optimal_c(plt, records: list[dict], out: str) -> list[str]:
@@ -223,9 +223,10 @@ def plot_strong(plt, records: list[dict], out: str) -> list[str]:
     return [_save(fig, out, "strong-scaling", records)]
 
 
-def _save(fig, out: str, name: str, records: list[dict]) -> str:
+def _save(fig, out: str, name: str, records: list[dict], tight: bool = True) -> str:
     path = os.path.join(out, f"{name}{'-projected' if records[0]['predicted'] else ''}.png")
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     fig.clf()
     return path
