@@ -13,7 +13,7 @@ same figure marked "predicted"):
 * optimal-c (Figure 7): the best c vs p per strategy, predicted (model over the same c) and
   observed; Table IV's real optimum as a thin line.
 * strong-scaling (Figure 8): time of the timed FusedMM calls vs p per matrix, each algorithm at
-  its best c.
+  its best c, and PETSc (MatMatMult twice per FusedMM) where its records are present.
 
 Needs matplotlib: pip install distmm[plot].
 """
@@ -41,6 +41,7 @@ STYLE = {  # (algorithm, strategy) -> (label, colour, marker), as the paper's le
     ("25d-dense-replicate", "none"): ("2.5D dense repl., no elision", "tab:green", "o"),
     ("25d-dense-replicate", "reuse"): ("2.5D dense repl., repl. reuse", "olive", "s"),
     ("25d-sparse-replicate", "none"): ("2.5D sparse repl., no elision", "tab:brown", "^"),
+    ("petsc", "matmatmult-x2"): ("PETSc MatMatMult x2", "black", "v"),
 }
 
 

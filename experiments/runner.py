@@ -40,6 +40,8 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:  # run from a checkout without installing: import distmm from it
     sys.path.insert(0, ROOT)
 
+import petsc_baseline  # noqa: E402
+
 from distmm import costmodel  # noqa: E402
 from distmm.errors import InputError, require  # noqa: E402
 
@@ -237,6 +239,11 @@ def measure_one(cfg: dict, source, comm, machine) -> dict:
 
     require(comm.Get_size() == cfg["p"], f"worker runs on {comm.Get_size()} ranks, the "
                                          f"configuration needs {cfg['p']}")
+    if cfg["algorithm"] == petsc_baseline.ALGORITHM:
+        rec = petsc_baseline.measure_petsc(cfg, source, comm)
+        return None if rec is None else {"key": key(cfg), **cfg,
+                                         "label": matrix_label(cfg["matrix"]),
+                                         "predicted": False, **rec, "machine": machine_info()}
     obj = distmm.distribute(source, comm, algorithm=cfg["algorithm"], c=cfg["c"], r=cfg["r"],
                             dtype=np.dtype(cfg["dtype"]), seed=cfg["seed"])
     A_loc, B_loc = random_blocks(obj, cfg["r"], cfg["seed"])
@@ -287,9 +294,10 @@ def worker(config_file: str, results: str, machine_file: str | None) -> None:
         rec = measure_one(cfg, source, comm, machine)
         if rec is not None:
             append(results, rec)
+            model_s = f"{rec['model']['seconds']:.4f} s" if rec["model"] else "none"
             print(f"p={cfg['p']} {rec['label']} r={cfg['r']} {cfg['algorithm']} "
-                  f"{cfg['strategy']} c={cfg['c']}: {rec['seconds']:.4f} s "
-                  f"(model {rec['model']['seconds']:.4f} s)", flush=True)
+                  f"{cfg['strategy']} c={cfg['c']}: {rec['seconds']:.4f} s (model {model_s})",
+                  flush=True)
 
 
 def launcher_command(launcher: str, p: int, mpi_args: list[str], threads: int | None = None,
@@ -350,8 +358,8 @@ def project(cfgs: list[dict], results: str, machine_file: str) -> int:
     info = machine_info()
     count = 0
     for cfg in cfgs:
-        if key(cfg) in done:
-            continue
+        if key(cfg) in done or cfg["algorithm"] == petsc_baseline.ALGORITHM:
+            continue  # the model has no PETSc
         m, n, nnz = matrix_sizes(cfg["matrix"])
         pred = model(cfg, m, n, nnz, machine)
         append(results, {"key": key(cfg), **cfg, "label": matrix_label(cfg["matrix"]),

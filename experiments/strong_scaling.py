@@ -17,7 +17,10 @@ from __future__ import annotations
 import os
 import sys
 
+import petsc_baseline
 import runner
+
+from distmm._optional import available, require_extra
 
 EXPERIMENT = "strong-scaling"
 # Paper Table V: rows (= columns), nonzeros, and the smallest node count the paper ran.
@@ -35,8 +38,9 @@ def paper(args) -> list[dict]:
         else:
             matrix = {"kind": "mtx", "path": runner.check_matrix(
                 os.path.join(args.data_dir, f"{name}.mtx"))}
-        out += runner.sweep(EXPERIMENT, [matrix], [128],
-                            runner.pow2_upto(lo, args.max_p or 256), cs=range(1, 17), calls=5)
+        ps = runner.pow2_upto(lo, args.max_p or 256)
+        out += runner.sweep(EXPERIMENT, [matrix], [128], ps, cs=range(1, 17), calls=5)
+        out += with_petsc(args, [matrix], 128, ps, 5)
     return out
 
 
@@ -44,12 +48,29 @@ def laptop(args) -> list[dict]:
     matrices = [{"kind": "mtx", "path": runner.check_matrix(os.path.join(args.data_dir, name))}
                 for name in LAPTOP]
     return runner.sweep(EXPERIMENT, matrices, [32], runner.pow2_upto(1, args.max_p or 4),
-                        calls=2, repeat=2)
+                        calls=2, repeat=2) + with_petsc(args, matrices, 32,
+                                                        runner.pow2_upto(1, args.max_p or 4), 2)
+
+
+def with_petsc(args, matrices: list[dict], r: int, ps: list[int], calls: int) -> list[dict]:
+    """The PETSc baseline's configurations (2 x calls MatMatMult), when measuring with petsc4py
+    installed or with --petsc (which fails, naming the extra, without petsc4py)."""
+    if args.project or not (args.petsc or available("petsc4py")):
+        return []
+    require_extra("petsc4py", what="strong_scaling.py --petsc")
+    return [runner.config(EXPERIMENT, matrix, r, p, petsc_baseline.ALGORITHM,
+                          petsc_baseline.STRATEGY, 1, calls=calls, repeat=2)
+            for p in ps for matrix in matrices]
 
 
 def main(argv: list[str] | None = None) -> int:
+    def add(ap):
+        ap.add_argument("--petsc", action="store_true",
+                        help="also run the PETSc baseline (needs petsc4py: pip install "
+                             "distmm[petsc]); on by default when petsc4py is installed")
+
     return runner.main(EXPERIMENT, {"laptop": laptop, "paper": paper}, __doc__.split("\n")[0],
-                       argv)
+                       argv, add)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,13 @@ def test_node_count_the_experiment_cannot_use(capsys):
     assert rphi_map.main(["--p", "8", "--list"]) == 2
 
 
+@pytest.mark.skipif(available("petsc4py"), reason="petsc4py is installed here")
+def test_missing_petsc4py(capsys):
+    assert strong_scaling.main(["--petsc", "--list"]) == 2
+    assert "--petsc needs the optional package petsc4py: pip install distmm[petsc]" in \
+        capsys.readouterr().err
+
+
 def test_max_p_needs_project(capsys):
     assert weak_scaling.main(["--max-p", "64", "--list"]) == 2
     assert "--max-p only applies with --project" in capsys.readouterr().err
