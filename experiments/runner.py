@@ -195,15 +195,11 @@ def matrix_sizes(matrix: dict) -> tuple[int, int, int]:
         return matrix["m"], matrix["n"], matrix["m"] * matrix["d"]
     if matrix["kind"] == "sizes":
         return matrix["m"], matrix["n"], matrix["nnz"]
-    from distmm.io import _open_stream, _parse_header
+    from distmm.io import matrix_market_size
 
-    path = check_matrix(matrix["path"])
-    with _open_stream(path) as (fh, gzipped):
-        header, err = _parse_header(fh, path, gzipped)
-    require(header is not None, str(err))
+    m, n, stored, symmetry = matrix_market_size(check_matrix(matrix["path"]))
     # A symmetric file stores one triangle; its diagonal is not known from the header.
-    mirrored = 2 if header.symmetry != "general" else 1
-    return header.nrows, header.ncols, mirrored * header.nnz
+    return m, n, stored * (2 if symmetry != "general" else 1)
 
 
 def check_matrix(path: str) -> str:

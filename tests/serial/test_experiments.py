@@ -142,6 +142,38 @@ def test_projection_equals_the_planner_and_resumes(tmp_path):
     assert runner.project(cfgs + extra, path, MACHINE) == len(extra)
 
 
+def test_matrix_market_size_and_projected_mtx(tmp_path):
+    """The header's sizes, against scipy's reading of the same files (plain and gzip)."""
+    import gzip
+
+    import scipy.io
+    import scipy.sparse
+
+    from distmm.errors import InputError
+    from distmm.io import matrix_market_size
+
+    A = scipy.sparse.random(7, 5, density=0.4, random_state=1, format="coo")
+    general = tmp_path / "g.mtx"
+    scipy.io.mmwrite(str(general), A)
+    sym = scipy.sparse.tril(scipy.sparse.random(6, 6, density=0.5, random_state=2)) + \
+        scipy.sparse.eye(6)
+    sym = (sym + sym.T).tocoo()
+    scipy.io.mmwrite(str(tmp_path / "s.mtx"), sym, symmetry="symmetric")
+    with open(tmp_path / "s.mtx", "rb") as src, gzip.open(tmp_path / "s.mtx.gz", "wb") as dst:
+        dst.write(src.read())
+    assert matrix_market_size(general) == (7, 5, A.nnz, "general")
+    stored = scipy.sparse.tril(sym).nnz
+    assert matrix_market_size(tmp_path / "s.mtx.gz") == (6, 6, stored, "symmetric")
+    # A projection counts both triangles (an upper bound: the diagonal is counted twice).
+    assert runner.matrix_sizes({"kind": "mtx", "path": str(tmp_path / "s.mtx.gz")}) == \
+        (6, 6, 2 * stored)
+    (tmp_path / "bad.mtx").write_text("hello\n")
+    with pytest.raises(InputError, match="not a Matrix Market file"):
+        matrix_market_size(tmp_path / "bad.mtx")
+    with pytest.raises(InputError, match="no such file"):
+        matrix_market_size(tmp_path / "none.mtx")
+
+
 def test_paper_ratios_table(tmp_path):
     def rec(alg, strat, c, seconds):
         cfg = runner.config("weak-scaling-2", {"kind": "er", "m": 8, "n": 8, "d": 1}, 4, 256,
