@@ -236,6 +236,29 @@ def test_measured_round_trip_and_resume(tmp_path, monkeypatch):
     assert runner.measure(more, path, bind="none") == 0
 
 
+@pytest.mark.skipif(not (HAS_MPIEXEC and available("petsc4py")),
+                    reason="needs petsc4py (pip install distmm[petsc]) and the venv's mpiexec")
+def test_petsc_baseline_record(tmp_path, monkeypatch):
+    """The PETSc baseline at p = 2 on a Matrix Market file: one record whose nonzero count is
+    scipy's (duplicates summed), with no counted or modelled words."""
+    import scipy.io
+    import scipy.sparse
+
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    monkeypatch.setenv("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    A = scipy.sparse.random(37, 29, density=0.2, random_state=3, format="coo")
+    mtx = tmp_path / "a.mtx"
+    scipy.io.mmwrite(str(mtx), A)
+    cfg = runner.config("t", {"kind": "mtx", "path": str(mtx)}, 5, 2, "petsc", "matmatmult-x2",
+                        1, calls=2, repeat=2)
+    path = str(tmp_path / "petsc.jsonl")
+    assert runner.measure([cfg], path, bind="none") == 1
+    (rec,) = runner.read_records(path)
+    assert (rec["m"], rec["n"], rec["nnz"]) == (37, 29, A.tocsr().nnz)
+    assert len(rec["times"]) == 2 and rec["seconds"] > 0 and rec["model"] is None
+    assert runner.project([cfg], str(tmp_path / "p.jsonl"), MACHINE) == 0  # no model of PETSc
+
+
 # ------------------------------------------------------------------------ plots, launcher
 
 
