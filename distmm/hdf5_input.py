@@ -21,6 +21,7 @@ name: ``.h5`` / ``.hdf5`` go to this module, anything else to the Matrix Market 
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import h5py
@@ -34,6 +35,9 @@ __all__ = ["HDF5_SUFFIXES", "h5_header", "is_hdf5_path", "read_hdf5", "read_spar
            "sparse_header"]
 
 HDF5_SUFFIXES = (".h5", ".hdf5")
+# What h5py raises for a damaged file, depending on where the damage is (fuzzing found
+# RuntimeError from a corrupt symbol table, besides OSError).
+_H5_FAILURES = (OSError, RuntimeError, KeyError, ValueError, TypeError)
 _LAYOUTS = {"csr": ("indptr", "indices", "data"), "coo": ("row", "col", "val")}
 
 
@@ -83,8 +87,24 @@ def _open(path: str) -> h5py.File:
             raise InputError(f"{path}: not an HDF5 file (a .h5/.hdf5 name is read as HDF5; "
                              "Matrix Market files must be named .mtx or .mtx.gz)")
         return h5py.File(path, "r")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the HDF5 file ({exc})") from None
+    except InputError:
+        raise
+    except _H5_FAILURES as exc:
+        raise InputError(_damaged(path, exc)) from None
+
+
+def _damaged(path: str, exc: BaseException) -> str:
+    return f"{path}: cannot read the HDF5 file (damaged or truncated?): {exc}"
+
+
+def _checked_datasets(path: str, fh: h5py.File):
+    """:func:`_datasets`, with h5py's own errors on a damaged file as InputError."""
+    try:
+        return _datasets(path, fh)
+    except InputError:
+        raise
+    except _H5_FAILURES as exc:
+        raise InputError(_damaged(path, exc)) from None
 
 
 def _shape(path: str, fh: h5py.File) -> tuple[int, int]:
@@ -158,7 +178,7 @@ def h5_header(path: str | os.PathLike[str]) -> tuple[int, int, int, str]:
     """
     path = os.fspath(path)
     with _open(path) as fh:
-        layout, (m, n), nnz, _ = _datasets(path, fh)
+        layout, (m, n), nnz, _ = _checked_datasets(path, fh)
     return m, n, nnz, layout
 
 
@@ -206,8 +226,8 @@ def _read_csr(path: str, sets: list[h5py.Dataset], shape: tuple[int, int], nnz: 
     start = 0
     try:
         start = 0 if rank == 0 else _csr_row_start(indptr, rank * nnz // p, m)
-    except OSError as exc:
-        msg = f"{path}: cannot read /indptr ({exc})"
+    except _H5_FAILURES as exc:
+        msg = _damaged(path, exc)
     cuts = np.maximum.accumulate(np.array(comm.allgather(start) + [m], dtype=np.int64))
     agree(comm, msg)
     lo, hi = int(cuts[rank]), int(cuts[rank + 1])
@@ -275,7 +295,7 @@ def read_hdf5(path: str | os.PathLike[str], comm: MPI.Comm,
     fh = None
     try:
         fh = _open(path)
-        layout, shape, nnz, sets = _datasets(path, fh)
+        layout, shape, nnz, sets = _checked_datasets(path, fh)
     except InputError as exc:
         msg = str(exc)
     try:
@@ -288,11 +308,12 @@ def read_hdf5(path: str | os.PathLike[str], comm: MPI.Comm,
                 share = _read_coo(path, sets, shape, nnz, comm, check_finite)
         except InputError as exc:
             share = str(exc)
-        except OSError as exc:
-            share = f"{path}: cannot read the HDF5 data ({exc})"
+        except _H5_FAILURES as exc:
+            share = _damaged(path, exc)
     finally:
         if fh is not None:
-            fh.close()
+            with contextlib.suppress(*_H5_FAILURES):
+                fh.close()
     agree(comm, share if isinstance(share, str) else None)
     assert isinstance(share, CooShare)
     return share

@@ -1,4 +1,4 @@
-"""Property-based tests of the Matrix Market reader (one process, ``MPI.COMM_SELF``).
+"""Property-based tests of the Matrix Market and HDF5 readers (one process, ``MPI.COMM_SELF``).
 
 Generated valid files (field real / integer / pattern, symmetry general / symmetric /
 skew-symmetric, comments, blank lines, spaces and tabs, duplicates, gzip or not) must read
@@ -7,7 +7,12 @@ equal to the matrix they were generated from and to ``scipy.io.mmread``. Corrupt
 :class:`~distmm.errors.InputError`, never another exception, or read a matrix that is not
 silently wrong: equal to scipy's reading when scipy accepts the file, and equal to the
 uncorrupted matrix when scipy refuses it (a harmless change, e.g. in a comment).
-Bounded by ``max_examples`` so the file runs in seconds; HYPOTHESIS_PROFILE is not used.
+HDF5: generated CSR and COO files, valid or with one dataset changed (a value, its type or
+length, a missing dataset, a bad shape), are read equal to scipy's fully checked assembly of
+the same arrays exactly when scipy's checks pass (and the values are finite), and refused with
+InputError otherwise; damaged bytes (bit flips, truncation) end in InputError or a matrix of
+the right shape.
+Bounded by ``max_examples`` (400 per test, derandomized) so the file runs in seconds.
 """
 
 from __future__ import annotations
@@ -220,3 +225,136 @@ def test_corrupted_files_raise_input_error_or_read_right(tmp_path_factory, case)
         assert _close(ours, ref), ("differs from scipy", plain)
     else:
         assert _close(ours, dense), ("scipy refuses, distmm reads another matrix", plain)
+
+
+# --------------------------------------------------------------------------------------------
+# HDF5 reader
+# --------------------------------------------------------------------------------------------
+
+
+@st.composite
+def h5_cases(draw):
+    """``(datasets, shape attribute)`` of a CSR or COO file, valid or with one change."""
+    m, n = draw(st.integers(0, 6)), draw(st.integers(1, 6))
+    count = draw(st.integers(0, 10)) if m else 0
+    rows = np.sort(np.array([draw(st.integers(0, m - 1)) for _ in range(count)], dtype=np.int64))
+    cols = np.array([draw(st.integers(0, n - 1)) for _ in range(count)], dtype=np.int64)
+    vals = np.array([draw(st.floats(-1e3, 1e3)) for _ in range(count)], dtype=np.float64)
+    if draw(st.booleans()):
+        sets = {"indptr": np.searchsorted(rows, np.arange(m + 1)).astype(np.int64),
+                "indices": cols, "data": vals}
+    else:
+        sets = {"row": rows, "col": cols, "val": vals}
+    change = draw(st.sampled_from(["none", "value", "dtype", "length", "drop", "shape"]))
+    name = draw(st.sampled_from(sorted(sets)))
+    arr = sets[name]
+    if change == "value" and arr.size:
+        arr = arr.copy()
+        arr[draw(st.integers(0, arr.size - 1))] = draw(st.sampled_from(
+            [-1, 0, 1, m, n, m + 1, 2**40] if arr.dtype.kind == "i"
+            else [np.nan, np.inf, -np.inf, 0.0, 1e300]))
+    elif change == "dtype":
+        arr = arr.astype(draw(st.sampled_from([np.float32, np.int8, np.uint64, np.complex64,
+                                               np.bool_])))
+    elif change == "length":
+        arr = arr[:-1] if arr.size and draw(st.booleans()) else np.append(arr, arr[:1])
+    if change == "drop":
+        del sets[name]
+    else:
+        sets[name] = arr
+    shape = (m, n) if change != "shape" else draw(st.sampled_from(
+        [(m,), (m, n, 1), (-1, n), (m + 1, n), (m, max(n - 1, 0)), None]))
+    return sets, shape
+
+
+def _h5_oracle(sets: dict, shape) -> np.ndarray | None:
+    """The matrix the datasets hold, built and fully checked by scipy; None if invalid."""
+    import scipy.sparse as sp
+
+    try:
+        if shape is None or len(shape) != 2 or min(shape) < 0:
+            return None
+        if any(a.dtype.kind not in "iu" for k, a in sets.items() if k not in ("data", "val")):
+            return None
+        if any(a.dtype.kind not in "iuf" for k, a in sets.items() if k in ("data", "val")):
+            return None
+        if "indptr" in sets:
+            ptr = sets["indptr"]
+            if ptr.size != shape[0] + 1 or ptr[0] != 0 or ptr[-1] != sets["indices"].size:
+                return None
+            S = sp.csr_matrix((sets["data"].astype(np.float64), sets["indices"], ptr),
+                              shape=shape)
+            S.check_format(full_check=True)
+        else:
+            r, c = sets["row"], sets["col"]
+            if not (r.size == c.size == sets["val"].size):
+                return None
+            if r.size and (r.min() < 0 or c.min() < 0 or r.max() >= shape[0]
+                           or c.max() >= shape[1]):
+                return None
+            S = sp.coo_matrix((sets["val"].astype(np.float64), (r, c)), shape=shape)
+        dense = S.toarray().astype(np.float64)
+    except (ValueError, KeyError, IndexError, TypeError, OverflowError):
+        return None
+    return dense if np.isfinite(dense).all() else None
+
+
+@FUZZ
+@given(h5_cases())
+def test_hdf5_reader_refuses_or_reads_right(tmp_path_factory, case):
+    import h5py
+
+    from distmm.hdf5_input import read_hdf5
+
+    sets, shape = case
+    path = tmp_path_factory.mktemp("h") / "S.h5"
+    with h5py.File(path, "w") as fh:
+        for key, value in sets.items():
+            fh[key] = value
+        if shape is not None:
+            fh.attrs["shape"] = np.asarray(shape)
+    expected = _h5_oracle(sets, shape)
+    try:
+        share = read_hdf5(str(path), MPI.COMM_SELF)
+    except InputError as exc:
+        assert str(path) in str(exc)
+        assert expected is None, ("refused a valid file", str(exc))
+        return
+    assert expected is not None, "read an invalid file"
+    np.testing.assert_allclose(share.to_scipy().toarray(), expected, rtol=1e-12, atol=0)
+
+
+@FUZZ
+@given(st.data())
+def test_hdf5_reader_on_damaged_bytes(tmp_path_factory, data):
+    """Bit flips and truncation of a real HDF5 file: InputError or the original matrix."""
+    import h5py
+
+    from distmm.hdf5_input import read_hdf5
+
+    d = tmp_path_factory.mktemp("b")
+    good = d / "good.h5"
+    dense = np.arange(20, dtype=np.float64).reshape(4, 5) % 3
+    import scipy.sparse as sp
+
+    csr = sp.csr_matrix(dense)
+    with h5py.File(good, "w") as fh:
+        fh["indptr"], fh["indices"], fh["data"] = csr.indptr, csr.indices, csr.data
+        fh.attrs["shape"] = np.array(dense.shape)
+    raw = bytearray(good.read_bytes())
+    if data.draw(st.booleans()):
+        raw = raw[: data.draw(st.integers(0, len(raw) - 1))]
+    else:
+        for _ in range(data.draw(st.integers(1, 4))):
+            raw[data.draw(st.integers(0, len(raw) - 1))] ^= 1 << data.draw(st.integers(0, 7))
+    path = d / "S.h5"
+    path.write_bytes(bytes(raw))
+    try:
+        share = read_hdf5(str(path), MPI.COMM_SELF)
+    except InputError as exc:
+        assert str(path) in str(exc)
+        return
+    got = share.to_scipy().toarray()
+    # A flip in the values themselves reads as another (valid) matrix: only the entries'
+    # values may differ then, never the shape.
+    assert got.shape == dense.shape
