@@ -39,10 +39,24 @@ def add_parser(sub) -> None:
 
 
 def gather_share(share: CooShare, comm: MPI.Comm, root: int = 0) -> sp.csr_matrix | None:
-    """Every rank's entries, in rank order, as one CSR matrix on ``root`` (None elsewhere).
+    """Every rank's entries, in rank order, as one CSR matrix on ``root``.
 
-    Collective over ``comm``. Three ``Gatherv`` calls (rows, columns, values); duplicates are
-    summed and column indices sorted by the CSR assembly.
+    Collective over ``comm``: one ``Allgather`` of the counts and three ``Gatherv`` calls
+    (rows, columns, values; buffer methods).
+
+    Parameters
+    ----------
+    share : CooShare
+        This rank's entries.
+    comm : MPI.Comm
+        The ranks holding the shares.
+    root : int
+        The rank that receives the matrix.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix or None
+        On ``root``: the matrix, duplicates summed, column indices sorted; None elsewhere.
     """
     counts = np.zeros(comm.Get_size(), dtype=np.int64)
     comm.Allgather(np.array([share.nnz], dtype=np.int64), counts)
@@ -69,9 +83,21 @@ def write_csr_h5(path: str | os.PathLike[str], csr: sp.csr_matrix,
                  attrs: dict | None = None) -> None:
     """Write ``csr`` to ``path`` in the HDF5 CSR layout, atomically. Not collective.
 
-    Datasets ``/indptr`` and ``/indices`` (int32 when every value fits, else int64) and
-    ``/data`` (float64), contiguous (no chunking or compression: each rank's share is then one
-    contiguous read); the shape as file attribute ``shape``; ``attrs`` as further attributes.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output; written through :func:`distmm.io.atomic_output` (temporary file renamed
+        into place, nothing left behind on failure).
+    csr : scipy.sparse.csr_matrix
+        The matrix. Stored as ``/indptr`` and ``/indices`` (int32 when every value fits, else
+        int64) and ``/data`` (float64), contiguous (no chunking or compression: each rank's
+        share is then one contiguous read), and the shape as file attribute ``shape``.
+    attrs : dict, optional
+        Further file attributes (strings or numbers).
+
+    Returns
+    -------
+    None
     """
     big = max(csr.nnz, csr.shape[1]) >= np.iinfo(np.int32).max
     index = np.int64 if big else np.int32

@@ -47,11 +47,25 @@ def is_hdf5_path(path: str | os.PathLike[str]) -> bool:
 
 
 def sparse_header(path: str | os.PathLike[str]) -> tuple[int, int, int]:
-    """``(rows, cols, entries)`` of a sparse-matrix file, from its header only. Not collective.
+    """The size of a sparse-matrix file, from its header only. Not collective.
 
-    HDF5 (by extension): from the shape and the datasets' lengths, no data read (see
-    :func:`h5_header`); otherwise Matrix Market (:func:`distmm.io.mtx_header`). Raises
-    :class:`InputError` naming the file.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        ``.h5`` / ``.hdf5``: HDF5 (see the module for the layout); anything else: Matrix
+        Market (``.mtx`` or ``.mtx.gz``).
+
+    Returns
+    -------
+    tuple of int
+        ``(rows, cols, entries)``: for HDF5 from the shape and the datasets' lengths (no data
+        read, see :func:`h5_header`); for Matrix Market from the size line
+        (:func:`distmm.io.mtx_header`; entries before symmetric mirroring).
+
+    Raises
+    ------
+    InputError
+        For a missing, unreadable or malformed file, naming it.
     """
     if is_hdf5_path(path):
         return h5_header(path)[:3]
@@ -64,8 +78,26 @@ def read_sparse(path: str | os.PathLike[str], comm: MPI.Comm,
                 check_finite: bool = True) -> CooShare:
     """This rank's COO share of the sparse matrix in ``path``. Collective over ``comm``.
 
-    ``.h5`` / ``.hdf5``: :func:`read_hdf5`; otherwise :func:`distmm.io.read_matrix_market`
-    (which refuses non-finite values whatever ``check_finite`` says).
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The same path on every rank: ``.h5`` / ``.hdf5`` is read by :func:`read_hdf5`,
+        anything else by :func:`distmm.io.read_matrix_market`.
+    comm : MPI.Comm
+        The ranks that share S.
+    check_finite : bool
+        Refuse NaN or infinite values of an HDF5 file (a Matrix Market file's are always
+        refused).
+
+    Returns
+    -------
+    CooShare
+        This rank's entries (global 0-based coordinates, duplicates not yet summed).
+
+    Raises
+    ------
+    InputError
+        The same on every rank, for any problem with the file.
     """
     if is_hdf5_path(path):
         return read_hdf5(path, comm, check_finite=check_finite)
@@ -168,13 +200,25 @@ def _datasets(path: str, fh: h5py.File) -> tuple[str, tuple[int, int], int, list
 
 
 def h5_header(path: str | os.PathLike[str]) -> tuple[int, int, int, str]:
-    """``(rows, cols, entries, layout)`` of an HDF5 sparse matrix. Not collective.
+    """The size and layout of an HDF5 sparse matrix, without reading its data. Not collective.
 
-    Reads the shape and the datasets' lengths and types only (no data). ``layout`` is
-    ``"csr"`` or ``"coo"``. Raises :class:`InputError` naming the file for a missing or
-    unreadable file, a file that is not HDF5, a missing or malformed shape, a missing dataset,
-    a dataset of the wrong type or rank, and lengths that do not agree with each other or the
-    shape.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The HDF5 file (layout in the module's docstring).
+
+    Returns
+    -------
+    tuple
+        ``(rows, cols, entries, layout)``: three ints and ``"csr"`` or ``"coo"``.
+
+    Raises
+    ------
+    InputError
+        Naming the file, for a missing or unreadable file, a file that is not HDF5 or is
+        damaged, a missing or malformed shape, neither or both layouts, a missing dataset, a
+        dataset of the wrong type or rank, and lengths that do not agree with each other or
+        with the shape.
     """
     path = os.fspath(path)
     with _open(path) as fh:
@@ -283,11 +327,27 @@ def read_hdf5(path: str | os.PathLike[str], comm: MPI.Comm,
     matching ranges of ``/indices`` and ``/data``), so the shares are balanced by nonzeros; with
     the COO layout rank k reads entries [k*nnz/p, (k+1)*nnz/p) of each dataset.
 
-    Every problem (everything :func:`h5_header` refuses; ``/indptr`` not starting at 0, not
-    non-decreasing or not ending at nnz; an index out of range; with ``check_finite`` a NaN or
-    infinite value) raises the same :class:`InputError` on every rank, naming the file and the
-    position of the first bad element (agreed in one collective, see
-    :func:`distmm.errors.agree`).
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The HDF5 file, the same on every rank.
+    comm : MPI.Comm
+        The ranks that share S.
+    check_finite : bool
+        Refuse NaN or infinite values (default True).
+
+    Returns
+    -------
+    CooShare
+        This rank's entries, global 0-based coordinates, values as float64.
+
+    Raises
+    ------
+    InputError
+        The same on every rank (agreed in one collective, :func:`distmm.errors.agree`),
+        naming the file and the position of the first bad element: everything
+        :func:`h5_header` refuses; ``/indptr`` not starting at 0, not non-decreasing or not
+        ending at nnz; an index out of range; with ``check_finite`` a NaN or infinite value.
     """
     path = os.fspath(path)
     msg: str | None = None
