@@ -8,21 +8,12 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from distmm.algorithms import ALGORITHMS
 from distmm.algorithms.base import DistributedAlgorithm
-from distmm.algorithms.dense_replicate_25d import DenseReplicate25D
-from distmm.algorithms.dense_shift_15d import DenseShift15D
-from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
-from distmm.algorithms.sparse_shift_15d import SparseShift15D
 from distmm.coo import CooShare
 from distmm.errors import Checks, InputError, agree, as_int, require
 from distmm.kernels import NodeModel
 
-ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
-    DenseShift15D.name: DenseShift15D,
-    SparseShift15D.name: SparseShift15D,
-    DenseReplicate25D.name: DenseReplicate25D,
-    SparseReplicate25D.name: SparseReplicate25D,
-}
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
 
 

@@ -1,12 +1,14 @@
-"""The alpha-beta communication model of paper section V, for what distmm implements.
+"""The alpha-beta communication model of paper section V, asked of every family alike.
 
-Two kinds of formula live here:
+Each family's class states its own formulas (see :mod:`distmm.algorithms`); this module asks
+them by name through the registry, for the planner, calibration, experiments and tests:
 
-* ``*_exact`` functions give the words and messages per rank that distmm's implementation sends,
-  phase by phase, for any m, n, r, p, c (blocks of m/p and n/p rows; exact when p divides m
+* :func:`exact` gives the words and messages per rank that distmm's implementation sends,
+  phase by phase, for any m, n, r, p, c (the family's ``exact_words``; exact when p divides m
   and n). The communication counters must equal them; tests hold the two together.
-* ``table3_*`` and ``table4_*`` are the paper's closed forms (Tables III and IV, m = n), which
-  the exact formulas reduce to when p divides n and c < p.
+* :func:`table3` and :func:`table4_best_c` are the paper's closed forms (Tables III and IV,
+  m = n), which the exact formulas reduce to when p divides n and c < p; :func:`implemented`
+  is Table III with distmm's departures.
 
 Difference from the paper's accounting, stated once: when c = p a layer holds a single rank, so
 a "cyclic shift" is a local no-op that sends nothing. The paper's 1/c terms count those shifts;
@@ -15,69 +17,22 @@ the exact formulas do not.
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
-
+from distmm.algorithms import ALGORITHMS, family
+from distmm.algorithms.model import KERNEL_KINDS, KernelCalls
 from distmm.errors import require
 
 PHASES = ("replication", "propagation", "reduction")
-DENSE_SHIFT_OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
-
-
-def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
-                          strategy: str = "none") -> dict[str, dict[str, float]]:
-    """Words and messages sent per rank, per phase, by :class:`DenseShift15D` for one op.
-
-    Assumes p divides m and n (otherwise these are averages). Returns
-    ``{phase: {"words": w, "messages": k}}`` for replication, propagation and reduction.
-    """
-    require(op in DENSE_SHIFT_OPS, f"unknown op {op!r}")
-    require(p % c == 0, f"c={c} does not divide p={p}")
-    q = p // c
-    if op == "fusedmm_b":
-        # FusedMMB is FusedMMA on the transposed problem (section IV-B).
-        return dense_shift_15d_exact("fusedmm_a", n, m, r, p, c, strategy)
-    a_blk, b_blk = m * r / p, n * r / p
-    shifts = q if q > 1 else 0
-    repl = {"words": 0.0, "messages": 0}
-    prop = {"words": 0.0, "messages": 0}
-    red = {"words": 0.0, "messages": 0}
-
-    def add(d: dict, words: float, msgs: int) -> None:
-        d["words"] += words
-        d["messages"] += msgs
-
-    if op in ("sddmm", "spmm_b"):
-        add(repl, (c - 1) * a_blk, c - 1)
-        add(prop, shifts * b_blk, shifts)
-    elif op == "spmm_a":
-        add(prop, shifts * b_blk, shifts)
-        add(red, (c - 1) * a_blk, c - 1)
-    elif strategy == "none":
-        add(repl, (c - 1) * a_blk, c - 1)
-        add(prop, 2 * shifts * b_blk, 2 * shifts)
-        add(red, (c - 1) * a_blk, c - 1)
-    elif strategy == "reuse":
-        add(repl, (c - 1) * b_blk, c - 1)
-        add(prop, 2 * shifts * a_blk, 2 * shifts)
-    elif strategy == "fusion":
-        add(repl, (c - 1) * a_blk, c - 1)
-        add(prop, shifts * b_blk, shifts)
-        add(red, (c - 1) * a_blk, c - 1)
-    else:
-        require(False, f"unknown strategy {strategy!r}")
-    return {"replication": repl, "propagation": prop, "reduction": red}
+__all__ = ["CONFIGS", "KERNEL_KINDS", "PHASES", "KernelCalls", "best_c_dense_shift_15d", "exact",
+           "implemented", "local_calls", "nonzero_visits", "table3", "table4_best_c", "total",
+           "valid_cs"]
 
 
 def exact(algorithm: str, op: str, m: int, n: int, r: int, p: int, c: int,
           strategy: str = "none", nnz: float | None = None) -> dict[str, dict[str, float]]:
     """Words and messages per rank, per phase, that ``algorithm`` sends for one ``op``
     (balanced blocks of S where S moves). Each family states its own formula in
-    ``exact_words``; this looks it up by name."""
-    from distmm.api import ALGORITHMS
-
-    require(algorithm in ALGORITHMS, f"unknown algorithm {algorithm!r}")
-    return ALGORITHMS[algorithm].exact_words(op, m, n, r, p, c, strategy, nnz=nnz)
+    ``exact_words``; this looks it up in the registry."""
+    return family(algorithm).exact_words(op, m, n, r, p, c, strategy, nnz=nnz)
 
 
 def total(phases: dict[str, dict[str, float]], key: str = "words") -> float:
@@ -86,73 +41,43 @@ def total(phases: dict[str, dict[str, float]], key: str = "words") -> float:
 
 
 # (algorithm, strategy) pairs the paper analyses and distmm implements (Table III, section V).
-CONFIGS = (
-    ("15d-dense-shift", "none"),
-    ("15d-dense-shift", "reuse"),
-    ("15d-dense-shift", "fusion"),
-    ("15d-sparse-shift", "none"),
-    ("15d-sparse-shift", "reuse"),
-    ("25d-dense-replicate", "none"),
-    ("25d-dense-replicate", "reuse"),
-    ("25d-sparse-replicate", "none"),
-)
+CONFIGS = tuple((name, strategy) for name, cls in ALGORITHMS.items()
+                for strategy in cls.strategies)
+
+
+def _configured(algorithm: str, strategy: str):
+    require((algorithm, strategy) in CONFIGS, f"no model for {algorithm} / {strategy}")
+    return ALGORITHMS[algorithm]
 
 
 def table3(algorithm: str, strategy: str, n: int, r: int, p: int, c: float,
            phi: float = 0.0) -> tuple[float, float]:
     """Paper Table III: (messages, words) per rank of one FusedMM, m = n, phi = nnz / (n r).
 
-    Rows the table omits are derived the way section V derives the others: "none" runs the two
-    kernels back to back, so it pays the replication of the second kernel (an all-gather or a
-    reduce-scatter of the same size) that the eliding strategy avoids. The sparse matrix costs
-    3 words per nonzero (COO) wherever it moves.
+    Each family states its row (``table3`` of its class). Rows the table omits are derived the
+    way section V derives the others: "none" runs the two kernels back to back, so it pays the
+    replication of the second kernel (an all-gather or a reduce-scatter of the same size) that
+    the eliding strategy avoids. The sparse matrix costs 3 words per nonzero (COO) wherever it
+    moves.
     """
-    require((algorithm, strategy) in CONFIGS, f"no model for {algorithm} / {strategy}")
-    nr = n * r
-    if algorithm == "15d-dense-shift":
-        if strategy == "none":
-            return 2 * p / c + 2 * (c - 1), nr * (2 / c + 2 * (c - 1) / p)
-        if strategy == "reuse":
-            return 2 * p / c + (c - 1), nr * (2 / c + (c - 1) / p)
-        return p / c + 2 * (c - 1), nr * (1 / c + 2 * (c - 1) / p)
-    if algorithm == "15d-sparse-shift":
-        repl = 2 if strategy == "none" else 1
-        return 2 * p / c + repl * (c - 1), nr * (6 * phi / c + repl * (c - 1) / p)
-    if algorithm == "25d-dense-replicate":
-        repl = 2 if strategy == "none" else 1
-        shifts = 4 * math.sqrt(p / c)
-        return shifts + repl * (c - 1), nr * ((6 * phi + 2) / math.sqrt(p * c)
-                                              + repl * (c - 1) / p)
-    return (4 * math.sqrt(p / c) + 3 * (c - 1),
-            nr / math.sqrt(p) * (4 / math.sqrt(c) + 3 * phi * (c - 1) / math.sqrt(p)))
+    return _configured(algorithm, strategy).table3(strategy, n, r, p, c, phi)
 
 
 def implemented(algorithm: str, strategy: str, n: int, r: int, p: int, c: float,
                 phi: float = 0.0) -> tuple[float, float]:
     """(messages, words) per rank of one FusedMM as distmm implements it, m = n.
 
-    Table III with distmm's two documented departures: a layer of one rank (c = p, or s = 1
-    in 2.5D) sends no shifts; and 2.5D sparse replicating SDDMM reduces unscaled partial dot
-    products and scales afterwards (section IV-A), which saves the initial all-gather of S's
-    values: (c-1) nnz/p words and c-1 messages (see sparse_replicate_25d)."""
-    msgs, words = table3(algorithm, strategy, n, r, p, c, phi)
-    nr = n * r
+    Table III with distmm's documented departures: a layer of one rank (c = p, or s = 1 in
+    2.5D) sends no shifts (each family's ``one_rank_layer_saving``); and a family's own
+    ``departure`` (2.5D sparse replicating SDDMM reduces unscaled partial dot products and
+    scales afterwards, section IV-A, saving the initial all-gather of S's values)."""
+    cls = _configured(algorithm, strategy)
+    msgs, words = cls.table3(strategy, n, r, p, c, phi)
     if p / c <= 1:  # one rank per layer: shifts are local copies
-        if algorithm == "15d-dense-shift":
-            words -= nr * (1 if strategy == "fusion" else 2) / c
-            msgs -= p / c * (1 if strategy == "fusion" else 2)
-        elif algorithm == "15d-sparse-shift":
-            words -= nr * 6 * phi / c
-            msgs -= 2 * p / c
-        else:
-            shift_words = (nr * (6 * phi + 2) / math.sqrt(p * c) if algorithm.startswith(
-                "25d-dense") else nr * 4 / math.sqrt(p * c))
-            words -= shift_words
-            msgs -= 4 * math.sqrt(p / c)
-    if algorithm == "25d-sparse-replicate":
-        words -= (c - 1) * phi * nr / p
-        msgs -= c - 1
-    return msgs, words
+        saved_msgs, saved_words = cls.one_rank_layer_saving(strategy, n, r, p, c, phi)
+        msgs, words = msgs - saved_msgs, words - saved_words
+    saved_msgs, saved_words = cls.departure(strategy, n, r, p, c, phi)
+    return msgs - saved_msgs, words - saved_words
 
 
 def nonzero_visits(algorithm: str, strategy: str, nnz: float, p: int, c: float) -> float:
@@ -163,101 +88,36 @@ def nonzero_visits(algorithm: str, strategy: str, nnz: float, p: int, c: float) 
     with fewer columns each, and a nonzero costs index reads and row gathers however few
     columns it carries (section V-B: dividing the dense matrices by columns "can significantly
     hurt local kernel throughput"). The fused kernel walks S once for both kernels."""
-    if algorithm == "15d-dense-shift":
-        return (1 if strategy == "fusion" else 2) * nnz / p
-    if algorithm == "15d-sparse-shift":
-        return 2 * nnz / c
-    if algorithm == "25d-dense-replicate":
-        return 2 * nnz / math.sqrt(p * c)
-    require(algorithm == "25d-sparse-replicate", f"no model for {algorithm}")
-    return 2 * nnz * math.sqrt(c / p)
+    return family(algorithm).nonzero_visits(strategy, nnz, p, c)
 
 
 def table4_best_c(algorithm: str, strategy: str, p: int, phi: float = 0.0) -> float:
-    """Paper Table IV: the real replication factor minimising Table III's words.
-
-    For 1.5D sparse shifting without elision (not in the table) the same derivation gives
-    sqrt(3 p phi)."""
-    if algorithm == "15d-dense-shift":
-        return {"none": math.sqrt(p), "reuse": math.sqrt(2 * p),
-                "fusion": math.sqrt(p / 2)}[strategy]
-    if algorithm == "15d-sparse-shift":
-        return math.sqrt((6 if strategy == "reuse" else 3) * p * phi)
-    if algorithm == "25d-dense-replicate":
-        return (p * (1 + 3 * phi) ** 2 / (4 if strategy == "none" else 1)) ** (1 / 3)
-    require(algorithm == "25d-sparse-replicate", f"no model for {algorithm}")
-    # Section V-D's text, c = p^(1/3) (2 / (3 phi))^(2/3), which minimises Table III's words.
-    # Table IV prints (p / (2 phi / 3)^2)^(1/3), with the fraction inverted: a typo.
-    return p ** (1 / 3) * (2 / (3 * phi)) ** (2 / 3)
+    """Paper Table IV: the real replication factor minimising Table III's words (each
+    family's ``table4_best_c``)."""
+    return family(algorithm).table4_best_c(strategy, p, phi)
 
 
 def valid_cs(algorithm: str, p: int, r: int | None = None) -> list[int]:
     """Replication factors the algorithm's grid allows on p ranks (and width r, if given).
 
-    1.5D grids need c | p; 2.5D grids also need p/c to be a perfect square. Families that split
-    r by columns need at least one column per rank of a layer (1.5D sparse: r >= p/c; 2.5D:
-    r >= sqrt(p/c); 2.5D sparse replicating splits r over all p/sqrt(p/c) of a row's layers)."""
-    out = []
-    for c in range(1, p + 1):
-        if p % c:
-            continue
-        q = p // c
-        if algorithm.startswith("25d") and math.isqrt(q) ** 2 != q:
-            continue
-        if r is not None:
-            need = {"15d-sparse-shift": q, "25d-dense-replicate": math.isqrt(q),
-                    "25d-sparse-replicate": math.isqrt(q) * c}.get(algorithm, 1)
-            if r < need:
-                continue
-        out.append(c)
-    return out
+    Each family states its rules (``grid_allows`` and ``min_width`` of its class): 1.5D grids
+    need c | p, 2.5D grids also p/c a perfect square; families that split r by columns need at
+    least one column per rank of a layer (1.5D sparse: r >= p/c; 2.5D dense: r >= sqrt(p/c);
+    2.5D sparse replicating: r >= sqrt(pc))."""
+    cls = family(algorithm)
+    return [c for c in range(1, p + 1)
+            if cls.grid_allows(p, c) and (r is None or r >= cls.min_width(p, c))]
 
 
 def best_c_dense_shift_15d(n: int, r: int, p: int, strategy: str) -> int:
     """The divisor c of p that minimises the exact words of one FusedMM (m = n)."""
     divisors = [c for c in range(1, p + 1) if p % c == 0]
     return min(divisors, key=lambda c: (
-        total(dense_shift_15d_exact("fusedmm_a", n, n, r, p, c, strategy)), c))
+        total(family("15d-dense-shift").exact_words("fusedmm_a", n, n, r, p, c, strategy)), c))
 
 
 # ---------------------------------------------------------------------------------------------
 # Local kernel calls (Table III's local dimensions, as distmm's loops issue them)
-
-KERNEL_KINDS = ("fusedmm", "sddmm", "spmm_a", "spmm_b")
-
-
-@dataclass(frozen=True)
-class KernelCalls:
-    """``count`` calls of one node-model kernel, all alike, made by one rank in one FusedMMA.
-
-    ``kind`` is one of :data:`KERNEL_KINDS` ("fusedmm" is ``fusedmm_a``); each call walks
-    ``nnz`` nonzeros of a ``rows`` x ``cols`` block with dense operands of ``width`` columns.
-    ``unpacked`` says the block arrived as a COO packet and is rebuilt (bincount of its rows)
-    before the call; ``transposed`` says the call builds the block's transpose (``spmm_b`` on a
-    block that arrived this step, so no cached transpose exists)."""
-
-    kind: str
-    count: int
-    nnz: float
-    rows: float
-    cols: float
-    width: float
-    unpacked: bool = False
-    transposed: bool = False
-
-    @property
-    def walked_rows(self) -> float:
-        """Rows the kernel's parallel loop walks: the block's, or its transpose's (spmm_b)."""
-        return self.cols if self.kind == "spmm_b" else self.rows
-
-    @property
-    def gathered_rows(self) -> float:
-        """Rows of the dense operand gathered at random through the column indices."""
-        return self.rows if self.kind == "spmm_b" else self.cols
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def local_calls(algorithm: str, strategy: str, m: float, n: float, nnz: float, r: float,
                 p: int, c: int) -> list[KernelCalls]:
@@ -284,35 +144,7 @@ def local_calls(algorithm: str, strategy: str, m: float, n: float, nnz: float, r
     width, in blocks of what shape, and how many calls (see :func:`nonzero_visits`, which
     these calls add up to).
     """
-    require((algorithm, strategy) in CONFIGS, f"no model for {algorithm} / {strategy}")
+    cls = _configured(algorithm, strategy)
     require(p >= 1 and 1 <= c <= p and p % c == 0, f"c={c} must divide p={p}")
-    q = p // c
-    if algorithm == "15d-dense-shift":
-        z = nnz / (p * q)
-        if strategy == "fusion":
-            return [KernelCalls("fusedmm", q, z, m * c / p, n / p, r)]
-        if strategy == "none":
-            return [KernelCalls(kind, q, z, m * c / p, n / p, r) for kind in ("sddmm", "spmm_a")]
-        return [KernelCalls(kind, q, z, n * c / p, m / p, r) for kind in ("sddmm", "spmm_b")]
-    if algorithm == "15d-sparse-shift":
-        z, w = nnz / p, r / q
-        if strategy == "none":
-            return [KernelCalls(kind, q, z, m, n / p, w, unpacked=True)
-                    for kind in ("sddmm", "spmm_a")]
-        return [KernelCalls("sddmm", q, z, n, m / p, w, unpacked=True),
-                KernelCalls("spmm_a", q, z, m / p, n, w, unpacked=True)]
-    s = math.isqrt(q)
-    require(s * s == q, f"p/c = {q} is not a perfect square")
-    if algorithm == "25d-dense-replicate":
-        z, w = nnz / p, r / s
-        rows, cols = (m / s, n / (s * c)) if strategy == "none" else (n / s, m / (s * c))
-        out = []
-        for kind in ("sddmm", "spmm_a" if strategy == "none" else "spmm_b"):
-            out.append(KernelCalls(kind, 1, z, rows, cols, w))
-            if s > 1:  # the other s - 1 blocks arrive as packets
-                out.append(KernelCalls(kind, s - 1, z, rows, cols, w, unpacked=True,
-                                       transposed=kind == "spmm_b"))
-        return out
-    require(algorithm == "25d-sparse-replicate", f"no model for {algorithm}")
-    z, w = nnz * c / p, r / (s * c)
-    return [KernelCalls(kind, s, z, m / s, n / s, w) for kind in ("sddmm", "spmm_a")]
+    require(cls.grid_allows(p, c), f"{algorithm} has no grid for p={p}, c={c}")
+    return cls.local_calls(strategy, m, n, nnz, r, p, c)

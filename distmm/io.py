@@ -832,3 +832,22 @@ def load_dense_npy(path: str | os.PathLike[str], block_rows: int = 65536,
             f"{_F32_MAX:.3g}): converting them would give infinities; use --dtype float64"
         )
     return arr
+
+
+def matrix_market_size(path: str | os.PathLike[str]) -> tuple[int, int, int, str]:
+    """(rows, columns, stored entries, symmetry) from a Matrix Market coordinate file's header,
+    without reading its entries. Not collective.
+
+    A symmetric or skew-symmetric file stores one triangle: the matrix has up to twice the
+    stored entries (less the diagonal's). Raises InputError naming the file when it cannot be
+    read or its header is not a coordinate header (plain or gzip-compressed).
+    """
+    path = os.fspath(path)
+    try:
+        with _open_stream(path) as (fh, gzipped):
+            header, problem = _parse_header(fh, path, gzipped)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise InputError(_read_failure(path, exc)) from None
+    if header is None:
+        raise InputError(str(problem))
+    return header.nrows, header.ncols, header.nnz, header.symmetry

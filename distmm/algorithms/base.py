@@ -189,6 +189,17 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         """(the smallest dense width r a call may use, why). Not collective."""
         return 1, "at least one column"
 
+    # The cost model: every family states, as static methods of its class, ``grid_allows(p,
+    # c)``, ``min_width(p, c)``, ``table3``, ``one_rank_layer_saving``, ``nonzero_visits``,
+    # ``table4_best_c``, ``local_calls`` and ``exact_words``; :mod:`distmm.costmodel` asks
+    # them through the registry. Only the departures from Table III have a default: none.
+    @staticmethod
+    def departure(strategy: str, n: int, r: int, p: int, c: float,
+                  phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) per rank of one FusedMM that Table III counts and distmm does not
+        send, beyond the shifts of a one-rank layer (default: none)."""
+        return 0.0, 0.0
+
     def _col_blocks(self) -> int:
         """How many column blocks r is cut into (families with ``splits_r``)."""
         return 1

@@ -110,6 +110,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
+from distmm.algorithms.model import KernelCalls
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
@@ -316,8 +317,9 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
 
     def r_rule(self) -> tuple[int, str]:
         """r >= s = sqrt(p/c): the s columns of a layer each hold one column block of r."""
-        return self.s, (f"A and B are split into s = sqrt(p/c) = {self.s} column blocks, one "
-                        "per grid column; use a larger r or a larger c")
+        return self.min_width(self.p, self.c), (
+            f"A and B are split into s = sqrt(p/c) = {self.s} column blocks, one per grid "
+            "column; use a larger r or a larger c")
 
     def _col_blocks(self) -> int:
         return self.s
@@ -497,6 +499,61 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
             self._orientation("b")
             lp = self._loops["b"]
         return int(lp.step_nnz.sum()) if self.s > 1 else 0
+
+    # ----------------------------------------------------------------- the cost model
+    @staticmethod
+    def grid_allows(p: int, c: int) -> bool:
+        """Whether p ranks form an s x s x c grid: c | p and p/c a perfect square."""
+        return c >= 1 and p % c == 0 and math.isqrt(p // c) ** 2 == p // c
+
+    @staticmethod
+    def min_width(p: int, c: int) -> int:
+        """The smallest dense width r a call may use: one column per grid column, sqrt(p/c)."""
+        return math.isqrt(p // c)
+
+    @staticmethod
+    def table3(strategy: str, n: int, r: int, p: int, c: float,
+               phi: float = 0.0) -> tuple[float, float]:
+        """Table III, 2.5D dense replicating: (messages, words) per rank of one FusedMM."""
+        nr = n * r
+        repl = 2 if strategy == "none" else 1
+        return (4 * math.sqrt(p / c) + repl * (c - 1),
+                nr * ((6 * phi + 2) / math.sqrt(p * c) + repl * (c - 1) / p))
+
+    @staticmethod
+    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
+                              phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
+        return 4 * math.sqrt(p / c), n * r * (6 * phi + 2) / math.sqrt(p * c)
+
+    @staticmethod
+    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
+        """Nonzeros one rank's kernels walk in one FusedMM: nnz/sqrt(pc) per kernel."""
+        return 2 * nnz / math.sqrt(p * c)
+
+    @staticmethod
+    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
+        """Table IV, 2.5D dense replicating: the real c minimising Table III's words."""
+        return (p * (1 + 3 * phi) ** 2 / (4 if strategy == "none" else 1)) ** (1 / 3)
+
+    @staticmethod
+    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
+                    c: int) -> list[KernelCalls]:
+        """s steps per kernel on (m/s) x (n/(sc)) blocks of nnz/p nonzeros at width r/s; every
+        block but the home one is rebuilt from its packet. "none": SDDMM + SpMMA; "reuse":
+        SDDMM + SpMMB on S^T's (n/s) x (m/(sc)) blocks, whose transposes must be built for
+        every block that arrived (s - 1 of s)."""
+        s = math.isqrt(p // c)
+        z, w = nnz / p, r / s
+        rows, cols = (m / s, n / (s * c)) if strategy == "none" else (n / s, m / (s * c))
+        out = []
+        for kind in ("sddmm", "spmm_a" if strategy == "none" else "spmm_b"):
+            out.append(KernelCalls(kind, 1, z, rows, cols, w))
+            if s > 1:  # the other s - 1 blocks arrive as packets
+                out.append(KernelCalls(kind, s - 1, z, rows, cols, w, unpacked=True,
+                                       transposed=kind == "spmm_b"))
+        return out
+
 
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",

@@ -26,12 +26,16 @@ layer has one rank, the shift is a local no-op and the 1/c terms vanish (see cos
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from mpi4py import MPI
 
 from distmm.algorithms.base import TwoOrientationAlgorithm
+from distmm.algorithms.model import KernelCalls
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
+from distmm.errors import require
 from distmm.grid import ProcessGrid15D
 from distmm.kernels import NodeModel
 from distmm.layout import block_of, block_offsets
@@ -120,13 +124,66 @@ class DenseShift15D(TwoOrientationAlgorithm):
         self._o["b"] = self._place("b", self._owner("b", rows, cols), rows, cols, vals,
                                    self._layout("b"))
 
+    # ----------------------------------------------------------------- the cost model
+    @staticmethod
+    def grid_allows(p: int, c: int) -> bool:
+        """Whether p ranks form this family's grid with replication factor c: c | p."""
+        return c >= 1 and p % c == 0
+
+    @staticmethod
+    def min_width(p: int, c: int) -> int:
+        """The smallest dense width r a call may use: A and B keep whole rows."""
+        return 1
+
+    @staticmethod
+    def table3(strategy: str, n: int, r: int, p: int, c: float,
+               phi: float = 0.0) -> tuple[float, float]:
+        """Table III, 1.5D dense shifting: (messages, words) per rank of one FusedMM."""
+        nr = n * r
+        if strategy == "none":
+            return 2 * p / c + 2 * (c - 1), nr * (2 / c + 2 * (c - 1) / p)
+        if strategy == "reuse":
+            return 2 * p / c + (c - 1), nr * (2 / c + (c - 1) / p)
+        return p / c + 2 * (c - 1), nr * (1 / c + 2 * (c - 1) / p)
+
+    @staticmethod
+    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
+                              phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
+        k = 1 if strategy == "fusion" else 2
+        return p / c * k, n * r * k / c
+
+    @staticmethod
+    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
+        """Nonzeros one rank's kernels walk in one FusedMM (the fused kernel walks S once)."""
+        return (1 if strategy == "fusion" else 2) * nnz / p
+
+    @staticmethod
+    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
+        """Table IV, 1.5D dense shifting: the real c minimising Table III's words."""
+        return {"none": math.sqrt(p), "reuse": math.sqrt(2 * p),
+                "fusion": math.sqrt(p / 2)}[strategy]
+
+    @staticmethod
+    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
+                    c: int) -> list[KernelCalls]:
+        """q steps per kernel, each on an (mc/p) x (n/p) block of nnz/(pq) nonzeros at full
+        width r. "fusion": q fused calls; "none": q SDDMM + q SpMMA; "reuse": q SDDMM + q SpMMB
+        on S^T's (nc/p) x (m/p) blocks (transposes cached)."""
+        q = p // c
+        z = nnz / (p * q)
+        if strategy == "fusion":
+            return [KernelCalls("fusedmm", q, z, m * c / p, n / p, r)]
+        if strategy == "none":
+            return [KernelCalls(kind, q, z, m * c / p, n / p, r) for kind in ("sddmm", "spmm_a")]
+        return [KernelCalls(kind, q, z, n * c / p, m / p, r) for kind in ("sddmm", "spmm_b")]
+
+
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
                     nnz: float | None = None) -> dict[str, dict[str, float]]:
         """Words and messages sent per rank, per phase, by one ``op`` (nnz does not matter
-        here: only dense blocks move). See :func:`distmm.costmodel.dense_shift_15d_exact`."""
-        from distmm.costmodel import dense_shift_15d_exact
-
+        here: only dense blocks move). See :func:`dense_shift_15d_exact`."""
         return dense_shift_15d_exact(op, m, n, r, p, c, strategy)
 
     def describe(self) -> dict:
@@ -289,3 +346,51 @@ class DenseShift15D(TwoOrientationAlgorithm):
             return self._spmm_x_in(same, Y, R, r, out)
         R, T = self._sddmm_in(other, Y, X, self._values_for(other, values), r)
         return self._spmm_y_in(other, None, R, r, T=T, out=out)
+
+
+DENSE_SHIFT_OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
+
+
+def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
+                          strategy: str = "none") -> dict[str, dict[str, float]]:
+    """Words and messages sent per rank, per phase, by :class:`DenseShift15D` for one op.
+
+    Assumes p divides m and n (otherwise these are averages). Returns
+    ``{phase: {"words": w, "messages": k}}`` for replication, propagation and reduction.
+    """
+    require(op in DENSE_SHIFT_OPS, f"unknown op {op!r}")
+    require(p % c == 0, f"c={c} does not divide p={p}")
+    q = p // c
+    if op == "fusedmm_b":
+        # FusedMMB is FusedMMA on the transposed problem (section IV-B).
+        return dense_shift_15d_exact("fusedmm_a", n, m, r, p, c, strategy)
+    a_blk, b_blk = m * r / p, n * r / p
+    shifts = q if q > 1 else 0
+    repl = {"words": 0.0, "messages": 0}
+    prop = {"words": 0.0, "messages": 0}
+    red = {"words": 0.0, "messages": 0}
+
+    def add(d: dict, words: float, msgs: int) -> None:
+        d["words"] += words
+        d["messages"] += msgs
+
+    if op in ("sddmm", "spmm_b"):
+        add(repl, (c - 1) * a_blk, c - 1)
+        add(prop, shifts * b_blk, shifts)
+    elif op == "spmm_a":
+        add(prop, shifts * b_blk, shifts)
+        add(red, (c - 1) * a_blk, c - 1)
+    elif strategy == "none":
+        add(repl, (c - 1) * a_blk, c - 1)
+        add(prop, 2 * shifts * b_blk, 2 * shifts)
+        add(red, (c - 1) * a_blk, c - 1)
+    elif strategy == "reuse":
+        add(repl, (c - 1) * b_blk, c - 1)
+        add(prop, 2 * shifts * a_blk, 2 * shifts)
+    elif strategy == "fusion":
+        add(repl, (c - 1) * a_blk, c - 1)
+        add(prop, shifts * b_blk, shifts)
+        add(red, (c - 1) * a_blk, c - 1)
+    else:
+        require(False, f"unknown strategy {strategy!r}")
+    return {"replication": repl, "propagation": prop, "reduction": red}

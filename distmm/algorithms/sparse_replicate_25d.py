@@ -98,6 +98,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.algorithms.base import DistributedAlgorithm, Orientation
+from distmm.algorithms.model import KernelCalls
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
@@ -226,8 +227,9 @@ class SparseReplicate25D(DistributedAlgorithm):
     def r_rule(self) -> tuple[int, str]:
         """r >= sqrt(pc): r is cut into s*c column blocks, one per layer and grid column."""
         s, c = self.s, self.c
-        return s * c, (f"r is cut into sqrt(p/c)*c = {s}*{c} = {s * c} column blocks, one per "
-                       "layer and grid column; use a larger r or a smaller c")
+        return self.min_width(self.p, c), (
+            f"r is cut into sqrt(p/c)*c = {s}*{c} = {s * c} column blocks, one per layer and "
+            "grid column; use a larger r or a smaller c")
 
     def _col_blocks(self) -> int:
         return self.s * self.c
@@ -366,6 +368,61 @@ class SparseReplicate25D(DistributedAlgorithm):
         return self._spmm("spmm_b", A_loc, R, r, out)
 
     # ----------------------------------------------------------------- cost model
+    # ----------------------------------------------------------------- the cost model
+    @staticmethod
+    def grid_allows(p: int, c: int) -> bool:
+        """Whether p ranks form an s x s x c grid: c | p and p/c a perfect square."""
+        return c >= 1 and p % c == 0 and math.isqrt(p // c) ** 2 == p // c
+
+    @staticmethod
+    def min_width(p: int, c: int) -> int:
+        """The smallest dense width r a call may use: one column per layer and grid column,
+        sqrt(pc) = s c."""
+        return math.isqrt(p // c) * c
+
+    @staticmethod
+    def table3(strategy: str, n: int, r: int, p: int, c: float,
+               phi: float = 0.0) -> tuple[float, float]:
+        """Table III, 2.5D sparse replicating: (messages, words) per rank of one FusedMM."""
+        nr = n * r
+        return (4 * math.sqrt(p / c) + 3 * (c - 1),
+                nr / math.sqrt(p) * (4 / math.sqrt(c) + 3 * phi * (c - 1) / math.sqrt(p)))
+
+    @staticmethod
+    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
+                              phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
+        return 4 * math.sqrt(p / c), n * r * 4 / math.sqrt(p * c)
+
+    @staticmethod
+    def departure(strategy: str, n: int, r: int, p: int, c: float,
+                  phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) distmm does not send that Table III counts: SDDMM reduces
+        unscaled partial dot products and scales afterwards (section IV-A), which saves the
+        initial all-gather of S's values."""
+        return c - 1, (c - 1) * phi * n * r / p
+
+    @staticmethod
+    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
+        """Nonzeros one rank's kernels walk in one FusedMM: its block's nnz c/p, s times."""
+        return 2 * nnz * math.sqrt(c / p)
+
+    @staticmethod
+    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
+        """Section V-D's c = p^(1/3) (2 / (3 phi))^(2/3), which minimises Table III's words.
+        Table IV prints (p / (2 phi / 3)^2)^(1/3), with the fraction inverted: a typo."""
+        return p ** (1 / 3) * (2 / (3 * phi)) ** (2 / 3)
+
+    @staticmethod
+    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
+                    c: int) -> list[KernelCalls]:
+        """s steps per kernel on the stationary (m/s) x (n/s) block of nnz c/p nonzeros at
+        width r/sqrt(pc): SDDMM + SpMMA."""
+        s = math.isqrt(p // c)
+        z, w = nnz * c / p, r / (s * c)
+        return [KernelCalls(kind, s, z, m / s, n / s, w) for kind in ("sddmm", "spmm_a")]
+
+
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
                     *, block_nnz: float | None = None, nnz: float | None = None,

@@ -81,6 +81,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
+from distmm.algorithms.model import KernelCalls
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
@@ -230,8 +231,9 @@ class SparseShift15D(TwoOrientationAlgorithm):
 
     def r_rule(self) -> tuple[int, str]:
         """r >= p/c: each of the p/c ranks of a layer holds one column block of r."""
-        return self.q, (f"each of the p/c={self.q} ranks of a layer holds one of p/c column "
-                        "blocks of r; use a larger c or another algorithm")
+        return self.min_width(self.p, self.c), (
+            f"each of the p/c={self.q} ranks of a layer holds one of p/c column blocks of r; "
+            "use a larger c or another algorithm")
 
     def _col_blocks(self) -> int:
         return self.q
@@ -422,6 +424,59 @@ class SparseShift15D(TwoOrientationAlgorithm):
         return self._spmm_y_in(name, None, R, r, T=T, out=out)
 
     # ----------------------------------------------------------------- the cost model
+    # ----------------------------------------------------------------- the cost model
+    @staticmethod
+    def grid_allows(p: int, c: int) -> bool:
+        """Whether p ranks form this family's grid with replication factor c: c | p."""
+        return c >= 1 and p % c == 0
+
+    @staticmethod
+    def min_width(p: int, c: int) -> int:
+        """The smallest dense width r a call may use: one column per rank of a layer, p/c."""
+        return p // c
+
+    @staticmethod
+    def table3(strategy: str, n: int, r: int, p: int, c: float,
+               phi: float = 0.0) -> tuple[float, float]:
+        """Table III, 1.5D sparse shifting: (messages, words) per rank of one FusedMM ("none"
+        pays a second replication, as section V derives the rows the table omits)."""
+        nr = n * r
+        repl = 2 if strategy == "none" else 1
+        return 2 * p / c + repl * (c - 1), nr * (6 * phi / c + repl * (c - 1) / p)
+
+    @staticmethod
+    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
+                              phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
+        return 2 * p / c, n * r * 6 * phi / c
+
+    @staticmethod
+    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
+        """Nonzeros one rank's kernels walk in one FusedMM: its layer's nnz/c, twice."""
+        return 2 * nnz / c
+
+    @staticmethod
+    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
+        """Table IV: sqrt(6 p phi) with replication reuse; sqrt(3 p phi) without elision (the
+        same derivation)."""
+        return math.sqrt((6 if strategy == "reuse" else 3) * p * phi)
+
+    @staticmethod
+    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
+                    c: int) -> list[KernelCalls]:
+        """q steps per kernel, each on a shifted m x (n/p) column block of S (nnz/p nonzeros)
+        at width r/q, rebuilt from its COO packet every step (even when q = 1). "none": SDDMM
+        + SpMMA; "reuse": SDDMM on S^T's n x (m/p) blocks, then SpMMA on their transposes as
+        they travelled ((m/p) x n)."""
+        q = p // c
+        z, w = nnz / p, r / q
+        if strategy == "none":
+            return [KernelCalls(kind, q, z, m, n / p, w, unpacked=True)
+                    for kind in ("sddmm", "spmm_a")]
+        return [KernelCalls("sddmm", q, z, n, m / p, w, unpacked=True),
+                KernelCalls("spmm_a", q, z, m / p, n, w, unpacked=True)]
+
+
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
                     nnz: float | None = None, layer_nnz: dict[str, float] | None = None
@@ -478,18 +533,12 @@ class SparseShift15D(TwoOrientationAlgorithm):
             rounds("a", 2)
         return phases
 
-    @staticmethod
-    def table4_best_c(p: int, phi: float) -> float:
-        """Paper Table IV: the real replication factor sqrt(6 p phi) minimising Table III's
-        words for FusedMM with replication reuse (phi = nnz / (n r)). Not collective."""
-        return math.sqrt(6 * p * phi)
-
     @classmethod
     def best_c(cls, m: int, n: int, r: int, p: int, nnz: float, strategy: str = "reuse",
                op: str = "fusedmm_a") -> int:
         """The divisor c of p (with r >= p/c) minimising :meth:`exact_words` of one ``op``
         with balanced blocks; ties go to the smaller c. Not collective."""
-        cs = [c for c in range(1, p + 1) if p % c == 0 and r >= p // c]
+        cs = [c for c in range(1, p + 1) if cls.grid_allows(p, c) and r >= cls.min_width(p, c)]
         require(bool(cs), f"no replication factor fits p={p}, r={r} (need r >= p/c)")
 
         def words(c: int) -> float:

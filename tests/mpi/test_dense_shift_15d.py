@@ -97,7 +97,7 @@ def test_fusedmm_words_equal_table3(c, strategy):
         fn(A_loc, B_loc, strategy)  # builds S^T if needed; counted under "distribute"
         obj.reset_stats()
         fn(A_loc, B_loc, strategy)
-        exact = costmodel.dense_shift_15d_exact("fusedmm_a", n, n, r, P, c, strategy)
+        exact = costmodel.exact("15d-dense-shift", "fusedmm_a", n, n, r, P, c, strategy)
         for phase, want in exact.items():
             for kind in ("words_sent", "words_received"):
                 assert obj.stats.words(phase, kind) == want["words"], (phase, kind)
@@ -123,7 +123,7 @@ def test_single_kernel_words(op):
     A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
     obj.reset_stats()
     distmm.api.run_op(obj, op.replace("_", "-"), A_loc, B_loc)
-    exact = costmodel.dense_shift_15d_exact(op, m, n, r, P, c)
+    exact = costmodel.exact("15d-dense-shift", op, m, n, r, P, c)
     for phase, want in exact.items():
         assert obj.stats.words(phase) == want["words"]
         assert obj.stats.words(phase, "messages_sent") == want["messages"]

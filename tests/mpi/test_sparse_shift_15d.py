@@ -210,7 +210,7 @@ def test_table4_best_c():
     # phi = 1/6 that is c = 8, a divisor of p, so the exact model must pick it too.
     p, n, r = 64, 6400, 64
     nnz = n * r / 6
-    assert SparseShift15D.table4_best_c(p, nnz / (n * r)) == pytest.approx(8.0)
+    assert SparseShift15D.table4_best_c("reuse", p, nnz / (n * r)) == pytest.approx(8.0)
     assert SparseShift15D.best_c(n, n, r, p, nnz) == 8
     # A very sparse S makes replication worthless: c = 1 (Table IV's c < 1 case).
     assert SparseShift15D.best_c(n, n, r, p, 10) == 1

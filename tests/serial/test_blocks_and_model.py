@@ -61,7 +61,7 @@ def test_block_offsets_cover_and_balance(n, p):
 def test_exact_model_reduces_to_table3(p, strategy):
     n, r = 1024 * p, 32
     for c in [c for c in range(1, p) if p % c == 0]:
-        exact = costmodel.dense_shift_15d_exact("fusedmm_a", n, n, r, p, c, strategy)
+        exact = costmodel.exact("15d-dense-shift", "fusedmm_a", n, n, r, p, c, strategy)
         msgs, words = costmodel.table3("15d-dense-shift", strategy, n, r, p, c)
         assert costmodel.total(exact) == pytest.approx(words)
         assert costmodel.total(exact, "messages") == pytest.approx(msgs)
@@ -94,9 +94,9 @@ def test_elision_saving_tends_to_one_over_sqrt2():
 
 def test_model_rejects_bad_parameters():
     with pytest.raises(InputError):
-        costmodel.dense_shift_15d_exact("fusedmm_a", 8, 8, 2, 6, 4, "none")
+        costmodel.exact("15d-dense-shift", "fusedmm_a", 8, 8, 2, 6, 4, "none")
     with pytest.raises(InputError):
-        costmodel.dense_shift_15d_exact("spgemm", 8, 8, 2, 4, 2)
+        costmodel.exact("15d-dense-shift", "spgemm", 8, 8, 2, 4, 2)
 
 
 @pytest.mark.parametrize("algorithm,strategy", costmodel.CONFIGS)

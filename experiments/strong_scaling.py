@@ -1,0 +1,77 @@
+"""Strong scaling on Matrix Market matrices (paper section VI-D, Figure 8): r = 128, 5 FusedMM
+calls per timing, every algorithm at its best c from 1 to 16.
+
+The paper preset uses Table V's matrices (amazon-large, uk-2002, eukarya, arabic-2005,
+twitter7) as ``--data-dir``/NAME.mtx, from 4 nodes (arabic-2005: 8, twitter7: 16) to 256; with
+--project only their sizes (Table V) are needed. The laptop preset runs the development data
+(metis-mdual, sparse like uk-2002 at 4 per row, and movielens-100k, dense like eukarya at 106
+per row) at r = 32, 2 calls, p = 1, 2, 4.
+
+    .venv/bin/python experiments/strong_scaling.py --preset laptop
+    .venv/bin/python experiments/strong_scaling.py --preset paper \
+        --project machines/cori-knl.json
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import petsc_baseline
+import runner
+
+from distmm._optional import available, require_extra
+
+EXPERIMENT = "strong-scaling"
+# Paper Table V: rows (= columns), nonzeros, and the smallest node count the paper ran.
+TABLE5 = {"amazon-large": (14249639, 230788269, 4), "uk-2002": (18484117, 298113762, 4),
+          "eukarya": (3243106, 359744161, 4), "arabic-2005": (22744080, 639999458, 8),
+          "twitter7": (41652230, 1468365182, 16)}
+LAPTOP = ("metis-mdual.mtx.gz", "movielens-100k-ratings.mtx.gz")
+
+
+def paper(args) -> list[dict]:
+    out = []
+    for name, (n, nnz, lo) in TABLE5.items():
+        if args.project:
+            matrix = {"kind": "sizes", "name": name, "m": n, "n": n, "nnz": nnz}
+        else:
+            matrix = {"kind": "mtx", "path": runner.check_matrix(
+                os.path.join(args.data_dir, f"{name}.mtx"))}
+        ps = runner.pow2_upto(lo, args.max_p or 256)
+        out += runner.sweep(EXPERIMENT, [matrix], [128], ps, cs=range(1, 17), calls=5)
+        out += with_petsc(args, [matrix], 128, ps, 5)
+    return out
+
+
+def laptop(args) -> list[dict]:
+    matrices = [{"kind": "mtx", "path": runner.check_matrix(os.path.join(args.data_dir, name))}
+                for name in LAPTOP]
+    return runner.sweep(EXPERIMENT, matrices, [32], runner.pow2_upto(1, args.max_p or 4),
+                        calls=2, repeat=2) + with_petsc(args, matrices, 32,
+                                                        runner.pow2_upto(1, args.max_p or 4), 2)
+
+
+def with_petsc(args, matrices: list[dict], r: int, ps: list[int], calls: int) -> list[dict]:
+    """The PETSc baseline's configurations (2 x calls MatMatMult), when measuring with petsc4py
+    installed or with --petsc (which fails, naming the extra, without petsc4py)."""
+    if args.project or not (args.petsc or available("petsc4py")):
+        return []
+    require_extra("petsc4py", what="strong_scaling.py --petsc")
+    return [runner.config(EXPERIMENT, matrix, r, p, petsc_baseline.ALGORITHM,
+                          petsc_baseline.STRATEGY, 1, calls=calls, repeat=2)
+            for p in ps for matrix in matrices]
+
+
+def main(argv: list[str] | None = None) -> int:
+    def add(ap):
+        ap.add_argument("--petsc", action="store_true",
+                        help="also run the PETSc baseline (needs petsc4py: pip install "
+                             "distmm[petsc]); on by default when petsc4py is installed")
+
+    return runner.main(EXPERIMENT, {"laptop": laptop, "paper": paper}, __doc__.split("\n")[0],
+                       argv, add)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

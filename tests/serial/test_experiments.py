@@ -1,0 +1,298 @@
+"""The section VI experiment scripts: bad input, one real measured round trip with resume, the
+projection against the planner, the count check, the plots and the launcher's command line.
+
+The round trip launches the venv's mpiexec at p = 1 and 2 on a tiny matrix (seconds); no sweep
+runs here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+
+import count_check  # noqa: E402
+import paper_ratios  # noqa: E402
+import plot  # noqa: E402
+import rphi_map  # noqa: E402
+import runner  # noqa: E402
+import strong_scaling  # noqa: E402
+import weak_scaling  # noqa: E402
+
+from distmm import costmodel  # noqa: E402
+from distmm._optional import available  # noqa: E402
+from distmm.planner import Machine, predict  # noqa: E402
+
+MACHINE = os.path.join(ROOT, "machines", "this-machine.json")
+HAS_MPIEXEC = os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpiexec"))
+
+
+def record(experiment: str, **kw) -> dict:
+    cfg = runner.config(experiment, {"kind": "er", "m": 8, "n": 8, "d": 1}, 4, 1,
+                        "15d-dense-shift", "none", 1)
+    return {"key": runner.key(cfg), **cfg, "predicted": True, **kw}
+
+
+# --------------------------------------------------------------------------------- bad input
+
+
+def test_unknown_preset(capsys):
+    assert weak_scaling.main(["--preset", "huge"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown preset 'huge'" in err and "laptop, paper" in err
+
+
+def test_results_of_another_experiment_refused(tmp_path, capsys):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps(record("rphi-map")) + "\n")
+    assert count_check.main(["--preset", "laptop", "--results", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "holds results of experiment 'rphi-map', not 'count-check'" in err
+    assert path.read_text().count("\n") == 1  # nothing appended
+
+
+def test_missing_matrix_file(tmp_path, capsys):
+    assert strong_scaling.main(["--data-dir", str(tmp_path), "--list"]) == 2
+    err = capsys.readouterr().err
+    assert f"matrix file {tmp_path}/metis-mdual.mtx.gz does not exist" in err
+
+
+def test_node_count_the_experiment_cannot_use(capsys):
+    # Setup 2 quadruples p: 1, 4, 16, ...; p = 2 has no square-root side.
+    assert weak_scaling.main(["--setup", "2", "--p", "2", "--list"]) == 2
+    assert "cannot use p = 2" in capsys.readouterr().err
+    # The r/phi map runs at one p only.
+    assert rphi_map.main(["--p", "8", "--list"]) == 2
+
+
+@pytest.mark.skipif(available("petsc4py"), reason="petsc4py is installed here")
+def test_missing_petsc4py(capsys):
+    assert strong_scaling.main(["--petsc", "--list"]) == 2
+    assert "--petsc needs the optional package petsc4py: pip install distmm[petsc]" in \
+        capsys.readouterr().err
+
+
+def test_max_p_needs_project(capsys):
+    assert weak_scaling.main(["--max-p", "64", "--list"]) == 2
+    assert "--max-p only applies with --project" in capsys.readouterr().err
+
+
+def test_missing_matplotlib(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(record("optimal-c")) + "\n")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    assert plot.main([str(path), "--out", str(tmp_path)]) == 2
+    assert "needs the optional package matplotlib: pip install distmm[plot]" in \
+        capsys.readouterr().err
+
+
+def test_not_a_results_file(tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("{not json\n")
+    assert paper_ratios.main([str(path)]) == 2
+    assert f"{path}:1: not a JSON Lines results file" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------ configurations
+
+
+def test_presets_follow_the_paper_sizes():
+    ns = type("A", (), {"max_p": None, "project": "x", "data_dir": "/nowhere"})
+    cfgs = weak_scaling.setup_configs(1, 1 << 16, 32, 256, [1, 256], "weak-scaling-1")
+    big = [cfg for cfg in cfgs if cfg["p"] == 256]
+    assert {cfg["matrix"]["m"] for cfg in big} == {1 << 24} and big[0]["matrix"]["d"] == 32
+    cfgs2 = weak_scaling.setup_configs(2, 1 << 16, 32, 256, [256], "weak-scaling-2")
+    assert cfgs2[0]["matrix"]["m"] == 1 << 20 and cfgs2[0]["matrix"]["d"] == 512
+    strong = strong_scaling.paper(ns)
+    assert {cfg["r"] for cfg in strong} == {128} and {cfg["calls"] for cfg in strong} == {5}
+    assert min(cfg["p"] for cfg in strong if cfg["matrix"]["name"] == "twitter7") == 16
+    assert max(cfg["c"] for cfg in strong) == 16
+    # Every configuration is one the grid allows, and keys are unique.
+    for cfg in cfgs + strong:
+        assert cfg["c"] in costmodel.valid_cs(cfg["algorithm"], cfg["p"], cfg["r"])
+    assert len({runner.key(cfg) for cfg in strong}) == len(strong)
+
+
+# ------------------------------------------------------------------------ projection
+
+
+def test_projection_equals_the_planner_and_resumes(tmp_path):
+    path = str(tmp_path / "proj.jsonl")
+    cfgs = runner.sweep("weak-scaling-1", [{"kind": "er", "m": 3000, "n": 2000, "d": 5}],
+                        [32], [4, 16], calls=3)
+    assert runner.project(cfgs, path, MACHINE) == len(cfgs)
+    recs = runner.read_records(path)
+    machine = Machine.load(MACHINE)
+    for cfg, rec in zip(cfgs, recs, strict=True):
+        assert rec["predicted"] is True and rec["nnz"] == 3000 * 5
+        want = predict(cfg["algorithm"], cfg["strategy"], 3000, 2000, 15000, 32, cfg["p"],
+                       cfg["c"], machine)["time_s"] * 3
+        assert rec["seconds"] == pytest.approx(want, rel=1e-12)
+    # Resume: nothing new is written; one more configuration is.
+    assert runner.project(cfgs, path, MACHINE) == 0
+    extra = runner.sweep("weak-scaling-1", [{"kind": "er", "m": 3000, "n": 2000, "d": 5}],
+                         [32], [2], configs=[("15d-dense-shift", "fusion")])
+    assert runner.project(cfgs + extra, path, MACHINE) == len(extra)
+
+
+def test_matrix_market_size_and_projected_mtx(tmp_path):
+    """The header's sizes, against scipy's reading of the same files (plain and gzip)."""
+    import gzip
+
+    import scipy.io
+    import scipy.sparse
+
+    from distmm.errors import InputError
+    from distmm.io import matrix_market_size
+
+    A = scipy.sparse.random(7, 5, density=0.4, random_state=1, format="coo")
+    general = tmp_path / "g.mtx"
+    scipy.io.mmwrite(str(general), A)
+    sym = scipy.sparse.tril(scipy.sparse.random(6, 6, density=0.5, random_state=2)) + \
+        scipy.sparse.eye(6)
+    sym = (sym + sym.T).tocoo()
+    scipy.io.mmwrite(str(tmp_path / "s.mtx"), sym, symmetry="symmetric")
+    with open(tmp_path / "s.mtx", "rb") as src, gzip.open(tmp_path / "s.mtx.gz", "wb") as dst:
+        dst.write(src.read())
+    assert matrix_market_size(general) == (7, 5, A.nnz, "general")
+    stored = scipy.sparse.tril(sym).nnz
+    assert matrix_market_size(tmp_path / "s.mtx.gz") == (6, 6, stored, "symmetric")
+    # A projection counts both triangles (an upper bound: the diagonal is counted twice).
+    assert runner.matrix_sizes({"kind": "mtx", "path": str(tmp_path / "s.mtx.gz")}) == \
+        (6, 6, 2 * stored)
+    (tmp_path / "bad.mtx").write_text("hello\n")
+    with pytest.raises(InputError, match="not a Matrix Market file"):
+        matrix_market_size(tmp_path / "bad.mtx")
+    with pytest.raises(InputError, match="no such file"):
+        matrix_market_size(tmp_path / "none.mtx")
+
+
+def test_paper_ratios_table(tmp_path):
+    def rec(alg, strat, c, seconds):
+        cfg = runner.config("weak-scaling-2", {"kind": "er", "m": 8, "n": 8, "d": 1}, 4, 256,
+                            alg, strat, c)
+        return {"key": runner.key(cfg), **cfg, "label": "ER", "predicted": True,
+                "seconds": seconds}
+
+    path = tmp_path / "w2.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (
+        rec("15d-dense-shift", "fusion", 4, 2.0), rec("15d-dense-shift", "fusion", 8, 1.0),
+        rec("15d-sparse-shift", "reuse", 8, 3.0), rec("15d-sparse-shift", "reuse", 16, 5.0))))
+    table = paper_ratios.table([str(path)])
+    assert "| 1.94x | 3.00x (predicted) | 8, 8 |" in table
+
+
+def test_count_check_flags_a_difference(tmp_path, capsys):
+    good = record("count-check", words_mean={"replication": 1.0, "propagation": 2.0,
+                                             "reduction": 0.0},
+                  model={"words": {"replication": 1.0, "propagation": 2.0, "reduction": 0.0}})
+    bad = dict(good, c=2, words_mean={**good["words_mean"], "propagation": 3.0})
+    path = tmp_path / "cc.jsonl"
+    path.write_text(json.dumps(good) + "\n")
+    assert count_check.check([str(path)]) == 0
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    assert count_check.check([str(path)]) == 1
+    assert "propagation: counted 3, model 2" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------ measured records
+
+
+@pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpiexec installed next to this Python")
+def test_measured_round_trip_and_resume(tmp_path, monkeypatch):
+    """p = 1 and 2 through the venv's mpiexec: one record per configuration, the counted words
+    equal to the model's exact words, then a resumed sweep measures only what is new."""
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    monkeypatch.setenv("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    path = str(tmp_path / "rt.jsonl")
+    er = {"kind": "er", "m": 36, "n": 24, "d": 3}
+    cfgs = [runner.config("t", er, 4, 1, "15d-dense-shift", "fusion", 1, calls=2, repeat=2),
+            runner.config("t", er, 4, 2, "15d-sparse-shift", "reuse", 2, repeat=1)]
+    assert runner.measure(cfgs, path, machine_file=MACHINE, bind="none") == 2
+    recs = runner.read_records(path)
+    assert [r["key"] for r in recs] == [runner.key(c) for c in cfgs]
+    for rec in recs:
+        assert rec["predicted"] is False and rec["experiment"] == "t"
+        assert (rec["m"], rec["n"]) == (36, 24) and 0 < rec["nnz"] <= 36 * 3
+        assert len(rec["times"]) == rec["repeat"] and rec["seconds"] == min(rec["times"])
+        assert set(rec["phase_seconds"]) >= {"compute"}
+        assert rec["machine"]["cores"] == os.cpu_count() and "MPICH" in rec["machine"]["mpi"]
+        assert rec["machine"]["numba_threads"] == 1 and rec["machine"]["date"]
+        for ph in costmodel.PHASES:
+            assert rec["words_mean"][ph] == pytest.approx(rec["model"]["words"][ph])
+    # The p = 2 sparse shift at c = 2 replicates B (n r / p words) and shifts nothing.
+    assert recs[1]["words_mean"]["replication"] == pytest.approx(24 * 4 / 2)
+    assert recs[0]["model"]["seconds"] > 0 and recs[0]["model"]["machine"] == MACHINE
+    more = cfgs + [runner.config("t", er, 4, 2, "15d-dense-shift", "none", 1, repeat=1)]
+    assert runner.measure(more, path, bind="none") == 1
+    assert len(runner.read_records(path)) == 3
+    assert runner.measure(more, path, bind="none") == 0
+
+
+@pytest.mark.skipif(not (HAS_MPIEXEC and available("petsc4py")),
+                    reason="needs petsc4py (pip install distmm[petsc]) and the venv's mpiexec")
+def test_petsc_baseline_record(tmp_path, monkeypatch):
+    """The PETSc baseline at p = 2 on a Matrix Market file: one record whose nonzero count is
+    scipy's (duplicates summed), with no counted or modelled words."""
+    import scipy.io
+    import scipy.sparse
+
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    monkeypatch.setenv("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    A = scipy.sparse.random(37, 29, density=0.2, random_state=3, format="coo")
+    mtx = tmp_path / "a.mtx"
+    scipy.io.mmwrite(str(mtx), A)
+    cfg = runner.config("t", {"kind": "mtx", "path": str(mtx)}, 5, 2, "petsc", "matmatmult-x2",
+                        1, calls=2, repeat=2)
+    path = str(tmp_path / "petsc.jsonl")
+    assert runner.measure([cfg], path, bind="none") == 1
+    (rec,) = runner.read_records(path)
+    assert (rec["m"], rec["n"], rec["nnz"]) == (37, 29, A.tocsr().nnz)
+    assert len(rec["times"]) == 2 and rec["seconds"] > 0 and rec["model"] is None
+    assert runner.project([cfg], str(tmp_path / "p.jsonl"), MACHINE) == 0  # no model of PETSc
+
+
+# ------------------------------------------------------------------------ plots, launcher
+
+
+@pytest.mark.skipif(not available("matplotlib"), reason="needs matplotlib: pip install "
+                                                         "distmm[plot]")
+def test_plots_from_projected_records(tmp_path):
+    paths = []
+    for name, cfgs in (
+            ("weak-scaling-1", weak_scaling.setup_configs(1, 256, 4, 16, [1, 2, 4],
+                                                          "weak-scaling-1")),
+            ("rphi-map", rphi_map.grid(512, [2, 8], [16, 64], 4)),
+            ("strong-scaling", runner.sweep(
+                "strong-scaling", [{"kind": "sizes", "name": "x", "m": 900, "n": 900,
+                                    "nnz": 9000}], [16], [1, 4], calls=5))):
+        path = str(tmp_path / f"{name}.jsonl")
+        runner.project(cfgs, path, MACHINE)
+        paths.append(path)
+    out = plot.plot(paths, str(tmp_path / "fig"))
+    names = sorted(os.path.basename(p) for p in out)
+    assert names == ["rphi-map-projected.png", "strong-scaling-projected.png",
+                     "weak-scaling-1-breakdown-projected.png", "weak-scaling-1-projected.png"]
+    for p in out:
+        with open(p, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_launcher_dry_run():
+    launch = os.path.join(ROOT, "launch", "distmm-launch")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NUMBA_NUM"))}
+    out = subprocess.run([launch, "-n", "4", "--ranks-per-node", "2", "--threads", "3",
+                          "--launcher", "mpiexec", "--mpi-opt", "-l", "--dry-run", "--", "info"],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    assert "NUMBA_NUM_THREADS=3 OMP_NUM_THREADS=3" in out
+    assert "mpiexec -n 4 -bind-to core:3 -l " in out and out.rstrip().endswith("distmm.cli info")
+    bad = subprocess.run([launch, "-n", "0", "--", "info"], capture_output=True, text=True,
+                         env=env)
+    assert bad.returncode == 2 and "-n must be a positive integer" in bad.stderr
