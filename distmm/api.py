@@ -17,7 +17,8 @@ from distmm.kernels import NodeModel
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
 
 
-def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
+def as_coo_share(S, comm: MPI.Comm, root: int | None = 0,
+                 check_finite: bool = True) -> CooShare:
     """Turn what the caller has into this rank's COO share of S.
 
     Collective over ``comm`` (except for a :class:`CooShare`, which is returned as it is).
@@ -25,7 +26,8 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
     Parameters
     ----------
     S : str, os.PathLike, CooShare, scipy sparse matrix or None
-        A Matrix Market file (``.mtx`` or ``.mtx.gz``; every rank reads its own part), a
+        A Matrix Market file (``.mtx`` or ``.mtx.gz``) or an HDF5 file (``.h5`` or ``.hdf5``,
+        layout in :mod:`distmm.hdf5_input`); every rank reads its own part. Or a
         :class:`CooShare` (each rank's own entries, e.g. from :mod:`distmm.generate`), or a
         scipy sparse matrix held by ``root`` (the other ranks pass None) or by every rank
         (``root=None``).
@@ -33,6 +35,9 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
         The communicator whose ranks share S.
     root : int or None
         The rank holding a scipy matrix, or None when every rank holds it.
+    check_finite : bool
+        Refuse NaN or infinite values of an HDF5 file (default True; a Matrix Market file's
+        are always refused).
 
     Returns
     -------
@@ -47,9 +52,9 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0) -> CooShare:
     if isinstance(S, CooShare):
         return S
     if isinstance(S, (str, os.PathLike)):
-        from distmm.io import read_matrix_market
+        from distmm.hdf5_input import read_sparse
 
-        return read_matrix_market(S, comm)
+        return read_sparse(S, comm, check_finite=check_finite)
     if S is None or sp.issparse(S):
         return CooShare.from_scipy(S, comm, root=root)
     require(False, f"cannot distribute an object of type {type(S).__name__}; pass a path, a "
@@ -95,7 +100,7 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
     printable values (compared across ranks by :func:`distmm.errors.agree`) and, under keys
     starting with "_", the normalised objects the constructor is given.
     """
-    from distmm.io import mtx_header  # h5py is imported only by those who read files
+    from distmm.hdf5_input import sparse_header  # h5py: imported only by those who read files
     from distmm.kernels import NODE_MODELS, make_node_model
 
     p = comm.Get_size()
@@ -138,7 +143,7 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
     if isinstance(S, CooShare):
         settings["S given as"], settings["shape of S"] = "a CooShare", S.shape
     elif isinstance(S, (str, os.PathLike)):
-        m, n, nnz = mtx_header(S)
+        m, n, nnz = sparse_header(S)
         settings["S given as"], settings["shape of S"] = "a path", (m, n)
         problem = size_problem(os.fspath(S), m, n, nnz, p, r, dtype)
         if problem is not None:
@@ -280,7 +285,7 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
                              order, root, check_finite, overlap, checks)
     agreement.agree(same={k: v for k, v in settings.items() if not k.startswith("_")})
     c, r, dtype, kernel = settings["c"], settings["r"], settings["_dtype"], settings["_kernel"]
-    share = as_coo_share(S, comm, root=settings["root"])
+    share = as_coo_share(S, comm, root=settings["root"], check_finite=check_finite)
     if check_finite:  # the values' check, like the algorithms' own finiteness checks
         agree(comm, _value_overflow(share, dtype))
     cls = ALGORITHMS[algorithm]

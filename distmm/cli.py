@@ -26,15 +26,15 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from distmm import api
+from distmm import api, convert
 from distmm import info as _info
 from distmm.apps import als_cli, gat_cli
 from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 from distmm.calibrate import calibrate, save
 from distmm.errors import Checks, InputError, agree, require
+from distmm.hdf5_input import sparse_header
 from distmm.io import (
     check_output,
-    mtx_header,
     npy_header,
     read_csr_block,
     read_json_object,
@@ -108,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one operation on a Matrix Market matrix and .npy "
                                      "dense inputs; write the result to HDF5")
     run.add_argument("op", help=f"one of {', '.join(api.OPS)}")
-    run.add_argument("--sparse", required=True, help="S as .mtx or .mtx.gz (m x n)")
+    run.add_argument("--sparse", required=True,
+                     help="S (m x n) as .mtx, .mtx.gz or .h5/.hdf5 (CSR or COO layout, see "
+                          "docs/hardening.md)")
     run.add_argument("--a", help="A as .npy (m x r)")
     run.add_argument("--b", help="B as .npy (n x r)")
     run.add_argument("--out", required=True, help="output HDF5 file (written atomically)")
@@ -164,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulate(sub)
     als_cli.add_parser(sub)
     gat_cli.add_parser(sub)
+    convert.add_parser(sub)
     return parser
 
 
@@ -405,7 +408,7 @@ def _run_prechecks(args) -> dict:
     if MPI.COMM_WORLD.rank == 0:
         _require_output(args.out, "--out",
                         [args.sparse, args.a, args.b, args.node_config, args.machine])
-    m, n, nnz = mtx_header(args.sparse)
+    m, n, nnz = sparse_header(args.sparse)
     problem = api.size_problem(args.sparse, m, n, nnz, MPI.COMM_WORLD.size)
     if problem is not None:
         raise InputError(problem)

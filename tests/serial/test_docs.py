@@ -281,7 +281,10 @@ def test_guide_option_check_finds_a_wrong_option(tmp_path, monkeypatch):
 
 NUMPY_DOCUMENTED = ("distmm.api.distribute", "distmm.api.as_coo_share", "distmm.api.run_op",
                     "distmm.api.op_inputs", "distmm.api.op_output_side", "distmm.api.op_flops",
-                    "distmm._optional.require_extra", "distmm.info.collect")
+                    "distmm._optional.require_extra", "distmm.info.collect",
+                    "distmm.hdf5_input.read_hdf5", "distmm.hdf5_input.h5_header",
+                    "distmm.hdf5_input.sparse_header", "distmm.hdf5_input.read_sparse",
+                    "distmm.convert.gather_share", "distmm.convert.write_csr_h5")
 
 
 @pytest.mark.parametrize("qualname", NUMPY_DOCUMENTED)

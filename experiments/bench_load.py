@@ -1,0 +1,69 @@
+"""Time loading S from .mtx.gz, .mtx and .h5 with distmm's parallel readers, and scipy.io.mmread.
+
+Run under mpiexec (every rank loads its share; the time is the slowest rank's, from a barrier
+before to the end of the read)::
+
+    mpiexec -n 4 python experiments/bench_load.py S.mtx.gz S.mtx S.h5 --repeat 3
+    python experiments/bench_load.py S.mtx.gz S.mtx --repeat 3 --scipy   # one process
+
+The files are read in rotating order (A, B, C, then B, C, A, ...) so that a slow moment of a
+shared machine does not fall on one variant only. One JSON line per read on rank 0; the
+summary line gives each variant's median and minimum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import scipy.io
+from mpi4py import MPI
+
+from distmm.hdf5_input import read_sparse
+
+
+def _time_distmm(path: str, comm: MPI.Comm) -> tuple[float, int]:
+    comm.Barrier()
+    t0 = time.perf_counter()
+    share = read_sparse(path, comm)
+    seconds = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    return seconds, int(comm.allreduce(share.nnz))
+
+
+def _time_scipy(path: str) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    S = scipy.io.mmread(path)
+    return time.perf_counter() - t0, int(S.nnz)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--scipy", action="store_true",
+                        help="time scipy.io.mmread instead (one process; Matrix Market only)")
+    args = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    p = comm.Get_size()
+    if args.scipy and p != 1:
+        raise SystemExit("--scipy runs on one process")
+    times: dict[str, list[float]] = {f: [] for f in args.files}
+    for rep in range(args.repeat):
+        shift = rep % len(args.files)
+        for path in args.files[shift:] + args.files[:shift]:
+            seconds, nnz = _time_scipy(path) if args.scipy else _time_distmm(path, comm)
+            times[path].append(seconds)
+            if comm.Get_rank() == 0:
+                print(json.dumps({"reader": "scipy.io.mmread" if args.scipy else "distmm",
+                                  "file": path, "p": p, "repeat": rep, "seconds": seconds,
+                                  "entries": nnz}), flush=True)
+    if comm.Get_rank() == 0:
+        print(json.dumps({"summary": True, "p": p, "scipy": args.scipy,
+                          **{path: {"median": statistics.median(t), "min": min(t)}
+                             for path, t in times.items()}}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
