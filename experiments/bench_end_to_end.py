@@ -123,9 +123,14 @@ def _torch_calls(torch, St, A, B) -> dict:
 
 def _scipy_calls(Sd, rows, A, B) -> dict:
     cols, vals = Sd.indices, Sd.data
+    out = np.empty_like(vals)
+    chunk = 1 << 18  # bounded temporaries: nonzeros x r gathered rows at a time
 
     def sddmm():
-        return np.einsum("ij,ij->i", A[rows], B[cols]) * vals
+        for lo in range(0, vals.size, chunk):
+            hi = min(lo + chunk, vals.size)
+            np.einsum("ij,ij->i", A[rows[lo:hi]], B[cols[lo:hi]], out=out[lo:hi])
+        return out * vals
 
     def fused():
         R = Sd.copy()
