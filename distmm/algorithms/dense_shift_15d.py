@@ -233,34 +233,22 @@ class DenseShift15D(TwoOrientationAlgorithm):
         cur = self._buffer("cur", (max(sizes), r))
         nxt = self._buffer("nxt", (max(sizes), r))
         cur[:sizes[u]] = Y_loc if mode != "spmm_y" else 0
-        k = self.kernel
         left, right = (u - 1) % q, (u + 1) % q
         # Overlap (the paper's future work, section VII): send the Y block on while the kernel
         # reads it. Impossible when Y is the output (spmm_y): it must be finished first.
-        overlap = self.overlap and q > 1 and mode != "spmm_y"
+        overlap = self.overlap and mode != "spmm_y"
         for step in range(q):
             t = (u + step) % q
-            Yb = cur[:sizes[t]]
-            S, sv = o.blocks[t], o.block_values(vals, t)
             if overlap:
                 pending = self.layer.start_shift(cur[:sizes[t]], nxt[:sizes[(t + 1) % q]],
                                                  dest=left, source=right)
-            with self.stats.timer("compute"):
-                if mode == "sddmm":
-                    k.sddmm(S, sv, T, Yb, o.block_values(out, t))
-                elif mode == "spmm_x":
-                    k.spmm_a(S, sv, Yb, out)
-                elif mode == "spmm_y":
-                    k.spmm_b(S, sv, T, Yb)
-                else:
-                    k.fusedmm_a(S, sv, T, Yb, out)
+            self._kernel_step(o, t, mode, vals, T, cur[:sizes[t]], out)
             if overlap:
                 self.layer.finish(pending)
-                cur, nxt = nxt, cur
-            elif q > 1:
-                t_next = (t + 1) % q
-                self.layer.shift(cur[:sizes[t]], nxt[:sizes[t_next]], dest=left, source=right)
-                cur, nxt = nxt, cur
+            else:
+                self.layer.shift(cur[:sizes[t]], nxt[:sizes[(t + 1) % q]], dest=left,
+                                 source=right)
+            cur, nxt = nxt, cur
         if mode != "spmm_y":
             return None
         if result is None:
@@ -271,21 +259,29 @@ class DenseShift15D(TwoOrientationAlgorithm):
     def _local_step(self, o, mode: str, vals, T, Y_loc, r: int, out, result):
         """:meth:`_propagate` for a layer of one rank (q = 1): one kernel call on S's only
         block, with no shift buffer between the caller's blocks and the kernel."""
-        S, sv, k = o.blocks[0], o.block_values(vals, 0), self.kernel
-        if mode == "spmm_y":
-            Y = np.zeros((S.shape[1], r), dtype=self.dtype) if result is None else result
-            if result is not None:
-                Y[...] = 0
+        if mode != "spmm_y":
+            self._kernel_step(o, 0, mode, vals, T, Y_loc, out)
+            return None
+        if result is None:
+            Y = np.zeros((o.blocks[0].shape[1], r), dtype=self.dtype)
+        else:
+            Y = result
+            Y[...] = 0
+        self._kernel_step(o, 0, mode, vals, T, Y, out)
+        return Y
+
+    def _kernel_step(self, o, t: int, mode: str, vals, T, Yb, out) -> None:
+        """The local kernel on S's block t and the Y block present (timed as "compute")."""
+        S, sv, k = o.blocks[t], o.block_values(vals, t), self.kernel
         with self.stats.timer("compute"):
             if mode == "sddmm":
-                k.sddmm(S, sv, T, Y_loc, o.block_values(out, 0))
+                k.sddmm(S, sv, T, Yb, o.block_values(out, t))
             elif mode == "spmm_x":
-                k.spmm_a(S, sv, Y_loc, out)
+                k.spmm_a(S, sv, Yb, out)
             elif mode == "spmm_y":
-                k.spmm_b(S, sv, T, Y)
+                k.spmm_b(S, sv, T, Yb)
             else:
-                k.fusedmm_a(S, sv, T, Y_loc, out)
-        return Y if mode == "spmm_y" else None
+                k.fusedmm_a(S, sv, T, Yb, out)
 
     # pieces expressed in an orientation's frame ------------------------------------------
     def _superblock_out(self, name: str, r: int) -> np.ndarray:
