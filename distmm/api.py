@@ -13,6 +13,7 @@ from distmm.algorithms.base import DistributedAlgorithm
 from distmm.coo import CooShare
 from distmm.errors import Checks, InputError, agree, as_int, require
 from distmm.kernels import NodeModel
+from distmm.permute import permute_mode
 
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
 
@@ -136,7 +137,7 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
             f"node_model must be a name or a NodeModel, got {type(node_model).__name__}")
     settings = {"algorithm": algorithm, "c": c, "r": r, "dtype": str(dtype),
                 "node_model": f"{node_model.name} {node_model.options()}",
-                "permute": _permute_setting(permute), "seed": seed, "order": order, "root": root,
+                "permute": permute_mode(permute), "seed": seed, "order": order, "root": root,
                 "check_finite": bool(check_finite), "overlap": bool(overlap),
                 "checks": checks, "_dtype": dtype, "_kernel": node_model}
     # What S is, and its shape wherever this rank can know it without communicating.
@@ -162,18 +163,6 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
         raise InputError(f"cannot distribute an object of type {type(S).__name__}; pass a "
                          "path, a CooShare or a scipy sparse matrix")
     return settings
-
-
-def _permute_setting(permute) -> str:
-    """``permute`` as a mode name (True and False are "auto" and "none"); InputError if it is
-    not a mode."""
-    from distmm.permute import PERMUTE_MODES
-
-    if isinstance(permute, (bool, np.bool_)):
-        return "auto" if permute else "none"
-    require(isinstance(permute, str) and permute in PERMUTE_MODES,
-            f"unknown permutation {permute!r}; choose one of {', '.join(PERMUTE_MODES)}")
-    return permute
 
 
 def _value_overflow(share: CooShare, dtype: np.dtype) -> str | None:

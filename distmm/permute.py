@@ -15,9 +15,9 @@ import numpy as np
 
 from .errors import require
 
-__all__ = ["PERMUTE_MODES", "balance_permutation", "block_imbalance", "block_sorted_permutation",
-           "identity_permutation", "inverse_permutation", "locality_permutation",
-           "random_permutation"]
+__all__ = ["PERMUTE_MODES", "applied_mode", "balance_permutation", "block_imbalance",
+           "block_sorted_permutation", "identity_permutation", "inverse_permutation",
+           "locality_permutation", "permute_mode", "random_permutation"]
 
 # How S's rows and columns are permuted before distribution (see ``balance_permutation``).
 PERMUTE_MODES = ("auto", "blocks", "random", "none")
@@ -132,6 +132,26 @@ def locality_permutation(counts: list[np.ndarray], nblocks: int, seed: int,
     return single
 
 
+def permute_mode(mode: str | bool) -> str:
+    """``mode`` as a name of :data:`PERMUTE_MODES` (``True`` and ``False`` mean ``"auto"`` and
+    ``"none"``); InputError if it is none of them. Not collective."""
+    if isinstance(mode, (bool, np.bool_)):
+        return "auto" if mode else "none"
+    require(isinstance(mode, str) and mode in PERMUTE_MODES,
+            f"unknown permutation {mode!r}; choose one of {', '.join(PERMUTE_MODES)}")
+    return mode
+
+
+def applied_mode(mode: str | bool, nblocks: int) -> str:
+    """The scheme ``mode`` applies with ``nblocks`` blocks: ``"auto"`` is ``"none"`` for one
+    block (one rank balances nothing, and the natural order is usually the fastest) and
+    ``"blocks"`` otherwise. Not collective."""
+    mode = permute_mode(mode)
+    if mode == "auto":
+        return "none" if nblocks == 1 else "blocks"
+    return mode
+
+
 def balance_permutation(mode: str | bool, n: int, nblocks: int, seed: int,
                         counts: list[np.ndarray] | None = None) -> np.ndarray:
     """The permutation of one side of S for load balance, by ``mode``.
@@ -139,18 +159,10 @@ def balance_permutation(mode: str | bool, n: int, nblocks: int, seed: int,
     ``"random"``: uniformly random (paper section VI). ``"blocks"``: rows to blocks at random,
     natural order inside blocks (:func:`locality_permutation` with the global per-row weights
     ``counts``, or single rows, exactly the random permutation's blocks, without them).
-    ``"none"``: identity. ``"auto"``: identity when there is one block (one rank balances
-    nothing, and the natural order is usually the fastest), ``"blocks"`` otherwise. ``True``
-    and ``False`` mean ``"auto"`` and ``"none"``. Not collective.
+    ``"none"``: identity. ``"auto"``, ``True`` and ``False``: see :func:`applied_mode`. Not
+    collective.
     """
-    if mode is True:
-        mode = "auto"
-    elif mode is False:
-        mode = "none"
-    require(mode in PERMUTE_MODES,
-            f"unknown permutation {mode!r}; choose one of {', '.join(PERMUTE_MODES)}")
-    if mode == "auto":
-        mode = "none" if nblocks == 1 else "blocks"
+    mode = applied_mode(mode, nblocks)
     if mode == "none":
         return identity_permutation(n)
     if mode == "random":

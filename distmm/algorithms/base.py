@@ -33,7 +33,7 @@ from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model
 from distmm.layout import block_offsets
 from distmm.ops.mixin import EdgeOps
-from distmm.permute import balance_permutation, inverse_permutation
+from distmm.permute import applied_mode, balance_permutation, inverse_permutation
 from distmm.sparse import CSRBlock
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -153,7 +153,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         # blocks; each 2.5D block is a union of consecutive ones), so "blocks" keeps the
         # natural order inside every 1.5D block and inside each p-th of a 2.5D block.
         self.permute = permute
-        mode = _permute_name(permute, self.p)
+        mode = applied_mode(permute, self.p)
         row_w = col_w = None
         if mode == "blocks":
             row_w, col_w = self._row_weights(source)
@@ -761,7 +761,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         """The configuration as a JSON-ready dict."""
         return {"algorithm": self.name, "p": self.p, "m": self.shape[0], "n": self.shape[1],
                 "node_model": self.node_model, "node_options": self.kernel.options(),
-                "dtype": str(self.dtype), "permute": _permute_name(self.permute, self.p),
+                "dtype": str(self.dtype), "permute": applied_mode(self.permute, self.p),
                 "checks": self.checks,
                 **({"r": self.r} if self.r is not None else {})}
 
@@ -798,14 +798,6 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
 def _plain(X: np.ndarray | None) -> np.ndarray | None:
     """A plain ndarray view of a block (the kernels and the loops see no subclass)."""
     return None if X is None else X.view(np.ndarray)
-
-
-def _permute_name(mode: str | bool, p: int) -> str:
-    """The permutation actually applied, by name (for reports)."""
-    mode = {True: "auto", False: "none"}.get(mode, mode) if isinstance(mode, bool) else mode
-    if mode == "auto":
-        return "none" if p == 1 else "blocks"
-    return mode
 
 
 def _check_share(source: CooShare, check_finite: bool) -> str | None:
