@@ -1,7 +1,8 @@
 """The shared runner of the section VI experiments: configurations in, JSON Lines records out.
 
 Every figure script (weak_scaling.py, rphi_map.py, optimal_c.py, strong_scaling.py,
-count_check.py) builds a list of configurations and hands it to :func:`main`, which
+count_check.py, app_breakdown.py) builds a list of configurations and hands it to :func:`main`,
+which
 
 * measures them: for each rank count p, one ``mpiexec -n p`` (the venv's own, next to
   ``sys.executable``; ``--launcher srun`` inside a Slurm allocation) running this file as
@@ -77,8 +78,10 @@ def config(experiment: str, matrix: dict, r: int, p: int, algorithm: str, strate
 
 
 def key(cfg: dict) -> str:
-    """The stable key of a configuration (its fields as sorted JSON)."""
-    return json.dumps({k: cfg[k] for k in CONFIG_FIELDS}, sort_keys=True)
+    """The stable key of a configuration (its fields as sorted JSON; an application
+    experiment's ``workload`` field too)."""
+    return json.dumps({k: cfg[k] for k in CONFIG_FIELDS + ("workload",) if k in cfg},
+                      sort_keys=True)
 
 
 def matrix_label(matrix: dict) -> str:
@@ -235,8 +238,13 @@ def measure_one(cfg: dict, source, comm, machine) -> dict:
 
     require(comm.Get_size() == cfg["p"], f"worker runs on {comm.Get_size()} ranks, the "
                                          f"configuration needs {cfg['p']}")
-    if cfg["algorithm"] == petsc_baseline.ALGORITHM:
-        rec = petsc_baseline.measure_petsc(cfg, source, comm)
+    if cfg["algorithm"] == petsc_baseline.ALGORITHM or "workload" in cfg:
+        if "workload" in cfg:  # an application around FusedMM (Figure 9)
+            import app_breakdown
+
+            rec = app_breakdown.measure_app(cfg, source, comm, machine)
+        else:
+            rec = petsc_baseline.measure_petsc(cfg, source, comm)
         return None if rec is None else {"key": key(cfg), **cfg,
                                          "label": matrix_label(cfg["matrix"]),
                                          "predicted": False, **rec, "machine": machine_info()}
@@ -290,10 +298,16 @@ def worker(config_file: str, results: str, machine_file: str | None) -> None:
         rec = measure_one(cfg, source, comm, machine)
         if rec is not None:
             append(results, rec)
-            model_s = f"{rec['model']['seconds']:.4f} s" if rec["model"] else "none"
-            print(f"p={cfg['p']} {rec['label']} r={cfg['r']} {cfg['algorithm']} "
-                  f"{cfg['strategy']} c={cfg['c']}: {rec['seconds']:.4f} s (model {model_s})",
-                  flush=True)
+            if rec["seconds"] is None:
+                outcome = f"not run: {rec['unsupported']}"
+            else:
+                model = (rec["model"] or {}).get("seconds")
+                model_s = "none" if model is None else f"{model:.4f} s"
+                outcome = f"{rec['seconds']:.4f} s (model {model_s})"
+            what = "".join(f"{v} " for k, v in cfg.get("workload", {}).items()
+                           if k in ("app", "pass"))
+            print(f"p={cfg['p']} {rec['label']} {what}r={cfg['r']} {cfg['algorithm']} "
+                  f"{cfg['strategy']} c={cfg['c']}: {outcome}", flush=True)
 
 
 def launcher_command(launcher: str, p: int, mpi_args: list[str], threads: int | None = None,
@@ -380,11 +394,13 @@ def pow2_upto(lo: int, hi: int, factor: int = 2) -> list[int]:
 
 def main(experiment: str, presets: dict[str, Callable[[argparse.Namespace], list[dict]]],
          description: str, argv: list[str] | None = None,
-         extra: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+         extra: Callable[[argparse.ArgumentParser], None] | None = None,
+         no_projection: str | None = None) -> int:
     """Parse the shared options, build the preset's configurations and measure or project them.
 
     ``presets`` maps a preset name ("laptop", "paper") to a function of the parsed arguments
-    returning configurations. Returns the exit status (2 with a message on bad input)."""
+    returning configurations; ``no_projection``, when given, is why ``--project`` is refused.
+    Returns the exit status (2 with a message on bad input)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--preset", default="laptop",
                     help=f"sizes to run: {', '.join(presets)} (default laptop)")
@@ -415,6 +431,7 @@ def main(experiment: str, presets: dict[str, Callable[[argparse.Namespace], list
         require(args.preset in presets, f"unknown preset {args.preset!r}: choose one of "
                                         f"{', '.join(presets)}")
         require(args.max_p is None or args.project, "--max-p only applies with --project")
+        require(not (args.project and no_projection), f"--project: {no_projection}")
         cfgs = presets[args.preset](args)
         if args.p:
             usable = sorted({cfg["p"] for cfg in cfgs})
