@@ -3,16 +3,14 @@
 ``rmse``: per-epoch train/test RMSE of distributed ALS on a ratings file next to the exact
 serial solver (numpy.linalg.solve per row) and a "global mean + user/item bias" baseline.
 
-``breakdown``: Figure 9 of the paper for ALS -- time per epoch split into FusedMM communication,
-FusedMM compute and the rest, for every family and strategy at every valid c (the docs keep
-each one's best c), on a ratings file or a planted synthetic problem. At p = 1 the same run
-also times the single-node numpy/scipy ALS with the same CG iterations. Variants are run in
-rounds (every variant once per round, ``--rounds`` rounds) and each variant's median epoch
-(with that epoch's own split) over all rounds is reported, so that load from other users of
-the machine spreads over all of them.
+``scipy``: seconds per epoch of the single-node numpy/scipy ALS (the same batched CG, with the
+FusedMM written as a scipy SDDMM of the nonzeros and a CSR product), the baseline beside which
+docs/als.md puts distmm's p = 1 epochs; median over ``--rounds`` runs of ``--epochs`` epochs,
+the first epoch of each excluded. Figure 9's split of distmm's own epochs per family, strategy
+and c is experiments/app_breakdown.py (the shared runner's records and plot).
 
     mpiexec -n 2 python experiments/bench_als.py rmse --ratings ml100k.mtx.gz
-    mpiexec -n 4 python experiments/bench_als.py breakdown --planted 16384 --rank 32
+    python experiments/bench_als.py scipy --planted 8192 --per-row 64 --rank 32
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-import distmm
-from distmm import costmodel, generate
+from distmm import generate
 from distmm.apps import als
 from distmm.apps.als_io import read_ratings
 
@@ -102,15 +99,6 @@ def cmd_rmse(args) -> None:
     print(f"| bias baseline | {base[0]:.4f} | {base[1]:.4f} | | |")
 
 
-def _configs(p: int, r: int, only: str | None):
-    for name, cls in distmm.ALGORITHMS.items():
-        if only and name not in only.split(","):
-            continue
-        for c in costmodel.valid_cs(name, p, r):
-            for strategy in cls.strategies:
-                yield name, c, strategy
-
-
 def _serial_epochs(train: sp.csr_matrix, args) -> list[float]:
     """Seconds of each epoch after the first of the numpy/scipy CG ALS."""
     A0, B0 = ref.init(*train.shape, args.rank, args.seed)
@@ -120,57 +108,18 @@ def _serial_epochs(train: sp.csr_matrix, args) -> list[float]:
     return list(np.diff(stamps)[1:])
 
 
-def cmd_breakdown(args) -> None:
-    S, share = load(args)
-    p = COMM.Get_size()
-    configs = list(_configs(p, args.rank, args.algorithms))
-    kw = {"rank": args.rank, "lam": args.lam, "epochs": args.epochs, "cg_iters": args.cg_iters,
-          "test_fraction": 0.0, "seed": args.seed}
-    runs: dict = {cfg: [] for cfg in configs}
-    serial: list[float] = []
-    train = ref.split(S, 0.0, args.seed)[0] if p == 1 else None
-    for _ in range(args.rounds):
-        for cfg in configs:
-            name, c, strategy = cfg
-            res = als.fit(share, COMM, algorithm=name, c=c, strategy=strategy, **kw)
-            runs[cfg] += res.history[1:]  # epoch 1 builds S^T copies and warms caches
-            res.close()
-        if p == 1:
-            serial += _serial_epochs(train, args)
-    nnz = int(S.nnz)
-    rows = []
-    for (name, c, strategy), hist in runs.items():
-        # The epoch of median length, with its own split (medians of the parts do not add up).
-        mid = sorted(hist, key=lambda h: h["seconds"])[len(hist) // 2]
-        med = {k: mid[k] for k in
-               ("seconds", "fusedmm_comm_seconds", "fusedmm_compute_seconds", "other_seconds")}
-        rows.append({"algorithm": name, "c": c, "strategy": strategy, **med})
-        emit({"event": "als-breakdown", "p": p, "m": S.shape[0], "n": S.shape[1], "nnz": nnz,
-              "rank": args.rank, "cg_iters": args.cg_iters, "epochs_timed": len(hist),
-              **rows[-1]})
-    if serial:
-        emit({"event": "scipy-als", "p": 1, "seconds": float(np.median(serial)),
-              "epochs_timed": len(serial)})
-    if COMM.rank == 0:
-        print("| p | family | strategy | best c | epoch s | FusedMM comm | FusedMM compute "
-              "| other |")
-        print("|---|---|---|---|---|---|---|---|")
-        best: dict = {}
-        for row in rows:
-            key = (row["algorithm"], row["strategy"])
-            if key not in best or row["seconds"] < best[key]["seconds"]:
-                best[key] = row
-        for (name, strategy), row in sorted(best.items(), key=lambda kv: kv[1]["seconds"]):
-            print(f"| {p} | {name} | {strategy} | {row['c']} | {row['seconds']:.4f} | "
-                  f"{row['fusedmm_comm_seconds']:.4f} | {row['fusedmm_compute_seconds']:.4f} | "
-                  f"{row['other_seconds']:.4f} |")
-        if serial:
-            print(f"| 1 | numpy/scipy (serial) | - | - | {np.median(serial):.4f} | - | - | - |")
+def cmd_scipy(args) -> None:
+    S, _ = load(args)
+    train = ref.split(S, 0.0, args.seed)[0]
+    serial = [s for _ in range(args.rounds) for s in _serial_epochs(train, args)]
+    emit({"event": "scipy-als", "p": 1, "m": S.shape[0], "n": S.shape[1], "nnz": int(S.nnz),
+          "rank": args.rank, "cg_iters": args.cg_iters, "seconds": float(np.median(serial)),
+          "epochs_timed": len(serial)})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["rmse", "breakdown"])
+    ap.add_argument("mode", choices=["rmse", "scipy"])
     ap.add_argument("--ratings", default="/work/shared/data/movielens-100k-ratings.mtx.gz")
     ap.add_argument("--planted", type=int, default=0,
                     help="use a planted n x n power-law problem instead of --ratings")
@@ -184,11 +133,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--algorithm", default="15d-dense-shift")
     ap.add_argument("-c", type=int, default=1, help="rmse: replication factor")
-    ap.add_argument("--algorithms", help="breakdown: comma-separated families (default all)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="scipy: runs of --epochs epochs")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    {"rmse": cmd_rmse, "breakdown": cmd_breakdown}[args.mode](args)
+    {"rmse": cmd_rmse, "scipy": cmd_scipy}[args.mode](args)
     emit({"event": "done", "mode": args.mode, "wall_seconds": time.perf_counter() - t0})
 
 

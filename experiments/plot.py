@@ -14,6 +14,10 @@ same figure marked "predicted"):
   observed; Table IV's real optimum as a thin line.
 * strong-scaling (Figure 8): time of the timed FusedMM calls vs p per matrix, each algorithm at
   its best c, and PETSc (MatMatMult twice per FusedMM) where its records are present.
+* app-breakdown (Figure 9): per application (ALS epoch, GAT forward, GAT training step) and
+  matrix, one stacked bar per algorithm at its best c, split into the kernels' phases, the rest
+  of the kernel calls, the application's communication and its local work; one row per p.
+  A family the application does not run on is marked "not supported".
 
 Needs matplotlib: pip install distmm[plot].
 """
@@ -224,6 +228,65 @@ def plot_strong(plt, records: list[dict], out: str) -> list[str]:
     return [_save(fig, out, "strong-scaling", records)]
 
 
+APP_COLOURS = {"replication": "tab:blue", "propagation": "tab:orange", "reduction": "tab:green",
+               "compute": "tab:gray", "kernel_other": "silver", "app_comm": "tab:red",
+               "app_local": "tab:purple"}
+APP_LABELS = {"compute": "local kernel", "kernel_other": "rest of kernel calls",
+              "app_comm": "app communication", "app_local": "app local work"}
+
+
+def app_panel(rec: dict) -> str:
+    """The panel of an app-breakdown record: application (and GAT pass) and matrix."""
+    w = rec["workload"]
+    if w["app"] == "als":
+        what = f"ALS epoch, {2 * w['cg_iters']} CG iterations"
+    else:
+        what = f"GAT {w['pass']}, {w['heads']} heads x {w['features']}"
+    return f"{what}\n{rec['label']}, r = {rec['r']}"
+
+
+def plot_apps(plt, records: list[dict], out: str) -> list[str]:
+    """Figure 9: stacked bars per algorithm (best c), one panel per application and matrix, one
+    row per p."""
+    ps = sorted({rec["p"] for rec in records})
+    panels = sorted({app_panel(rec) for rec in records})
+    fig, axes = plt.subplots(len(ps), len(panels), figsize=(4.4 * len(panels), 3.8 * len(ps)),
+                             squeeze=False)
+    for row, p in enumerate(ps):
+        for col, panel in enumerate(panels):
+            ax = axes[row][col]
+            recs = [rec for rec in records if rec["p"] == p and app_panel(rec) == panel]
+            ran = best_over_c([rec for rec in recs if rec["seconds"] is not None],
+                              lambda rec: ())
+            refused = {config_of(rec): rec for rec in recs if rec["seconds"] is None}
+            cfgs = [cfg for cfg in STYLE if cfg in ran or cfg in refused]
+            top = max((rec["seconds"] for rec in ran.values()), default=1.0)
+            for x, cfg in enumerate(cfgs):
+                if cfg not in ran:
+                    ax.text(x, 0.02 * top, "not supported", rotation=90, ha="center",
+                            va="bottom", fontsize=7, color="dimgray")
+                    continue
+                bottom = 0.0
+                for seg, colour in APP_COLOURS.items():
+                    height = ran[cfg]["segments"][seg]
+                    ax.bar(x, height, bottom=bottom, color=colour, width=0.8,
+                           label=APP_LABELS.get(seg, seg))
+                    bottom += height
+                ax.text(x, bottom, f"c={ran[cfg]['c']}", ha="center", va="bottom", fontsize=6)
+            ax.set_xticks(range(len(cfgs)), [STYLE[cfg][0].replace(", ", "\n") for cfg in cfgs],
+                          fontsize=6, rotation=90)
+            ax.set_xlim(-0.6, len(cfgs) - 0.4)
+            ax.set_ylabel("seconds (slowest rank)")
+            ax.set_title(f"{panel}, p = {p}", fontsize=8)
+    handles, labels = next(((h, lab) for ax in axes.flat
+                            for h, lab in [ax.get_legend_handles_labels()] if h), ([], []))
+    fig.legend(handles[:len(APP_COLOURS)], labels[:len(APP_COLOURS)], loc="lower center",
+               ncol=len(APP_COLOURS), fontsize=7)
+    fig.suptitle(f"Application time breakdown (Figure 9){suffix(records)}")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return [_save(fig, out, "app-breakdown", records, tight=False)]
+
+
 def _save(fig, out: str, name: str, records: list[dict], tight: bool = True) -> str:
     path = os.path.join(out, f"{name}{'-projected' if records[0]['predicted'] else ''}.png")
     if tight:
@@ -253,6 +316,8 @@ def plot(paths: list[str], out: str) -> list[str]:
             written += plot_optimal_c(plt, records, out)
         elif experiment == "strong-scaling":
             written += plot_strong(plt, records, out)
+        elif experiment == "app-breakdown":
+            written += plot_apps(plt, records, out)
         else:
             print(f"plot.py: no figure for experiment {experiment!r}; skipped", file=sys.stderr)
     return written

@@ -299,7 +299,7 @@ def worker(config_file: str, results: str, machine_file: str | None) -> None:
         if rec is not None:
             append(results, rec)
             if rec["seconds"] is None:
-                outcome = f"not run: {rec['unsupported']}"
+                outcome = f"not run: {rec['unsupported'].split(':')[0]}"
             else:
                 model = (rec["model"] or {}).get("seconds")
                 model_s = "none" if model is None else f"{model:.4f} s"

@@ -17,6 +17,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
+import app_breakdown  # noqa: E402
 import count_check  # noqa: E402
 import paper_ratios  # noqa: E402
 import plot  # noqa: E402
@@ -296,3 +297,115 @@ def test_launcher_dry_run():
     bad = subprocess.run([launch, "-n", "0", "--", "info"], capture_output=True, text=True,
                          env=env)
     assert bad.returncode == 2 and "-n must be a positive integer" in bad.stderr
+
+
+# ------------------------------------------------------------------------ Figure 9: applications
+
+
+def test_app_breakdown_bad_input(tmp_path, capsys):
+    assert app_breakdown.main(["--preset", "huge", "--list"]) == 2
+    assert "unknown preset 'huge': choose one of laptop, paper, data" in capsys.readouterr().err
+    assert app_breakdown.main(["--project", MACHINE, "--list"]) == 2
+    assert "--project: the cost model has no term for the applications' own work" in \
+        capsys.readouterr().err
+    assert app_breakdown.main(["--preset", "data", "--data-dir", str(tmp_path), "--list"]) == 2
+    assert f"matrix file {tmp_path}/movielens-100k-ratings.mtx.gz does not exist" in \
+        capsys.readouterr().err
+    path = tmp_path / "other.jsonl"
+    path.write_text(json.dumps(record("weak-scaling-1")) + "\n")
+    assert app_breakdown.main(["--results", str(path), "--p", "1"]) == 2
+    assert "holds results of experiment 'weak-scaling-1', not 'app-breakdown'" in \
+        capsys.readouterr().err
+    assert path.read_text().count("\n") == 1
+
+
+def test_app_breakdown_presets_follow_the_paper():
+    cfgs = app_breakdown.paper(None)
+    als = [cfg for cfg in cfgs if cfg["workload"]["app"] == "als"]
+    gat = [cfg for cfg in cfgs if cfg["workload"]["app"] == "gat"]
+    # Figure 9: amazon-large's rows and nonzeros per row, 256 nodes, r = 128, 20 CG iterations.
+    assert {(cfg["matrix"]["m"], cfg["matrix"]["d"], cfg["p"], cfg["r"]) for cfg in cfgs} == \
+        {(14249639, 16, 256, 128)}
+    assert {cfg["workload"]["cg_iters"] for cfg in als} == {10}
+    assert {(cfg["algorithm"], cfg["strategy"]) for cfg in als} == set(costmodel.CONFIGS)
+    assert max(cfg["c"] for cfg in cfgs) == 16
+    for cfg in cfgs:
+        width = cfg["r"] if cfg in als else cfg["workload"]["heads"] * cfg["workload"]["features"]
+        assert cfg["c"] in costmodel.valid_cs(cfg["algorithm"], cfg["p"], width)
+    # GAT: every c of 15d-dense-shift; fusion in the forward pass only; one record per other
+    # family (which says it is not supported).
+    dense = {(cfg["workload"]["pass"], cfg["strategy"]) for cfg in gat
+             if cfg["algorithm"] == "15d-dense-shift"}
+    assert dense == {("forward", "none"), ("forward", "fusion"), ("train", "none")}
+    others = [cfg for cfg in gat if cfg["algorithm"] != "15d-dense-shift"]
+    assert len(others) == 2 * 3
+    assert len({runner.key(cfg) for cfg in cfgs}) == len(cfgs)
+    # A configuration without a workload keeps the key it had before workloads existed.
+    plain = runner.config("t", {"kind": "er", "m": 4, "n": 4, "d": 1}, 2, 1, "15d-dense-shift",
+                          "none", 1)
+    assert json.loads(runner.key(plain)).keys() == set(runner.CONFIG_FIELDS)
+
+
+@pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpiexec installed next to this Python")
+def test_app_breakdown_round_trip_and_resume(tmp_path, monkeypatch):
+    """ALS epochs and GAT passes at p = 1 and 2: the split adds up to the slowest rank's time,
+    the counted words of the kernels (and ALS's row dot products) equal the model's exact
+    words, GAT on another family is recorded as not supported, and a resumed sweep measures
+    only what is new."""
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    monkeypatch.setenv("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    path = str(tmp_path / "apps.jsonl")
+    er = {"kind": "er", "m": 37, "n": 37, "d": 3}
+    als = app_breakdown.als_configs(er, 4, [1, 2], 2, 1)
+    gat = app_breakdown.gat_configs(er, 5, [1, 2], 2, 3, 1)
+    pick = [("als", 1, "15d-dense-shift", "fusion", 1), ("als", 2, "25d-sparse-replicate",
+                                                          "none", 2),
+            ("als", 2, "15d-sparse-shift", "reuse", 1), ("forward", 1, "15d-dense-shift",
+                                                         "fusion", 1),
+            ("forward", 2, "15d-dense-shift", "none", 2), ("train", 2, "15d-dense-shift",
+                                                           "none", 1),
+            ("forward", 2, "25d-dense-replicate", "none", 2)]
+
+    def chosen(cfg):
+        what = cfg["workload"].get("pass", "als")
+        return (what, cfg["p"], cfg["algorithm"], cfg["strategy"], cfg["c"]) in pick
+
+    cfgs = [cfg for cfg in als + gat if chosen(cfg)]
+    assert len(cfgs) == len(pick)
+    assert runner.measure(cfgs, path, machine_file=MACHINE, bind="none") == len(pick)
+    recs = runner.read_records(path)
+    assert sorted(r["key"] for r in recs) == sorted(runner.key(c) for c in cfgs)
+    for rec in recs:
+        assert rec["experiment"] == "app-breakdown" and rec["predicted"] is False
+        assert rec["machine"]["numba_threads"] == 1 and rec["machine"]["date"]
+        if rec["algorithm"] == "25d-dense-replicate":  # GAT there: the library's refusal
+            assert rec["seconds"] is None
+            assert rec["unsupported"].startswith("GAT runs on 15d-dense-shift only")
+            continue
+        assert set(rec["segments"]) == set(app_breakdown.SEGMENTS)
+        assert sum(rec["segments"].values()) == pytest.approx(rec["seconds"], rel=1e-9)
+        assert rec["seconds"] == min(rec["times"]) and len(rec["times"]) == rec["repeat"]
+        for ph in ("replication", "propagation", "reduction", "compute"):
+            assert rec["segments"][ph] <= rec["phase_seconds"].get(ph, 0.0) + 1e-12
+        assert rec["segments"]["compute"] > 0 and rec["segments"]["kernel_other"] > 0
+        for ph, words in rec["model"]["words"].items():
+            assert rec["words_mean"].get(ph, 0.0) == pytest.approx(words), ph
+        if rec["workload"]["app"] == "als":
+            assert rec["cg_iterations"] == [2, 2]
+            assert rec["model"]["kernel_calls"]["fusedmm_a"] == 3
+            assert rec["model"]["fusedmm_seconds"] > 0
+            assert rec["segments"]["app_local"] > 0  # CG vector updates
+        elif rec["strategy"] == "none":
+            assert rec["segments"]["app_comm"] > 0  # sddmm_add and the softmax's all-reduces
+    sparse = next(r for r in recs if r["algorithm"] == "25d-sparse-replicate")
+    assert sparse["words_mean"]["row_dot"] > 0 and sparse["words_mean"]["replication"] > 0
+    more = cfgs + [cfg for cfg in als if (cfg["p"], cfg["algorithm"], cfg["strategy"],
+                                          cfg["c"]) == (2, "15d-dense-shift", "none", 1)]
+    assert runner.measure(more, path, bind="none") == 1
+    assert runner.measure(more, path, bind="none") == 0
+    assert len(runner.read_records(path)) == len(pick) + 1
+    if available("matplotlib"):
+        (png,) = plot.plot([path], str(tmp_path / "fig"))
+        assert os.path.basename(png) == "app-breakdown.png"
+        with open(png, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
