@@ -5,7 +5,8 @@ The paper preset uses Table V's matrices (amazon-large, uk-2002, eukarya, arabic
 twitter7) as ``--data-dir``/NAME.mtx, from 4 nodes (arabic-2005: 8, twitter7: 16) to 256; with
 --project only their sizes (Table V) are needed. The laptop preset runs the development data
 (metis-mdual, sparse like uk-2002 at 4 per row, and movielens-100k, dense like eukarya at 106
-per row) at r = 32, 2 calls, p = 1, 2, 4.
+per row) at r = 32, 2 calls, p = 1, 2, 4. The baseline preset is distmm's default FusedMM
+against PETSc in float64 on every development matrix at p = 1, 2 (docs/performance.md).
 
     .venv/bin/python experiments/strong_scaling.py --preset laptop
     .venv/bin/python experiments/strong_scaling.py --preset paper \
@@ -28,6 +29,9 @@ TABLE5 = {"amazon-large": (14249639, 230788269, 4), "uk-2002": (18484117, 298113
           "eukarya": (3243106, 359744161, 4), "arabic-2005": (22744080, 639999458, 8),
           "twitter7": (41652230, 1468365182, 16)}
 LAPTOP = ("metis-mdual.mtx.gz", "movielens-100k-ratings.mtx.gz")
+# The baseline preset: every development matrix, and an Erdos-Renyi one like the README's.
+BASELINE = ("metis-mdual.mtx.gz", "genes-pubmed.mtx.gz", "movielens-100k-ratings.mtx.gz",
+            "cora-adjacency.mtx.gz")
 
 
 def paper(args) -> list[dict]:
@@ -52,6 +56,21 @@ def laptop(args) -> list[dict]:
                                                         runner.pow2_upto(1, args.max_p or 4), 2)
 
 
+def baseline(args) -> list[dict]:
+    """distmm's default FusedMM (1.5D dense shifting, fusion, c = 1) against PETSc's two
+    MatMatMult in float64 on every development matrix at p = 1, 2 and r = 16, 32, 128: the
+    PETSc target of docs/performance.md. Needs petsc4py."""
+    require_extra("petsc4py", what="strong_scaling.py --preset baseline")
+    matrices = [{"kind": "mtx", "path": runner.check_matrix(os.path.join(args.data_dir, name))}
+                for name in BASELINE] + [{"kind": "er", "m": 65536, "n": 65536, "d": 32}]
+    ps, rs = runner.pow2_upto(1, args.max_p or 2), (16, 32, 128)
+    out = runner.sweep(EXPERIMENT, matrices, rs, ps, configs=[("15d-dense-shift", "fusion")],
+                       cs=[1], calls=5, repeat=3, dtype="float64")
+    return out + [runner.config(EXPERIMENT, matrix, r, p, petsc_baseline.ALGORITHM,
+                                petsc_baseline.STRATEGY, 1, calls=5, repeat=3, dtype="float64")
+                  for p in ps for matrix in matrices for r in rs]
+
+
 def with_petsc(args, matrices: list[dict], r: int, ps: list[int], calls: int) -> list[dict]:
     """The PETSc baseline's configurations (2 x calls MatMatMult), when measuring with petsc4py
     installed or with --petsc (which fails, naming the extra, without petsc4py)."""
@@ -69,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the PETSc baseline (needs petsc4py: pip install "
                              "distmm[petsc]); on by default when petsc4py is installed")
 
-    return runner.main(EXPERIMENT, {"laptop": laptop, "paper": paper}, __doc__.split("\n")[0],
-                       argv, add)
+    presets = {"laptop": laptop, "paper": paper, "baseline": baseline}
+    return runner.main(EXPERIMENT, presets, __doc__.split("\n")[0], argv, add)
 
 
 if __name__ == "__main__":
