@@ -30,6 +30,7 @@ from distmm.comm import CommStats, CountingComm, gather_report, mpi_type
 from distmm.coo import CooShare
 from distmm.dense import SIDES, DenseBlock
 from distmm.errors import InputError, agree, require
+from distmm.grid import ProcessGrid15D, ProcessGrid25D, check_grid
 from distmm.kernels import NodeModel, make_node_model
 from distmm.layout import block_offsets
 from distmm.ops.mixin import EdgeOps
@@ -96,8 +97,13 @@ def _cat(parts: Sequence[np.ndarray]) -> np.ndarray:
 class DistributedAlgorithm(CallChecks, EdgeOps):
     """Base class: S placed on a grid, with the helpers every algorithm family uses.
 
-    Subclasses define the grid, the owner of each nonzero in each orientation, the dense
-    blocks each rank holds, and the operations. Construction is collective over ``comm``.
+    Subclasses define the grid (``grid_class``, whose shape rule is ``grid_allows``), the
+    owner of each nonzero in each orientation, the dense blocks each rank holds, and the
+    operations. Construction is collective over ``comm`` (p ranks): ``c`` is the replication
+    factor (``grid_allows(p, c)``), ``order`` the rank order of the grid
+    (:data:`distmm.grid.RANK_ORDERS`), ``overlap`` overlaps each propagation shift with the
+    local kernel; the rest is described at :func:`distmm.distribute`. Every argument is
+    checked the same way on every rank before any message.
 
     The dense width r is a property of each call, read from its blocks: S's placement does not
     depend on it. Families that cut the r columns of A and B across ranks (``splits_r``) state
@@ -111,13 +117,22 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     strategies: tuple[str, ...] = ()
     # Whether the family cuts the r columns of A and B into column blocks across ranks.
     splits_r = False
+    # Why the FusedMM strategies the family lacks cannot exist (ends a refused strategy's
+    # message).
+    strategy_note = ""
+    # The process grid the family runs on (ProcessGrid15D or ProcessGrid25D).
+    grid_class: type = ProcessGrid15D
 
-    def __init__(self, source: CooShare, comm: MPI.Comm, node_model: str | NodeModel = "reference",
-                 dtype=np.float32, permute: bool | str = "auto", seed: int = 0,
-                 check_finite: bool = True, r: int | None = None,
+    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
+                 node_model: str | NodeModel = "reference", dtype=np.float32,
+                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
+                 check_finite: bool = True, overlap: bool = False,
                  checks: str = "once") -> None:
         if _TRACKED is not None:
             _TRACKED.append(self)
+        self._check_arguments(comm.Get_size(), c, order, source.shape)
+        self.c = int(c)
+        self.overlap = bool(overlap)
         dtype = np.dtype(dtype)
         require(dtype in FLOAT_DTYPES, f"dtype must be float32 or float64, got {dtype}")
         require(checks in CHECKS,
@@ -169,6 +184,33 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         self.row_inv = inverse_permutation(self.row_perm)
         self.col_inv = self.row_inv if self.col_perm is self.row_perm else inverse_permutation(
             self.col_perm)
+        self.grid = self.grid_class.create(comm, self.c, order)
+        self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
+        self.layer = CountingComm(self.grid.layer_comm, self.stats)
+        if isinstance(self.grid, ProcessGrid25D):  # s x s layers: Cannon shifts along rows, columns
+            self.s = self.grid.s
+            self.row = CountingComm(self.grid.row_comm, self.stats)
+            self.col = CountingComm(self.grid.col_comm, self.stats)
+        else:  # layers of q ranks
+            self.q = self.grid.q
+        self._setup(source)
+
+    @classmethod
+    def _check_arguments(cls, p: int, c, order: str, shape: tuple[int, int]) -> None:
+        """The family's rank-independent checks of its construction arguments (InputError)."""
+        cls._check_grid(p, c, order)
+
+    @classmethod
+    def _check_grid(cls, p: int, c, order: str = "fiber") -> None:
+        """The family's grid rule for p and c (and the rank order), with its message."""
+        check_grid(p, c, order, cls.grid_allows, cls.grid_class.rule,
+                   f"the {cls.name} algorithm")
+
+    def _setup(self, source: CooShare) -> None:
+        """Place S (given as this rank's COO share, original coordinates) on ``self.grid``
+        and build what the family's loop needs (collective; the family's part of
+        construction)."""
+        raise NotImplementedError
 
     def _row_weights(self, source: CooShare) -> tuple[np.ndarray, np.ndarray]:
         """Global nonzeros per row and per column of S (collective: one all-reduce of m + n
@@ -181,6 +223,11 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         return total[:m], total[m:]
 
     # ----------------------------------------------------------------- subclass hooks
+    @staticmethod
+    def grid_allows(p: int, c: int) -> bool:
+        """Whether p ranks form this family's grid with replication factor c."""
+        raise NotImplementedError
+
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
         """Global permuted rows of ``side``'s dense block on ``rank`` (local order)."""
         raise NotImplementedError
@@ -512,8 +559,8 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     def _check_strategy(self, strategy: str) -> None:
         """Rank-independent check of a FusedMM strategy name."""
         require(strategy in self.strategies,
-                f"unknown FusedMM strategy {strategy!r} for {self.name}; choose one of "
-                f"{', '.join(self.strategies)}")
+                f"unknown FusedMM strategy {strategy!r} for {self.name}; it supports only "
+                f"{', '.join(self.strategies)}{self.strategy_note}")
 
     @staticmethod
     def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:
@@ -762,7 +809,8 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         return {"algorithm": self.name, "p": self.p, "m": self.shape[0], "n": self.shape[1],
                 "node_model": self.node_model, "node_options": self.kernel.options(),
                 "dtype": str(self.dtype), "permute": applied_mode(self.permute, self.p),
-                "checks": self.checks,
+                "checks": self.checks, "c": self.c, "order": self.grid.order,
+                "overlap": self.overlap,
                 **({"r": self.r} if self.r is not None else {})}
 
     # ----------------------------------------------------------------- lifetime
@@ -841,6 +889,38 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
 
     def _build_b(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
         raise NotImplementedError
+
+    @staticmethod
+    def _frames(name: str) -> tuple[str, str]:
+        """(X side, Y side) of an orientation: X is replicated along the fiber, Y is not."""
+        return ("a", "b") if name == "a" else ("b", "a")
+
+    # The fiber collectives of the loop (paper section IV-A): every family with two
+    # orientations replicates the X operand along the fiber and reduces X-side outputs there.
+    def _fiber_rows(self, name: str) -> np.ndarray:
+        """Rows of the X-side block of each rank of this rank's fiber, in fiber order, in
+        orientation ``name``: the pieces that make up the X superblock. Not collective."""
+        raise NotImplementedError
+
+    def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
+        """All-gather this fiber's X blocks into the X superblock T (phase "replication";
+        collective over the fiber). In a fiber of one rank the block is the superblock and is
+        returned as it is. T is kept on the object and overwritten by the next call."""
+        if self.c == 1:
+            return X_loc
+        rows, w = self._fiber_rows(name), X_loc.shape[1]
+        T = self._buffer(("T", name), (int(rows.sum()), w))
+        self.fiber.allgatherv(X_loc, T, rows * w)
+        return T
+
+    def _reduce(self, name: str, T: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Reduce-scatter the X superblock T back to the fiber's blocks (phase "reduction";
+        collective over the fiber): this rank's block, written into ``out`` when given."""
+        rows, w = self._fiber_rows(name), T.shape[1]
+        if out is None:
+            out = np.empty((int(rows[self.fiber.rank]), w), dtype=self.dtype)
+        self.fiber.reduce_scatter(T, out, rows * w)
+        return out
 
     def _orientation(self, name: str) -> Orientation:
         """The stored orientation, building "b" (S^T) from "a" on first use (collective)."""
