@@ -247,6 +247,22 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         send, beyond the shifts of a one-rank layer (default: none)."""
         return 0.0, 0.0
 
+    def expected_words(self, op: str, r: int, strategy: str = "none"
+                       ) -> dict[str, dict[str, float]]:
+        """What one call of ``op`` (sddmm, spmm_a, spmm_b, fusedmm_a, fusedmm_b) at width r
+        with ``strategy`` sends from this rank: the family's ``exact_words`` for this object's
+        shape and this rank's own counts (the nonzeros it shifts, its grid position), as
+        ``{phase: {"words": w, "messages": k}}``; it receives as much. Exact wherever the
+        family's formula is (see its ``exact_words``). Collective when the stored S^T must be
+        built first (every rank calls it then); otherwise not."""
+        m, n = self.shape
+        return self.exact_words(op, m, n, r, self.p, self.c, strategy,
+                                **self._exact_counts(op, strategy))
+
+    def _exact_counts(self, op: str, strategy: str) -> dict:
+        """This rank's own counts that the family's ``exact_words`` takes (default: none)."""
+        return {}
+
     def _col_blocks(self) -> int:
         """How many column blocks r is cut into (families with ``splits_r``)."""
         return 1
@@ -549,9 +565,10 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     def _fused_call(self, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
         strategy = strategy or self.strategies[-1]
         self._check_strategy(strategy)
-        values = self._named_or(values)
-        r = self._begin(f"fusedmm_{side}", (("a", A_loc, "A"), ("b", B_loc, "B")), values,
-                        out, side)
+        r = self._begin(f"fusedmm_{side}", (("a", A_loc, "A"), ("b", B_loc, "B")),
+                        self._named_or(values), out, side)
+        # A name travels on as it is, so that the family finds the vector's copy in the
+        # stored S^T's order under that name (_values_for).
         res = self._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
                             values)
         return self._block(side, r, res if out is None else out)
@@ -627,6 +644,13 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     def _named_or(self, values: np.ndarray | str | None) -> np.ndarray | None:
         """``values`` with a registered name replaced by its vector (value order)."""
         return self.named_values(values) if isinstance(values, str) else values
+
+    def _values_for(self, name: str, values: np.ndarray | str | None) -> np.ndarray:
+        """The values a FusedMM runs with, in orientation ``name``'s order: S's own (None),
+        a registered vector (its name) or an array in value order. Families that store S in
+        one orientation only have them in value order already."""
+        values = self._named_or(values)
+        return self.values if values is None else values
 
     # ----------------------------------------------------------------- dense data in and out
     def local_rows(self, side: str) -> np.ndarray:
@@ -945,23 +969,24 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
                 lambda i, j: self._owner("b", i, j))
         return self._plan
 
-    def _values_for(self, name: str, values: np.ndarray | None) -> np.ndarray:
+    def _values_for(self, name: str, values: np.ndarray | str | None) -> np.ndarray:
         """Values in orientation ``name``'s order (collective when they must move).
 
-        ``values`` is None (S's own), or a vector in value order ("a"): a registered vector
-        (:meth:`set_named_values`) is moved to "b" once and kept; any other array is moved at
-        every call."""
+        ``values`` is None (S's own), the name of a registered vector
+        (:meth:`set_named_values`: moved to "b" on first use and kept there under its name),
+        or any other vector in value order ("a"), moved at every call."""
         o = self._orientation(name)
         if values is None:
             return o.values
+        if isinstance(values, str):
+            self.named_values(values)  # InputError for an unknown name
+            entry = self.__dict__["_named"][values]
+            if name == "b" and "b" not in entry:
+                entry["b"] = np.empty(o.nnz, dtype=self.dtype)
+                self._move_values(self._b_plan(), entry["a"], entry["b"])
+            return entry[name]
         if name == "a":
             return values
-        for entry in self.__dict__.get("_named", {}).values():
-            if entry["a"] is values:
-                if "b" not in entry:
-                    entry["b"] = np.empty(o.nnz, dtype=self.dtype)
-                    self._move_values(self._b_plan(), values, entry["b"])
-                return entry["b"]
         moved = np.empty(o.nnz, dtype=self.dtype)
         self._move_values(self._b_plan(), values, moved)
         return moved

@@ -372,7 +372,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
-                 values: np.ndarray | None = None) -> np.ndarray:
+                 values: np.ndarray | str | None = None) -> np.ndarray:
         # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)
@@ -403,6 +403,9 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
             self._orientation("b")
             lp = self._loops["b"]
         return int(lp.step_nnz.sum()) if self.s > 1 else 0
+
+    def _exact_counts(self, op: str, strategy: str) -> dict:
+        return {"shifted_nnz": self.shifted_nnz(op, strategy)}
 
     # ----------------------------------------------------------------- the cost model
     grid_allows = staticmethod(fits_25d)

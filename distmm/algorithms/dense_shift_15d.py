@@ -280,7 +280,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
-                 values: np.ndarray | None = None) -> np.ndarray:
+                 values: np.ndarray | str | None = None) -> np.ndarray:
         # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)

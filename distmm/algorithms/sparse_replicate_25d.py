@@ -199,6 +199,10 @@ class SparseReplicate25D(DistributedAlgorithm):
         """Nonzeros of this rank's S block (i, j), whose values its fiber shares."""
         return self._nnz_block
 
+    def _exact_counts(self, op: str, strategy: str) -> dict:
+        g = self.grid
+        return {"block_nnz": self._nnz_block, "i": g.i, "j": g.j, "k": g.k}
+
     def _store_values(self, values: np.ndarray) -> None:
         self._vals[...] = values
 
@@ -302,9 +306,9 @@ class SparseReplicate25D(DistributedAlgorithm):
         return self._spmm("spmm_b", A_loc, vals, r, out)
 
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
-                 values: np.ndarray | None = None) -> np.ndarray:
+                 values: np.ndarray | str | None = None) -> np.ndarray:
         # Only "none" exists: SDDMM, then SpMMA or SpMMB on its output (section V-D).
-        R = self._sddmm(A_loc, B_loc, self._vals if values is None else values, r)
+        R = self._sddmm(A_loc, B_loc, self._values_for("a", values), r)
         if side == "a":
             return self._spmm("spmm_a", B_loc, R, r, out)
         return self._spmm("spmm_b", A_loc, R, r, out)

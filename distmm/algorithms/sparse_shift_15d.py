@@ -222,6 +222,9 @@ class SparseShift15D(TwoOrientationAlgorithm):
         self._orientation(name)
         return int(self._layer_nnz[name].sum()) if self.q > 1 else 0
 
+    def _exact_counts(self, op: str, strategy: str) -> dict:
+        return {"layer_nnz": {name: self.shifted_nnz(name) for name in ("a", "b")}}
+
     # ----------------------------------------------------------------- checks
     # ----------------------------------------------------------------- moving S blocks
     def _index_part(self, name: str, frame: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -327,7 +330,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
-                 values: np.ndarray | None = None) -> np.ndarray:
+                 values: np.ndarray | str | None = None) -> np.ndarray:
         if strategy == "none":
             R, _ = self._sddmm_in("a", A_loc, B_loc, self._values_for("a", values), r)
             if side == "a":
