@@ -219,8 +219,8 @@ def measure_kernels(comm: MPI.Comm, node_model: str, dtype,
     kept = {d: _er_block(rng, middle, middle, d, dtype) for d in (2, 16)}
 
     def unpack(S: CSRBlock):
-        # What the shifting-S families do with every received packet (sparse_shift_15d,
-        # dense_replicate_25d ``_unpack``): rebuild indptr by a bincount of the rows.
+        # What the shifting-S families do with every received packet
+        # (distmm.algorithms.packets.packet_block): rebuild indptr by a bincount of the rows.
         rows = S.row_ids().astype(S.indices.dtype)
 
         def fn():

@@ -25,3 +25,8 @@ def block_of(index: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def block_sizes(offsets: np.ndarray) -> np.ndarray:
     """Rows in each block."""
     return np.diff(offsets)
+
+
+def block_range(offsets: np.ndarray, b: int) -> np.ndarray:
+    """The global indices (int64, ascending) of block ``b`` of the blocks given by ``offsets``."""
+    return np.arange(offsets[b], offsets[b + 1], dtype=np.int64)

@@ -30,6 +30,7 @@ from distmm.comm import CommStats, CountingComm, gather_report, mpi_type
 from distmm.coo import CooShare
 from distmm.dense import SIDES, DenseBlock
 from distmm.errors import InputError, agree, require
+from distmm.grid import ProcessGrid15D, ProcessGrid25D, check_grid
 from distmm.kernels import NodeModel, make_node_model
 from distmm.layout import block_offsets
 from distmm.ops.mixin import EdgeOps
@@ -96,8 +97,13 @@ def _cat(parts: Sequence[np.ndarray]) -> np.ndarray:
 class DistributedAlgorithm(CallChecks, EdgeOps):
     """Base class: S placed on a grid, with the helpers every algorithm family uses.
 
-    Subclasses define the grid, the owner of each nonzero in each orientation, the dense
-    blocks each rank holds, and the operations. Construction is collective over ``comm``.
+    Subclasses define the grid (``grid_class``, whose shape rule is ``grid_allows``), the
+    owner of each nonzero in each orientation, the dense blocks each rank holds, and the
+    operations. Construction is collective over ``comm`` (p ranks): ``c`` is the replication
+    factor (``grid_allows(p, c)``), ``order`` the rank order of the grid
+    (:data:`distmm.grid.RANK_ORDERS`), ``overlap`` overlaps each propagation shift with the
+    local kernel; the rest is described at :func:`distmm.distribute`. Every argument is
+    checked the same way on every rank before any message.
 
     The dense width r is a property of each call, read from its blocks: S's placement does not
     depend on it. Families that cut the r columns of A and B across ranks (``splits_r``) state
@@ -111,13 +117,22 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     strategies: tuple[str, ...] = ()
     # Whether the family cuts the r columns of A and B into column blocks across ranks.
     splits_r = False
+    # Why the FusedMM strategies the family lacks cannot exist (ends a refused strategy's
+    # message).
+    strategy_note = ""
+    # The process grid the family runs on (ProcessGrid15D or ProcessGrid25D).
+    grid_class: type = ProcessGrid15D
 
-    def __init__(self, source: CooShare, comm: MPI.Comm, node_model: str | NodeModel = "reference",
-                 dtype=np.float32, permute: bool | str = "auto", seed: int = 0,
-                 check_finite: bool = True, r: int | None = None,
+    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
+                 node_model: str | NodeModel = "reference", dtype=np.float32,
+                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
+                 check_finite: bool = True, overlap: bool = False,
                  checks: str = "once") -> None:
         if _TRACKED is not None:
             _TRACKED.append(self)
+        self._check_arguments(comm.Get_size(), c, order, source.shape)
+        self.c = int(c)
+        self.overlap = bool(overlap)
         dtype = np.dtype(dtype)
         require(dtype in FLOAT_DTYPES, f"dtype must be float32 or float64, got {dtype}")
         require(checks in CHECKS,
@@ -169,6 +184,33 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         self.row_inv = inverse_permutation(self.row_perm)
         self.col_inv = self.row_inv if self.col_perm is self.row_perm else inverse_permutation(
             self.col_perm)
+        self.grid = self.grid_class.create(comm, self.c, order)
+        self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
+        self.layer = CountingComm(self.grid.layer_comm, self.stats)
+        if isinstance(self.grid, ProcessGrid25D):  # s x s layers: Cannon shifts along rows, columns
+            self.s = self.grid.s
+            self.row = CountingComm(self.grid.row_comm, self.stats)
+            self.col = CountingComm(self.grid.col_comm, self.stats)
+        else:  # layers of q ranks
+            self.q = self.grid.q
+        self._setup(source)
+
+    @classmethod
+    def _check_arguments(cls, p: int, c, order: str, shape: tuple[int, int]) -> None:
+        """The family's rank-independent checks of its construction arguments (InputError)."""
+        cls._check_grid(p, c, order)
+
+    @classmethod
+    def _check_grid(cls, p: int, c, order: str = "fiber") -> None:
+        """The family's grid rule for p and c (and the rank order), with its message."""
+        check_grid(p, c, order, cls.grid_allows, cls.grid_class.rule,
+                   f"the {cls.name} algorithm")
+
+    def _setup(self, source: CooShare) -> None:
+        """Place S (given as this rank's COO share, original coordinates) on ``self.grid``
+        and build what the family's loop needs (collective; the family's part of
+        construction)."""
+        raise NotImplementedError
 
     def _row_weights(self, source: CooShare) -> tuple[np.ndarray, np.ndarray]:
         """Global nonzeros per row and per column of S (collective: one all-reduce of m + n
@@ -181,6 +223,11 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         return total[:m], total[m:]
 
     # ----------------------------------------------------------------- subclass hooks
+    @staticmethod
+    def grid_allows(p: int, c: int) -> bool:
+        """Whether p ranks form this family's grid with replication factor c."""
+        raise NotImplementedError
+
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
         """Global permuted rows of ``side``'s dense block on ``rank`` (local order)."""
         raise NotImplementedError
@@ -199,6 +246,22 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         """(messages, words) per rank of one FusedMM that Table III counts and distmm does not
         send, beyond the shifts of a one-rank layer (default: none)."""
         return 0.0, 0.0
+
+    def expected_words(self, op: str, r: int, strategy: str = "none"
+                       ) -> dict[str, dict[str, float]]:
+        """What one call of ``op`` (sddmm, spmm_a, spmm_b, fusedmm_a, fusedmm_b) at width r
+        with ``strategy`` sends from this rank: the family's ``exact_words`` for this object's
+        shape and this rank's own counts (the nonzeros it shifts, its grid position), as
+        ``{phase: {"words": w, "messages": k}}``; it receives as much. Exact wherever the
+        family's formula is (see its ``exact_words``). Collective when the stored S^T must be
+        built first (every rank calls it then); otherwise not."""
+        m, n = self.shape
+        return self.exact_words(op, m, n, r, self.p, self.c, strategy,
+                                **self._exact_counts(op, strategy))
+
+    def _exact_counts(self, op: str, strategy: str) -> dict:
+        """This rank's own counts that the family's ``exact_words`` takes (default: none)."""
+        return {}
 
     def _col_blocks(self) -> int:
         """How many column blocks r is cut into (families with ``splits_r``)."""
@@ -502,9 +565,10 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     def _fused_call(self, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
         strategy = strategy or self.strategies[-1]
         self._check_strategy(strategy)
-        values = self._named_or(values)
-        r = self._begin(f"fusedmm_{side}", (("a", A_loc, "A"), ("b", B_loc, "B")), values,
-                        out, side)
+        r = self._begin(f"fusedmm_{side}", (("a", A_loc, "A"), ("b", B_loc, "B")),
+                        self._named_or(values), out, side)
+        # A name travels on as it is, so that the family finds the vector's copy in the
+        # stored S^T's order under that name (_values_for).
         res = self._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
                             values)
         return self._block(side, r, res if out is None else out)
@@ -512,8 +576,8 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     def _check_strategy(self, strategy: str) -> None:
         """Rank-independent check of a FusedMM strategy name."""
         require(strategy in self.strategies,
-                f"unknown FusedMM strategy {strategy!r} for {self.name}; choose one of "
-                f"{', '.join(self.strategies)}")
+                f"unknown FusedMM strategy {strategy!r} for {self.name}; it supports only "
+                f"{', '.join(self.strategies)}{self.strategy_note}")
 
     @staticmethod
     def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:
@@ -580,6 +644,13 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     def _named_or(self, values: np.ndarray | str | None) -> np.ndarray | None:
         """``values`` with a registered name replaced by its vector (value order)."""
         return self.named_values(values) if isinstance(values, str) else values
+
+    def _values_for(self, name: str, values: np.ndarray | str | None) -> np.ndarray:
+        """The values a FusedMM runs with, in orientation ``name``'s order: S's own (None),
+        a registered vector (its name) or an array in value order. Families that store S in
+        one orientation only have them in value order already."""
+        values = self._named_or(values)
+        return self.values if values is None else values
 
     # ----------------------------------------------------------------- dense data in and out
     def local_rows(self, side: str) -> np.ndarray:
@@ -762,7 +833,8 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         return {"algorithm": self.name, "p": self.p, "m": self.shape[0], "n": self.shape[1],
                 "node_model": self.node_model, "node_options": self.kernel.options(),
                 "dtype": str(self.dtype), "permute": applied_mode(self.permute, self.p),
-                "checks": self.checks,
+                "checks": self.checks, "c": self.c, "order": self.grid.order,
+                "overlap": self.overlap,
                 **({"r": self.r} if self.r is not None else {})}
 
     # ----------------------------------------------------------------- lifetime
@@ -842,6 +914,38 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
     def _build_b(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
         raise NotImplementedError
 
+    @staticmethod
+    def _frames(name: str) -> tuple[str, str]:
+        """(X side, Y side) of an orientation: X is replicated along the fiber, Y is not."""
+        return ("a", "b") if name == "a" else ("b", "a")
+
+    # The fiber collectives of the loop (paper section IV-A): every family with two
+    # orientations replicates the X operand along the fiber and reduces X-side outputs there.
+    def _fiber_rows(self, name: str) -> np.ndarray:
+        """Rows of the X-side block of each rank of this rank's fiber, in fiber order, in
+        orientation ``name``: the pieces that make up the X superblock. Not collective."""
+        raise NotImplementedError
+
+    def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
+        """All-gather this fiber's X blocks into the X superblock T (phase "replication";
+        collective over the fiber). In a fiber of one rank the block is the superblock and is
+        returned as it is. T is kept on the object and overwritten by the next call."""
+        if self.c == 1:
+            return X_loc
+        rows, w = self._fiber_rows(name), X_loc.shape[1]
+        T = self._buffer(("T", name), (int(rows.sum()), w))
+        self.fiber.allgatherv(X_loc, T, rows * w)
+        return T
+
+    def _reduce(self, name: str, T: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Reduce-scatter the X superblock T back to the fiber's blocks (phase "reduction";
+        collective over the fiber): this rank's block, written into ``out`` when given."""
+        rows, w = self._fiber_rows(name), T.shape[1]
+        if out is None:
+            out = np.empty((int(rows[self.fiber.rank]), w), dtype=self.dtype)
+        self.fiber.reduce_scatter(T, out, rows * w)
+        return out
+
     def _orientation(self, name: str) -> Orientation:
         """The stored orientation, building "b" (S^T) from "a" on first use (collective)."""
         if name not in self._o:
@@ -865,23 +969,24 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
                 lambda i, j: self._owner("b", i, j))
         return self._plan
 
-    def _values_for(self, name: str, values: np.ndarray | None) -> np.ndarray:
+    def _values_for(self, name: str, values: np.ndarray | str | None) -> np.ndarray:
         """Values in orientation ``name``'s order (collective when they must move).
 
-        ``values`` is None (S's own), or a vector in value order ("a"): a registered vector
-        (:meth:`set_named_values`) is moved to "b" once and kept; any other array is moved at
-        every call."""
+        ``values`` is None (S's own), the name of a registered vector
+        (:meth:`set_named_values`: moved to "b" on first use and kept there under its name),
+        or any other vector in value order ("a"), moved at every call."""
         o = self._orientation(name)
         if values is None:
             return o.values
+        if isinstance(values, str):
+            self.named_values(values)  # InputError for an unknown name
+            entry = self.__dict__["_named"][values]
+            if name == "b" and "b" not in entry:
+                entry["b"] = np.empty(o.nnz, dtype=self.dtype)
+                self._move_values(self._b_plan(), entry["a"], entry["b"])
+            return entry[name]
         if name == "a":
             return values
-        for entry in self.__dict__.get("_named", {}).values():
-            if entry["a"] is values:
-                if "b" not in entry:
-                    entry["b"] = np.empty(o.nnz, dtype=self.dtype)
-                    self._move_values(self._b_plan(), values, entry["b"])
-                return entry["b"]
         moved = np.empty(o.nnz, dtype=self.dtype)
         self._move_values(self._b_plan(), values, moved)
         return moved

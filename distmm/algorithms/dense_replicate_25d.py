@@ -107,40 +107,19 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from mpi4py import MPI
 
 from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
 from distmm.algorithms.model import KernelCalls
+from distmm.algorithms.packets import index_words, pack, packet_block, packet_values, word_dtype
 from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
-from distmm.grid import RANK_ORDERS, ProcessGrid25D
-from distmm.kernels import NodeModel
-from distmm.layout import block_of, block_offsets
-from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
+from distmm.grid import ProcessGrid25D, fits_25d
+from distmm.layout import block_of, block_offsets, block_range
 
 STRATEGIES = ("none", "reuse")
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
 PHASES = ("replication", "propagation", "reduction")
-# The integer word that carries one COO entry (row, column, value bits) of each data type.
-_WORD = {np.dtype(np.float32): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.int64)}
-
-
-def grid_side(p: int, c: int) -> int:
-    """s = sqrt(p/c) for a valid 2.5D grid; raises InputError (not collective) otherwise."""
-    require(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1,
-            f"replication factor c must be an integer >= 1, got {c!r}")
-    require(p % c == 0, f"replication factor c={c} does not divide the number of ranks p={p}")
-    s = math.isqrt(p // c)
-    require(s * s * c == p,
-            f"the 2.5D dense replicating algorithm needs p/c to be a perfect square; p={p}, "
-            f"c={c} gives p/c={p // c} (valid c here: "
-            f"{', '.join(str(d) for d in range(1, p + 1) if p % d == 0 and _square(p // d))})")
-    return s
-
-
-def _square(q: int) -> bool:
-    return math.isqrt(q) ** 2 == q
 
 
 @dataclass
@@ -148,14 +127,14 @@ class _Loop:
     """What one rank needs to run the propagation loop of one orientation.
 
     ``step_nnz[t]`` / ``step_yrows[t]``: nonzeros of the S block and rows of the Y block this
-    rank holds at step t; ``home_rows`` / ``home_cols``: the home block's COO coordinates as
-    wire words; ``s_comm``, ``s_dest``, ``s_src``: where the S block goes and comes from.
+    rank holds at step t; ``home_index``: the home block's COO coordinates as packet words
+    (:func:`~distmm.algorithms.packets.index_words`); ``s_comm``, ``s_dest``, ``s_src``:
+    where the S block goes and comes from.
     """
 
     step_nnz: np.ndarray
     step_yrows: np.ndarray
-    home_rows: np.ndarray
-    home_cols: np.ndarray
+    home_index: np.ndarray
     s_comm: CountingComm
     s_dest: int
     s_src: int
@@ -173,29 +152,16 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
 
     name = "25d-dense-replicate"
     strategies = STRATEGIES
+    strategy_note = (" (local kernel fusion is not possible with this algorithm: A and B are "
+                     "divided by columns, so no rank holds whole dot products; paper sections "
+                     "IV-B, V-C)")
     supports_overlap = True
     splits_r = True
+    grid_class = ProcessGrid25D
 
-    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
-                 node_model: str | NodeModel = "reference", dtype=np.float32,
-                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
-                 check_finite: bool = True,
-                 overlap: bool = False, checks: str = "once") -> None:
-        self.overlap = bool(overlap)
-        # Every check below is rank-independent and runs before any communication.
-        p = comm.Get_size()
-        s = grid_side(p, c)
-        require(order in RANK_ORDERS,
-                f"unknown rank order {order!r}; choose one of {', '.join(RANK_ORDERS)}")
-        self.c, self.s = int(c), s  # before the base class checks a default r (r_rule)
-        super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
-                         seed=seed, check_finite=check_finite, r=r, checks=checks)
-        self.grid = ProcessGrid25D.create(comm, int(c), order)
-        self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
-        self.row = CountingComm(self.grid.row_comm, self.stats)
-        self.col = CountingComm(self.grid.col_comm, self.stats)
-        self.layer = CountingComm(self.grid.layer_comm, self.stats)
-        self._word = _WORD[self.dtype]
+    def _setup(self, source: CooShare) -> None:
+        s = self.s
+        self._word = word_dtype(self.dtype)
         m, n = self.shape
         self.offsets = {"a": block_offsets(m, s * self.c), "b": block_offsets(n, s * self.c)}
         rows = self.row_inv[source.rows]
@@ -203,32 +169,8 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         self._o: dict[str, Orientation] = {}
         self._loops: dict[str, _Loop] = {}
         self._add_orientation("a", rows, cols, source.vals)
-        self._plan = None
-        self._b_stale = False
-        self._source = None
 
     # ----------------------------------------------------------------- grid positions
-    def _position(self, rank):
-        """(i, j, k) of a world rank (scalar or array)."""
-        c, s = self.c, self.s
-        if self.grid.order == "fiber":
-            pos, k = np.divmod(rank, c)
-        else:
-            k, pos = np.divmod(rank, s * s)
-        i, j = np.divmod(pos, s)
-        return i, j, k
-
-    def _world_rank(self, i, j, k):
-        pos = i * self.s + j
-        if self.grid.order == "fiber":
-            return pos * self.c + k
-        return k * self.s * self.s + pos
-
-    @staticmethod
-    def _frames(name: str) -> tuple[str, str]:
-        """(X side, Y side) of an orientation."""
-        return ("a", "b") if name == "a" else ("b", "a")
-
     def _xsuper(self, name: str, i, j):
         """The X superblock held (after replication) at layer position (i, j)."""
         return i if name == "a" else (i + j) % self.s
@@ -254,7 +196,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         else:  # S^T(B superblock d, A block ic+k) on (i, (d - i) mod s, k)
             i, k, d = ab // c, ab % c, bb // c
             j = (d - i) % s
-        return np.asarray(self._world_rank(i, j, k), dtype=np.int64)
+        return np.asarray(self.grid.world_rank(i, j, k), dtype=np.int64)
 
     def _home(self, name: str) -> tuple[int, int, int, int]:
         """(row_base, nrows, col_base, ncols) of this rank's home block, orientation frame."""
@@ -303,22 +245,21 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
             dest = ((i - 1) % s) * s + (j + 1) % s
             src = ((i + 1) % s) * s + (j - 1) % s
         self._loops[name] = _Loop(step_nnz, step_yrows,
-                                  home.row_ids().astype(self._word),
-                                  home.indices.astype(self._word), s_comm, dest, src)
+                                  index_words(home.row_ids(), home.indices, self.dtype), s_comm,
+                                  dest, src)
 
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
         """Global permuted rows of ``side``'s block on ``rank``: A row block ic+k, B row block
         ((i+j) mod s)c+k (pre-skewed). Not collective."""
-        i, j, k = (int(v) for v in self._position(rank))
+        i, j, k = self.grid.position(rank)
         x = i if side == "a" else (i + j) % self.s
-        b = x * self.c + k
-        off = self.offsets[side]
-        return np.arange(off[b], off[b + 1], dtype=np.int64)
+        return block_range(self.offsets[side], x * self.c + k)
 
     def r_rule(self) -> tuple[int, str]:
         """r >= s = sqrt(p/c): the s columns of a layer each hold one column block of r."""
-        return self.min_width(self.p, self.c), (
-            f"A and B are split into s = sqrt(p/c) = {self.s} column blocks, one per grid "
+        low = self.min_width(self.p, self.c)
+        return low, (
+            f"A and B are split into s = sqrt(p/c) = {low} column blocks, one per grid "
             "column; use a larger r or a larger c")
 
     def _col_blocks(self) -> int:
@@ -326,48 +267,21 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
 
     def _col_block(self, rank: int) -> int:
         """Column block j (Table II), the same for A and B."""
-        return int(self._position(rank)[1])
+        return int(self.grid.position(rank)[1])
 
     def _build_b(self, rows, cols, vals) -> None:
         self._add_orientation("b", rows, cols, vals)
 
     def describe(self) -> dict:
         """The configuration as a JSON-ready dict. Not collective."""
-        return {**super().describe(), "c": self.c, "s": self.s,
-                "order": self.grid.order, "overlap": self.overlap,
+        return {**super().describe(), "s": self.s,
                 "layout": "A per Table II; B and S stored with Algorithm 2's initial skew"}
 
     # ----------------------------------------------------------------- the loop (Algorithm 2)
-    def _replicate(self, name: str, X_loc: np.ndarray, r: int) -> np.ndarray:
-        """All-gather this fiber's X blocks into the X superblock T (replication)."""
-        xs, _ = self._frames(name)
-        off, c, w = self.offsets[xs], self.c, self.local_width(r)
-        x = self._xsuper(name, self.grid.i, self.grid.j)
-        counts = [int(off[x * c + q + 1] - off[x * c + q]) * w for q in range(c)]
-        T = self._buffer(("T", name), (int(off[x * c + c] - off[x * c]), w))
-        self.fiber.allgatherv(X_loc, T, counts)
-        return T
-
-    def _reduce(self, name: str, T: np.ndarray, r: int, out: np.ndarray | None = None
-                ) -> np.ndarray:
-        """Reduce-scatter the X superblock T back to the fiber's blocks (reduction)."""
-        xs, _ = self._frames(name)
-        off, c, k, w = self.offsets[xs], self.c, self.grid.k, self.local_width(r)
-        x = self._xsuper(name, self.grid.i, self.grid.j)
-        counts = [int(off[x * c + q + 1] - off[x * c + q]) * w for q in range(c)]
-        if out is None:
-            out = np.empty((counts[k] // w if w else 0, w), dtype=self.dtype)
-        self.fiber.reduce_scatter(T, out, counts)
-        return out
-
-    def _unpack(self, packet: np.ndarray, nnz: int, shape: tuple[int, int],
-                vals: np.ndarray) -> CSRBlock:
-        """The CSR block of a received COO packet (nonzeros arrive in CSR order)."""
-        rows = packet[:nnz]
-        indptr = np.zeros(shape[0] + 1, dtype=INDPTR_DTYPE)
-        np.cumsum(np.bincount(rows, minlength=shape[0]), out=indptr[1:])
-        indices = packet[nnz:2 * nnz].astype(INDEX_DTYPE, copy=False)
-        return CSRBlock(shape=shape, indptr=indptr, indices=indices, data=vals)
+    def _fiber_rows(self, name: str) -> np.ndarray:
+        """Rows of the fiber's X blocks: X superblock x is row blocks xc .. xc + c - 1."""
+        x, c = self._xsuper(name, self.grid.i, self.grid.j), self.c
+        return np.diff(self.offsets[self._frames(name)[0]])[x * c:(x + 1) * c]
 
     def _propagate(self, name: str, mode: str, third: np.ndarray, T: np.ndarray | None,
                    Y_loc: np.ndarray | None, r: int, T_out: np.ndarray | None = None,
@@ -388,9 +302,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         z0 = int(z[0])
         cur = self._buffer("cur", (3 * int(z.max()),), self._word)
         nxt = self._buffer("nxt", (3 * int(z.max()),), self._word)
-        cur[:z0] = lp.home_rows
-        cur[z0:2 * z0] = lp.home_cols
-        cur[2 * z0:3 * z0].view(dt)[:] = third
+        pack(cur, lp.home_index, third, dt)
         ycur = self._buffer("ycur", (int(yrows.max()), w))
         ynxt = self._buffer("ynxt", (int(yrows.max()), w))
         ycur[:yrows[0]] = Y_loc if mode != "spmm_y" else 0
@@ -405,7 +317,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         for step in range(s):
             zs, ys = int(z[step]), int(yrows[step])
             nz, ny = int(z[(step + 1) % s]), int(yrows[(step + 1) % s])
-            vals = cur[2 * zs:3 * zs].view(dt)
+            vals = packet_values(cur, zs, dt)
             Yb = ycur[:ys]
             reqs = []
             if pre_s:
@@ -414,7 +326,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
             if pre_y:
                 reqs += self.col.start_shift(ycur[:ys], ynxt[:ny], dest=up, source=down)
             with self.stats.timer("compute"):
-                blk = home if step == 0 else self._unpack(cur, zs, (home.shape[0], ys), vals)
+                blk = home if step == 0 else packet_block(cur, zs, (home.shape[0], ys), vals)
                 if mode == "sddmm":
                     kern.sddmm(blk, ones[:zs], T, Yb, vals)
                 elif mode == "spmm_x":
@@ -430,7 +342,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
                 self.col.finish(reqs)
                 cur, nxt = nxt, cur
                 ycur, ynxt = ynxt, ycur
-        out_third = cur[2 * z0:3 * z0].view(dt)
+        out_third = packet_values(cur, z0, dt)
         if mode != "spmm_y":
             return out_third, None
         if result is None:
@@ -441,7 +353,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
     # pieces expressed in an orientation's frame ------------------------------------------
     def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None):
         if T is None:
-            T = self._replicate(name, X_loc, r)
+            T = self._replicate(name, X_loc)
         partial, _ = self._propagate(name, "sddmm", 0.0, T, Y_loc, r)
         # R = S(vals) o (sum over the s column blocks of A_t B_t^T)
         return np.multiply(partial, vals, out=out), T
@@ -451,24 +363,16 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         T_out = self._buffer(("T_out", name), (o.blocks[0].shape[0], self.local_width(r)))
         T_out[...] = 0
         self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out)
-        return self._reduce(name, T_out, r, out)
+        return self._reduce(name, T_out, out)
 
     def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None):
         if T is None:
-            T = self._replicate(name, X_loc, r)
+            T = self._replicate(name, X_loc)
         return self._propagate(name, "spmm_y", vals, T, None, r, result=out)[1]
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
-    def _check_strategy(self, strategy: str) -> None:
-        require(strategy != "fusion",
-                f"local kernel fusion is not possible with the {self.name} algorithm: A and B "
-                "are divided by columns, so no rank holds whole dot products (paper sections "
-                "IV-B, V-C); choose one of " + ", ".join(STRATEGIES))
-        require(strategy in STRATEGIES,
-                f"unknown FusedMM strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
-                 values: np.ndarray | None = None) -> np.ndarray:
+                 values: np.ndarray | str | None = None) -> np.ndarray:
         # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)
@@ -500,11 +404,11 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
             lp = self._loops["b"]
         return int(lp.step_nnz.sum()) if self.s > 1 else 0
 
+    def _exact_counts(self, op: str, strategy: str) -> dict:
+        return {"shifted_nnz": self.shifted_nnz(op, strategy)}
+
     # ----------------------------------------------------------------- the cost model
-    @staticmethod
-    def grid_allows(p: int, c: int) -> bool:
-        """Whether p ranks form an s x s x c grid: c | p and p/c a perfect square."""
-        return c >= 1 and p % c == 0 and math.isqrt(p // c) ** 2 == p // c
+    grid_allows = staticmethod(fits_25d)
 
     @staticmethod
     def min_width(p: int, c: int) -> int:
@@ -568,7 +472,8 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         reduction. Not collective.
         """
         require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
-        s = grid_side(p, c)
+        DenseReplicate25D._check_grid(p, c)
+        s = math.isqrt(p // c)
         if op.startswith("fusedmm"):
             require(strategy in STRATEGIES,
                     f"unknown FusedMM strategy {strategy!r}; choose one of "
@@ -608,4 +513,4 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         return out
 
 
-__all__ = ["DenseReplicate25D", "grid_side"]
+__all__ = ["DenseReplicate25D"]

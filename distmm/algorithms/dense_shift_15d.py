@@ -29,16 +29,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from mpi4py import MPI
 
 from distmm.algorithms.base import TwoOrientationAlgorithm
 from distmm.algorithms.model import KernelCalls
-from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
-from distmm.grid import ProcessGrid15D
-from distmm.kernels import NodeModel
-from distmm.layout import block_of, block_offsets
+from distmm.grid import ProcessGrid15D, fits_15d
+from distmm.layout import block_of, block_offsets, block_range
 
 STRATEGIES = ("none", "reuse", "fusion")
 
@@ -55,53 +52,34 @@ class DenseShift15D(TwoOrientationAlgorithm):
     name = "15d-dense-shift"
     strategies = STRATEGIES
     supports_overlap = True
+    grid_class = ProcessGrid15D
 
-    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
-                 node_model: str | NodeModel = "reference", dtype=np.float32,
-                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
-                 check_finite: bool = True,
-                 overlap: bool = False, checks: str = "once") -> None:
+    def _setup(self, source: CooShare) -> None:
         # A and B keep whole rows, so any r >= 1 works per call; ``r`` is only a default width.
-        super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
-                         seed=seed, check_finite=check_finite, r=r, checks=checks)
-        self.grid = ProcessGrid15D.create(comm, c, order)
-        self.c, self.q = c, self.grid.q
-        self.overlap = bool(overlap)
-        self.layer = CountingComm(self.grid.layer_comm, self.stats)
-        self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
         m, n = self.shape
         self.offsets = {"a": block_offsets(m, self.p), "b": block_offsets(n, self.p)}
         rows = self.row_inv[source.rows]
         cols = self.col_inv[source.cols]
         self._o = {"a": self._place("a", self._owner("a", rows, cols), rows, cols,
                                     source.vals, self._layout("a"))}
-        self._plan = None
-        self._b_stale = False
 
     # ----------------------------------------------------------------- layout
-    def _frames(self, name: str) -> tuple[str, str]:
-        """(X side, Y side) of an orientation."""
-        return ("a", "b") if name == "a" else ("b", "a")
-
     def _owner(self, name: str, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """World rank storing each S entry (given in S's frame) in orientation ``name``."""
         x, y = (rows, cols) if name == "a" else (cols, rows)
         xs, ys = self._frames(name)
         xb = block_of(x, self.offsets[xs])
         yb = block_of(y, self.offsets[ys])
-        u, v = xb // self.c, yb % self.c
-        if self.grid.order == "fiber":
-            return (u * self.c + v).astype(np.int64)
-        return (v * self.q + u).astype(np.int64)
+        return self.grid.world_rank(xb // self.c, yb % self.c).astype(np.int64)
 
     def _layout(self, name: str):
         xs, ys = self._frames(name)
         xo, yo = self.offsets[xs], self.offsets[ys]
-        u, v, c, q = self.grid.u, self.grid.v, self.c, self.q
-        row_base = int(xo[u * c])
-        nrows = int(xo[u * c + c] - row_base)
-        col_bases = np.array([yo[t * c + v] for t in range(q)], dtype=np.int64)
-        shapes = [(nrows, int(yo[t * c + v + 1] - yo[t * c + v])) for t in range(q)]
+        c, q, fiber = self.c, self.q, self.grid.fiber_blocks()
+        row_base = int(xo[fiber.start])
+        nrows = int(xo[fiber.stop] - row_base)
+        col_bases = yo[:-1][self.grid.layer_blocks()].copy()
+        shapes = [(nrows, int(w)) for w in np.diff(yo)[self.grid.layer_blocks()]]
 
         def layout(x: np.ndarray, y: np.ndarray):
             yb = block_of(y, yo)
@@ -114,21 +92,15 @@ class DenseShift15D(TwoOrientationAlgorithm):
         return lambda rows, cols: layout(*frame(rows, cols))
 
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
-        u, v = (rank // self.c, rank % self.c) if self.grid.order == "fiber" else (
-            rank % self.q, rank // self.q)
-        b = u * self.c + v
-        off = self.offsets[side]
-        return np.arange(off[b], off[b + 1], dtype=np.int64)
+        u, v = self.grid.position(rank)
+        return block_range(self.offsets[side], u * self.c + v)
 
     def _build_b(self, rows, cols, vals) -> None:
         self._o["b"] = self._place("b", self._owner("b", rows, cols), rows, cols, vals,
                                    self._layout("b"))
 
     # ----------------------------------------------------------------- the cost model
-    @staticmethod
-    def grid_allows(p: int, c: int) -> bool:
-        """Whether p ranks form this family's grid with replication factor c: c | p."""
-        return c >= 1 and p % c == 0
+    grid_allows = staticmethod(fits_15d)
 
     @staticmethod
     def min_width(p: int, c: int) -> int:
@@ -186,33 +158,10 @@ class DenseShift15D(TwoOrientationAlgorithm):
         here: only dense blocks move). See :func:`dense_shift_15d_exact`."""
         return dense_shift_15d_exact(op, m, n, r, p, c, strategy)
 
-    def describe(self) -> dict:
-        return {**super().describe(), "c": self.c, "order": self.grid.order,
-                "overlap": self.overlap}
-
     # ----------------------------------------------------------------- the loop (Algorithm 1)
-    def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
-        """All-gather this fiber's X blocks into the row superblock T (replication)."""
-        if self.c == 1:  # a fiber of one rank: the block is the superblock, nothing to copy
-            return X_loc
-        xs, _ = self._frames(name)
-        off, u, c = self.offsets[xs], self.grid.u, self.c
-        r = X_loc.shape[1]
-        counts = [int(off[u * c + k + 1] - off[u * c + k]) * r for k in range(c)]
-        T = self._buffer(("T", name), (int(off[u * c + c] - off[u * c]), r))
-        self.fiber.allgatherv(X_loc, T, counts)
-        return T
-
-    def _reduce(self, name: str, T: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Reduce-scatter the X-side superblock T back to the fiber's blocks (reduction)."""
-        xs, _ = self._frames(name)
-        off, u, c, v = self.offsets[xs], self.grid.u, self.c, self.grid.v
-        r = T.shape[1]
-        counts = [int(off[u * c + k + 1] - off[u * c + k]) * r for k in range(c)]
-        if out is None:
-            out = np.empty((int(off[u * c + v + 1] - off[u * c + v]), r), dtype=self.dtype)
-        self.fiber.reduce_scatter(T, out, counts)
-        return out
+    def _fiber_rows(self, name: str) -> np.ndarray:
+        """Rows of the fiber's X blocks: the row superblock T is blocks uc .. uc + c - 1."""
+        return np.diff(self.offsets[self._frames(name)[0]])[self.grid.fiber_blocks()]
 
     def _propagate(self, name: str, mode: str, vals: np.ndarray, T: np.ndarray | None,
                    Y_loc: np.ndarray | None, r: int, out: np.ndarray | None,
@@ -226,12 +175,12 @@ class DenseShift15D(TwoOrientationAlgorithm):
         """
         o = self._orientation(name)
         _, ys = self._frames(name)
-        yo, c, v, u, q = self.offsets[ys], self.c, self.grid.v, self.grid.u, self.q
-        sizes = [int(yo[t * c + v + 1] - yo[t * c + v]) for t in range(q)]
+        u, q = self.grid.u, self.q
+        sizes = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
         if q == 1:  # one rank per layer: nothing shifts, the kernel reads Y (or writes it) in place
             return self._local_step(o, mode, vals, T, Y_loc, r, out, result)
-        cur = self._buffer("cur", (max(sizes), r))
-        nxt = self._buffer("nxt", (max(sizes), r))
+        cur = self._buffer("cur", (int(sizes.max()), r))
+        nxt = self._buffer("nxt", (int(sizes.max()), r))
         cur[:sizes[u]] = Y_loc if mode != "spmm_y" else 0
         left, right = (u - 1) % q, (u + 1) % q
         # Overlap (the paper's future work, section VII): send the Y block on while the kernel
@@ -331,7 +280,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
-                 values: np.ndarray | None = None) -> np.ndarray:
+                 values: np.ndarray | str | None = None) -> np.ndarray:
         # FusedMMB(A, B, S) = FusedMMA(B, A, S^T): swap roles and orientations (IV-B).
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)

@@ -95,38 +95,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from mpi4py import MPI
 
 from distmm.algorithms.base import DistributedAlgorithm, Orientation
 from distmm.algorithms.model import KernelCalls
-from distmm.comm import CountingComm
 from distmm.coo import CooShare
 from distmm.errors import require
-from distmm.grid import ProcessGrid25D
-from distmm.kernels import NodeModel
-from distmm.layout import block_of, block_offsets
+from distmm.grid import ProcessGrid25D, fits_25d
+from distmm.layout import block_of, block_offsets, block_range
 
 STRATEGIES = ("none",)
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
-
-
-def _valid_cs(p: int) -> list[int]:
-    """The replication factors c for which p/c is a perfect square."""
-    return [c for c in range(1, p + 1) if p % c == 0 and math.isqrt(p // c) ** 2 == p // c]
-
-
-def _check_grid(p: int, c) -> int:
-    """Rank-independent checks of p and c; returns s = sqrt(p/c)."""
-    valid = ", ".join(map(str, _valid_cs(p)))
-    require(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1,
-            f"replication factor c must be an integer >= 1, got {c!r}")
-    require(p % c == 0, f"replication factor c={c} does not divide the number of ranks p={p} "
-                        f"(the 2.5D sparse replicating algorithm accepts c in {{{valid}}})")
-    s = math.isqrt(p // c)
-    require(s * s * c == p,
-            f"the 2.5D sparse replicating algorithm needs p/c to be a perfect square; p={p}, "
-            f"c={c} gives p/c={p // c} (valid c for p={p}: {valid})")
-    return s
 
 
 class SparseReplicate25D(DistributedAlgorithm):
@@ -142,36 +120,24 @@ class SparseReplicate25D(DistributedAlgorithm):
 
     name = "25d-sparse-replicate"
     strategies = STRATEGIES
+    strategy_note = (" (it replicates no dense matrix, so neither replication reuse nor local "
+                     "kernel fusion applies: paper section V-D)")
     supports_overlap = True
     splits_r = True
+    grid_class = ProcessGrid25D
 
-    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
-                 node_model: str | NodeModel = "reference", dtype=np.float32,
-                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
-                 check_finite: bool = True,
-                 overlap: bool = False, checks: str = "once") -> None:
-        p = comm.Get_size()
-        s = _check_grid(p, c)
-        c = int(c)
-        self.c, self.s = c, s  # before the base class checks a default r (r_rule)
-        super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
-                         seed=seed, check_finite=check_finite, r=r, checks=checks)
-        self.grid = ProcessGrid25D.create(comm, c, order)
-        self.overlap = bool(overlap)
-        g = self.grid
-        self.row = CountingComm(g.row_comm, self.stats)
-        self.col = CountingComm(g.col_comm, self.stats)
-        self.fiber = CountingComm(g.fiber_comm, self.stats)
+    def _setup(self, source: CooShare) -> None:
+        g, c, s = self.grid, self.c, self.s
         m, n = self.shape
         self.offsets = {"a": block_offsets(m, s), "b": block_offsets(n, s)}
 
         rows = self.row_inv[source.rows]
         cols = self.col_inv[source.cols]
         pos = block_of(rows, self.offsets["a"]) * s + block_of(cols, self.offsets["b"])
-        owners = np.concatenate([self._world_rank(pos, k) for k in range(c)]).astype(np.int64)
+        owners = np.concatenate([g.world_rank(pos // s, pos % s, k)
+                                 for k in range(c)]).astype(np.int64)
         rep = (np.tile(rows, c), np.tile(cols, c), np.tile(source.vals, c))
         self._o: Orientation = self._place("a", owners, *rep, self._layout())
-        self._source = None
         self._S = self._o.blocks[0]
         self._nnz_block = self._o.nnz
         self._vo = block_offsets(self._nnz_block, c)
@@ -184,22 +150,6 @@ class SparseReplicate25D(DistributedAlgorithm):
         self._S.data = self._o.values = self._ones
 
     # ----------------------------------------------------------------- layout
-    def _world_rank(self, pos: np.ndarray | int, k: np.ndarray | int):
-        """World rank of grid position (pos // s, pos % s, k) (vectorised)."""
-        if self.grid.order == "fiber":
-            return pos * self.c + k
-        return k * self.s * self.s + pos
-
-    def _position(self, rank: int) -> tuple[int, int, int]:
-        """Grid position (i, j, k) of a world rank."""
-        s, c = self.s, self.c
-        if self.grid.order == "fiber":
-            pos, k = divmod(rank, c)
-        else:
-            k, pos = divmod(rank, s * s)
-        i, j = divmod(pos, s)
-        return i, j, k
-
     def _layout(self):
         g = self.grid
         mo, no = self.offsets["a"], self.offsets["b"]
@@ -214,21 +164,20 @@ class SparseReplicate25D(DistributedAlgorithm):
 
     def _col_block(self, rank: int) -> int:
         """Index g = k*s + (i+j) mod s of the column block of r that ``rank`` holds."""
-        i, j, k = self._position(rank)
+        i, j, k = self.grid.position(rank)
         return k * self.s + (i + j) % self.s
 
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
         """Global permuted rows of ``side``'s block on ``rank``: row block i of A, j of B."""
-        i, j, _ = self._position(rank)
-        b = i if side == "a" else j
-        off = self.offsets[side]
-        return np.arange(off[b], off[b + 1], dtype=np.int64)
+        i, j, _ = self.grid.position(rank)
+        return block_range(self.offsets[side], i if side == "a" else j)
 
     def r_rule(self) -> tuple[int, str]:
         """r >= sqrt(pc): r is cut into s*c column blocks, one per layer and grid column."""
-        s, c = self.s, self.c
-        return self.min_width(self.p, c), (
-            f"r is cut into sqrt(p/c)*c = {s}*{c} = {s * c} column blocks, one per layer and "
+        c = self.c
+        low = self.min_width(self.p, c)
+        return low, (
+            f"r is cut into sqrt(p/c)*c = {low // c}*{c} = {low} column blocks, one per layer and "
             "grid column; use a larger r or a smaller c")
 
     def _col_blocks(self) -> int:
@@ -250,6 +199,10 @@ class SparseReplicate25D(DistributedAlgorithm):
         """Nonzeros of this rank's S block (i, j), whose values its fiber shares."""
         return self._nnz_block
 
+    def _exact_counts(self, op: str, strategy: str) -> dict:
+        g = self.grid
+        return {"block_nnz": self._nnz_block, "i": g.i, "j": g.j, "k": g.k}
+
     def _store_values(self, values: np.ndarray) -> None:
         self._vals[...] = values
 
@@ -259,8 +212,7 @@ class SparseReplicate25D(DistributedAlgorithm):
         return rows[self._own], cols[self._own]
 
     def describe(self) -> dict:
-        return {**super().describe(), "c": self.c, "s": self.s,
-                "order": self.grid.order, "overlap": self.overlap,
+        return {**super().describe(), "s": self.s,
                 "value_order": "k-th of c contiguous shares of the fiber's S block (CSR order)"}
 
     # ----------------------------------------------------------------- checks
@@ -353,26 +305,17 @@ class SparseReplicate25D(DistributedAlgorithm):
     def _spmm_b(self, A_loc, vals, r, out):
         return self._spmm("spmm_b", A_loc, vals, r, out)
 
-    def _check_strategy(self, strategy: str) -> None:
-        require(strategy in STRATEGIES,
-                f"unknown FusedMM strategy {strategy!r} for {self.name}; it supports only "
-                f"{', '.join(STRATEGIES)} (it replicates no dense matrix, so neither "
-                "replication reuse nor local kernel fusion applies: paper section V-D)")
-
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
-                 values: np.ndarray | None = None) -> np.ndarray:
+                 values: np.ndarray | str | None = None) -> np.ndarray:
         # Only "none" exists: SDDMM, then SpMMA or SpMMB on its output (section V-D).
-        R = self._sddmm(A_loc, B_loc, self._vals if values is None else values, r)
+        R = self._sddmm(A_loc, B_loc, self._values_for("a", values), r)
         if side == "a":
             return self._spmm("spmm_a", B_loc, R, r, out)
         return self._spmm("spmm_b", A_loc, R, r, out)
 
     # ----------------------------------------------------------------- cost model
     # ----------------------------------------------------------------- the cost model
-    @staticmethod
-    def grid_allows(p: int, c: int) -> bool:
-        """Whether p ranks form an s x s x c grid: c | p and p/c a perfect square."""
-        return c >= 1 and p % c == 0 and math.isqrt(p // c) ** 2 == p // c
+    grid_allows = staticmethod(fits_25d)
 
     @staticmethod
     def min_width(p: int, c: int) -> int:
@@ -440,7 +383,8 @@ class SparseReplicate25D(DistributedAlgorithm):
         """
         require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
         require(strategy in STRATEGIES, f"unknown strategy {strategy!r}")
-        s = _check_grid(p, c)
+        SparseReplicate25D._check_grid(p, c)
+        s = math.isqrt(p // c)
         if block_nnz is None and nnz is not None:
             block_nnz = nnz * c / p
         require(block_nnz is not None or c == 1,

@@ -78,22 +78,24 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from mpi4py import MPI
 
 from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
 from distmm.algorithms.model import KernelCalls
-from distmm.comm import CountingComm
+from distmm.algorithms.packets import (
+    WORDS_PER_NONZERO,
+    index_words,
+    pack,
+    packet_block,
+    packet_values,
+    word_dtype,
+)
 from distmm.coo import CooShare
 from distmm.errors import require
-from distmm.grid import RANK_ORDERS, ProcessGrid15D
-from distmm.kernels import NodeModel
-from distmm.layout import block_of, block_offsets
-from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
+from distmm.grid import ProcessGrid15D, fits_15d
+from distmm.layout import block_of, block_offsets, block_range
 
 STRATEGIES = ("none", "reuse")
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
-WORDS_PER_NONZERO = 3
-_PACK_DTYPE = {np.dtype(np.float32): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.int64)}
 
 
 @dataclass
@@ -125,46 +127,32 @@ class SparseShift15D(TwoOrientationAlgorithm):
 
     name = "15d-sparse-shift"
     strategies = STRATEGIES
+    strategy_note = (" (local kernel fusion needs whole dense rows, which this algorithm "
+                     "splits by columns)")
     supports_overlap = True
     splits_r = True
+    grid_class = ProcessGrid15D
 
-    def __init__(self, source: CooShare, comm: MPI.Comm, c: int = 1, r: int | None = None,
-                 node_model: str | NodeModel = "reference", dtype=np.float32,
-                 permute: bool | str = "auto", seed: int = 0, order: str = "fiber",
-                 check_finite: bool = True,
-                 overlap: bool = False, checks: str = "once") -> None:
-        self.overlap = bool(overlap)
-        p = comm.Get_size()
-        # Every check below depends only on arguments that agree across ranks: they raise the
-        # same InputError everywhere before anything is communicated.
-        require(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1,
-                f"replication factor c must be an integer >= 1, got {c!r}")
-        require(p % c == 0, f"replication factor c={c} does not divide the number of ranks p={p}")
-        require(order in RANK_ORDERS,
-                f"unknown rank order {order!r}; choose one of {', '.join(RANK_ORDERS)}")
-        m, n = int(source.shape[0]), int(source.shape[1])
-        require(max(m, n) < 2**31 - 1, f"S of shape {(m, n)} exceeds 32-bit local indices")
-        # The grid sizes first: r_rule needs them to check a default r before any message.
-        self.c, self.q = int(c), p // int(c)
-        q = self.q
-        super().__init__(source, comm, node_model=node_model, dtype=dtype, permute=permute,
-                         seed=seed, check_finite=check_finite, r=r, checks=checks)
-        self.grid = ProcessGrid15D.create(comm, self.c, order)
-        self.layer = CountingComm(self.grid.layer_comm, self.stats)
-        self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
+    @classmethod
+    def _check_arguments(cls, p: int, c, order: str, shape: tuple[int, int]) -> None:
+        super()._check_arguments(p, c, order, shape)
+        require(max(shape) < 2**31 - 1, f"S of shape {shape} exceeds 32-bit local indices")
+
+    def _setup(self, source: CooShare) -> None:
+        m, n = self.shape
+        p = self.p
         self.offsets = {"a": block_offsets(m, p), "b": block_offsets(n, p)}
-        self._pack_dtype = _PACK_DTYPE[self.dtype]
+        self._pack_dtype = word_dtype(self.dtype)
         # Fiber order of each side's rows: layer 0's rows (its row blocks in local order), then
         # layer 1's, ...: exactly the order in which an all-gather along the fiber stacks them.
         self._row_map, self._row_pos, self._layer_starts = {}, {}, {}
         for side, off in self.offsets.items():
-            blocks = [t * self.c + v for v in range(self.c) for t in range(q)]
-            row_map = np.concatenate([np.arange(off[b], off[b + 1], dtype=np.int64)
-                                      for b in blocks]) if blocks else np.zeros(0, np.int64)
+            blocks = [b for v in range(self.c) for b in range(p)[self.grid.layer_blocks(v)]]
+            row_map = np.concatenate([block_range(off, b) for b in blocks])
             pos = np.empty_like(row_map)
             pos[row_map] = np.arange(row_map.size, dtype=np.int64)
             sizes = np.diff(off)
-            per_layer = [int(sizes[v::self.c].sum()) for v in range(self.c)]
+            per_layer = [int(sizes[self.grid.layer_blocks(v)].sum()) for v in range(self.c)]
             self._row_map[side], self._row_pos[side] = row_map, pos
             self._layer_starts[side] = np.concatenate(([0], np.cumsum(per_layer))).astype(
                 np.int64)
@@ -174,33 +162,14 @@ class SparseShift15D(TwoOrientationAlgorithm):
         self._layer_nnz: dict[str, np.ndarray] = {}
         self._packed_index: dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] = {}
         self._build("a", rows, cols, source.vals)
-        self._plan = None
-        self._b_stale = False
-        self._source = None
 
     # ----------------------------------------------------------------- layout
-    @staticmethod
-    def _frames(name: str) -> tuple[str, str]:
-        """(X side, Y side) of an orientation: X is replicated, Y stationary."""
-        return ("a", "b") if name == "a" else ("b", "a")
-
-    def _position(self, rank: int) -> tuple[int, int]:
-        """Grid position (u, v) of a world rank."""
-        if self.grid.order == "fiber":
-            return rank // self.c, rank % self.c
-        return rank % self.q, rank // self.q
-
-    def _world(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        if self.grid.order == "fiber":
-            return (u * self.c + v).astype(np.int64)
-        return (v * self.q + u).astype(np.int64)
-
     def _owner(self, name: str, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """World rank storing each S entry (given in S's frame) in orientation ``name``."""
         y = cols if name == "a" else rows
         _, ys = self._frames(name)
         j = block_of(y, self.offsets[ys])
-        return self._world(j // self.c, j % self.c)
+        return self.grid.world_rank(j // self.c, j % self.c).astype(np.int64)
 
     def _build(self, name: str, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
         """Place orientation ``name`` (collective) and learn its layer's block sizes."""
@@ -225,21 +194,22 @@ class SparseShift15D(TwoOrientationAlgorithm):
         self._layer_nnz[name] = counts
 
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
-        _, v = self._position(rank)
+        _, v = self.grid.position(rank)
         ls = self._layer_starts[side]
         return self._row_map[side][ls[v]:ls[v + 1]]
 
     def r_rule(self) -> tuple[int, str]:
         """r >= p/c: each of the p/c ranks of a layer holds one column block of r."""
-        return self.min_width(self.p, self.c), (
-            f"each of the p/c={self.q} ranks of a layer holds one of p/c column blocks of r; "
+        low = self.min_width(self.p, self.c)
+        return low, (
+            f"each of the p/c={low} ranks of a layer holds one of p/c column blocks of r; "
             "use a larger c or another algorithm")
 
     def _col_blocks(self) -> int:
         return self.q
 
     def _col_block(self, rank: int) -> int:
-        return self._position(rank)[0]
+        return self.grid.position(rank)[0]
 
     def _build_b(self, rows, cols, vals) -> None:
         self._build("b", rows, cols, vals)
@@ -252,9 +222,8 @@ class SparseShift15D(TwoOrientationAlgorithm):
         self._orientation(name)
         return int(self._layer_nnz[name].sum()) if self.q > 1 else 0
 
-    def describe(self) -> dict:
-        return {**super().describe(), "c": self.c, "order": self.grid.order,
-                "overlap": self.overlap}
+    def _exact_counts(self, op: str, strategy: str) -> dict:
+        return {"layer_nnz": {name: self.shifted_nnz(name) for name in ("a", "b")}}
 
     # ----------------------------------------------------------------- checks
     # ----------------------------------------------------------------- moving S blocks
@@ -271,53 +240,13 @@ class SparseShift15D(TwoOrientationAlgorithm):
             else:
                 indptr_t, cols, perm = blk.transpose()
                 rows = np.repeat(np.arange(blk.shape[1], dtype=np.int64), np.diff(indptr_t))
-            self._packed_index[key] = (np.concatenate((rows, cols)).astype(self._pack_dtype),
-                                       perm)
+            self._packed_index[key] = (index_words(rows, cols, self.dtype), perm)
         return self._packed_index[key]
 
-    def _pack(self, name: str, frame: str, vals: np.ndarray | None, buf: np.ndarray) -> None:
-        """Write this rank's block as [rows | cols | values] into ``buf`` (values 0 if None)."""
-        index, perm = self._index_part(name, frame)
-        nnz = index.size // 2
-        buf[:2 * nnz] = index
-        out = buf[2 * nnz:3 * nnz].view(self.dtype)
-        if vals is None:
-            out[...] = 0
-        elif perm is None:
-            out[...] = vals
-        else:
-            np.take(vals, perm, out=out)
-
-    def _unpack(self, buf: np.ndarray, nnz: int, shape: tuple[int, int]
-                ) -> tuple[CSRBlock, np.ndarray]:
-        """A CSR block (and its values, a view into ``buf``) from a packed block."""
-        rows = buf[:nnz]
-        indptr = np.zeros(shape[0] + 1, dtype=INDPTR_DTYPE)
-        np.cumsum(np.bincount(rows, minlength=shape[0]), out=indptr[1:])
-        indices = buf[nnz:2 * nnz].astype(INDEX_DTYPE, copy=False)
-        vals = buf[2 * nnz:3 * nnz].view(self.dtype)
-        return CSRBlock(shape=shape, indptr=indptr, indices=indices, data=vals), vals
-
     # ----------------------------------------------------------------- the loop
-    def _replicate(self, name: str, X_loc: np.ndarray, r: int) -> np.ndarray:
-        """All-gather column block u of all X rows along the fiber, in fiber order."""
-        xs, _ = self._frames(name)
-        ls, w = self._layer_starts[xs], self.local_width(r)
-        counts = [int(ls[v + 1] - ls[v]) * w for v in range(self.c)]
-        T = self._buffer(("T", name), (int(ls[-1]), w))
-        self.fiber.allgatherv(X_loc, T, counts)
-        return T
-
-    def _reduce(self, name: str, T: np.ndarray, r: int, out: np.ndarray | None = None
-                ) -> np.ndarray:
-        """Reduce-scatter the X-side buffer T (fiber order) back to this fiber's blocks."""
-        xs, _ = self._frames(name)
-        ls, w, v = self._layer_starts[xs], self.local_width(r), self.grid.v
-        counts = [int(ls[k + 1] - ls[k]) * w for k in range(self.c)]
-        if out is None:
-            out = np.empty((int(ls[v + 1] - ls[v]), w), dtype=self.dtype)
-        self.fiber.reduce_scatter(T, out, counts)
-        return out
+    def _fiber_rows(self, name: str) -> np.ndarray:
+        """Rows of the fiber's X blocks: layer v's rows, for v = 0 .. c-1 (fiber order)."""
+        return np.diff(self._layer_starts[self._frames(name)[0]])
 
     def _propagate(self, name: str, mode: str, vals: np.ndarray | None,
                    T: np.ndarray | None, Y: np.ndarray | None,
@@ -332,17 +261,17 @@ class SparseShift15D(TwoOrientationAlgorithm):
         """
         self._orientation(name)
         xs, ys = self._frames(name)
-        u, v, c, q = self.grid.u, self.grid.v, self.c, self.q
+        u, q = self.grid.u, self.q
         nnz = self._layer_nnz[name]
-        yo = self.offsets[ys]
-        ysz = [int(yo[t * c + v + 1] - yo[t * c + v]) for t in range(q)]
+        ysz = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
         ly = np.concatenate(([0], np.cumsum(ysz))).astype(np.int64)
         mx = int(self.offsets[xs][-1])
         frame = "csc" if mode == "spmm_y" else "csr"
         size = WORDS_PER_NONZERO * int(nnz.max(initial=0))
         cur = self._buffer("cur", (size,), self._pack_dtype)
         nxt = self._buffer("nxt", (size,), self._pack_dtype)
-        self._pack(name, frame, None if mode == "sddmm" else vals, cur)
+        index, perm = self._index_part(name, frame)
+        pack(cur, index, 0 if mode == "sddmm" else vals, self.dtype, perm)
         ones = np.ones(int(nnz.max(initial=0)), dtype=self.dtype) if mode == "sddmm" else None
         # With overlap, SpMM steps send the block on while the kernel reads it; SDDMM must
         # finish accumulating before its block leaves.
@@ -357,10 +286,8 @@ class SparseShift15D(TwoOrientationAlgorithm):
             reqs = self.layer.start_shift(send, recv, dest=left, source=right) if overlap else []
             ysl = slice(int(ly[t]), int(ly[t + 1]))
             with self.stats.timer("compute"):
-                if frame == "csr":
-                    blk, bv = self._unpack(cur, kt, (mx, ysz[t]))
-                else:
-                    blk, bv = self._unpack(cur, kt, (ysz[t], mx))
+                bv = packet_values(cur, kt, self.dtype)
+                blk = packet_block(cur, kt, (mx, ysz[t]) if frame == "csr" else (ysz[t], mx), bv)
                 if mode == "sddmm":
                     k.sddmm(blk, ones[:kt], T, Y[ysl], bv)
                 elif mode == "spmm_x":
@@ -373,14 +300,13 @@ class SparseShift15D(TwoOrientationAlgorithm):
                 else:
                     self.layer.shift(send, recv, dest=left, source=right)
                 cur, nxt = nxt, cur
-        ku = int(nnz[u])
-        return cur[2 * ku:3 * ku].view(self.dtype)
+        return packet_values(cur, int(nnz[u]), self.dtype)
 
     # pieces expressed in an orientation's frame ------------------------------------------
     def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None
                   ) -> tuple[np.ndarray, np.ndarray]:
         if T is None:
-            T = self._replicate(name, X_loc, r)
+            T = self._replicate(name, X_loc)
         dots = self._propagate(name, "sddmm", None, T, Y_loc, None)
         return np.multiply(vals, dots, out=out), T
 
@@ -389,11 +315,11 @@ class SparseShift15D(TwoOrientationAlgorithm):
         T_out = self._buffer(("T_out", name), (int(self.offsets[xs][-1]), self.local_width(r)))
         T_out[...] = 0
         self._propagate(name, "spmm_x", vals, None, Y_loc, T_out)
-        return self._reduce(name, T_out, r, out)
+        return self._reduce(name, T_out, out)
 
     def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None) -> np.ndarray:
         if T is None:
-            T = self._replicate(name, X_loc, r)
+            T = self._replicate(name, X_loc)
         _, ys = self._frames(name)
         if out is None:
             out = np.zeros((self._local_rows(ys), self.local_width(r)), dtype=self.dtype)
@@ -403,14 +329,8 @@ class SparseShift15D(TwoOrientationAlgorithm):
         return out
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
-    def _check_strategy(self, strategy: str) -> None:
-        require(strategy in STRATEGIES,
-                f"unknown FusedMM strategy {strategy!r} for {self.name}; choose one of "
-                f"{', '.join(STRATEGIES)} (local kernel fusion needs whole dense rows, which "
-                "this algorithm splits by columns)")
-
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
-                 values: np.ndarray | None = None) -> np.ndarray:
+                 values: np.ndarray | str | None = None) -> np.ndarray:
         if strategy == "none":
             R, _ = self._sddmm_in("a", A_loc, B_loc, self._values_for("a", values), r)
             if side == "a":
@@ -425,10 +345,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
 
     # ----------------------------------------------------------------- the cost model
     # ----------------------------------------------------------------- the cost model
-    @staticmethod
-    def grid_allows(p: int, c: int) -> bool:
-        """Whether p ranks form this family's grid with replication factor c: c | p."""
-        return c >= 1 and p % c == 0
+    grid_allows = staticmethod(fits_15d)
 
     @staticmethod
     def min_width(p: int, c: int) -> int:

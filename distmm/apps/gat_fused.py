@@ -36,24 +36,16 @@ from distmm.errors import require
 
 
 def _fiber_rows(obj: DenseShift15D, u: int) -> list[int]:
-    off = obj.offsets["a"]
-    return [int(off[u * obj.c + k + 1] - off[u * obj.c + k]) for k in range(obj.c)]
+    return np.diff(obj.offsets["a"])[obj.grid.fiber_blocks(u)].tolist()
 
 
 def _layer_rows(obj: DenseShift15D, v: int) -> list[int]:
-    off = obj.offsets["b"]
-    return [int(off[t * obj.c + v + 1] - off[t * obj.c + v]) for t in range(obj.q)]
-
-
-def _position(obj: DenseShift15D, rank: int) -> tuple[int, int]:
-    if obj.grid.order == "fiber":
-        return rank // obj.c, rank % obj.c
-    return rank % obj.q, rank // obj.q
+    return np.diff(obj.offsets["b"])[obj.grid.layer_blocks(v)].tolist()
 
 
 def fused_words(obj: DenseShift15D, heads: int, features: int, rank: int) -> dict[str, int]:
     """Words ``rank`` sends per phase in one :func:`fused_attention`. Not collective."""
-    u, v = _position(obj, rank)
+    u, v = obj.grid.position(rank)
     fib, lay = _fiber_rows(obj, u), _layer_rows(obj, v)
     own = fib[v]
     c, q = obj.c, obj.q

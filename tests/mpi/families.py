@@ -1,0 +1,61 @@
+"""The algorithm families as the MPI tests see them, read from the registry.
+
+Every family of :data:`distmm.ALGORITHMS`, with the replication factors its grid allows at this
+run's p and widths at and above its minimum r, so that one test module per claim covers every
+family, c and strategy without naming a family.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+import distmm
+from distmm import costmodel
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+FAMILIES = list(distmm.ALGORITHMS)
+OPS = ("sddmm", "spmm-a", "spmm-b")
+FUSED = ("fusedmm-a", "fusedmm-b")
+# (family, c) for every c the family's grid allows at this p.
+FAMILY_C = [(name, c) for name in FAMILIES for c in costmodel.valid_cs(name, P)]
+
+
+def one_c(name: str) -> int:
+    """One replication factor of the family: the middle valid c, leaning to the smaller one
+    (so that c > 1 and layers of several ranks meet where p allows both)."""
+    cs = costmodel.valid_cs(name, P)
+    return cs[(len(cs) - 1) // 2]
+
+
+def width(name: str, c: int, kind: str) -> int:
+    """r for a test: the family's minimum at (p, c), or an awkward one above it that the
+    family's column blocks do not divide."""
+    low = distmm.ALGORITHMS[name].min_width(P, c)
+    return low if kind == "min" else 2 * low + 3
+
+
+def build(name: str, S, c: int, r: int | None, root: int | None = None, **kw):
+    """Distribute S with family ``name`` (S held by ``root``, or by every rank: root=None)."""
+    mine = S if root is None or COMM.rank == root else None
+    return distmm.distribute(mine, COMM, algorithm=name, c=c, r=r, root=root, **kw)
+
+
+def runs(name: str) -> list[tuple[str, str | None]]:
+    """Every (op, strategy) of the family, in the CLI's spelling (strategy None: not fused)."""
+    return ([(op, None) for op in OPS]
+            + [(op, s) for op in FUSED for s in distmm.ALGORITHMS[name].strategies])
+
+
+def gathered(obj, op: str, A_loc, B_loc, strategy: str | None = None):
+    """Run ``op`` on the blocks and collect the result on rank 0 (None elsewhere)."""
+    out = distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+    if op == "sddmm":
+        return obj.gather_values(out)
+    return obj.gather("a" if op in ("spmm-a", "fusedmm-a") else "b", out)
+
+
+def scattered(obj, A: np.ndarray, B: np.ndarray):
+    """(A's block, B's block) of this rank, every rank holding A and B."""
+    return obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
