@@ -105,6 +105,16 @@ from distmm.errors import require
 from distmm.grid import ProcessGrid25D
 from distmm.kernels import NodeModel
 from distmm.layout import block_of, block_offsets
+from distmm.memory import (
+    Memory,
+    ceil_div,
+    csr_bytes,
+    merged,
+    operand_bytes,
+    perm_bytes,
+    place_bytes,
+    transpose_bytes,
+)
 
 STRATEGIES = ("none",)
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
@@ -422,6 +432,54 @@ class SparseReplicate25D(DistributedAlgorithm):
         z, w = nnz * c / p, r / (s * c)
         return [KernelCalls(kind, s, z, m / s, n / s, w) for kind in ("sddmm", "spmm_a")]
 
+
+    @staticmethod
+    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
+                     c: int, dtype=np.float32, overlap: bool = False,
+                     local: dict[str, int] | None = None) -> Memory:
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.memory`). Not collective.
+
+        The stationary block's structure (shared by the fiber's c ranks, each holding it
+        whole) with its unit weights, the rank's 1/c share of the values, the partial dot
+        products (SDDMM) or all of the block's values (SpMM), the block's cached transpose
+        for SpMMB, two A and two B buffers at the layer's widest column block (the same with
+        or without overlap), the caller's dense blocks. Without ``local``
+        (:meth:`memory_counts`), the largest blocks of any rank and nnz c/p nonzeros a
+        block."""
+        s, it = math.isqrt(p // c), np.dtype(dtype).itemsize
+        k = merged({"rows_a": ceil_div(m, s), "rows_b": ceil_div(n, s),
+                    "width": ceil_div(r, s * c), "wmax": ceil_div(r, s * c),
+                    "block": ceil_div(nnz * c, p), "nnz_a": ceil_div(ceil_div(nnz * c, p), c),
+                    "share": ceil_div(nnz, p)}, local)
+        z, own, w = k["block"], k["nnz_a"], k["width"]
+        kinds = {"sddmm": ["sddmm"], "spmm_a": ["spmm_a"], "spmm_b": ["spmm_b"],
+                 "fusedmm_a": ["sddmm", "spmm_a"], "fusedmm_b": ["sddmm", "spmm_b"]}[op]
+        # Offsets of the row and column blocks of S, of r's column blocks, of the value
+        # shares; the block's value offsets and column base.
+        parts = {"permutations": perm_bytes(m, n),
+                 "bookkeeping": 16 * (s + 1) + 8 * (s * c + 1) + 8 * (c + 1) + 24,
+                 "S": csr_bytes(k["rows_a"], z, it) + own * it,
+                 "shift": 2 * (k["rows_a"] + k["rows_b"]) * k["wmax"] * it}
+        call: dict[str, int] = {}
+        if "sddmm" in kinds:
+            parts["reduction"] = z * it  # the partial dot products
+            if op.startswith("fusedmm"):
+                call["SDDMM result"] = own * it
+        if kinds[-1] != "sddmm":
+            parts["replication"] = z * it  # all of the block's values
+        if "spmm_b" in kinds:
+            parts["S transpose"] = transpose_bytes(k["rows_b"], z)
+            call["kernel values"] = z * it
+        parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, own, it))
+        return Memory(parts, call, place_bytes(k["share"], z, z, it, copies=c)
+                      + parts["permutations"])
+
+    def memory_counts(self, r: int) -> dict[str, int]:
+        """This rank's block sizes for :meth:`memory_bytes`."""
+        mi, nj = self._S.shape
+        return {"rows_a": mi, "rows_b": nj, "width": self.local_width(r),
+                "wmax": int(self._layer_widths(r).max()), "block": self._nnz_block,
+                "nnz_a": self._vals.size}
 
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",

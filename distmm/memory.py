@@ -1,0 +1,296 @@
+"""The per-rank memory model: what one rank holds, by part, and how much memory it may use.
+
+Each algorithm family states its own model as a static method of its class,
+``memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap, local)`` (one signature for
+every family, iterated through :data:`distmm.algorithms.ALGORITHMS`); this module holds only the
+pieces those models are made of, the :class:`Memory` record they return, the measurement of
+what an object really holds (:func:`held_bytes`), and the memory a rank may use
+(:func:`available_bytes`, :func:`parse_memory_limit`). docs/memory.md describes the model.
+
+The model has three numbers per rank (bytes):
+
+* ``held``: arrays alive after one call of the operation: S's blocks in each stored
+  orientation (indptr, indices, values; a cached transpose where the call builds one), the
+  permutations, the scratch buffers the object keeps for the next call (replication, shift,
+  reduction), and the dense blocks the caller holds (inputs and the output);
+* ``call``: the peak of the temporaries a call creates on top of ``held`` (the SDDMM result
+  that FusedMM feeds to its SpMM, kernel scratch, blocks rebuilt from packets);
+* ``distribute``: the peak while S is placed (the caller's COO share, its routed copies and the
+  sorting temporaries of :meth:`distmm.sparse.CSRBlock.from_coo`).
+
+The peak of a rank is ``max(distribute, held + call)``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from distmm.errors import InputError
+from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE
+
+_PTR = np.dtype(INDPTR_DTYPE).itemsize
+_IDX = np.dtype(INDEX_DTYPE).itemsize
+# Bytes per entry of a CooShare (int64 row, int64 column, float64 value).
+COO_ENTRY = 24
+# Bytes per nonzero alive at the peak of CSRBlock.from_coo, beyond its inputs: the sort order
+# and run starts, the sorted rows and columns, the summed values, the unique rows and columns
+# (int64 each), and the finished int32 indices.
+FROM_COO_SCRATCH = 8 * 7 + _IDX
+# The modes (what the local kernel computes in one propagation loop) of each operation, per
+# orientation of S: X is the replicated operand, Y the propagated one.
+OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes one rank holds, by part (see the module docstring). Not collective.
+
+    ``parts`` are alive after a call (``held`` is their sum), ``call`` the temporaries of a
+    call beyond them, by name, and ``distribute`` the peak while S is placed."""
+
+    parts: dict[str, int]
+    call: dict[str, int] = field(default_factory=dict)
+    distribute: int = 0
+
+    @property
+    def held(self) -> int:
+        return int(sum(self.parts.values()))
+
+    @property
+    def peak(self) -> int:
+        """The rank's modelled peak: max(distribute, held + call)."""
+        return int(max(self.distribute, self.held + sum(self.call.values())))
+
+    def as_dict(self) -> dict:
+        return {"peak": self.peak, "held": self.held, "distribute": self.distribute,
+                "parts": dict(self.parts), "call": dict(self.call)}
+
+
+# ----------------------------------------------------------------- pieces of the models
+def csr_bytes(rows: int, nnz: int, itemsize: int, nblocks: int = 1) -> int:
+    """Bytes of ``nblocks`` CSR blocks of ``rows`` rows each (indptr) holding ``nnz`` nonzeros
+    in total (int32 indices and values of ``itemsize`` bytes), as :class:`CSRBlock` stores
+    them."""
+    return int(nblocks * (rows + 1) * _PTR + nnz * (_IDX + itemsize))
+
+
+def transpose_bytes(cols: int, nnz: int, nblocks: int = 1) -> int:
+    """Bytes of the cached transposed structure of blocks with ``cols`` columns in total
+    (:meth:`CSRBlock.transpose`: indptr, int32 indices, int64 value permutation)."""
+    return int((cols + nblocks) * _PTR + nnz * (_IDX + 8))
+
+
+def perm_bytes(m: int, n: int) -> int:
+    """The row and column permutations and their inverses (int64; one pair when m == n)."""
+    return int(16 * (m + (n if m != n else 0)))
+
+
+def unpack_bytes(rows: int, nnz: int, word: int) -> int:
+    """Temporaries of rebuilding a CSR block from a COO packet: its indptr and, when the wire
+    word is wider than an index (float64 runs), the indices cast to int32."""
+    return int((rows + 1) * _PTR + (nnz * _IDX if word > _IDX else 0))
+
+
+def place_bytes(share: int, received: int, max_block: int, itemsize: int,
+                copies: int = 1) -> int:
+    """Peak bytes while a rank places S (:meth:`DistributedAlgorithm._place`).
+
+    ``share``: entries of the caller's COO share (kept by the caller); ``copies``: how many
+    ranks each entry goes to; ``received``: entries this rank receives; ``max_block``: the most
+    entries of one of its blocks. Alive throughout: the share (24 bytes an entry) and its
+    permuted rows, columns and owners (24 bytes an entry per copy). Then the larger of the
+    routing step (the send order and one routed array, 16 bytes per copied entry, and the
+    received rows, columns and values, 24 bytes) and the build step (the received entries,
+    their block, local row and column and sort order, 56 bytes, one block's :meth:`CSRBlock.
+    from_coo` inputs and scratch, and the blocks built so far)."""
+    kept = COO_ENTRY * share + 24 * share * copies
+    route = 16 * share * copies + 24 * received
+    build = 56 * received + (24 + FROM_COO_SCRATCH) * max_block + (_IDX + itemsize) * received
+    return int(kept + max(route, build))
+
+
+def modes(op: str, strategy: str) -> list[tuple[str, str]]:
+    """The (orientation, mode) pairs one call runs, for the families that store S and S^T.
+
+    Modes: "sddmm", "spmm_x" (output on the replicated X side), "spmm_y" (output on the
+    propagated Y side), "fused_x" (local kernel fusion). Orientation "a" is S (X = A), "b" is
+    S^T (X = B). FusedMMB is FusedMMA on S^T (section IV-B)."""
+    if op == "sddmm":
+        return [("a", "sddmm")]
+    if op in ("spmm_a", "spmm_b"):
+        return [("a", "spmm_x" if op == "spmm_a" else "spmm_y")]
+    same, other = ("a", "b") if op == "fusedmm_a" else ("b", "a")
+    if strategy == "fusion":
+        return [(same, "fused_x")]
+    if strategy == "none":
+        return [(same, "sddmm"), (same, "spmm_x")]
+    return [(other, "sddmm"), (other, "spmm_y")]
+
+
+def op_sides(op: str) -> tuple[tuple[str, ...], str | None]:
+    """(dense inputs, output side) of an operation; output None: values of S (SDDMM)."""
+    return {"sddmm": (("a", "b"), None), "spmm_a": (("b",), "a"), "spmm_b": (("a",), "b"),
+            "fusedmm_a": (("a", "b"), "a"), "fusedmm_b": (("a", "b"), "b")}[op]
+
+
+def operand_bytes(op: str, rows_a: int, rows_b: int, width: int, nnz: int,
+                  itemsize: int) -> dict[str, int]:
+    """The dense blocks the caller holds for one call: its inputs (A: ``rows_a`` x ``width``,
+    B: ``rows_b`` x ``width``) and its output (a dense block, or ``nnz`` values for SDDMM)."""
+    ins, out = op_sides(op)
+    rows = {"a": rows_a, "b": rows_b}
+    parts = {f"dense {side.upper()}": int(rows[side] * width * itemsize) for side in ins}
+    parts["output"] = int((nnz if out is None else rows[out] * width) * itemsize)
+    return parts
+
+
+def ceil_div(a: float, b: float) -> int:
+    return int(-(-int(math.ceil(a)) // int(b)))
+
+
+def merged(defaults: Mapping[str, int], local: Mapping[str, int] | None) -> dict[str, int]:
+    """``defaults`` with the entries of ``local`` (a rank's own counts) in their place."""
+    out = dict(defaults)
+    if local:
+        out.update({k: int(v) for k, v in local.items()})
+    return out
+
+
+# ----------------------------------------------------------------- what an object holds
+def held_bytes(*roots) -> int:
+    """Bytes of the distinct array buffers reachable from ``roots``. Not collective.
+
+    Follows dicts, lists, tuples, distmm's dataclasses and (for a distributed object) its
+    ``__dict__``; not communicators, node models or counters. An array counts its whole base
+    buffer once, however many views of it are reachable."""
+    seen: set[int] = set()
+    buffers: dict[int, int] = {}
+
+    def visit(x) -> None:
+        if id(x) in seen:
+            return
+        seen.add(id(x))
+        if isinstance(x, np.ndarray):
+            base = x
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            buffers[id(base)] = base.nbytes
+        elif isinstance(x, Mapping):
+            for v in x.values():
+                visit(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                visit(v)
+        elif is_dataclass(x) and not isinstance(x, type):
+            for f in fields(x):
+                visit(getattr(x, f.name))
+        elif type(x).__module__.startswith("distmm.algorithms"):
+            for k, v in vars(x).items():
+                if k not in ("kernel", "stats", "comm", "grid"):
+                    visit(v)
+
+    for root in roots:
+        visit(root)
+    return int(sum(buffers.values()))
+
+
+# ----------------------------------------------------------------- memory available to a rank
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_memory_limit(text: str) -> int | None:
+    """``--memory-limit``: a byte count (``123456``, ``512M``, ``4GiB``, ``1.5G``) or
+    ``"auto"`` (None: ask :func:`available_bytes`). Raises InputError otherwise. Not
+    collective."""
+    if text.strip().lower() == "auto":
+        return None
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([kKmMgGtT]i?)?[bB]?\s*", text)
+    if match is None:
+        raise InputError(f"--memory-limit {text!r} is not a size: give bytes (e.g. 4000000000, "
+                         "512M, 4GiB) or auto")
+    value = float(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
+    if not (math.isfinite(value) and value >= 1):
+        raise InputError(f"--memory-limit {text!r} must be at least one byte")
+    return int(value)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            text = fh.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def cgroup_limit() -> int | None:
+    """This process's cgroup memory limit in bytes (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), or None where there is none. Not collective."""
+    paths = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                _, controllers, path = line.strip().split(":", 2)
+                if controllers == "":
+                    paths.insert(0, f"/sys/fs/cgroup{path}/memory.max")
+                elif "memory" in controllers.split(","):
+                    paths.insert(0, f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+    except (OSError, ValueError):
+        pass
+    physical = physical_memory()
+    for path in paths:
+        value = _read_int(path)  # "max" (no limit) is not a number
+        # v1 writes a huge number for "no limit".
+        if value is not None and (physical is None or value < physical):
+            return value
+    return None
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine, or None where the OS does not say."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def ranks_per_node(comm: MPI.Comm) -> int:
+    """Ranks of ``comm`` that share this rank's node (MPI's COMM_TYPE_SHARED split).
+
+    Collective over ``comm``; the split communicator is freed."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, comm.Get_rank())
+    try:
+        return node.Get_size()
+    finally:
+        node.Free()
+
+
+def available_bytes(comm: MPI.Comm) -> int | None:
+    """The memory one rank of ``comm`` may use: the cgroup limit, else physical memory,
+    divided by the ranks on this node; the smallest over all ranks, so every rank gets the
+    same number. None where no rank can tell. Collective over ``comm``."""
+    per_node = ranks_per_node(comm)
+    local = cgroup_limit() or physical_memory()
+    unknown = np.iinfo(np.int64).max
+    found = comm.allreduce(unknown if local is None else local // per_node, op=MPI.MIN)
+    return None if found == unknown else int(found)
+
+
+def format_bytes(nbytes: float) -> str:
+    """``nbytes`` for people: ``1.5 GiB``, ``320 MiB``, ``12 KiB``, ``512 B``."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{int(nbytes)} B"
+
+
+__all__ = ["Memory", "available_bytes", "csr_bytes", "format_bytes", "held_bytes",
+           "parse_memory_limit", "place_bytes", "transpose_bytes"]
