@@ -13,6 +13,7 @@ from distmm.algorithms.base import DistributedAlgorithm
 from distmm.coo import CooShare
 from distmm.errors import Checks, InputError, agree, as_int, require
 from distmm.kernels import NodeModel
+from distmm.memory import release_freed_memory
 from distmm.permute import permute_mode
 
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
@@ -279,9 +280,11 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         agree(comm, _value_overflow(share, dtype))
     cls = ALGORITHMS[algorithm]
     extra = {"overlap": True} if overlap else {}
-    return cls(share, comm, c=c, r=r, node_model=kernel, dtype=dtype, permute=permute,
-               seed=settings["seed"], order=order, check_finite=check_finite,
-               checks=settings["checks"], **extra)
+    obj = cls(share, comm, c=c, r=r, node_model=kernel, dtype=dtype, permute=permute,
+              seed=settings["seed"], order=order, check_finite=check_finite,
+              checks=settings["checks"], **extra)
+    release_freed_memory()  # placing S's temporaries would otherwise stay resident
+    return obj
 
 
 def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,

@@ -53,11 +53,13 @@ class Memory:
     """Bytes one rank holds, by part (see the module docstring). Not collective.
 
     ``parts`` are alive after a call (``held`` is their sum), ``call`` the temporaries of a
-    call beyond them, by name, and ``distribute`` the peak while S is placed."""
+    call beyond them, by name, ``distribute`` the peak while S is placed and ``build`` the
+    peak of building S^T in the first call that needs it (0 if none does)."""
 
     parts: dict[str, int]
     call: dict[str, int] = field(default_factory=dict)
     distribute: int = 0
+    build: int = 0
 
     @property
     def held(self) -> int:
@@ -65,12 +67,12 @@ class Memory:
 
     @property
     def peak(self) -> int:
-        """The rank's modelled peak: max(distribute, held + call)."""
-        return int(max(self.distribute, self.held + sum(self.call.values())))
+        """The rank's modelled peak: max(distribute, held + call, build)."""
+        return int(max(self.distribute, self.held + sum(self.call.values()), self.build))
 
     def as_dict(self) -> dict:
         return {"peak": self.peak, "held": self.held, "distribute": self.distribute,
-                "parts": dict(self.parts), "call": dict(self.call)}
+                "build": self.build, "parts": dict(self.parts), "call": dict(self.call)}
 
 
 # ----------------------------------------------------------------- pieces of the models
@@ -99,21 +101,38 @@ def unpack_bytes(rows: int, nnz: int, word: int) -> int:
 
 
 def place_bytes(share: int, received: int, max_block: int, itemsize: int,
-                copies: int = 1) -> int:
+                kept: float = 2 * COO_ENTRY) -> int:
     """Peak bytes while a rank places S (:meth:`DistributedAlgorithm._place`).
 
-    ``share``: entries of the caller's COO share (kept by the caller); ``copies``: how many
-    ranks each entry goes to; ``received``: entries this rank receives; ``max_block``: the most
-    entries of one of its blocks. Alive throughout: the share (24 bytes an entry) and its
-    permuted rows, columns and owners (24 bytes an entry per copy). Then the larger of the
-    routing step (the send order and one routed array, 16 bytes per copied entry, and the
-    received rows, columns and values, 24 bytes) and the build step (the received entries,
-    their block, local row and column and sort order, 56 bytes, one block's :meth:`CSRBlock.
-    from_coo` inputs and scratch, and the blocks built so far)."""
-    kept = COO_ENTRY * share + 24 * share * copies
-    route = 16 * share * copies + 24 * received
+    ``share``: entries this rank sends (the caller's COO share, or S's stored nonzeros when
+    S^T is built from them), ``kept`` bytes each alive throughout (default: the caller's
+    share, 24 bytes, and its permuted rows, columns and owners, 24 more); ``received``:
+    entries this rank receives; ``max_block``: the most entries of one of its blocks. On top
+    of that, the larger of the routing step (the send order and one routed array, 16 bytes a
+    sent entry, and the received rows, columns and values, 24 bytes) and the build step (the
+    received entries, their block, local row and column and sort order, 56 bytes, one
+    block's :meth:`CSRBlock.from_coo` inputs and scratch, and the blocks built so far)."""
+    route = 16 * share + 24 * received
     build = 56 * received + (24 + FROM_COO_SCRATCH) * max_block + (_IDX + itemsize) * received
-    return int(kept + max(route, build))
+    return int(kept * share + max(route, build))
+
+
+def build_transpose_bytes(parts: Mapping[str, int], nnz_a: int, nnz_b: int, max_block: int,
+                          itemsize: int) -> int:
+    """Peak bytes of building S^T from S's stored nonzeros in the first call that needs it:
+    what is alive then (the permutations, S, the caller's dense inputs, from ``parts``) and
+    :func:`place_bytes` with S's coordinates and owners (24 bytes a nonzero) as the entries
+    kept throughout."""
+    alive = sum(v for key, v in parts.items()
+                if key in ("permutations", "bookkeeping", "S a", "dense A", "dense B"))
+    return int(alive + place_bytes(nnz_a, nnz_b, max_block, itemsize, kept=24))
+
+
+def mpi_reduce_scatter_bytes(nbytes: int, c: int) -> int:
+    """Scratch MPI allocates inside a reduce-scatter of ``nbytes`` over ``c`` ranks: MPICH's
+    algorithms for commutative sums receive the partner's (c-1)/c of the buffer into a
+    temporary (none when c = 1, where distmm skips the collective)."""
+    return int(nbytes * (c - 1) // c) if c > 1 else 0
 
 
 def modes(op: str, strategy: str) -> list[tuple[str, str]]:
@@ -282,6 +301,71 @@ def available_bytes(comm: MPI.Comm) -> int | None:
     unknown = np.iinfo(np.int64).max
     found = comm.allreduce(unknown if local is None else local // per_node, op=MPI.MIN)
     return None if found == unknown else int(found)
+
+
+def _status_kib(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def current_rss() -> int | None:
+    """This process's resident set now, in bytes (Linux /proc/self/status VmRSS), or None."""
+    return _status_kib("VmRSS")
+
+
+def peak_rss() -> int:
+    """This process's peak resident set in bytes: VmHWM where Linux has it (reset by
+    :func:`reset_peak_rss`), else getrusage's ru_maxrss (the process's whole life)."""
+    peak = _status_kib("VmHWM")
+    if peak is not None:
+        return peak
+    import resource
+    import sys
+
+    scale = 1 if sys.platform == "darwin" else 1024  # macOS reports bytes, Linux KiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def reset_peak_rss() -> bool:
+    """Start the peak resident set afresh from the current one (Linux: write 5 to
+    /proc/self/clear_refs); whether that worked. Not collective."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def release_freed_memory() -> None:
+    """Return the heap memory freed since the last call to the OS (glibc's ``malloc_trim``;
+    nothing elsewhere). Not collective.
+
+    Placing S frees tens of bytes per nonzero of temporaries in arrays of a few MB, which
+    glibc (its mmap threshold rises to the size of the largest freed block) serves from the
+    heap and keeps resident after they are freed; without this, a rank's resident set after
+    :func:`distmm.distribute` stays at the placement's peak."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC = None
 
 
 def format_bytes(nbytes: float) -> str:

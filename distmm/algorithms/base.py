@@ -32,7 +32,7 @@ from distmm.dense import SIDES, DenseBlock
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model
 from distmm.layout import block_offsets
-from distmm.memory import Memory, held_bytes
+from distmm.memory import Memory, held_bytes, release_freed_memory
 from distmm.ops.mixin import EdgeOps
 from distmm.permute import applied_mode, balance_permutation, inverse_permutation
 from distmm.sparse import CSRBlock
@@ -878,6 +878,8 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
             a = self._o["a"]
             rows, cols = a.coordinates()
             self._build_b(rows, cols, a.values)
+            del rows, cols
+            release_freed_memory()  # the temporaries of placing S^T
             self._b_stale = False
         elif name == "b" and self._b_stale:
             self._move_values(self._b_plan(), self._o["a"].values, self._o["b"].values)

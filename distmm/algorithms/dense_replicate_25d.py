@@ -119,10 +119,12 @@ from distmm.kernels import NodeModel
 from distmm.layout import block_of, block_offsets
 from distmm.memory import (
     Memory,
+    build_transpose_bytes,
     ceil_div,
     csr_bytes,
     merged,
     modes,
+    mpi_reduce_scatter_bytes,
     operand_bytes,
     perm_bytes,
     place_bytes,
@@ -399,12 +401,13 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         z, yrows = lp.step_nnz, lp.step_yrows
         z0 = int(z[0])
         cur = self._buffer("cur", (3 * int(z.max()),), self._word)
-        nxt = self._buffer("nxt", (3 * int(z.max()),), self._word)
+        # A layer of one rank (s = 1) shifts nothing, so it needs no receive buffers.
+        nxt = self._buffer("nxt", (3 * int(z.max()),), self._word) if s > 1 else cur
         cur[:z0] = lp.home_rows
         cur[z0:2 * z0] = lp.home_cols
         cur[2 * z0:3 * z0].view(dt)[:] = third
         ycur = self._buffer("ycur", (int(yrows.max()), w))
-        ynxt = self._buffer("ynxt", (int(yrows.max()), w))
+        ynxt = self._buffer("ynxt", (int(yrows.max()), w)) if s > 1 else ycur
         ycur[:yrows[0]] = Y_loc if mode != "spmm_y" else 0
         ones = np.ones(int(z.max()), dtype=dt) if mode == "sddmm" else None
         kern = self.kernel
@@ -577,9 +580,9 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         words (2 a nonzero) and, where the call runs SpMMB on it, its cached transpose; the
         replicated X superblock or the X-side accumulator at width r/s; two packet buffers of
         3 words per nonzero of the largest block the rank sees and two dense buffers of the
-        largest Y block (the same with or without overlap); the caller's dense blocks.
-        Without ``local`` (:meth:`memory_counts`), the largest blocks of any rank and nnz/p
-        nonzeros a block."""
+        largest Y block (the same with or without overlap; one each when s = 1); the
+        caller's dense blocks. Without ``local`` (:meth:`memory_counts`), the largest blocks
+        of any rank and nnz/p nonzeros a block."""
         s, it = math.isqrt(p // c), np.dtype(dtype).itemsize
         word = _WORD[np.dtype(dtype)].itemsize
         k = merged({"rows_a": ceil_div(m, s * c), "rows_b": ceil_div(n, s * c),
@@ -599,13 +602,13 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
             parts[f"S {o}"] = csr_bytes(k[f"super_{o}"], k[f"nnz_{o}"], it) \
                 + 2 * k[f"nnz_{o}"] * word
             parts["bookkeeping"] += 24 + 16 * s  # value offsets, column base, step sizes
-        if any(o == "b" for o, _ in used):
-            call["build S^T"] = place_bytes(k["nnz_a"], k["nnz_b"], k["nnz_b"], it)
         for o, mode in used:
             z, zmax, ymax = k[f"nnz_{o}"], k[f"zmax_{o}"], k[f"ymax_{o}"]
-            parts["replication" if mode != "spmm_x" else "reduction"] = \
-                k[f"super_{o}"] * w * it
-            parts["shift"] = 2 * 3 * zmax * word + 2 * ymax * w * it
+            sup = k[f"super_{o}"] * w * it
+            parts["replication" if mode != "spmm_x" else "reduction"] = sup
+            if mode == "spmm_x":
+                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(sup, c)
+            parts["shift"] = min(s, 2) * (3 * zmax * word + ymax * w * it)
             block = unpack_bytes(k[f"super_{o}"], zmax, word) if s > 1 else 0
             if mode == "spmm_y":
                 parts[f"S {o} transpose"] = transpose_bytes(k[f"hcols_{o}"], z)
@@ -617,8 +620,10 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
                 if op.startswith("fusedmm"):
                     call["SDDMM result"] = z * it
         parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, k["nnz_a"], it))
+        build = (build_transpose_bytes(parts, k["nnz_a"], k["nnz_b"], k["nnz_b"], it)
+                 if any(o == "b" for o, _ in used) else 0)
         return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], k["nnz_a"], it)
-                      + parts["permutations"])
+                      + parts["permutations"], build)
 
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""

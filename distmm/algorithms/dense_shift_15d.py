@@ -41,10 +41,12 @@ from distmm.kernels import NodeModel
 from distmm.layout import block_of, block_offsets
 from distmm.memory import (
     Memory,
+    build_transpose_bytes,
     ceil_div,
     csr_bytes,
     merged,
     modes,
+    mpi_reduce_scatter_bytes,
     operand_bytes,
     perm_bytes,
     place_bytes,
@@ -226,8 +228,6 @@ class DenseShift15D(TwoOrientationAlgorithm):
         for o in sorted({"a"} | {o for o, _ in used}):
             parts[f"S {o}"] = csr_bytes(k[f"super_{o}"], k[f"nnz_{o}"], it, q)
             parts["bookkeeping"] += 16 * q + 8
-        if any(o == "b" for o, _ in used):
-            call["build S^T"] = place_bytes(k["nnz_a"], k["nnz_b"], k["zmax_b"], it)
         for o, mode in used:
             sup = k[f"super_{o}"] * r * it
             if mode == "spmm_y":
@@ -237,13 +237,16 @@ class DenseShift15D(TwoOrientationAlgorithm):
                 parts["replication"] = sup
             if c > 1 and mode in ("spmm_x", "fused_x"):
                 parts["reduction"] = sup
+                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(sup, c)
             if q > 1:
                 parts["shift"] = 2 * k[f"ymax_{o}"] * r * it
             if mode == "sddmm" and op.startswith("fusedmm"):
                 call["SDDMM result"] = k[f"nnz_{o}"] * it
         parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], r, k["nnz_a"], it))
+        build = (build_transpose_bytes(parts, k["nnz_a"], k["nnz_b"], k["zmax_b"], it)
+                 if any(o == "b" for o, _ in used) else 0)
         return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], k["zmax_a"], it)
-                      + parts["permutations"])
+                      + parts["permutations"], build)
 
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""

@@ -110,6 +110,7 @@ from distmm.memory import (
     ceil_div,
     csr_bytes,
     merged,
+    mpi_reduce_scatter_bytes,
     operand_bytes,
     perm_bytes,
     place_bytes,
@@ -290,8 +291,10 @@ class SparseReplicate25D(DistributedAlgorithm):
         mi, nj = self._S.shape
         l0 = (g.i + g.j) % s
         a_in, b_in = mode != "spmm_a", mode != "spmm_b"
-        a_cur, a_nxt = (self._buffer(role, (mi * wmax,)) for role in ("a_cur", "a_nxt"))
-        b_cur, b_nxt = (self._buffer(role, (nj * wmax,)) for role in ("b_cur", "b_nxt"))
+        a_cur, b_cur = self._buffer("a_cur", (mi * wmax,)), self._buffer("b_cur", (nj * wmax,))
+        # A layer of one rank (s = 1) shifts nothing, so it needs no receive buffers.
+        a_nxt = self._buffer("a_nxt", (mi * wmax,)) if s > 1 else a_cur
+        b_nxt = self._buffer("b_nxt", (nj * wmax,)) if s > 1 else b_cur
 
         def view(buf: np.ndarray, rows: int, l: int) -> np.ndarray:
             return buf[:rows * int(w[l])].reshape(rows, int(w[l]))
@@ -443,7 +446,7 @@ class SparseReplicate25D(DistributedAlgorithm):
         whole) with its unit weights, the rank's 1/c share of the values, the partial dot
         products (SDDMM) or all of the block's values (SpMM), the block's cached transpose
         for SpMMB, two A and two B buffers at the layer's widest column block (the same with
-        or without overlap), the caller's dense blocks. Without ``local``
+        or without overlap; one each when s = 1), the caller's dense blocks. Without ``local``
         (:meth:`memory_counts`), the largest blocks of any rank and nnz c/p nonzeros a
         block."""
         s, it = math.isqrt(p // c), np.dtype(dtype).itemsize
@@ -459,10 +462,11 @@ class SparseReplicate25D(DistributedAlgorithm):
         parts = {"permutations": perm_bytes(m, n),
                  "bookkeeping": 16 * (s + 1) + 8 * (s * c + 1) + 8 * (c + 1) + 24,
                  "S": csr_bytes(k["rows_a"], z, it) + own * it,
-                 "shift": 2 * (k["rows_a"] + k["rows_b"]) * k["wmax"] * it}
+                 "shift": min(s, 2) * (k["rows_a"] + k["rows_b"]) * k["wmax"] * it}
         call: dict[str, int] = {}
         if "sddmm" in kinds:
             parts["reduction"] = z * it  # the partial dot products
+            call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(z * it, c)
             if op.startswith("fusedmm"):
                 call["SDDMM result"] = own * it
         if kinds[-1] != "sddmm":
@@ -471,8 +475,10 @@ class SparseReplicate25D(DistributedAlgorithm):
             parts["S transpose"] = transpose_bytes(k["rows_b"], z)
             call["kernel values"] = z * it
         parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, own, it))
-        return Memory(parts, call, place_bytes(k["share"], z, z, it, copies=c)
-                      + parts["permutations"])
+        # Each entry goes to the c ranks of its fiber: the share (24 bytes) and its permuted
+        # rows, columns and block (24) once, its owners and routed copies (32) c times.
+        dist = place_bytes(c * k["share"], z, z, it, kept=(48 + 32 * c) / c)
+        return Memory(parts, call, dist + parts["permutations"])
 
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes`."""

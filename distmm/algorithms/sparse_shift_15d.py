@@ -90,10 +90,12 @@ from distmm.kernels import NodeModel
 from distmm.layout import block_of, block_offsets
 from distmm.memory import (
     Memory,
+    build_transpose_bytes,
     ceil_div,
     csr_bytes,
     merged,
     modes,
+    mpi_reduce_scatter_bytes,
     operand_bytes,
     perm_bytes,
     place_bytes,
@@ -353,7 +355,8 @@ class SparseShift15D(TwoOrientationAlgorithm):
         frame = "csc" if mode == "spmm_y" else "csr"
         size = WORDS_PER_NONZERO * int(nnz.max(initial=0))
         cur = self._buffer("cur", (size,), self._pack_dtype)
-        nxt = self._buffer("nxt", (size,), self._pack_dtype)
+        # A layer of one rank (q = 1) shifts nothing, so it needs no receive buffer.
+        nxt = self._buffer("nxt", (size,), self._pack_dtype) if q > 1 else cur
         self._pack(name, frame, None if mode == "sddmm" else vals, cur)
         ones = np.ones(int(nnz.max(initial=0)), dtype=self.dtype) if mode == "sddmm" else None
         # With overlap, SpMM steps send the block on while the kernel reads it; SDDMM must
@@ -555,9 +558,10 @@ class SparseShift15D(TwoOrientationAlgorithm):
         X side, its packed coordinates (2 words a nonzero) for each frame the call ships and,
         for the transposed frame, the block's cached transpose; the replicated X operand and
         the X-side accumulator, all rows at width r/q; two packet buffers of 3 words per
-        nonzero of the layer's largest block (the same two with or without overlap); the
-        fiber-order row maps of both sides; the caller's dense blocks. Without ``local``
-        (:meth:`memory_counts`), the largest blocks of any rank and nnz/p nonzeros a block."""
+        nonzero of the layer's largest block (the same two with or without overlap; one when
+        q = 1); the fiber-order row maps of both sides; the caller's dense blocks. Without
+        ``local`` (:meth:`memory_counts`), the largest blocks of any rank and nnz/p nonzeros a
+        block."""
         q, it = p // c, np.dtype(dtype).itemsize
         word = _PACK_DTYPE[np.dtype(dtype)].itemsize
         k = merged({"rows_a": q * ceil_div(m, p), "rows_b": q * ceil_div(n, p),
@@ -576,8 +580,6 @@ class SparseShift15D(TwoOrientationAlgorithm):
         for o in sorted({"a"} | {o for o, _ in used}):
             parts[f"S {o}"] = csr_bytes(xrows[o], k[f"nnz_{o}"], it)
             parts["bookkeeping"] += 8 * q + 24  # the layer's block sizes; value offsets
-        if any(o == "b" for o, _ in used):
-            call["build S^T"] = place_bytes(k["nnz_a"], k["nnz_b"], k["nnz_b"], it)
         for o, mode in used:
             z, zmax = k[f"nnz_{o}"], k[f"zmax_{o}"]
             frame = "csc" if mode == "spmm_y" else "csr"
@@ -585,7 +587,9 @@ class SparseShift15D(TwoOrientationAlgorithm):
             if frame == "csc":
                 parts[f"S {o} transpose"] = transpose_bytes(k[f"ycols_{o}"], z)
             parts["replication" if mode != "spmm_x" else "reduction"] = xrows[o] * w * it
-            parts["shift"] = 2 * WORDS_PER_NONZERO * zmax * word
+            if mode == "spmm_x":
+                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(xrows[o] * w * it, c)
+            parts["shift"] = min(q, 2) * WORDS_PER_NONZERO * zmax * word
             rows = xrows[o] if frame == "csr" else k[f"ycols_{o}"]
             call["unpacked block"] = max(call.get("unpacked block", 0),
                                          unpack_bytes(rows, zmax, word))
@@ -594,8 +598,10 @@ class SparseShift15D(TwoOrientationAlgorithm):
                 if op.startswith("fusedmm"):
                     call["SDDMM result"] = z * it
         parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, k["nnz_a"], it))
+        build = (build_transpose_bytes(parts, k["nnz_a"], k["nnz_b"], k["nnz_b"], it)
+                 if any(o == "b" for o, _ in used) else 0)
         return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], k["nnz_a"], it)
-                      + parts["permutations"])
+                      + parts["permutations"], build)
 
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""
