@@ -13,6 +13,7 @@ from distmm.algorithms.base import DistributedAlgorithm
 from distmm.coo import CooShare
 from distmm.errors import Checks, InputError, agree, as_int, require
 from distmm.kernels import NodeModel
+from distmm.memory import physical_memory, release_freed_memory
 from distmm.permute import permute_mode
 
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
@@ -63,14 +64,6 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0,
     raise AssertionError  # unreachable
 
 
-def _physical_memory() -> int | None:
-    """Bytes of memory of this machine, or None where the OS does not say."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def size_problem(what: str, m: int, n: int, nnz: int, p: int, r: int | None = None,
                  dtype=np.float32) -> str | None:
     """Why S (m x n, ``nnz`` entries; ``what`` names it) cannot be distributed here, or None.
@@ -85,7 +78,7 @@ def size_problem(what: str, m: int, n: int, nnz: int, p: int, r: int | None = No
     need = 16 * (m + n) + 24 * (-(-nnz // p))
     if r:
         need += itemsize * r * (-(-(m + n) // p))
-    memory = _physical_memory()
+    memory = physical_memory()
     if memory is None or need <= memory:
         return None
     return (f"{what} is {m} x {n} with {nnz} entries: distributing it needs at least "
@@ -279,9 +272,11 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         agree(comm, _value_overflow(share, dtype))
     cls = ALGORITHMS[algorithm]
     extra = {"overlap": True} if overlap else {}
-    return cls(share, comm, c=c, r=r, node_model=kernel, dtype=dtype, permute=permute,
-               seed=settings["seed"], order=order, check_finite=check_finite,
-               checks=settings["checks"], **extra)
+    obj = cls(share, comm, c=c, r=r, node_model=kernel, dtype=dtype, permute=permute,
+              seed=settings["seed"], order=order, check_finite=check_finite,
+              checks=settings["checks"], **extra)
+    release_freed_memory()  # placing S's temporaries would otherwise stay resident
+    return obj
 
 
 def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,

@@ -41,8 +41,15 @@ from distmm.io import (
     write_json_atomic,
 )
 from distmm.kernels import NODE_MODELS, make_node_model
+from distmm.memory import (
+    available_bytes,
+    cgroup_limit,
+    format_bytes,
+    parse_memory_limit,
+    physical_memory,
+)
 from distmm.permute import PERMUTE_MODES
-from distmm.planner import Machine, format_table, plan
+from distmm.planner import Machine, format_table, memory_problem, plan
 from distmm.tuning import tune, tune_events
 
 
@@ -98,6 +105,15 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="overlap each propagation shift with the local kernel")
     p.add_argument("--log-dir", help="every rank appends its own counters and kernel stats "
                                      "to DIR/rank-K.jsonl after each measurement")
+    _memory_limit_option(p, "auto", "refuse a job whose modelled memory per rank exceeds this "
+                                    "before reading any data")
+
+
+def _memory_limit_option(p: argparse.ArgumentParser, default: str | None, what: str) -> None:
+    p.add_argument("--memory-limit", default=default, metavar="BYTES|auto|none",
+                   help=f"{what}: bytes (e.g. 4000000000, 512M, 4GiB), auto (the cgroup "
+                        "memory limit, else physical memory, divided by the ranks on each "
+                        "node) or none (default %(default)s; docs/memory.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="include families this build does not implement yet")
     pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
     pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
+    pl.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    _memory_limit_option(pl, None, "leave out candidates whose modelled memory per rank "
+                                   "exceeds this (auto: this machine's, shared by one rank "
+                                   "per core)")
     pl.set_defaults(func=cmd_plan)
     _info.add_parser(parser, sub)
     _add_simulate(sub)
@@ -319,7 +339,37 @@ def _machine(args) -> Machine:
     return Machine.load(args.machine) if args.machine else Machine()
 
 
-def _choose(args, share, r: int, op: str, machine: Machine):
+def _parse_limit(args) -> str | int | None:
+    """--memory-limit checked on this rank (not collective): None (none), "auto" or bytes."""
+    text = getattr(args, "memory_limit", None)
+    if text is None or text.strip().lower() == "none":
+        return None
+    limit = parse_memory_limit(text)
+    return "auto" if limit is None else limit
+
+
+def _resolve_limit(parsed: str | int | None, comm: MPI.Comm) -> int | None:
+    """Bytes per rank from :func:`_parse_limit` ("auto": :func:`distmm.memory.available_bytes`,
+    collective over ``comm``; every rank must call it with the same ``parsed``)."""
+    return available_bytes(comm) if parsed == "auto" else parsed
+
+
+def _refuse_oversized(comm: MPI.Comm, limit: int | None, algorithm: str, c: int,
+                      strategies: list[str], ops: list[str], m: int, n: int, nnz: int,
+                      r: int, dtype, overlap: bool) -> None:
+    """Collective: the same InputError on every rank when the memory model of any (op,
+    strategy) to run exceeds ``limit`` bytes per rank, naming the c or p that would fit."""
+    msg = None
+    if limit is not None and algorithm != "auto":
+        p = comm.Get_size()
+        for op in ops:
+            for strategy in (strategies if op.startswith("fusedmm") else strategies[-1:]):
+                msg = msg or memory_problem(algorithm, strategy, m, n, nnz, r, p, c, limit,
+                                            dtype, overlap, op.replace("-", "_"))
+    agree(comm, msg)
+
+
+def _choose(args, share, r: int, op: str, machine: Machine, limit: int | None = None):
     """Resolve --algorithm auto: the planner's pick, or with --tune K > 1 the fastest of its
     K best measured on this data (collective; every rank picks the same). Returns S
     distributed for the pick when tuning built it, else None."""
@@ -331,7 +381,8 @@ def _choose(args, share, r: int, op: str, machine: Machine):
     # With --overlap, only the families that can overlap are candidates.
     families = tuple(name for name, cls in api.ALGORITHMS.items()
                      if not args.overlap or getattr(cls, "supports_overlap", False))
-    best = plan(m, n, nnz, r, comm.Get_size(), machine, algorithms=families)[0]
+    best = plan(m, n, nnz, r, comm.Get_size(), machine, algorithms=families,
+                dtype=np.dtype(args.dtype), overlap=args.overlap, memory_limit=limit)[0]
     _emit({"event": "plan", "m": m, "n": n, "nnz": nnz, "r": r, **best,
            "machine": machine.as_dict()})
     obj = None
@@ -339,7 +390,7 @@ def _choose(args, share, r: int, op: str, machine: Machine):
         result = tune(share, comm, r, args.tune, machine, op=op, algorithms=families,
                       node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
                       permute=_permute_mode(args), seed=args.seed, order=args.order,
-                      overlap=args.overlap)
+                      overlap=args.overlap, memory_limit=limit)
         for event in tune_events(result):
             _emit(event)
         best, obj = result.best, result.obj
@@ -365,12 +416,17 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    checks, machine = Checks(MPI.COMM_WORLD), None
+    checks, machine, limit = Checks(MPI.COMM_WORLD), None, None
     with checks.guard():  # every rank reads --machine; one that cannot must stop them all
         machine = _machine(args)
+        limit = _parse_limit(args)
     checks.agree()
+    if limit == "auto":  # the planned job's ranks are not running: one per core of this node
+        memory = cgroup_limit() or physical_memory()
+        limit = None if memory is None else memory // max(1, min(args.p, os.cpu_count() or 1))
     algorithms = None if args.all_algorithms else tuple(api.ALGORITHMS)
-    rows = plan(args.m, args.n or args.m, args.nnz, args.r, args.p, machine, algorithms)
+    rows = plan(args.m, args.n or args.m, args.nnz, args.r, args.p, machine, algorithms,
+                dtype=np.dtype(args.dtype), memory_limit=limit)
     if MPI.COMM_WORLD.Get_rank() != 0:
         return 0
     if args.json:
@@ -381,7 +437,9 @@ def cmd_plan(args) -> int:
     print(f"m={args.m} n={n} nnz={args.nnz} r={args.r} p={args.p} "
           f"phi={rows[0]['phi']:.4g}; machine: {machine.source} (alpha={machine.alpha:.3g} "
           f"s, beta={machine.beta:.3g} s/word, gamma={machine.gamma:.3g} s/flop, "
-          f"delta={machine.delta:.3g} s/nonzero)")
+          f"delta={machine.delta:.3g} s/nonzero); memory per rank modelled for "
+          f"{args.dtype}" + ("" if limit is None else
+                             f", candidates over the limit of {format_bytes(limit)} left out"))
     print(format_table(rows, args.top or None))
     best = rows[0]
     print(f"winner: --algorithm {best['algorithm']} --strategy {best['strategy']} "
@@ -435,7 +493,7 @@ def _run_prechecks(args) -> dict:
     # Ranks with files of their own must see the same sizes (agreed with the checks).
     sizes = {"S (rows, columns, entries)": (m, n, nnz), "r": r}
     return {"need_a": need_a, "need_b": need_b, "r": r, "kernel": kernel, "machine": machine,
-            "same": sizes}
+            "same": sizes, "shape": (m, n, nnz), "limit": _parse_limit(args)}
 
 
 def _check_result(obj, op: str, result: np.ndarray, A_loc, B_loc) -> None:
@@ -476,6 +534,9 @@ def cmd_run(args) -> int:
     from distmm.io import load_dense_npy, write_h5_atomic
 
     dtype = np.dtype(args.dtype)
+    limit = _resolve_limit(pre["limit"], comm)
+    _refuse_oversized(comm, limit, args.algorithm, args.c, [args.strategy], [args.op],
+                      *pre["shape"], pre["r"], dtype, args.overlap)
     # The values (NaN, infinities, float32 overflow): every rank scans what it sees.
     checks, A, B = Checks(comm), None, None
     with checks.guard():
@@ -485,13 +546,14 @@ def cmd_run(args) -> int:
     _open_log_dir(args)
     share = api.as_coo_share(args.sparse, comm)
     r = pre["r"]
-    obj = _choose(args, share, r, args.op, pre["machine"])
+    obj = _choose(args, share, r, args.op, pre["machine"], limit)
     _check_common(args)
     if obj is None:
         obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=r,
                              node_model=pre["kernel"], dtype=dtype,
                              permute=_permute_mode(args), seed=args.seed, order=args.order,
                              overlap=args.overlap)
+    share = None  # S lives in the object now; the memory model counts no second copy
     A_loc = obj.scatter("a", A, root=None) if A is not None else None
     B_loc = obj.scatter("b", B, root=None) if B is not None else None
     nnz = int(comm.allreduce(obj.values.size))
@@ -584,7 +646,8 @@ def _bench_prechecks(args) -> dict:
             require(s in api.ALGORITHMS[args.algorithm].strategies,
                     f"unknown strategy {s!r} for {args.algorithm}")
     return {"ops": ops, "strategies": strategies, "kernel": node_model_from_args(args),
-            "machine": _machine(args) if args.algorithm == "auto" else None}
+            "machine": _machine(args) if args.algorithm == "auto" else None,
+            "limit": _parse_limit(args)}
 
 
 def cmd_bench(args) -> int:
@@ -597,16 +660,20 @@ def cmd_bench(args) -> int:
     ops, strategies = pre["ops"], pre["strategies"]
     from distmm.generate import erdos_renyi
 
+    limit = _resolve_limit(pre["limit"], comm)
+    _refuse_oversized(comm, limit, args.algorithm, args.c, strategies, ops, args.n, args.n,
+                      args.n * args.nnz_per_row, args.r, np.dtype(args.dtype), args.overlap)
     share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
     obj = None
     if args.algorithm == "auto":
-        obj = _choose(args, share, args.r, ops[0], pre["machine"])
+        obj = _choose(args, share, args.r, ops[0], pre["machine"], limit)
         strategies = [args.strategy]
     if obj is None:
         obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
                              node_model=pre["kernel"], dtype=np.dtype(args.dtype),
                              permute=_permute_mode(args), seed=args.seed, order=args.order,
                              overlap=args.overlap)
+    share = None  # S lives in the object now; the memory model counts no second copy
     _open_log_dir(args)
     A_loc, B_loc = random_blocks(obj, args.r, args.seed)
     for op in ops:

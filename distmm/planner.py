@@ -38,9 +38,13 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from distmm import costmodel
+from distmm.algorithms import ALGORITHMS
 from distmm.errors import require
 from distmm.io import read_json_object
+from distmm.memory import format_bytes
 
 
 def _interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float,
@@ -223,13 +227,59 @@ class Machine:
         return out
 
 
+def memory_peak(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: int,
+                c: int, dtype=np.float32, overlap: bool = False, op: str = "fusedmm_a") -> int:
+    """The modelled peak bytes of the fullest rank for one ``op`` (the family's
+    ``memory_bytes``, see :mod:`distmm.memory`). Not collective."""
+    return ALGORITHMS[algorithm].memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype,
+                                              overlap).peak
+
+
+def memory_problem(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: int,
+                   c: int, limit: int | None, dtype=np.float32, overlap: bool = False,
+                   op: str = "fusedmm_a") -> str | None:
+    """Why ``algorithm``/``strategy`` with replication ``c`` on p ranks cannot fit ``limit``
+    bytes per rank, naming the c (same p) or the smallest larger p that would; None when it
+    fits or there is no limit. Not collective."""
+    if limit is None:
+        return None
+    need = memory_peak(algorithm, strategy, m, n, nnz, r, p, c, dtype, overlap, op)
+    if need <= limit:
+        return None
+
+    def fitting(q: int) -> list[tuple[int, int]]:
+        return [(d, memory_peak(algorithm, strategy, m, n, nnz, r, q, d, dtype, overlap, op))
+                for d in costmodel.valid_cs(algorithm, q, r)]
+
+    same = [(d, b) for d, b in fitting(p) if b <= limit]
+    if same:
+        hint = "use " + " or ".join(f"-c {d} ({format_bytes(b)})" for d, b in same[:3])
+    else:
+        hint = f"no c fits on {p} ranks"
+        for q in range(p + 1, 64 * p + 1):
+            fit = [(d, b) for d, b in fitting(q) if b <= limit]
+            if fit:
+                d, b = min(fit, key=lambda t: t[1])
+                hint += f"; the smallest rank count that fits is p = {q} with -c {d} " \
+                        f"({format_bytes(b)} per rank)"
+                break
+        else:
+            hint += f" nor on up to {64 * p} ranks"
+    return (f"{op.replace('_', '-')} with {algorithm} (strategy {strategy}, c = {c}) on {p} "
+            f"ranks needs about {format_bytes(need)} per rank (S {m} x {n} with {nnz} "
+            f"nonzeros, r = {r}, {np.dtype(dtype)}), more than the memory limit of "
+            f"{format_bytes(limit)} per rank; {hint} (docs/memory.md)")
+
+
 def predict(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: int, c: int,
-            machine: Machine, model: str = "implemented") -> dict:
-    """Predicted seconds (and their parts) of one FusedMM. Not collective.
+            machine: Machine, model: str = "implemented", dtype=np.float32,
+            overlap: bool = False) -> dict:
+    """Predicted seconds (and their parts) of one FusedMM, and its memory. Not collective.
 
     ``model`` "implemented" counts what distmm sends (:func:`costmodel.implemented`);
     "paper" uses Table III as printed (:func:`costmodel.table3`). ``kernel_calls`` lists the
-    local calls the compute term adds up (:func:`costmodel.local_calls`)."""
+    local calls the compute term adds up (:func:`costmodel.local_calls`); ``memory`` is the
+    modelled peak bytes of the fullest rank (:func:`memory_peak`)."""
     n_eff = (m + n) / 2
     phi = nnz / (n_eff * r) if n_eff and r else 0.0
     formula = costmodel.implemented if model == "implemented" else costmodel.table3
@@ -248,14 +298,19 @@ def predict(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: 
     return {"algorithm": algorithm, "strategy": strategy, "c": c, "messages": msgs,
             "words": words, "visits": visits, "calls": sum(call.count for call in calls),
             "kernel_calls": [call.as_dict() for call in calls], "comm_s": comm,
-            "compute_s": compute, "time_s": comm + compute, "phi": phi}
+            "compute_s": compute, "time_s": comm + compute, "phi": phi,
+            "memory": memory_peak(algorithm, strategy, m, n, nnz, r, p, c, dtype, overlap)}
 
 
 def plan(m: int, n: int, nnz: int, r: int, p: int, machine: Machine | None = None,
-         algorithms: tuple[str, ...] | None = None, model: str = "implemented") -> list[dict]:
+         algorithms: tuple[str, ...] | None = None, model: str = "implemented",
+         dtype=np.float32, overlap: bool = False, memory_limit: int | None = None
+         ) -> list[dict]:
     """Every valid (algorithm, strategy, c), fastest predicted first. Not collective.
 
-    ``algorithms`` restricts the candidates (e.g. to the families this build implements)."""
+    ``algorithms`` restricts the candidates (e.g. to the families this build implements).
+    With ``memory_limit`` (bytes per rank), candidates whose modelled peak exceeds it are
+    left out; when none is left, InputError names the candidate that needs least."""
     require(min(m, n, r, p) >= 1 and nnz >= 0,
             "plan needs m, n, r, p >= 1 and nnz >= 0")
     machine = machine or Machine()
@@ -264,8 +319,17 @@ def plan(m: int, n: int, nnz: int, r: int, p: int, machine: Machine | None = Non
         if algorithms is not None and algorithm not in algorithms:
             continue
         for c in costmodel.valid_cs(algorithm, p, r):
-            rows.append(predict(algorithm, strategy, m, n, nnz, r, p, c, machine, model))
+            rows.append(predict(algorithm, strategy, m, n, nnz, r, p, c, machine, model,
+                                dtype, overlap))
     require(rows, f"no algorithm fits p={p}, r={r}")
+    if memory_limit is not None:
+        fit = [row for row in rows if row["memory"] <= memory_limit]
+        if not fit:
+            least = min(rows, key=lambda row: row["memory"])
+            require(False, memory_problem(least["algorithm"], least["strategy"], m, n, nnz,
+                                          r, p, least["c"], memory_limit, dtype, overlap)
+                    .replace(" on ", " (the candidate that needs least) on ", 1))
+        rows = fit
     # Ties (e.g. c = 1, where strategies coincide) go to the simpler configuration.
     return sorted(rows, key=lambda row: (row["time_s"], row["c"], row["algorithm"]))
 
@@ -274,12 +338,13 @@ def format_table(rows: list[dict], limit: int | None = None) -> str:
     """A fixed-width table of plan rows for the terminal."""
     head = f"{'rank':>4}  {'algorithm':<22}{'strategy':<9}{'c':>4}  {'time (s)':>11}  " \
            f"{'comm (s)':>11}  {'compute (s)':>11}  {'words/rank':>12}  {'msgs':>7}  " \
-           f"{'calls':>5}  {'width':>6}"
+           f"{'calls':>5}  {'width':>6}  {'memory/rank':>11}"
     lines = [head]
     for i, row in enumerate(rows[:limit] if limit else rows, 1):
         width = min((call["width"] for call in row["kernel_calls"]), default=math.nan)
         lines.append(f"{i:>4}  {row['algorithm']:<22}{row['strategy']:<9}{row['c']:>4}  "
                      f"{row['time_s']:>11.4g}  {row['comm_s']:>11.4g}  "
                      f"{row['compute_s']:>11.4g}  {row['words']:>12.4g}  "
-                     f"{row['messages']:>7.4g}  {row['calls']:>5}  {width:>6.4g}")
+                     f"{row['messages']:>7.4g}  {row['calls']:>5}  {width:>6.4g}  "
+                     f"{format_bytes(row['memory']):>11}")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from mpi4py import MPI
 
 from distmm import api
@@ -57,7 +58,7 @@ def candidates(rows: list[dict], k: int, op: str = "fusedmm-a") -> list[dict]:
 def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
          machine: Machine | None = None, op: str = "fusedmm-a",
          algorithms: tuple[str, ...] | None = None, repeat: int = 3, seed: int = 0,
-         **distribute_kwargs) -> Tuned:
+         memory_limit: int | None = None, **distribute_kwargs) -> Tuned:
     """Pick (algorithm, strategy, c) for ``op`` on S at width ``r`` by timing the model's top
     ``candidates_k`` configurations on this data (collective over ``comm``).
 
@@ -68,14 +69,17 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
     depend on the values. A candidate that cannot be distributed raises the same InputError on
     every rank (distribute checks collectively), so no rank is left waiting. Returns a
     :class:`Tuned`; only the chosen candidate's distribution is kept in memory: the others are
-    closed (their sub-communicators freed) as soon as they are beaten.
+    closed (their sub-communicators freed) as soon as they are beaten. With
+    ``memory_limit`` (bytes per rank) only candidates whose modelled peak fits are tried.
     """
     require(op in api.OPS, f"unknown operation {op!r}; choose one of {', '.join(api.OPS)}")
     require(isinstance(repeat, int) and repeat >= 1, "repeat must be at least 1")
     m, n = share.shape
     nnz = int(comm.allreduce(share.nnz))
     rows = plan(m, n, nnz, r, comm.Get_size(), machine,
-                algorithms=algorithms or tuple(api.ALGORITHMS))
+                algorithms=algorithms or tuple(api.ALGORITHMS),
+                dtype=distribute_kwargs.get("dtype", np.float32),
+                overlap=bool(distribute_kwargs.get("overlap")), memory_limit=memory_limit)
     chosen = [dict(row, predicted_s=row["time_s"], measured_s=None)
               for row in candidates(rows, candidates_k, op)]
     if len(chosen) == 1:

@@ -21,8 +21,10 @@ Variants:
 
 For distmm every call is split into the local kernels (phase ``compute``), each communication
 phase, and the rest (the call's time minus those: checks, dispatch, buffers, copies). Each
-worker also reports its peak resident set (``ru_maxrss``) beside the bytes of the rank's own
-data (S's local blocks and the dense blocks of the call).
+worker also reports its peak resident set (``ru_maxrss``, the worker's whole life: rank 0 also
+reads the matrix) beside the bytes of the rank's own data (S's local blocks and the dense blocks
+of the call) and the memory model's peak for the call (``model_bytes``, docs/memory.md); the
+tables show the fullest rank's peak and the model.
 
 Run from the repository root (it launches its own workers)::
 
@@ -179,6 +181,7 @@ def worker_distmm(args) -> None:
                             best, phases = dt, slowest
                     rss = comm.allreduce(peak_rss_bytes(), op=MPI.MAX)
                     data = comm.allreduce(data_bytes, op=MPI.MAX)
+                    model = comm.allreduce(S.memory_model(op, None, r).peak, op=MPI.MAX)
                     if comm.rank == 0:
                         ph = dict(zip(keys, (float(x) for x in phases), strict=True))
                         comm_s = sum(ph[k] for k in COMM_PHASES)
@@ -186,6 +189,7 @@ def worker_distmm(args) -> None:
                               "compute": ph["compute"], "comm": comm_s,
                               "rest": max(0.0, best - ph["compute"] - comm_s),
                               "phases": ph, "peak_rss": rss, "data_bytes": data,
+                              "model_bytes": model,
                               "permute": S.describe()["permute"]})
 
 
@@ -276,6 +280,13 @@ def _split(get: dict, v: str) -> str:
     return f"{rec['compute'] / t:.0%} / {rec['comm'] / t:.0%} / {rec['rest'] / t:.0%}"
 
 
+def _memory(get: dict, v: str) -> str:
+    rec = get.get(v)
+    if not rec or "model_bytes" not in rec:
+        return "-"
+    return f"{rec['peak_rss'] / 2**20:.0f} / {rec['model_bytes'] / 2**20:.0f}"
+
+
 def _ratio(get: dict, v: str) -> str:
     if get.get(v) and get.get("distmm-p1"):
         return f"{get[v]['seconds'] / get['distmm-p1']['seconds']:.2f}x"
@@ -288,10 +299,12 @@ def markdown(best: dict, args) -> str:
     for matrix in args.matrices:
         for dtype in args.dtypes:
             lines += [f"\n**{matrix}, {dtype}** (best seconds over rounds; distmm's split: "
-                      "kernel / communication / rest, as a share of the call)\n",
+                      "kernel / communication / rest, as a share of the call; memory: the "
+                      "fullest rank's peak resident set / the memory model's peak, MiB)\n",
                       "| op | r | distmm p=1 (s) | split p=1 | distmm p=2 (s) | split p=2 | "
-                      "torch (s) | scipy (s) | torch / distmm p=1 | scipy / distmm p=1 |",
-                      "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+                      "torch (s) | scipy (s) | torch / distmm p=1 | scipy / distmm p=1 | "
+                      "memory p=1 | memory p=2 |",
+                      "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"]
             for op in args.ops:
                 for r in args.rs:
                     get = {v: best.get((v, matrix, dtype, r, op)) for v in args.variants}
@@ -301,7 +314,8 @@ def markdown(best: dict, args) -> str:
                         f"{_split(get, 'distmm-p1')} | {_secs(get, 'distmm-p2')} | "
                         f"{_split(get, 'distmm-p2')} | {_secs(get, 'torch')} | "
                         f"{_secs(get, 'scipy')} | {_ratio(get, 'torch')} | "
-                        f"{_ratio(get, 'scipy')} |")
+                        f"{_ratio(get, 'scipy')} | {_memory(get, 'distmm-p1')} | "
+                        f"{_memory(get, 'distmm-p2')} |")
     return "\n".join(lines) + "\n"
 
 

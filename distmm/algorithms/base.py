@@ -33,6 +33,7 @@ from distmm.errors import InputError, agree, require
 from distmm.grid import ProcessGrid15D, ProcessGrid25D, check_grid
 from distmm.kernels import NodeModel, make_node_model
 from distmm.layout import block_offsets
+from distmm.memory import Memory, held_bytes, release_freed_memory
 from distmm.ops.mixin import EdgeOps
 from distmm.permute import applied_mode, balance_permutation, inverse_permutation
 from distmm.sparse import CSRBlock
@@ -837,6 +838,35 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
                 "overlap": self.overlap,
                 **({"r": self.r} if self.r is not None else {})}
 
+    # ----------------------------------------------------------------- memory
+    # Every family states its memory model as a static method of its class,
+    # ``memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap, local)`` returning a
+    # :class:`distmm.memory.Memory`; ``local`` takes a rank's own sizes (:meth:`memory_counts`)
+    # in place of the worst-rank sizes the model assumes without them.
+    def memory_counts(self, r: int) -> dict[str, int]:
+        """This rank's sizes that the family's memory model reads, for width ``r`` (rows of
+        its blocks, its stored nonzeros per orientation built so far). Not collective."""
+        raise NotImplementedError
+
+    def memory_model(self, op: str = "fusedmm_a", strategy: str | None = None,
+                     r: int | None = None) -> Memory:
+        """The family's memory model of one ``op`` on this rank, with its real block sizes.
+
+        Not collective. ``strategy`` defaults to the family's default; ``r`` to the width
+        given at construction. S's global nonzero count (which only the distribution term
+        uses, for the caller's COO share) is taken as p times this rank's."""
+        strategy = strategy or self.strategies[-1]
+        r = self._default_r(r)
+        counts = self.memory_counts(r)
+        return type(self).memory_bytes(op, strategy, self.shape[0], self.shape[1],
+                                       self.p * counts["nnz_a"], r, self.p, self.c,
+                                       self.dtype, self.overlap, local=counts)
+
+    def memory_held(self) -> int:
+        """Bytes of the arrays this object holds now (S's blocks, permutations, the buffers
+        kept between calls), measured (:func:`distmm.memory.held_bytes`). Not collective."""
+        return held_bytes(self)
+
     # ----------------------------------------------------------------- lifetime
     def close(self) -> None:
         """Free the communicators this object created: the grid's sub-communicators and any
@@ -952,6 +982,8 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
             a = self._o["a"]
             rows, cols = a.coordinates()
             self._build_b(rows, cols, a.values)
+            del rows, cols
+            release_freed_memory()  # the temporaries of placing S^T
             self._b_stale = False
         elif name == "b" and self._b_stale:
             self._move_values(self._b_plan(), self._o["a"].values, self._o["b"].values)

@@ -116,6 +116,20 @@ from distmm.coo import CooShare
 from distmm.errors import require
 from distmm.grid import ProcessGrid25D, fits_25d
 from distmm.layout import block_of, block_offsets, block_range
+from distmm.memory import (
+    Memory,
+    build_transpose_bytes,
+    ceil_div,
+    csr_bytes,
+    merged,
+    modes,
+    mpi_reduce_scatter_bytes,
+    operand_bytes,
+    perm_bytes,
+    place_bytes,
+    transpose_bytes,
+    unpack_bytes,
+)
 
 STRATEGIES = ("none", "reuse")
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
@@ -301,10 +315,11 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         z, yrows = lp.step_nnz, lp.step_yrows
         z0 = int(z[0])
         cur = self._buffer("cur", (3 * int(z.max()),), self._word)
-        nxt = self._buffer("nxt", (3 * int(z.max()),), self._word)
+        # A layer of one rank (s = 1) shifts nothing, so it needs no receive buffers.
+        nxt = self._buffer("nxt", (3 * int(z.max()),), self._word) if s > 1 else cur
         pack(cur, lp.home_index, third, dt)
         ycur = self._buffer("ycur", (int(yrows.max()), w))
-        ynxt = self._buffer("ynxt", (int(yrows.max()), w))
+        ynxt = self._buffer("ynxt", (int(yrows.max()), w)) if s > 1 else ycur
         ycur[:yrows[0]] = Y_loc if mode != "spmm_y" else 0
         ones = np.ones(int(z.max()), dtype=dt) if mode == "sddmm" else None
         kern = self.kernel
@@ -458,6 +473,75 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
                                        transposed=kind == "spmm_b"))
         return out
 
+
+    @staticmethod
+    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
+                     c: int, dtype=np.float32, overlap: bool = False,
+                     local: dict[str, int] | None = None) -> Memory:
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.memory`). Not collective.
+
+        Per orientation used: the home CSR block (X superblock rows), its coordinates as wire
+        words (2 a nonzero) and, where the call runs SpMMB on it, its cached transpose; the
+        replicated X superblock or the X-side accumulator at width r/s; two packet buffers of
+        3 words per nonzero of the largest block the rank sees and two dense buffers of the
+        largest Y block (the same with or without overlap; one each when s = 1); the
+        caller's dense blocks. Without ``local`` (:meth:`memory_counts`), the largest blocks
+        of any rank and nnz/p nonzeros a block."""
+        s, it = math.isqrt(p // c), np.dtype(dtype).itemsize
+        word = word_dtype(dtype).itemsize
+        k = merged({"rows_a": ceil_div(m, s * c), "rows_b": ceil_div(n, s * c),
+                    "width": ceil_div(r, s), "super_a": ceil_div(m, s),
+                    "super_b": ceil_div(n, s), "hcols_a": ceil_div(n, s * c),
+                    "hcols_b": ceil_div(m, s * c), "ymax_a": ceil_div(n, s * c),
+                    "ymax_b": ceil_div(m, s * c), "nnz_a": ceil_div(nnz, p),
+                    "nnz_b": ceil_div(nnz, p), "zmax_a": ceil_div(nnz, p),
+                    "zmax_b": ceil_div(nnz, p), "share": ceil_div(nnz, p)}, local)
+        w = k["width"]
+        used = modes(op, strategy)
+        # Offsets of A's and B's row blocks and of the column blocks of r.
+        parts = {"permutations": perm_bytes(m, n),
+                 "bookkeeping": 16 * (s * c + 1) + 8 * (s + 1)}
+        call: dict[str, int] = {}
+        for o in sorted({"a"} | {o for o, _ in used}):
+            parts[f"S {o}"] = csr_bytes(k[f"super_{o}"], k[f"nnz_{o}"], it) \
+                + 2 * k[f"nnz_{o}"] * word
+            parts["bookkeeping"] += 24 + 16 * s  # value offsets, column base, step sizes
+        for o, mode in used:
+            z, zmax, ymax = k[f"nnz_{o}"], k[f"zmax_{o}"], k[f"ymax_{o}"]
+            sup = k[f"super_{o}"] * w * it
+            if mode == "spmm_x":  # the superblock accumulator of the reduction
+                parts["reduction"] = sup
+            elif c > 1:  # a fiber of one rank replicates nothing: T is the block
+                parts["replication"] = sup
+            if mode == "spmm_x":
+                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(sup, c)
+            parts["shift"] = min(s, 2) * (3 * zmax * word + ymax * w * it)
+            block = unpack_bytes(k[f"super_{o}"], zmax, word) if s > 1 else 0
+            if mode == "spmm_y":
+                parts[f"S {o} transpose"] = transpose_bytes(k[f"hcols_{o}"], z)
+                block += zmax * it + (transpose_bytes(ymax, zmax) + 16 * zmax
+                                      if s > 1 else 0)
+            call["unpacked block"] = max(call.get("unpacked block", 0), block)
+            if mode == "sddmm":
+                call["unit values"] = zmax * it
+                if op.startswith("fusedmm"):
+                    call["SDDMM result"] = z * it
+        parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, k["nnz_a"], it))
+        build = (build_transpose_bytes(parts, k["nnz_a"], k["nnz_b"], k["nnz_b"], it)
+                 if any(o == "b" for o, _ in used) else 0)
+        return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], k["nnz_a"], it)
+                      + parts["permutations"], build)
+
+    def memory_counts(self, r: int) -> dict[str, int]:
+        """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""
+        out = {"rows_a": self._local_rows("a"), "rows_b": self._local_rows("b"),
+               "width": self.local_width(r)}
+        for o, orient in self._o.items():
+            home, lp = orient.blocks[0], self._loops[o]
+            out.update({f"super_{o}": home.shape[0], f"hcols_{o}": home.shape[1],
+                        f"nnz_{o}": orient.nnz, f"zmax_{o}": int(lp.step_nnz.max()),
+                        f"ymax_{o}": int(lp.step_yrows.max())})
+        return out
 
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",

@@ -36,6 +36,19 @@ from distmm.coo import CooShare
 from distmm.errors import require
 from distmm.grid import ProcessGrid15D, fits_15d
 from distmm.layout import block_of, block_offsets, block_range
+from distmm.memory import (
+    Memory,
+    build_transpose_bytes,
+    ceil_div,
+    csr_bytes,
+    merged,
+    modes,
+    mpi_reduce_scatter_bytes,
+    operand_bytes,
+    perm_bytes,
+    place_bytes,
+    transpose_bytes,
+)
 
 STRATEGIES = ("none", "reuse", "fusion")
 
@@ -157,6 +170,70 @@ class DenseShift15D(TwoOrientationAlgorithm):
         """Words and messages sent per rank, per phase, by one ``op`` (nnz does not matter
         here: only dense blocks move). See :func:`dense_shift_15d_exact`."""
         return dense_shift_15d_exact(op, m, n, r, p, c, strategy)
+
+    @staticmethod
+    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
+                     c: int, dtype=np.float32, overlap: bool = False,
+                     local: dict[str, int] | None = None) -> Memory:
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.memory`). Not collective.
+
+        Per orientation used: q CSR blocks of the X superblock's rows (S, or S^T built on
+        first use), their cached transposes where the call runs SpMMB on them, the replicated
+        superblock T and the superblock accumulator (c > 1), two shift buffers of the largest
+        Y block (q > 1; the same two with or without overlap: a shift always receives into the
+        second); the caller's dense blocks; the SDDMM result a FusedMM without fusion passes
+        to its SpMM. Without ``local`` (:meth:`memory_counts`), the largest blocks of any rank
+        and nnz/p nonzeros per rank."""
+        q, it = p // c, np.dtype(dtype).itemsize
+        k = merged({"rows_a": ceil_div(m, p), "rows_b": ceil_div(n, p),
+                    "super_a": ceil_div(m, q), "super_b": ceil_div(n, q),
+                    "ymax_a": ceil_div(n, p), "ymax_b": ceil_div(m, p),
+                    "ycols_a": ceil_div(n, c), "ycols_b": ceil_div(m, c),
+                    "nnz_a": ceil_div(nnz, p), "nnz_b": ceil_div(nnz, p),
+                    "zmax_a": ceil_div(nnz, p * q), "zmax_b": ceil_div(nnz, p * q),
+                    "share": ceil_div(nnz, p)}, local)
+        used = modes(op, strategy)
+        parts = {"permutations": perm_bytes(m, n)}
+        call: dict[str, int] = {}
+        # Block offsets of A and B; per orientation, its blocks' value offsets and columns.
+        parts["bookkeeping"] = 16 * (p + 1)
+        for o in sorted({"a"} | {o for o, _ in used}):
+            parts[f"S {o}"] = csr_bytes(k[f"super_{o}"], k[f"nnz_{o}"], it, q)
+            parts["bookkeeping"] += 16 * q + 8
+        for o, mode in used:
+            sup = k[f"super_{o}"] * r * it
+            if mode == "spmm_y":
+                parts[f"S {o} transpose"] = transpose_bytes(k[f"ycols_{o}"], k[f"nnz_{o}"], q)
+                call["kernel values"] = k[f"zmax_{o}"] * it
+            if c > 1 and mode in ("sddmm", "spmm_y", "fused_x"):
+                parts["replication"] = sup
+            if c > 1 and mode in ("spmm_x", "fused_x"):
+                parts["reduction"] = sup
+                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(sup, c)
+            if q > 1:
+                parts["shift"] = 2 * k[f"ymax_{o}"] * r * it
+            if mode == "sddmm" and op.startswith("fusedmm"):
+                call["SDDMM result"] = k[f"nnz_{o}"] * it
+        parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], r, k["nnz_a"], it))
+        build = (build_transpose_bytes(parts, k["nnz_a"], k["nnz_b"], k["zmax_b"], it)
+                 if any(o == "b" for o, _ in used) else 0)
+        return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], k["zmax_a"], it)
+                      + parts["permutations"], build)
+
+    def memory_counts(self, r: int) -> dict[str, int]:
+        """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""
+        u, v, c, q = self.grid.u, self.grid.v, self.c, self.q
+        out = {"rows_a": self._local_rows("a"), "rows_b": self._local_rows("b")}
+        for o in self._o:
+            xs, ys = self._frames(o)
+            xo, yo = self.offsets[xs], self.offsets[ys]
+            sizes = [int(yo[t * c + v + 1] - yo[t * c + v]) for t in range(q)]
+            blocks = self._o[o].blocks
+            out.update({f"super_{o}": int(xo[u * c + c] - xo[u * c]),
+                        f"ymax_{o}": max(sizes), f"ycols_{o}": sum(sizes),
+                        f"nnz_{o}": self._o[o].nnz,
+                        f"zmax_{o}": max(blk.nnz for blk in blocks)})
+        return out
 
     # ----------------------------------------------------------------- the loop (Algorithm 1)
     def _fiber_rows(self, name: str) -> np.ndarray:

@@ -102,6 +102,17 @@ from distmm.coo import CooShare
 from distmm.errors import require
 from distmm.grid import ProcessGrid25D, fits_25d
 from distmm.layout import block_of, block_offsets, block_range
+from distmm.memory import (
+    Memory,
+    ceil_div,
+    csr_bytes,
+    merged,
+    mpi_reduce_scatter_bytes,
+    operand_bytes,
+    perm_bytes,
+    place_bytes,
+    transpose_bytes,
+)
 
 STRATEGIES = ("none",)
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
@@ -232,8 +243,10 @@ class SparseReplicate25D(DistributedAlgorithm):
         mi, nj = self._S.shape
         l0 = (g.i + g.j) % s
         a_in, b_in = mode != "spmm_a", mode != "spmm_b"
-        a_cur, a_nxt = (self._buffer(role, (mi * wmax,)) for role in ("a_cur", "a_nxt"))
-        b_cur, b_nxt = (self._buffer(role, (nj * wmax,)) for role in ("b_cur", "b_nxt"))
+        a_cur, b_cur = self._buffer("a_cur", (mi * wmax,)), self._buffer("b_cur", (nj * wmax,))
+        # A layer of one rank (s = 1) shifts nothing, so it needs no receive buffers.
+        a_nxt = self._buffer("a_nxt", (mi * wmax,)) if s > 1 else a_cur
+        b_nxt = self._buffer("b_nxt", (nj * wmax,)) if s > 1 else b_cur
 
         def view(buf: np.ndarray, rows: int, l: int) -> np.ndarray:
             return buf[:rows * int(w[l])].reshape(rows, int(w[l]))
@@ -365,6 +378,57 @@ class SparseReplicate25D(DistributedAlgorithm):
         z, w = nnz * c / p, r / (s * c)
         return [KernelCalls(kind, s, z, m / s, n / s, w) for kind in ("sddmm", "spmm_a")]
 
+
+    @staticmethod
+    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
+                     c: int, dtype=np.float32, overlap: bool = False,
+                     local: dict[str, int] | None = None) -> Memory:
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.memory`). Not collective.
+
+        The stationary block's structure (shared by the fiber's c ranks, each holding it
+        whole) with its unit weights, the rank's 1/c share of the values, the partial dot
+        products (SDDMM) or all of the block's values (SpMM), the block's cached transpose
+        for SpMMB, two A and two B buffers at the layer's widest column block (the same with
+        or without overlap; one each when s = 1), the caller's dense blocks. Without ``local``
+        (:meth:`memory_counts`), the largest blocks of any rank and nnz c/p nonzeros a
+        block."""
+        s, it = math.isqrt(p // c), np.dtype(dtype).itemsize
+        k = merged({"rows_a": ceil_div(m, s), "rows_b": ceil_div(n, s),
+                    "width": ceil_div(r, s * c), "wmax": ceil_div(r, s * c),
+                    "block": ceil_div(nnz * c, p), "nnz_a": ceil_div(ceil_div(nnz * c, p), c),
+                    "share": ceil_div(nnz, p)}, local)
+        z, own, w = k["block"], k["nnz_a"], k["width"]
+        kinds = {"sddmm": ["sddmm"], "spmm_a": ["spmm_a"], "spmm_b": ["spmm_b"],
+                 "fusedmm_a": ["sddmm", "spmm_a"], "fusedmm_b": ["sddmm", "spmm_b"]}[op]
+        # Offsets of the row and column blocks of S, of r's column blocks, of the value
+        # shares; the block's value offsets and column base.
+        parts = {"permutations": perm_bytes(m, n),
+                 "bookkeeping": 16 * (s + 1) + 8 * (s * c + 1) + 8 * (c + 1) + 24,
+                 "S": csr_bytes(k["rows_a"], z, it) + own * it,
+                 "shift": min(s, 2) * (k["rows_a"] + k["rows_b"]) * k["wmax"] * it}
+        call: dict[str, int] = {}
+        if "sddmm" in kinds:
+            parts["reduction"] = z * it  # the partial dot products
+            call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(z * it, c)
+            if op.startswith("fusedmm"):
+                call["SDDMM result"] = own * it
+        if kinds[-1] != "sddmm":
+            parts["replication"] = z * it  # all of the block's values
+        if "spmm_b" in kinds:
+            parts["S transpose"] = transpose_bytes(k["rows_b"], z)
+            call["kernel values"] = z * it
+        parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, own, it))
+        # Each entry goes to the c ranks of its fiber: the share (24 bytes) and its permuted
+        # rows, columns and block (24) once, its owners and routed copies (32) c times.
+        dist = place_bytes(c * k["share"], z, z, it, kept=(48 + 32 * c) / c)
+        return Memory(parts, call, dist + parts["permutations"])
+
+    def memory_counts(self, r: int) -> dict[str, int]:
+        """This rank's block sizes for :meth:`memory_bytes`."""
+        mi, nj = self._S.shape
+        return {"rows_a": mi, "rows_b": nj, "width": self.local_width(r),
+                "wmax": int(self._layer_widths(r).max()), "block": self._nnz_block,
+                "nnz_a": self._vals.size}
 
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",

@@ -93,6 +93,20 @@ from distmm.coo import CooShare
 from distmm.errors import require
 from distmm.grid import ProcessGrid15D, fits_15d
 from distmm.layout import block_of, block_offsets, block_range
+from distmm.memory import (
+    Memory,
+    build_transpose_bytes,
+    ceil_div,
+    csr_bytes,
+    merged,
+    modes,
+    mpi_reduce_scatter_bytes,
+    operand_bytes,
+    perm_bytes,
+    place_bytes,
+    transpose_bytes,
+    unpack_bytes,
+)
 
 STRATEGIES = ("none", "reuse")
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
@@ -269,7 +283,8 @@ class SparseShift15D(TwoOrientationAlgorithm):
         frame = "csc" if mode == "spmm_y" else "csr"
         size = WORDS_PER_NONZERO * int(nnz.max(initial=0))
         cur = self._buffer("cur", (size,), self._pack_dtype)
-        nxt = self._buffer("nxt", (size,), self._pack_dtype)
+        # A layer of one rank (q = 1) shifts nothing, so it needs no receive buffer.
+        nxt = self._buffer("nxt", (size,), self._pack_dtype) if q > 1 else cur
         index, perm = self._index_part(name, frame)
         pack(cur, index, 0 if mode == "sddmm" else vals, self.dtype, perm)
         ones = np.ones(int(nnz.max(initial=0)), dtype=self.dtype) if mode == "sddmm" else None
@@ -449,6 +464,73 @@ class SparseShift15D(TwoOrientationAlgorithm):
             add(*gather_a)
             rounds("a", 2)
         return phases
+
+    @staticmethod
+    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
+                     c: int, dtype=np.float32, overlap: bool = False,
+                     local: dict[str, int] | None = None) -> Memory:
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.memory`). Not collective.
+
+        Per orientation used: one CSR block with a row pointer over all m (or n) rows of the
+        X side, its packed coordinates (2 words a nonzero) for each frame the call ships and,
+        for the transposed frame, the block's cached transpose; the replicated X operand and
+        the X-side accumulator, all rows at width r/q; two packet buffers of 3 words per
+        nonzero of the layer's largest block (the same two with or without overlap; one when
+        q = 1); the fiber-order row maps of both sides; the caller's dense blocks. Without
+        ``local`` (:meth:`memory_counts`), the largest blocks of any rank and nnz/p nonzeros a
+        block."""
+        q, it = p // c, np.dtype(dtype).itemsize
+        word = word_dtype(dtype).itemsize
+        k = merged({"rows_a": q * ceil_div(m, p), "rows_b": q * ceil_div(n, p),
+                    "width": ceil_div(r, q), "ycols_a": ceil_div(n, p),
+                    "ycols_b": ceil_div(m, p), "nnz_a": ceil_div(nnz, p),
+                    "nnz_b": ceil_div(nnz, p), "zmax_a": ceil_div(nnz, p),
+                    "zmax_b": ceil_div(nnz, p), "share": ceil_div(nnz, p)}, local)
+        w, xrows = k["width"], {"a": m, "b": n}
+        # FusedMMB without elision stays in orientation "a" (SDDMM, then SpMMB on S).
+        used = ([("a", "sddmm"), ("a", "spmm_y")] if (op, strategy) == ("fusedmm_b", "none")
+                else modes(op, strategy))
+        # Offsets of A's and B's row blocks, layer starts, the column blocks of r.
+        parts = {"permutations": perm_bytes(m, n) + 16 * (m + n),
+                 "bookkeeping": 16 * (p + 1) + 16 * (c + 1) + 8 * (q + 1)}
+        call: dict[str, int] = {}
+        for o in sorted({"a"} | {o for o, _ in used}):
+            parts[f"S {o}"] = csr_bytes(xrows[o], k[f"nnz_{o}"], it)
+            parts["bookkeeping"] += 8 * q + 24  # the layer's block sizes; value offsets
+        for o, mode in used:
+            z, zmax = k[f"nnz_{o}"], k[f"zmax_{o}"]
+            frame = "csc" if mode == "spmm_y" else "csr"
+            parts[f"S {o} packed {frame}"] = 2 * z * word
+            if frame == "csc":
+                parts[f"S {o} transpose"] = transpose_bytes(k[f"ycols_{o}"], z)
+            if mode == "spmm_x":  # the superblock accumulator of the reduction
+                parts["reduction"] = xrows[o] * w * it
+            elif c > 1:  # a fiber of one rank replicates nothing: T is the block
+                parts["replication"] = xrows[o] * w * it
+            if mode == "spmm_x":
+                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(xrows[o] * w * it, c)
+            parts["shift"] = min(q, 2) * WORDS_PER_NONZERO * zmax * word
+            rows = xrows[o] if frame == "csr" else k[f"ycols_{o}"]
+            call["unpacked block"] = max(call.get("unpacked block", 0),
+                                         unpack_bytes(rows, zmax, word))
+            if mode == "sddmm":
+                call["unit values"] = zmax * it
+                if op.startswith("fusedmm"):
+                    call["SDDMM result"] = z * it
+        parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, k["nnz_a"], it))
+        build = (build_transpose_bytes(parts, k["nnz_a"], k["nnz_b"], k["nnz_b"], it)
+                 if any(o == "b" for o, _ in used) else 0)
+        return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], k["nnz_a"], it)
+                      + parts["permutations"], build)
+
+    def memory_counts(self, r: int) -> dict[str, int]:
+        """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""
+        out = {"rows_a": self._local_rows("a"), "rows_b": self._local_rows("b"),
+               "width": self.local_width(r)}
+        for o, orient in self._o.items():
+            out.update({f"nnz_{o}": orient.nnz, f"ycols_{o}": orient.blocks[0].shape[1],
+                        f"zmax_{o}": int(self._layer_nnz[o].max(initial=0))})
+        return out
 
     @classmethod
     def best_c(cls, m: int, n: int, r: int, p: int, nnz: float, strategy: str = "reuse",

@@ -1,0 +1,135 @@
+"""--memory-limit: parsed on every rank, resolved collectively (cgroup or physical memory over
+the ranks of a node), and a job whose modelled memory per rank exceeds it refused up front on
+every rank with status 2, naming the c or p that would fit; the planner leaves such
+candidates out."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+from mpi4py import MPI
+
+from distmm.cli import main
+from distmm.errors import InputError
+from distmm.memory import available_bytes, parse_memory_limit, physical_memory, ranks_per_node
+from distmm.planner import memory_peak, plan
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+M, N, R = 61, 47, 8
+
+
+@pytest.fixture(scope="module")
+def files(shared_tmp):
+    d = str(shared_tmp)
+    if COMM.rank == 0:
+        S = sp.random(M, N, density=0.2, format="coo", random_state=3)
+        scipy.io.mmwrite(os.path.join(d, "mem_S.mtx"), S)
+        rng = np.random.default_rng(1)
+        np.save(os.path.join(d, "mem_A.npy"), rng.standard_normal((M, R)))
+        np.save(os.path.join(d, "mem_B.npy"), rng.standard_normal((N, R)))
+    COMM.Barrier()
+    nnz = scipy.io.mminfo(os.path.join(d, "mem_S.mtx"))[2]
+    return d, nnz
+
+
+def _run(files, out: str, *extra: str) -> list[str]:
+    d, _ = files
+    return ["run", "fusedmm-a", "--sparse", os.path.join(d, "mem_S.mtx"), "--a",
+            os.path.join(d, "mem_A.npy"), "--b", os.path.join(d, "mem_B.npy"), "--out",
+            os.path.join(d, out), *extra]
+
+
+def _refused(code: int, err: str, *patterns: str) -> None:
+    assert code == 2
+    if COMM.rank == 0:
+        assert "distmm: error:" in err
+        for pattern in patterns:
+            assert pattern in err, err
+    else:
+        assert err == ""
+
+
+@pytest.mark.parametrize("text,expected", [("123456", 123456), ("512M", 512 * 10**6),
+                                           ("4GiB", 4 * 2**30), ("1.5k", 1500),
+                                           ("2 MiB", 2 * 2**20), ("AUTO", None)])
+def test_parse_memory_limit(text, expected):
+    assert parse_memory_limit(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "", "-5", "0", "12 parsecs", "1e400"])
+def test_parse_memory_limit_refuses(text):
+    with pytest.raises(InputError, match="--memory-limit"):
+        parse_memory_limit(text)
+
+
+def test_available_bytes_agrees_across_ranks():
+    assert ranks_per_node(COMM) == P  # every rank of this test runs on this machine
+    got = available_bytes(COMM)
+    assert COMM.allgather(got) == [got] * P
+    assert got is not None and 0 < got <= physical_memory() // P
+
+
+def test_run_refuses_unparsable_limit(files, capsys):
+    code = main(_run(files, "never1.h5", "--memory-limit", "lots"))
+    _refused(code, capsys.readouterr().err, "--memory-limit 'lots' is not a size")
+    assert not os.path.exists(os.path.join(files[0], "never1.h5"))
+
+
+def test_run_refuses_limit_below_every_candidate(files, capsys):
+    code = main(_run(files, "never2.h5", "--memory-limit", "1000"))
+    _refused(code, capsys.readouterr().err, "more than the memory limit of 1000 B per rank",
+             f"no c fits on {P} ranks")
+    assert not os.path.exists(os.path.join(files[0], "never2.h5"))
+
+
+@pytest.mark.skipif(P == 1, reason="needs a c > 1 that uses more memory than c = 1")
+def test_run_names_the_c_that_fits(files, capsys):
+    _, nnz = files
+    small = memory_peak("15d-dense-shift", "fusion", M, N, nnz, R, P, 1)
+    assert memory_peak("15d-dense-shift", "fusion", M, N, nnz, R, P, P) > small
+    code = main(_run(files, "never3.h5", "-c", str(P), "--memory-limit", str(small)))
+    _refused(code, capsys.readouterr().err, f"c = {P}) on {P} ranks", "use -c 1 (")
+
+
+@pytest.mark.parametrize("limit", ["auto", "none", "1G"])
+def test_run_within_the_limit_writes(files, limit, capsys):
+    out = f"fits_{limit}.h5"
+    assert main(_run(files, out, "--memory-limit", limit)) == 0
+    capsys.readouterr()
+    COMM.Barrier()
+    assert os.path.exists(os.path.join(files[0], out))
+
+
+def test_bench_refuses_too_small_limit(capsys):
+    code = main(["bench", "--n", "500", "--r", "8", "--repeat", "1", "--memory-limit", "10k"])
+    _refused(code, capsys.readouterr().err, "more than the memory limit")
+
+
+def test_plan_column_and_limit(capsys):
+    args = ["plan", "--m", "5000", "--nnz", "40000", "--r", "32", "-p", "4"]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    if COMM.rank == 0:
+        assert "memory/rank" in table and "MiB" in table
+    rows = plan(5000, 5000, 40000, 32, 4)
+    cut = sorted(row["memory"] for row in rows)[len(rows) // 2]
+    assert main(args + ["--json", "--memory-limit", str(cut)]) == 0
+    printed = capsys.readouterr().out
+    if COMM.rank == 0:
+        kept = [json.loads(line) for line in printed.splitlines()]
+        assert kept and all(row["memory"] <= cut for row in kept)
+        assert len(kept) == sum(row["memory"] <= cut for row in rows) < len(rows)
+    assert main(args + ["--memory-limit", "300k"]) == 2
+    _refused(2, capsys.readouterr().err, "the candidate that needs least",
+             "no c fits on 4 ranks; the smallest rank count that fits is p =")
+    # Every rank holds the permutations whole (16 (m + n) bytes): no p gets below them.
+    assert main(args + ["--memory-limit", "100k"]) == 2
+    _refused(2, capsys.readouterr().err, "nor on up to 256 ranks")
+    assert main(args + ["--memory-limit", "twelve"]) == 2
+    _refused(2, capsys.readouterr().err, "is not a size")
