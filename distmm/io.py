@@ -49,6 +49,10 @@ _MAX_HEADER_LINE = 1 << 20  # a header line longer than this is not Matrix Marke
 _SCAN_BLOCK = 1 << 16  # read size when looking for the end of a line
 _GZ_BLOCK = 1 << 22  # decompressed block size when streaming a gzip file
 _PARSE_BLOCK = 1 << 24  # bytes of text the fast parser gets at a time
+# First size of a rank's entry arrays: its expected entries (by bytes, or by lines of a gzip
+# file) times the margin, plus the slack; they grow by half when short (lines vary in length).
+_CAPACITY_MARGIN = 1.05
+_CAPACITY_SLACK = 1024
 
 # The bytes that separate fields: space, \t, \n, \v, \f, \r (what numpy's text parser skips).
 _IS_SPACE = np.zeros(256, dtype=bool)
@@ -137,14 +141,14 @@ def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare
                 hi = None if rank == p - 1 else (rank + 1) * header.nnz // p
                 first_line = header.lines + lo + 1
                 blocks = _line_blocks(fh, None, lo, None if hi is None else hi - lo)
-                capacity = max(header.nnz - lo, 0) if hi is None else hi - lo
+                estimate = max(header.nnz - lo, 0) if hi is None else hi - lo
             else:
                 size = os.fstat(fh.fileno()).st_size
                 start, end = _byte_share(fh, header.data_offset, size, rank, p)
                 fh.seek(start)
                 blocks = _line_blocks(fh, end - start, 0, None)
-                share = (end - start) / max(size - header.data_offset, 1)
-                capacity = int(header.nnz * share * 1.05) + 1024
+                estimate = header.nnz * (end - start) / max(size - header.data_offset, 1)
+            capacity = int(estimate * _CAPACITY_MARGIN) + _CAPACITY_SLACK
             entries = _parse_fast(blocks, header, capacity)
             if entries is not None:
                 nlines = entries.lines
@@ -301,16 +305,17 @@ def _read_into(fh: BinaryIO, view: memoryview) -> int:
 
 
 def _line_blocks(fh: BinaryIO, limit: int | None, skip: int, take: int | None,
-                 size: int = _PARSE_BLOCK) -> Iterator[np.ndarray]:
+                 size: int | None = None) -> Iterator[np.ndarray]:
     """Yield the text of ``fh`` from its position in pieces of whole lines (uint8 arrays).
 
     Reads at most ``limit`` bytes (None: to the end of the stream), drops the first ``skip``
     lines and stops after ``take`` lines (None: no limit); the last piece may end without a
-    newline. One buffer of ``size`` bytes is reused (doubled only for a longer line), so a
-    piece is valid only until the next one is asked for. Not collective."""
+    newline. One buffer of ``size`` bytes (default ``_PARSE_BLOCK``) is reused (doubled only
+    for a longer line), so a piece is valid only until the next one is asked for. Not
+    collective."""
     if take == 0:
         return
-    buf = np.empty(size, np.uint8)
+    buf = np.empty(_PARSE_BLOCK if size is None else size, np.uint8)
     keep = 0  # bytes of an unfinished line carried at the front of buf
     left = limit
     while True:
