@@ -35,10 +35,12 @@ from distmm.mtx_parse import (
     POW5_HI,
     POW5_LO,
     SLOW,
+    finish_values,
     last_newline,
     mirror,
     newline_after,
     parse_lines,
+    undecided,
 )
 
 __all__ = ["atomic_output", "check_output", "load_dense_npy", "mtx_header", "npy_header",
@@ -251,12 +253,14 @@ def _parse_fast(blocks: Iterator[np.ndarray], header: _Header, capacity: int) ->
     """
     entries = _Entries.empty(capacity)
     hard = np.empty(0, np.uint8)
+    pend = np.empty(0, np.int16)
     integer = header.field == "integer"
     newlines = 0
     unterminated = False
     for block in blocks:
         if hard.size < block.size + 1:
             hard = np.empty(block.size + 1, np.uint8)
+            pend = np.empty(block.size // 4 + 2, np.int16)
         unterminated = block[-1] != _NEWLINE
         offset = 0
         while True:
@@ -264,17 +268,37 @@ def _parse_fast(blocks: Iterator[np.ndarray], header: _Header, capacity: int) ->
             status, pos, entries.count, seen, nhard = parse_lines(
                 block[offset:], header.nfields, header.nrows, header.ncols, integer,
                 entries.rows, entries.cols, entries.vals, entries.vals.view(np.uint64),
-                entries.count, hard, POW5_HI, POW5_LO, EXACT_POW10)
+                entries.count, hard, pend, EXACT_POW10)
             newlines += seen
-            if status == SLOW or (nhard and not _fill_hard(
-                    entries.vals[first : entries.count], hard[:nhard], integer)):
+            if status == SLOW or not _finish_values(entries, first, pend, integer):
+                return None
+            if nhard and not _fill_hard(entries.vals[first : entries.count], hard[:nhard],
+                                        integer):
                 return None
             if status == OK:
                 break
             offset += pos
-            entries.resize(max(entries.rows.size * 3 // 2, entries.rows.size + 1024))
+            if entries.count == entries.rows.size:
+                entries.resize(max(entries.rows.size * 3 // 2, entries.rows.size + 1024))
     entries.lines = newlines + int(unterminated)
     return entries
+
+
+def _finish_values(entries: _Entries, first: int, pend: np.ndarray, integer: bool) -> bool:
+    """Convert the values :func:`parse_lines` left to Eisel-Lemire (and the rare ones it
+    cannot decide, through Python's correctly rounded ``float``); False when a value is
+    not acceptable (a fraction in an ``integer`` file)."""
+    bits = entries.vals.view(np.uint64)
+    left = finish_values(entries.vals, bits, pend, first, entries.count, integer, POW5_HI,
+                         POW5_LO)
+    if left < 0:
+        return False
+    for entry, text in undecided(bits, pend[: entries.count - first], first) if left else ():
+        value = float(text)
+        if not np.isfinite(value) or (integer and value != np.floor(value)):
+            return False
+        entries.vals[entry] = value
+    return True
 
 
 def _fill_hard(vals: np.ndarray, text: np.ndarray, integer: bool) -> bool:

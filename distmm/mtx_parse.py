@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["EXACT_POW10", "FULL", "OK", "POW5_HI", "POW5_LO", "SLOW", "last_newline", "mirror",
-           "newline_after", "parse_lines"]
+__all__ = ["EXACT_POW10", "FULL", "OK", "POW5_HI", "POW5_LO", "SLOW", "finish_values",
+           "last_newline", "mirror", "newline_after", "parse_lines", "undecided"]
 
 OK, FULL, SLOW = 0, 1, 2  # parse_lines statuses: block done; output arrays full; use slow path
 
@@ -151,11 +151,14 @@ def _parse_index(buf, i, end):
 
 
 @njit(cache=True, inline="always")
-def _parse_value(buf, i, end, pow_hi, pow_lo, exact, vals, bits, n):
+def _parse_value(buf, i, end, exact, vals, bits, n):
     """Convert the decimal value at ``i`` into ``vals[n]``: (end position, status).
 
     Status 0: converted; 1: a valid decimal the fast conversions cannot decide (hard; nothing
-    written); 2: not a plain decimal (left to the slow path). ``bits`` is ``vals`` viewed as
+    written); 2: not a plain decimal (left to the slow path); 4 and above: the mantissa is in
+    ``bits[n]`` and the status encodes the decimal exponent and sign for
+    :func:`finish_values` (Eisel-Lemire runs there, in a loop of its own: called from this
+    loop, it slows every line, even those that never need it). ``bits`` is ``vals`` viewed as
     uint64."""
     neg = False
     if i < end and (buf[i] == 43 or buf[i] == 45):
@@ -219,27 +222,30 @@ def _parse_value(buf, i, end, pow_hi, pow_lo, exact, vals, bits, n):
         v = v * exact[exp10] if exp10 >= 0 else v / exact[-exp10]
         vals[n] = -v if neg else v
         return i, 0
-    found = _eisel_lemire(man, exp10, pow_hi, pow_lo)
-    if found < 0:
+    if exp10 < _MIN_EXP10 or exp10 > _MAX_EXP10:
         return i, 1
-    bits[n] = np.uint64(found) | _SIGN if neg else np.uint64(found)
-    return i, 0
+    bits[n] = man  # converted later by finish_values (the code, with the sign, is the status)
+    return i, 4 + 2 * (exp10 - _MIN_EXP10) + (1 if neg else 0)
 
 
 @njit(cache=True, nogil=True)
-def parse_lines(buf, nfields, nrows, ncols, integer, rows, cols, vals, bits, n, hard, pow_hi,
-                pow_lo, exact):
+def parse_lines(buf, nfields, nrows, ncols, integer, rows, cols, vals, bits, n, hard, pend,
+                exact):
     """Parse the data lines in ``buf`` (uint8) into ``rows``, ``cols`` and ``vals`` from entry n.
 
-    ``bits`` is ``vals`` viewed as uint64. Returns ``(status, pos, n, newlines,
-    hard_bytes)``: status OK (all of ``buf`` parsed), FULL (the arrays are full; ``pos`` is the
-    start of the first line not parsed) or SLOW (a line the fast path does not accept starts
+    ``bits`` is ``vals`` viewed as uint64. ``pend[k]`` describes entry ``n0 + k`` (``n0`` the
+    n given): -1, or the exponent and sign of a value whose mantissa waits in ``bits`` for
+    :func:`finish_values`, which the caller must run before anything else reads ``vals``.
+    Returns ``(status, pos, n, newlines, hard_bytes)``: status OK (all of ``buf`` parsed),
+    FULL (the output arrays or ``pend`` are full; ``pos`` is the start of the first line not
+    parsed) or SLOW (a line the fast path does not accept starts
     at ``pos``); ``n`` the entries written so far; ``newlines`` those consumed; ``hard_bytes``
     the bytes written to ``hard``: the text of each value the fast conversions could not
     decide, each followed by a space, in entry order (their entries hold NaN).
     """
     end = buf.size
-    cap = rows.size
+    cap = min(rows.size, n + pend.size)
+    first = n
     i = 0
     newlines = 0
     h = 0
@@ -272,7 +278,8 @@ def parse_lines(buf, nfields, nrows, ncols, integer, rows, cols, vals, bits, n, 
         if nfields == 3:
             i = _skip_blanks(buf, i, end)
             start = i
-            i, status = _parse_value(buf, i, end, pow_hi, pow_lo, exact, vals, bits, n)
+            i, status = _parse_value(buf, i, end, exact, vals, bits, n)
+            pend[n - first] = status - 4 if status >= 4 else -1
             if status == 2:
                 return SLOW, line, n, newlines, h
             if status == 1:
@@ -282,10 +289,11 @@ def parse_lines(buf, nfields, nrows, ncols, integer, rows, cols, vals, bits, n, 
                 hard[h] = 32
                 h += 1
                 vals[n] = np.nan
-            elif integer and vals[n] != np.floor(vals[n]):
+            elif status == 0 and integer and vals[n] != np.floor(vals[n]):
                 return SLOW, line, n, newlines, h
         else:
             vals[n] = 1.0
+            pend[n - first] = -1
         i = _skip_blanks(buf, i, end)
         if i < end:
             if buf[i] != 10:
@@ -296,6 +304,44 @@ def parse_lines(buf, nfields, nrows, ncols, integer, rows, cols, vals, bits, n, 
         cols[n] = col - 1
         n += 1
     return OK, end, n, newlines, h
+
+
+@njit(cache=True, nogil=True)
+def finish_values(vals, bits, pend, first, n, integer, pow_hi, pow_lo):
+    """Convert the values :func:`parse_lines` left in ``bits[first:n]`` (see ``pend``).
+
+    Returns the number of values Eisel-Lemire could not decide (left as they were, for
+    :func:`undecided`), or -1 when a converted value of an ``integer`` file is not an
+    integer (the slow path then names the line)."""
+    left = 0
+    for k in range(n - first):
+        code = pend[k]
+        if code < 0:
+            continue
+        exp10 = code // 2 + _MIN_EXP10
+        found = _eisel_lemire(bits[first + k], exp10, pow_hi, pow_lo)
+        if found < 0:
+            left += 1
+            continue
+        bits[first + k] = np.uint64(found) | _SIGN if code % 2 else np.uint64(found)
+        pend[k] = -1
+        if integer and vals[first + k] != np.floor(vals[first + k]):
+            return -1
+    return left
+
+
+def undecided(bits: np.ndarray, pend: np.ndarray, first: int) -> list[tuple[int, str]]:
+    """The values :func:`finish_values` left, as (entry, exact decimal text) pairs.
+
+    ``pend`` is the part of the array that describes entries ``first`` to ``n``.
+    The mantissa and exponent are the token's exact decimal value, so ``float`` of the text
+    is the correctly rounded value of the token (these are rare halfway cases)."""
+    out = []
+    for k in np.flatnonzero(pend >= 0).tolist():
+        code = int(pend[k])
+        sign = "-" if code % 2 else ""
+        out.append((first + k, f"{sign}{int(bits[first + k])}e{code // 2 + _MIN_EXP10}"))
+    return out
 
 
 @njit(cache=True, nogil=True)

@@ -158,14 +158,17 @@ def test_errors_name_the_line(tmp_path, monkeypatch, bad, fragment, block):
         read_matrix_market(path, SELF)
 
 
-def test_integer_file_hard_value_must_be_integral(tmp_path):
-    head = "%%MatrixMarket matrix coordinate integer general\n2 1 2\n"
-    good = _write(tmp_path, "i.mtx", head + "1 1 123456789012345678901234\n2 1 -7\n")
+def test_integer_file_values_must_be_integral(tmp_path):
+    # 17 digits: converted by Eisel-Lemire after the line loop; 24 digits: by numpy
+    head = "%%MatrixMarket matrix coordinate integer general\n3 1 3\n"
+    good = _write(tmp_path, "i.mtx", head + "1 1 123456789012345678901234\n2 1 -7\n"
+                  "3 1 12345678901234567\n")
     np.testing.assert_array_equal(read_matrix_market(good, SELF).vals,
-                                  [123456789012345678901234.0, -7.0])
-    bad = _write(tmp_path, "j.mtx", head + "1 1 2.5000000000000000000001\n2 1 -7\n")
-    with pytest.raises(InputError, match="line 3: value .* is not an integer"):
-        read_matrix_market(bad, SELF)
+                                  [123456789012345678901234.0, -7.0, 12345678901234567.0])
+    for k, bad in enumerate(["2.5000000000000000000001", "1.2345678901234567"]):
+        path = _write(tmp_path, f"j{k}.mtx", head + f"1 1 3\n2 1 {bad}\n3 1 4\n")
+        with pytest.raises(InputError, match="line 4: value .* is not an integer"):
+            read_matrix_market(path, SELF)
 
 
 @pytest.mark.parametrize("size", [1, 5, 64])
