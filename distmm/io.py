@@ -109,6 +109,12 @@ def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare
     ``%`` are allowed anywhere and skipped; fields may be separated by any mix of spaces and
     tabs, lines may end in ``\\r\\n``.
 
+    How the lines are parsed. A rank reads its text in blocks of whole lines and parses them
+    with the compiled parser of :mod:`distmm.mtx_parse`, straight into its preallocated
+    arrays (peak memory near the final arrays: 24 bytes per entry, plus fixed buffers). Where
+    that parser meets a line it does not accept, the rank reparses its text with the checked
+    numpy parser, which accepts the same files as ever and finds the line to name.
+
     Validation. Any of the following raises the same InputError on every rank, naming the file
     and, where there is one, the line: a missing or unreadable file (or corrupt gzip data); a
     first line that is not a Matrix Market banner; an unsupported object, format, field or
