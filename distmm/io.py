@@ -27,8 +27,21 @@ import h5py
 import numpy as np
 from mpi4py import MPI
 
-from .coo import CooShare
-from .errors import InputError, agree, require
+from distmm.coo import CooShare
+from distmm.errors import InputError, agree, require
+from distmm.mtx_parse import (
+    EXACT_POW10,
+    OK,
+    POW5_HI,
+    POW5_LO,
+    SLOW,
+    finish_values,
+    last_newline,
+    mirror,
+    newline_after,
+    parse_lines,
+    undecided,
+)
 
 __all__ = ["atomic_output", "check_output", "load_dense_npy", "mtx_header", "npy_header",
            "read_matrix_market", "write_h5_atomic"]
@@ -37,6 +50,11 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _MAX_HEADER_LINE = 1 << 20  # a header line longer than this is not Matrix Market
 _SCAN_BLOCK = 1 << 16  # read size when looking for the end of a line
 _GZ_BLOCK = 1 << 22  # decompressed block size when streaming a gzip file
+_PARSE_BLOCK = 1 << 24  # bytes of text the fast parser gets at a time
+# First size of a rank's entry arrays: its expected entries (by bytes, or by lines of a gzip
+# file) times the margin, plus the slack; they grow by half when short (lines vary in length).
+_CAPACITY_MARGIN = 1.05
+_CAPACITY_SLACK = 1024
 
 # The bytes that separate fields: space, \t, \n, \v, \f, \r (what numpy's text parser skips).
 _IS_SPACE = np.zeros(256, dtype=bool)
@@ -91,6 +109,12 @@ def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare
     ``%`` are allowed anywhere and skipped; fields may be separated by any mix of spaces and
     tabs, lines may end in ``\\r\\n``.
 
+    How the lines are parsed. A rank reads its text in blocks of whole lines and parses them
+    with the compiled parser of :mod:`distmm.mtx_parse`, straight into its preallocated
+    arrays (peak memory near the final arrays: 24 bytes per entry, plus fixed buffers). Where
+    that parser meets a line it does not accept, the rank reparses its text with the checked
+    numpy parser, which accepts the same files as ever and finds the line to name.
+
     Validation. Any of the following raises the same InputError on every rank, naming the file
     and, where there is one, the line: a missing or unreadable file (or corrupt gzip data); a
     first line that is not a Matrix Market banner; an unsupported object, format, field or
@@ -106,7 +130,9 @@ def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare
 
     header: _Header | None = None
     msg: str | None = None
-    chunk = b""
+    entries: _Entries | None = None
+    chunk: bytes | None = None  # the rank's text, read only when the fast parser gives up
+    nlines = 0
     with contextlib.ExitStack() as stack:
         try:
             fh, gzipped = stack.enter_context(_open_stream(path))
@@ -121,47 +147,246 @@ def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare
                 # The stream is where the header ended: stream on to this rank's lines.
                 lo = rank * header.nnz // p
                 hi = None if rank == p - 1 else (rank + 1) * header.nnz // p
-                chunk = _read_gzip_lines(fh, lo, hi)
                 first_line = header.lines + lo + 1
+                blocks = _line_blocks(fh, None, lo, None if hi is None else hi - lo)
+                estimate = max(header.nnz - lo, 0) if hi is None else hi - lo
             else:
                 size = os.fstat(fh.fileno()).st_size
                 start, end = _byte_share(fh, header.data_offset, size, rank, p)
                 fh.seek(start)
+                blocks = _line_blocks(fh, end - start, 0, None)
+                estimate = header.nnz * (end - start) / max(size - header.data_offset, 1)
+            capacity = int(estimate * _CAPACITY_MARGIN) + _CAPACITY_SLACK
+            entries = _parse_fast(blocks, header, capacity)
+            if entries is not None:
+                nlines = entries.lines
+            elif header.gzipped:
+                fh.seek(header.data_offset)
+                chunk = _read_gzip_lines(fh, lo, hi)
+            else:
+                fh.seek(start)
                 chunk = fh.read(end - start)
+                nlines = _count_lines(chunk)
         except (OSError, EOFError, zlib.error) as exc:
             msg = _read_failure(path, exc)
-            chunk = b""
+            entries, chunk = None, b""
     if not header.gzipped:
         # Line numbers for error messages: count the lines of the ranks before this one.
-        before = comm.exscan(_count_lines(chunk))
+        before = comm.exscan(nlines)
         first_line = header.lines + (before or 0) + 1
 
-    rows = cols = np.zeros(0, dtype=np.int64)
-    vals = np.zeros(0, dtype=np.float64)
-    if msg is None:
+    if msg is None and entries is None:
+        assert chunk is not None
         parsed = _parse_chunk(chunk, first_line, header, path)
         if isinstance(parsed, str):
             msg = parsed
         else:
-            rows, cols, vals = parsed
+            entries = _Entries(*parsed, count=parsed[0].size, lines=nlines)
     del chunk
     agree(comm, msg)
+    assert entries is not None
 
-    total = comm.allreduce(int(rows.size), op=MPI.SUM)
+    total = comm.allreduce(entries.count, op=MPI.SUM)
     require(
         total == header.nnz,
         f"{path}: the size line declares {header.nnz} entries but the file holds {total}",
     )
-
     if header.symmetry != "general":
-        off = rows != cols
-        sign = 1.0 if header.symmetry == "symmetric" else -1.0
-        rows, cols, vals = (
-            np.concatenate((rows, cols[off])),
-            np.concatenate((cols, rows[off])),
-            np.concatenate((vals, sign * vals[off])),
-        )
+        entries.mirror(-1.0 if header.symmetry == "skew-symmetric" else 1.0)
+    rows, cols, vals = entries.trimmed()
     return CooShare(shape=(header.nrows, header.ncols), rows=rows, cols=cols, vals=vals)
+
+
+@dataclass
+class _Entries:
+    """A rank's parsed entries: the first ``count`` of ``rows``, ``cols`` and ``vals``.
+
+    The arrays may be longer than ``count`` (they were allocated before the number of entries
+    was known) and are grown and trimmed in place (``ndarray.resize``: a ``realloc``, which
+    for large arrays remaps pages rather than copying them, so memory stays near the final
+    arrays' size). ``lines`` counts the text lines the entries came from."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray
+    count: int
+    lines: int = 0
+
+    @classmethod
+    def empty(cls, capacity: int) -> _Entries:
+        return cls(np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+                   np.empty(capacity, np.float64), 0)
+
+    def resize(self, capacity: int) -> None:
+        """Make room for ``capacity`` entries (keeping the first ``count``)."""
+        for name in ("rows", "cols", "vals"):
+            arr = getattr(self, name)
+            if arr.flags.owndata and arr.base is None and arr.flags.c_contiguous:
+                arr.resize(capacity, refcheck=False)
+            else:  # an array of the slow path that does not own its memory
+                new = np.empty(capacity, arr.dtype)
+                new[: self.count] = arr[: self.count]
+                setattr(self, name, new)
+
+    def mirror(self, sign: float) -> None:
+        """Append the mirror image of every off-diagonal entry, its value times ``sign``."""
+        off = self.count - _count_diagonal(self.rows[: self.count], self.cols[: self.count])
+        self.resize(self.count + off)
+        self.count = mirror(self.rows, self.cols, self.vals, self.count, sign)
+
+    def trimmed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The arrays cut to ``count`` entries."""
+        if self.rows.size != self.count:
+            self.resize(self.count)
+        return self.rows, self.cols, self.vals
+
+
+def _count_diagonal(rows: np.ndarray, cols: np.ndarray) -> int:
+    """Entries with row == col, counted in bounded pieces (no array of the full length)."""
+    step = 1 << 22
+    return sum(int(np.count_nonzero(rows[k : k + step] == cols[k : k + step]))
+               for k in range(0, rows.size, step))
+
+
+def _parse_fast(blocks: Iterator[np.ndarray], header: _Header, capacity: int) -> _Entries | None:
+    """Parse a rank's lines with the compiled fast parser; None where it gives up.
+
+    Not collective. ``blocks`` yields the rank's text in pieces of whole lines; ``capacity``
+    is a first guess of the number of entries (the arrays grow by half when it is short). None
+    means some line is not in the forms the fast parser accepts, or a value is not acceptable
+    (out of range, not finite, not an integer in an ``integer`` file): the caller reparses the
+    rank's text with :func:`_parse_chunk`, which finds and names the line (or accepts it).
+    """
+    entries = _Entries.empty(capacity)
+    hard = np.empty(0, np.uint8)
+    pend = np.empty(0, np.int16)
+    integer = header.field == "integer"
+    newlines = 0
+    unterminated = False
+    for block in blocks:
+        if hard.size < block.size + 1:
+            hard = np.empty(block.size + 1, np.uint8)
+            pend = np.empty(block.size // 4 + 2, np.int16)
+        unterminated = block[-1] != _NEWLINE
+        offset = 0
+        while True:
+            first = entries.count
+            status, pos, entries.count, seen, nhard = parse_lines(
+                block[offset:], header.nfields, header.nrows, header.ncols, integer,
+                entries.rows, entries.cols, entries.vals, entries.vals.view(np.uint64),
+                entries.count, hard, pend, EXACT_POW10)
+            newlines += seen
+            if status == SLOW or not _finish_values(entries, first, pend, integer):
+                return None
+            if nhard and not _fill_hard(entries.vals[first : entries.count], hard[:nhard],
+                                        integer):
+                return None
+            if status == OK:
+                break
+            offset += pos
+            if entries.count == entries.rows.size:
+                entries.resize(max(entries.rows.size * 3 // 2, entries.rows.size + 1024))
+    entries.lines = newlines + int(unterminated)
+    return entries
+
+
+def _finish_values(entries: _Entries, first: int, pend: np.ndarray, integer: bool) -> bool:
+    """Convert the values :func:`parse_lines` left to Eisel-Lemire (and the rare ones it
+    cannot decide, through Python's correctly rounded ``float``); False when a value is
+    not acceptable (a fraction in an ``integer`` file)."""
+    bits = entries.vals.view(np.uint64)
+    left = finish_values(entries.vals, bits, pend, first, entries.count, integer, POW5_HI,
+                         POW5_LO)
+    if left < 0:
+        return False
+    for entry, text in undecided(bits, pend[: entries.count - first], first) if left else ():
+        value = float(text)
+        if not np.isfinite(value) or (integer and value != np.floor(value)):
+            return False
+        entries.vals[entry] = value
+    return True
+
+
+def _fill_hard(vals: np.ndarray, text: np.ndarray, integer: bool) -> bool:
+    """Put the values the fast conversions left (NaN placeholders in ``vals``) from ``text``.
+
+    ``text`` holds their tokens, space-separated, in order; numpy's correctly rounded parser
+    converts them. False when they are not acceptable (not finite, or not integers in an
+    ``integer`` file): the slow path then names the line."""
+    at = np.flatnonzero(np.isnan(vals))
+    parsed = _parse_numbers(text.tobytes(), at.size)
+    if parsed is None or not np.isfinite(parsed).all():
+        return False
+    if integer and not (parsed == np.floor(parsed)).all():
+        return False
+    vals[at] = parsed
+    return True
+
+
+def _read_into(fh: BinaryIO, view: memoryview) -> int:
+    """Fill ``view`` from ``fh`` as far as the stream goes; the number of bytes read."""
+    done = 0
+    while done < len(view):
+        got = fh.readinto(view[done:])
+        if not got:
+            break
+        done += got
+    return done
+
+
+def _line_blocks(fh: BinaryIO, limit: int | None, skip: int, take: int | None,
+                 size: int | None = None) -> Iterator[np.ndarray]:
+    """Yield the text of ``fh`` from its position in pieces of whole lines (uint8 arrays).
+
+    Reads at most ``limit`` bytes (None: to the end of the stream), drops the first ``skip``
+    lines and stops after ``take`` lines (None: no limit); the last piece may end without a
+    newline. One buffer of ``size`` bytes (default ``_PARSE_BLOCK``) is reused (doubled only
+    for a longer line), so a piece is valid only until the next one is asked for. Not
+    collective."""
+    if take == 0:
+        return
+    buf = np.empty(_PARSE_BLOCK if size is None else size, np.uint8)
+    keep = 0  # bytes of an unfinished line carried at the front of buf
+    left = limit
+    while True:
+        room = buf.size - keep if left is None else min(buf.size - keep, left)
+        got = _read_into(fh, memoryview(buf)[keep : keep + room])
+        if left is not None:
+            left -= got
+        filled = keep + got
+        done = got < room or left == 0
+        begin = 0
+        if skip:
+            begin, seen = newline_after(buf[:filled], filled, skip)
+            if begin < 0:
+                skip -= seen
+                keep = 0
+                if done:
+                    return
+                continue
+            skip = 0
+        stop = filled if done else last_newline(buf, filled) + 1
+        if stop <= begin:  # no whole line yet: keep what there is, grow a full buffer
+            if done:
+                return
+            keep = filled - begin
+            buf[:keep] = buf[begin:filled]
+            if keep == buf.size:
+                buf = np.concatenate((buf, np.empty(buf.size, np.uint8)))
+            continue
+        if take is not None:
+            cut, seen = newline_after(buf[begin:stop], stop - begin, take)
+            if cut >= 0:
+                if cut:
+                    yield buf[begin : begin + cut]
+                return
+            take -= seen
+        if stop > begin:
+            yield buf[begin:stop]
+        if done:
+            return
+        keep = filled - stop
+        buf[:keep] = buf[stop:filled]
 
 
 @contextlib.contextmanager
