@@ -1,0 +1,201 @@
+"""A watchdog for hung collectives: ``--timeout SECONDS`` aborts the whole job with one message.
+
+A rank stuck outside MPI (a slow file system, a hung kernel) leaves every other rank blocked
+in its next collective, holding the reservation until the scheduler's time limit. With a
+watchdog running, each rank marks the collective it is waiting in (the phase names of
+:class:`distmm.comm.CountingComm`, plus ``agree`` for the agreement of checks and
+``safe-point`` for the stop checks of :mod:`distmm.signals`): two attribute writes per call.
+A daemon thread per rank looks at its own mark every ``poll`` seconds; when the rank has
+waited in one collective longer than the timeout, the thread reports to rank 0's thread, which
+asks every rank's thread where it is (each answers with its mark), prints one line naming
+the phase, the ranks waiting and the ranks that did not arrive, and calls ``MPI_Abort`` with
+status :data:`EXIT_CODE`. A rank whose thread does not answer (its main thread holds the
+interpreter, or it is gone) is listed as not answering. If rank 0's thread itself does not
+act, the reporting rank aborts the job on its own after a grace period.
+
+The threads talk over their own duplicate of the communicator (small pickled messages, only
+after a timeout), so they never match the program's messages; this needs MPI initialised with
+``MPI_THREAD_MULTIPLE`` (mpi4py's default). Without a watchdog the marks cost one global
+lookup per collective.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+
+from mpi4py import MPI
+
+__all__ = ["EXIT_CODE", "Watchdog", "running", "waiting"]
+
+EXIT_CODE = 124  # as timeout(1)
+GRACE = 3.0  # seconds rank 0 waits for the answers; a reporting rank waits twice that
+_REPORT, _QUERY, _ANSWER = 71, 72, 73
+
+ACTIVE: Watchdog | None = None
+
+
+class Watchdog:
+    """One rank's watchdog over ``comm`` (collective to create and to :meth:`stop`).
+
+    Parameters
+    ----------
+    comm : the communicator of the job (duplicated for the watchdog's own messages).
+    timeout : seconds a rank may wait in one collective.
+    poll : seconds between looks at the mark (default: a tenth of the timeout, at most 0.5).
+    """
+
+    def __init__(self, comm: MPI.Comm, timeout: float, poll: float | None = None) -> None:
+        from distmm.errors import require
+
+        require(MPI.Query_thread() >= MPI.THREAD_MULTIPLE,
+                "--timeout needs MPI initialised with MPI_THREAD_MULTIPLE (mpi4py's default; "
+                "check mpi4py.rc.thread_level)")
+        require(timeout > 0, f"--timeout must be positive, got {timeout}")
+        self.timeout = float(timeout)
+        self.poll = poll if poll is not None else min(0.5, self.timeout / 10)
+        self.comm = comm.Dup()
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.phase: str | None = None
+        self.since = time.monotonic()
+        self.last: str | None = None
+        self._halt = threading.Event()
+        self._sends: list[MPI.Request] = []
+        self._thread = threading.Thread(target=self._loop, name="distmm-watchdog", daemon=True)
+        self._thread.start()
+
+    @contextmanager
+    def watch(self, phase: str) -> Iterator[None]:
+        """Mark this rank as waiting in collective ``phase`` for the ``with`` body."""
+        self.phase, self.since = phase, time.monotonic()
+        try:
+            yield
+        finally:
+            self.last, self.phase, self.since = phase, None, time.monotonic()
+
+    def halt(self) -> None:
+        """End the thread (not collective; the duplicate communicator is left to MPI)."""
+        self._halt.set()
+        self._thread.join()
+
+    def stop(self) -> None:
+        """End the thread and free the duplicate communicator. Collective."""
+        self.halt()
+        MPI.Request.Waitall(self._sends)
+        self.comm.Barrier()  # no watchdog message is in flight past this point
+        self.comm.Free()
+
+    # ------------------------------------------------------------------ the thread
+    def _status(self) -> tuple:
+        now = time.monotonic()
+        return (self.phase, now - self.since, self.last)
+
+    def _loop(self) -> None:
+        reported = None
+        status = MPI.Status()
+        while not self._halt.wait(self.poll):
+            while self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
+                source, tag = status.Get_source(), status.Get_tag()
+                msg = self.comm.recv(source=source, tag=tag)
+                if tag == _QUERY:
+                    self._sends.append(self.comm.isend(self._status(), dest=source,
+                                                       tag=_ANSWER))
+                elif tag == _REPORT and self.rank == 0:
+                    self._coordinate(source, msg)
+            phase, waited, _ = self._status()
+            if reported is None and phase is not None and waited > self.timeout:
+                reported = time.monotonic()
+                if self.rank == 0:
+                    self._coordinate(0, (phase, waited))
+                self._sends.append(self.comm.isend((phase, waited), dest=0, tag=_REPORT))
+            if reported is not None and time.monotonic() - reported > 2 * GRACE:
+                self._abort(f"rank {self.rank} waited {waited:.1f} s in phase "
+                            f"{phase or self.last!r}, longer than --timeout "
+                            f"{self.timeout:g} s; rank 0 did not answer, so the other ranks' "
+                            "states are unknown")
+
+    def _coordinate(self, source: int, first: tuple) -> None:
+        """Rank 0's thread: ask every rank where it is, print one line, abort the job."""
+        for k in range(1, self.size):
+            self._sends.append(self.comm.isend(None, dest=k, tag=_QUERY))
+        states = {0: self._status()}
+        status = MPI.Status()
+        deadline = time.monotonic() + GRACE
+        while len(states) < self.size and time.monotonic() < deadline:
+            if self.comm.Iprobe(MPI.ANY_SOURCE, _ANSWER, status):
+                states[status.Get_source()] = self.comm.recv(source=status.Get_source(),
+                                                             tag=_ANSWER)
+            else:
+                time.sleep(0.01)
+        self._abort(describe(first[0], self.timeout, states, self.size))
+
+    def _abort(self, message: str) -> None:
+        sys.stderr.write(f"distmm: watchdog: {message}; aborting the job\n")
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(EXIT_CODE)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def describe(phase: str, timeout: float, states: dict[int, tuple], size: int) -> str:
+    """The watchdog's message from every answering rank's (phase or None, seconds, last phase).
+
+    Not collective. Ranks waiting in a collective are grouped by phase; every other rank
+    (outside any collective, or not answering) is one that did not arrive."""
+    waiting: dict[str, list[int]] = {}
+    outside, silent = [], []
+    for k in range(size):
+        if k not in states:
+            silent.append(k)
+        elif states[k][0] is None:
+            outside.append(k)
+        else:
+            waiting.setdefault(states[k][0], []).append(k)
+    absent = sorted(outside + silent)
+    parts = [f"a collective in phase {phase!r} did not complete within --timeout "
+             f"{timeout:g} s"]
+    parts.append("did not arrive: " + (_ranks(absent) if absent else "none (every rank is "
+                                                                      "waiting)"))
+    for k in outside:
+        _, secs, last = states[k]
+        parts.append(f"rank {k} is outside any collective (for {secs:.1f} s; its last "
+                     f"collective phase was {last or 'none'})")
+    if silent:
+        parts.append(f"{_ranks(silent)} did not answer (busy holding the interpreter, or gone)")
+    for ph, ranks in waiting.items():
+        longest = max(states[k][1] for k in ranks)
+        parts.append(f"{_ranks(ranks)} waiting in {ph} (up to {longest:.1f} s)")
+    return "; ".join(parts)
+
+
+def waiting(phase: str):
+    """Context manager: mark this rank as waiting in collective ``phase`` while a watchdog
+    runs; otherwise nothing. Not collective."""
+    return nullcontext() if ACTIVE is None else ACTIVE.watch(phase)
+
+
+@contextmanager
+def running(comm: MPI.Comm, timeout: float | None) -> Iterator[Watchdog | None]:
+    """Run a watchdog over ``comm`` for the ``with`` body (none when ``timeout`` is None).
+
+    Collective over ``comm`` (every rank passes the same timeout)."""
+    global ACTIVE
+    if timeout is None:
+        yield None
+        return
+    dog = Watchdog(comm, timeout)
+    ACTIVE = dog
+    try:
+        yield dog
+    except BaseException:
+        # Other ranks may be gone or blocked: end this rank's thread without communicating.
+        ACTIVE = None
+        dog.halt()
+        raise
+    ACTIVE = None
+    dog.stop()
