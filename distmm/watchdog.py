@@ -99,25 +99,25 @@ class Watchdog:
         while not self._halt.wait(self.poll):
             while self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
                 source, tag = status.Get_source(), status.Get_tag()
-                msg = self.comm.recv(source=source, tag=tag)
+                self.comm.recv(source=source, tag=tag)
                 if tag == _QUERY:
                     self._sends.append(self.comm.isend(self._status(), dest=source,
                                                        tag=_ANSWER))
                 elif tag == _REPORT and self.rank == 0:
-                    self._coordinate(source, msg)
+                    self._coordinate()
             phase, waited, _ = self._status()
             if reported is None and phase is not None and waited > self.timeout:
                 reported = time.monotonic()
                 if self.rank == 0:
-                    self._coordinate(0, (phase, waited))
-                self._sends.append(self.comm.isend((phase, waited), dest=0, tag=_REPORT))
+                    self._coordinate()
+                self._sends.append(self.comm.isend(None, dest=0, tag=_REPORT))
             if reported is not None and time.monotonic() - reported > 2 * GRACE:
                 self._abort(f"rank {self.rank} waited {waited:.1f} s in phase "
                             f"{phase or self.last!r}, longer than --timeout "
                             f"{self.timeout:g} s; rank 0 did not answer, so the other ranks' "
                             "states are unknown")
 
-    def _coordinate(self, source: int, first: tuple) -> None:
+    def _coordinate(self) -> None:
         """Rank 0's thread: ask every rank where it is, print one line, abort the job."""
         for k in range(1, self.size):
             self._sends.append(self.comm.isend(None, dest=k, tag=_QUERY))
@@ -130,7 +130,7 @@ class Watchdog:
                                                              tag=_ANSWER)
             else:
                 time.sleep(0.01)
-        self._abort(describe(first[0], self.timeout, states, self.size))
+        self._abort(describe(self.timeout, states, self.size))
 
     def _abort(self, message: str) -> None:
         sys.stderr.write(f"distmm: watchdog: {message}; aborting the job\n")
@@ -142,10 +142,11 @@ def _ranks(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
-def describe(phase: str, timeout: float, states: dict[int, tuple], size: int) -> str:
+def describe(timeout: float, states: dict[int, tuple], size: int) -> str:
     """The watchdog's message from every answering rank's (phase or None, seconds, last phase).
 
-    Not collective. Ranks waiting in a collective are grouped by phase; every other rank
+    Not collective. Ranks waiting in a collective are grouped by phase (a hung rank can leave
+    its neighbours waiting in one phase and ranks further on in another); every other rank
     (outside any collective, or not answering) is one that did not arrive."""
     waiting: dict[str, list[int]] = {}
     outside, silent = [], []
@@ -157,8 +158,9 @@ def describe(phase: str, timeout: float, states: dict[int, tuple], size: int) ->
         else:
             waiting.setdefault(states[k][0], []).append(k)
     absent = sorted(outside + silent)
-    parts = [f"a collective in phase {phase!r} did not complete within --timeout "
-             f"{timeout:g} s"]
+    phases = ", ".join(sorted(waiting))
+    parts = [f"a collective did not complete within --timeout {timeout:g} s (waiting in "
+             f"phase{'s' if len(waiting) > 1 else ''} {phases or 'none'})"]
     parts.append("did not arrive: " + (_ranks(absent) if absent else "none (every rank is "
                                                                       "waiting)"))
     for k in outside:
