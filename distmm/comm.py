@@ -120,12 +120,6 @@ def _displs(counts: Sequence[int]) -> np.ndarray:
     return d
 
 
-@contextmanager
-def _watched(timer, phase: str) -> Iterator[None]:
-    with timer, watchdog.waiting(phase):
-        yield
-
-
 class CountingComm:
     """A communicator wrapper that counts and times what passes through it.
 
@@ -143,7 +137,8 @@ class CountingComm:
     def _phase(self, phase: str):
         """Time ``phase``; while a watchdog runs, also mark this rank as waiting in it."""
         timer = self.stats.timer(phase)
-        return timer if watchdog.ACTIVE is None else _watched(timer, phase)
+        dog = watchdog.ACTIVE
+        return timer if dog is None else dog.watch(phase, timer)
 
     def shift(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
               phase: str = "propagation") -> None:

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from mpi4py import MPI
 
@@ -67,14 +67,10 @@ class Watchdog:
         self._thread = threading.Thread(target=self._loop, name="distmm-watchdog", daemon=True)
         self._thread.start()
 
-    @contextmanager
-    def watch(self, phase: str) -> Iterator[None]:
-        """Mark this rank as waiting in collective ``phase`` for the ``with`` body."""
-        self.phase, self.since = phase, time.monotonic()
-        try:
-            yield
-        finally:
-            self.last, self.phase, self.since = phase, None, time.monotonic()
+    def watch(self, phase: str, inner: AbstractContextManager | None = None) -> _Mark:
+        """Context manager: mark this rank as waiting in collective ``phase`` for the ``with``
+        body, inside ``inner`` (e.g. the phase's timer) when given. Not collective."""
+        return _Mark(self, phase, inner)
 
     def halt(self) -> None:
         """End the thread (not collective; the duplicate communicator is left to MPI)."""
@@ -136,6 +132,25 @@ class Watchdog:
         sys.stderr.write(f"distmm: watchdog: {message}; aborting the job\n")
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(EXIT_CODE)
+
+
+class _Mark:
+    """The mark of one collective call (a plain class: entered on every collective)."""
+
+    __slots__ = ("dog", "phase", "inner")
+
+    def __init__(self, dog: Watchdog, phase: str, inner: AbstractContextManager | None):
+        self.dog, self.phase, self.inner = dog, phase, inner
+
+    def __enter__(self) -> None:
+        if self.inner is not None:
+            self.inner.__enter__()
+        self.dog.phase, self.dog.since = self.phase, time.monotonic()
+
+    def __exit__(self, *exc) -> bool | None:
+        dog = self.dog
+        dog.last, dog.phase, dog.since = self.phase, None, time.monotonic()
+        return None if self.inner is None else self.inner.__exit__(*exc)
 
 
 def _ranks(ranks: list[int]) -> str:
