@@ -4,8 +4,10 @@ NTH entry into collective phase PHASE of :class:`distmm.comm.CountingComm` (outs
 collective, as a rank stuck on a slow file system or in a long kernel would be), so every
 other rank ends up waiting for it. HOW is ``sleep`` (time.sleep, which lets the rank's other
 threads run) or ``gil`` (libc's sleep called while holding the interpreter lock, as a kernel
-that does not release it would, so the rank's watchdog thread cannot answer). Used by
-tests/serial/test_watchdog.py only."""
+that does not release it would, so the rank's watchdog thread cannot answer). PHASE
+``read-input`` instead makes the rank sleep (``sleep`` only) while ``distmm run`` reads S's
+header, as on a file system that stopped answering, before the ranks agree on their checks.
+Used by tests/serial/test_watchdog.py only."""
 
 from __future__ import annotations
 
@@ -15,12 +17,22 @@ import time
 
 from mpi4py import MPI
 
+from distmm import cli
 from distmm import comm as counting
-from distmm.cli import main
 
 
 def hang(rank: int, phase: str, nth: int, how: str) -> None:
     """Make ``rank`` sleep before its ``nth`` entry into ``phase`` (``how``: see above)."""
+    if phase == "read-input":
+        header = cli.sparse_header
+
+        def slow_header(path):
+            if MPI.COMM_WORLD.Get_rank() == rank:
+                time.sleep(3600)
+            return header(path)
+
+        cli.sparse_header = slow_header
+        return
     original = counting.CountingComm._phase
     seen = [0]
 
@@ -38,4 +50,4 @@ def hang(rank: int, phase: str, nth: int, how: str) -> None:
 
 if __name__ == "__main__":
     hang(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    sys.exit(main(sys.argv[5:]))
+    sys.exit(cli.main(sys.argv[5:]))

@@ -134,9 +134,13 @@ def _factors(path):
         return np.asarray(fh["A"]), np.asarray(fh["B"]), int(fh.attrs["epoch"])
 
 
+def _ids(value):
+    return value.name if isinstance(value, signal.Signals) else None
+
+
 @pytest.mark.parametrize("p, target, signum", [
     (2, "launcher", signal.SIGTERM), (3, "rank", signal.SIGTERM),
-    (2, "launcher", signal.SIGINT), (2, "rank", signal.SIGINT)])
+    (2, "launcher", signal.SIGINT), (2, "rank", signal.SIGINT)], ids=_ids)
 def test_als_stops_with_a_checkpoint_that_resumes_bit_identically(ratings, tmp_path, p,
                                                                   target, signum):
     common = ["als", "--ratings", str(ratings), "--rank", "4", "--cg-iters", "2",
@@ -257,7 +261,7 @@ def run_inputs(tmp_path):
 
 
 @pytest.mark.parametrize("p, target, signum", [
-    (2, "launcher", signal.SIGINT), (4, "rank", signal.SIGTERM)])
+    (2, "launcher", signal.SIGINT), (4, "rank", signal.SIGTERM)], ids=_ids)
 def test_run_repeat_stops_between_repeats_and_writes_nothing(run_inputs, tmp_path, p, target,
                                                              signum):
     out = tmp_path / "o.h5"

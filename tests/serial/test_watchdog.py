@@ -101,6 +101,30 @@ def test_when_rank_0_cannot_coordinate_the_waiting_ranks_abort_on_their_own():
     assert wall < TIMEOUT + 2 * GRACE + SLACK, f"took {wall:.1f} s"
 
 
+def test_a_rank_stuck_reading_its_input_is_named(tmp_path):
+    """The issue's case: one rank's file system stops answering while it reads S's header;
+    the others wait in the agreement of the checks."""
+    (tmp_path / "S.mtx").write_text("%%MatrixMarket matrix coordinate real general\n"
+                                     "3 2 2\n1 1 1.5\n3 2 -2\n")
+    cmd = [str(MPIEXEC), "-n", "4", sys.executable, str(HERE / "hang_driver.py"), "3",
+           "read-input", "1", "sleep", "run", "spmm-a", "--sparse", str(tmp_path / "S.mtx"),
+           "--b", str(tmp_path / "S.mtx"), "--out", str(tmp_path / "o.h5"), "--timeout",
+           str(TIMEOUT)]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT + 60)
+    wall = time.monotonic() - start
+    assert proc.returncode == EXIT_CODE, proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("distmm:")]
+    assert len(ours) == 1 and re.fullmatch(
+        rf"distmm: watchdog: a collective did not complete within --timeout {TIMEOUT:g} s "
+        r"\(waiting in phase agree\); did not arrive: rank 3; rank 3 is outside any "
+        r"collective \(for \d+\.\d s; its last collective phase was none\); ranks 0, 1, 2 "
+        r"waiting in agree \(up to \d+\.\d s\); aborting the job", ours[0]), proc.stderr
+    assert not (tmp_path / "o.h5").exists()
+    assert wall < TIMEOUT + SLACK, f"took {wall:.1f} s"
+
+
 def test_a_healthy_job_with_a_timeout_ends_normally():
     cmd = [str(MPIEXEC), "-n", "3", str(BIN / "distmm"), *_bench("15d-dense-shift", 1)]
     cmd[cmd.index("1000000")] = "20"
