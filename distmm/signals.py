@@ -57,7 +57,17 @@ class Stopped(Exception):
 
 
 def exit_code(signum: int) -> int:
-    """The shell's convention for a job ended by signal ``signum``: 128 + its number."""
+    """The exit status of a job stopped by a signal (the shell's convention). Not collective.
+
+    Parameters
+    ----------
+    signum : the signal's number.
+
+    Returns
+    -------
+    int
+        128 + ``signum`` (143 for SIGTERM, 130 for SIGINT).
+    """
     return 128 + int(signum)
 
 
@@ -86,11 +96,18 @@ def forced() -> int:
 
 @contextmanager
 def handled() -> Iterator[None]:
-    """Inside the block, SIGTERM and SIGINT set this rank's stop flag instead of ending it.
+    """Context manager: inside it, SIGTERM and SIGINT set this rank's stop flag instead of
+    ending the process, and the safe points (:func:`agreed`) communicate.
 
-    Every rank must enter it alike (the safe points' agreement is collective only inside it).
-    Restores the previous handlers on leaving, or earlier with :func:`release`. Only the main
-    thread can install handlers; in another thread the block runs with them unchanged.
+    Every rank must enter it alike (the safe points' agreement is collective only inside it);
+    entering and leaving are not collective. Restores the previous handlers on leaving, or
+    earlier with :func:`release`. Only the main thread can install handlers; in another thread
+    the block runs with them unchanged.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        The block's context (yields None).
     """
     global _received, _forced, _installed
     if threading.current_thread() is not threading.main_thread():
@@ -124,12 +141,22 @@ def release() -> None:
 
 
 def agreed(comm: MPI.Comm) -> int:
-    """Whether any rank of ``comm`` got a stop signal: the signal (SIGTERM before SIGINT), or 0.
+    """Whether any rank of ``comm`` got a stop signal: a safe point's agreement.
 
-    Collective (one all-reduce of one integer) inside :func:`handled`; outside it returns 0
-    without communicating. A control message like :func:`distmm.errors.agree`, so not counted
-    in the algorithms' communication; with ``--timeout`` it is watched as phase
-    ``safe-point``.
+    Collective over ``comm`` (one all-reduce of one integer) inside :func:`handled`; outside
+    it returns 0 without communicating. A control message like :func:`distmm.errors.agree`,
+    so not counted in the algorithms' communication; with ``--timeout`` it is watched as
+    phase ``safe-point``.
+
+    Parameters
+    ----------
+    comm : every rank of the job (all must call).
+
+    Returns
+    -------
+    int
+        The signal any rank received (SIGTERM when ranks got different ones), the same on
+        every rank; 0 when none did.
     """
     if not _installed:
         return 0
@@ -143,8 +170,20 @@ def agreed(comm: MPI.Comm) -> int:
 def stop_if_requested(comm: MPI.Comm, where: str, done: str = "nothing was written") -> None:
     """A safe point: raise :class:`Stopped` on every rank if any rank got a stop signal.
 
-    ``where`` names the point (``after repeat 2 of 5``), ``done`` what was kept. Collective
-    (see :func:`agreed`)."""
+    Collective over ``comm`` (see :func:`agreed`).
+
+    Parameters
+    ----------
+    comm : every rank of the job (all must call).
+    where : the point, for the message (``"after repeat 2 of 5"``).
+    done : what the stop keeps, for the message.
+
+    Returns
+    -------
+    None
+        Returns only when no rank got a signal; otherwise raises :class:`Stopped` (message
+        ``stopped by SIGTERM <where>; <done>``) on every rank.
+    """
     signum = agreed(comm)
     if signum:
         raise Stopped(signum, f"stopped by {name(signum)} {where}; {done}")

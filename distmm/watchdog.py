@@ -158,11 +158,24 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def describe(timeout: float, states: dict[int, tuple], size: int) -> str:
-    """The watchdog's message from every answering rank's (phase or None, seconds, last phase).
+    """The watchdog's message. Not collective.
 
-    Not collective. Ranks waiting in a collective are grouped by phase (a hung rank can leave
-    its neighbours waiting in one phase and ranks further on in another); every other rank
-    (outside any collective, or not answering) is one that did not arrive."""
+    Ranks waiting in a collective are grouped by phase (a hung rank can leave its neighbours
+    waiting in one phase and ranks further on in another); every other rank (outside any
+    collective, or not answering) is one that did not arrive.
+
+    Parameters
+    ----------
+    timeout : the ``--timeout`` in seconds.
+    states : rank -> (phase it waits in or None, seconds in that state, last phase or None),
+        for the ranks that answered.
+    size : the number of ranks.
+
+    Returns
+    -------
+    str
+        One line (without the ``distmm: watchdog:`` prefix).
+    """
     waiting: dict[str, list[int]] = {}
     outside, silent = [], []
     for k in range(size):
@@ -190,17 +203,38 @@ def describe(timeout: float, states: dict[int, tuple], size: int) -> str:
     return "; ".join(parts)
 
 
-def waiting(phase: str):
-    """Context manager: mark this rank as waiting in collective ``phase`` while a watchdog
-    runs; otherwise nothing. Not collective."""
+def waiting(phase: str) -> AbstractContextManager:
+    """Mark this rank as waiting in a collective for a ``with`` block. Not collective.
+
+    Parameters
+    ----------
+    phase : the collective's phase name, as the watchdog's message prints it.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        The mark while a watchdog runs, otherwise a context that does nothing.
+    """
     return nullcontext() if ACTIVE is None else ACTIVE.watch(phase)
 
 
 @contextmanager
 def running(comm: MPI.Comm, timeout: float | None) -> Iterator[Watchdog | None]:
-    """Run a watchdog over ``comm`` for the ``with`` body (none when ``timeout`` is None).
+    """Context manager: run a watchdog over ``comm`` for the ``with`` body.
 
-    Collective over ``comm`` (every rank passes the same timeout)."""
+    Collective over ``comm`` on entry and on a normal exit (every rank passes the same
+    timeout); leaving with an exception ends this rank's thread without communicating.
+
+    Parameters
+    ----------
+    comm : the job's communicator.
+    timeout : seconds a rank may wait in one collective; None runs no watchdog.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        Yields the :class:`Watchdog` (None without a timeout).
+    """
     global ACTIVE
     if timeout is None:
         yield None
