@@ -7,7 +7,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from distmm import api
+from distmm import api, signals
 from distmm.algorithms.base import DistributedAlgorithm
 
 
@@ -72,7 +72,10 @@ def measure(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray, B_loc: np.nda
 
     call()
     times, reports = [], []
-    for _ in range(repeat):
+    for k in range(repeat):
+        signals.stop_if_requested(obj.comm, f"measuring {op} ({strategy}) before repeat "
+                                  f"{k + 1} of {repeat}", "the records printed so far are "
+                                  "complete")
         obj.reset_stats()
         _, seconds = timed(obj.comm, call)
         times.append(seconds)

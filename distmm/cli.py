@@ -26,7 +26,7 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from distmm import api, convert
+from distmm import api, convert, signals, watchdog
 from distmm import info as _info
 from distmm.apps import als_cli, gat_cli
 from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
@@ -107,6 +107,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                                      "to DIR/rank-K.jsonl after each measurement")
     _memory_limit_option(p, "auto", "refuse a job whose modelled memory per rank exceeds this "
                                     "before reading any data")
+    job_options(p)
 
 
 def _memory_limit_option(p: argparse.ArgumentParser, default: str | None, what: str) -> None:
@@ -114,6 +115,27 @@ def _memory_limit_option(p: argparse.ArgumentParser, default: str | None, what: 
                    help=f"{what}: bytes (e.g. 4000000000, 512M, 4GiB), auto (the cgroup "
                         "memory limit, else physical memory, divided by the ranks on each "
                         "node) or none (default %(default)s; docs/memory.md)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def job_options(p: argparse.ArgumentParser) -> None:
+    """The options of a long command (run, bench, als, gat train): ``--timeout`` (the
+    watchdog, :mod:`distmm.watchdog`), and stopping at safe points on SIGTERM and SIGINT
+    (:mod:`distmm.signals`), which such a command supports."""
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="abort the whole job (exit status 124) with a message naming the "
+                        "phase and the ranks that did not arrive when a collective waits "
+                        "longer than this (default: no limit)")
+    p.set_defaults(safe_points=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -558,6 +580,8 @@ def cmd_run(args) -> int:
     B_loc = obj.scatter("b", B, root=None) if B is not None else None
     nnz = int(comm.allreduce(obj.values.size))
     for rep in range(args.repeat):
+        signals.stop_if_requested(comm, "before repeat 1" if rep == 0 else
+                                  f"after repeat {rep} of {args.repeat}")
         obj.reset_stats()
         result, seconds = timed(comm, lambda: api.run_op(obj, args.op, A_loc, B_loc,
                                                          args.strategy))
@@ -728,8 +752,9 @@ def parse_agreed(parser: argparse.ArgumentParser, argv: list[str] | None,
     return args
 
 
-def _interrupted(comm: MPI.Comm) -> int:
-    """End this rank after Ctrl-C (SIGINT): one line, status 130 (128 + SIGINT).
+def _interrupted(comm: MPI.Comm, signum: int = 2) -> int:
+    """End this rank at once after Ctrl-C (SIGINT), or after a second SIGTERM or SIGINT in a
+    command with safe points: one line, status 128 + the signal's number (130 for SIGINT).
 
     mpiexec sends SIGINT to every rank. Rank 0 prints the line and leaves at once; the job
     launcher then ends the ranks still blocked in a collective (which cannot run Python's
@@ -741,28 +766,38 @@ def _interrupted(comm: MPI.Comm) -> int:
 
     if comm.rank != 0:
         time.sleep(1.0)
-    sys.stderr.write("distmm: interrupted (SIGINT); stopping every rank; nothing was written\n")
+    sys.stderr.write(f"distmm: interrupted ({signals.name(signum)}); stopping every rank; "
+                     "nothing was written\n")
     sys.stderr.flush()
     sys.stdout.flush()
+    code = signals.exit_code(signum)
     if comm.size > 1:
-        os._exit(130)
-    return 130
+        os._exit(code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmm`` console script."""
     comm = MPI.COMM_WORLD
     try:
-        args = parse_agreed(build_parser(), argv, comm)
-        return args.func(args)
+        with signals.handled():
+            args = parse_agreed(build_parser(), argv, comm)
+            if not getattr(args, "safe_points", False):
+                signals.release()
+            with watchdog.running(comm, getattr(args, "timeout", None)):
+                return args.func(args)
     except InputError as exc:
         if comm.rank == 0:
             print(f"distmm: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    except signals.Stopped as exc:  # raised on every rank at the same safe point
+        if comm.rank == 0:
+            print(f"distmm: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
     except SystemExit:
         raise
     except KeyboardInterrupt:
-        return _interrupted(comm)
+        return _interrupted(comm, signals.forced())
     except BaseException:
         sys.stderr.write(f"distmm: rank {comm.rank} of {comm.size} failed:\n"
                          + traceback.format_exc())

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
+from distmm import watchdog
+
 PHASES = ("distribute", "replication", "propagation", "reduction", "compute", "values",
           "other")
 COUNTERS = ("words_sent", "words_received", "messages_sent", "messages_received")
@@ -132,11 +134,17 @@ class CountingComm:
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
 
+    def _phase(self, phase: str):
+        """Time ``phase``; while a watchdog runs, also mark this rank as waiting in it."""
+        timer = self.stats.timer(phase)
+        dog = watchdog.ACTIVE
+        return timer if dog is None else dog.watch(phase, timer)
+
     def shift(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
               phase: str = "propagation") -> None:
         """Send ``sendbuf`` to ``dest`` and receive ``recvbuf`` from ``source`` (one step of a
         cyclic shift). Both buffers are contiguous; their sizes may differ (uneven blocks)."""
-        with self.stats.timer(phase):
+        with self._phase(phase):
             if dest == self.rank and source == self.rank:
                 recvbuf[...] = sendbuf.reshape(recvbuf.shape)
                 return
@@ -150,7 +158,7 @@ class CountingComm:
         if dest == self.rank and source == self.rank:
             recvbuf[...] = sendbuf.reshape(recvbuf.shape)
             return []
-        with self.stats.timer(phase):
+        with self._phase(phase):
             reqs = [self.comm.Irecv(recvbuf, source=source, tag=18),
                     self.comm.Isend(sendbuf, dest=dest, tag=18)]
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
@@ -159,7 +167,7 @@ class CountingComm:
     def finish(self, requests: list[MPI.Request], phase: str = "propagation") -> None:
         """Wait for requests from :meth:`start_shift`, timing the wait under ``phase``."""
         if requests:
-            with self.stats.timer(phase):
+            with self._phase(phase):
                 MPI.Request.Waitall(requests)
 
     def allgatherv(self, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
@@ -167,7 +175,7 @@ class CountingComm:
         """All-gather blocks of ``counts[k]`` elements into ``recvbuf`` in rank order."""
         counts = [int(x) for x in counts]
         own, total, c = counts[self.rank], sum(counts), self.size
-        with self.stats.timer(phase):
+        with self._phase(phase):
             if c == 1:
                 recvbuf.reshape(-1)[:own] = sendbuf.reshape(-1)[:own]
                 return
@@ -180,7 +188,7 @@ class CountingComm:
         """Sum ``sendbuf`` over ranks and leave block k (``counts[k]`` elements) on rank k."""
         counts = [int(x) for x in counts]
         own, total, c = counts[self.rank], sum(counts), self.size
-        with self.stats.timer(phase):
+        with self._phase(phase):
             if c == 1:
                 recvbuf.reshape(-1)[:own] = sendbuf.reshape(-1)[:own]
                 return
@@ -194,7 +202,7 @@ class CountingComm:
         sendcounts = [int(x) for x in sendcounts]
         recvcounts = [int(x) for x in recvcounts]
         me = self.rank
-        with self.stats.timer(phase):
+        with self._phase(phase):
             t = mpi_type(sendbuf.dtype)
             self.comm.Alltoallv([sendbuf, (sendcounts, _displs(sendcounts)), t],
                                 [recvbuf, (recvcounts, _displs(recvcounts)), t])
@@ -207,7 +215,7 @@ class CountingComm:
     def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, phase: str = "other") -> None:
         """Sum-allreduce (counted as a reduce-scatter plus an all-gather of the buffer)."""
         n, c = sendbuf.size, self.size
-        with self.stats.timer(phase):
+        with self._phase(phase):
             if c == 1:
                 recvbuf[...] = sendbuf
                 return

@@ -18,6 +18,8 @@ from typing import Any
 
 from mpi4py import MPI
 
+from distmm import watchdog
+
 # At most this many distinct problems (and ranks per problem) are spelled out in one message.
 _SHOWN = 3
 _SHOWN_RANKS = 8
@@ -110,7 +112,8 @@ def agree(comm: MPI.Comm, message: str | None = None,
     and its ranks. One pickle-based allgather of these small objects: it runs during setup and
     on error paths, never in a kernel loop.
     """
-    gathered = comm.allgather((message, None if same is None else dict(same)))
+    with watchdog.waiting("agree"):
+        gathered = comm.allgather((message, None if same is None else dict(same)))
     problem = _describe_problems([msg for msg, _ in gathered], comm.Get_size())
     if problem is None:
         problem = _describe_disagreement([s for _, s in gathered])

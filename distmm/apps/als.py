@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from mpi4py import MPI
 
-from distmm import api
+from distmm import api, signals
 from distmm.algorithms.base import DistributedAlgorithm
 from distmm.apps.als_io import check_writable, load_checkpoint, read_ratings, save_factors
 from distmm.coo import CooShare
@@ -417,14 +417,31 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
 
     def after_epoch(record: dict, res: ALSResult) -> None:
         epoch = record["epoch"]
-        if checkpoint and checkpoint_every and (epoch % checkpoint_every == 0
-                                                or epoch == cfg.epochs):
+        saved = bool(checkpoint and checkpoint_every and (epoch % checkpoint_every == 0
+                                                          or epoch == cfg.epochs))
+        if saved:
             save_factors(checkpoint, res, epoch)
         if callback is not None:
             callback(record, res)
+        if epoch < cfg.epochs:
+            _safe_point(res, checkpoint, f"after epoch {epoch} of {cfg.epochs}", saved)
 
+    _safe_point(result, None, "before its first epoch", False)
     _run(result, start, after_epoch)
     return result
+
+
+def _safe_point(result: ALSResult, checkpoint: str | None, where: str, saved: bool) -> None:
+    """Stop every rank here if any rank got SIGTERM or SIGINT (:mod:`distmm.signals`), after
+    writing ``checkpoint`` unless this epoch's is already written. Collective."""
+    signum = signals.agreed(result.obj.comm)
+    if not signum:
+        return
+    if checkpoint and not saved:
+        save_factors(checkpoint, result, len(result.history))
+    done = (f"checkpoint {checkpoint} written (continue with --resume)" if checkpoint
+            else "no checkpoint was asked for, so nothing was written")
+    raise signals.Stopped(signum, f"stopped by {signals.name(signum)} {where}; {done}")
 
 
 def read_ratings_any(ratings, comm: MPI.Comm) -> CooShare:

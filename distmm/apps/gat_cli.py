@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from distmm import signals
 from distmm.apps.gat import DistGAT, distribute_graph
 from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, TrainState, evaluate, standard_split, train
@@ -29,6 +30,8 @@ from distmm.permute import PERMUTE_MODES
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``gat`` (with ``train`` and ``predict``) to the ``distmm`` sub-parsers."""
+    from distmm.cli import job_options
+
     gat = subparsers.add_parser("gat", help="graph attention network (GAT): train on labelled "
                                             "nodes, or predict logits with saved weights")
     gat.set_defaults(func=run)
@@ -68,6 +71,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     tr.add_argument("--checkpoint-every", type=int, default=50)
     tr.add_argument("--resume", help="continue bit-identically from this checkpoint")
     tr.set_defaults(gat_func=cmd_train)
+    job_options(tr)
     pr = sub.add_parser("predict", help="logits of every node with saved weights (HDF5)")
     _inputs(pr)
     pr.add_argument("--weights", required=True, help="weights file from 'distmm gat train'")
@@ -258,8 +262,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"gat train: epoch {st.epoch}/{config.epochs} loss {record['train_loss']:.4f}"
                   f" val {record['val_acc']:.3f} best {st.best_acc:.3f}@{st.best_epoch}",
                   file=sys.stderr, flush=True)
-        if args.checkpoint and st.epoch % args.checkpoint_every == 0 and comm.rank == 0:
+        saved = bool(args.checkpoint) and st.epoch % args.checkpoint_every == 0
+        if saved and comm.rank == 0:
             st.save(args.checkpoint, config)
+        if st.epoch < config.epochs and st.bad_epochs < config.patience:
+            _safe_point(comm, st, config, args.checkpoint, saved)
 
     state = train(gat, X, y[nodes], split, config, state, on_epoch)
     if args.checkpoint and comm.rank == 0:
@@ -273,6 +280,26 @@ def cmd_train(args: argparse.Namespace) -> int:
         state.best_model.save(args.out)
     comm.Barrier()
     return 0
+
+
+def _safe_point(comm: MPI.Comm, state: TrainState, config: TrainConfig,
+                checkpoint: str | None, saved: bool) -> None:
+    """Stop every rank here if any rank got SIGTERM or SIGINT (:mod:`distmm.signals`); rank 0
+    first writes ``checkpoint`` unless this epoch's is already written. Collective."""
+    signum = signals.agreed(comm)
+    if not signum:
+        return
+    msg = None
+    if checkpoint and not saved and comm.rank == 0:
+        try:
+            state.save(checkpoint, config)
+        except OSError as exc:
+            msg = f"--checkpoint {checkpoint}: cannot write ({exc.strerror or exc})"
+    agree(comm, msg)
+    done = (f"checkpoint {checkpoint} written (continue with --resume {checkpoint})"
+            if checkpoint else "no --checkpoint was given, so nothing was written")
+    raise signals.Stopped(signum, f"stopped by {signals.name(signum)} after epoch "
+                                  f"{state.epoch} of {config.epochs}; {done}")
 
 
 # ------------------------------------------------------------------------------------ predict

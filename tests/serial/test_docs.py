@@ -284,7 +284,11 @@ NUMPY_DOCUMENTED = ("distmm.api.distribute", "distmm.api.as_coo_share", "distmm.
                     "distmm._optional.require_extra", "distmm.info.collect",
                     "distmm.hdf5_input.read_hdf5", "distmm.hdf5_input.h5_header",
                     "distmm.hdf5_input.sparse_header", "distmm.hdf5_input.read_sparse",
-                    "distmm.convert.gather_share", "distmm.convert.write_csr_h5")
+                    "distmm.convert.gather_share", "distmm.convert.write_csr_h5",
+                    "distmm.signals.exit_code", "distmm.signals.handled",
+                    "distmm.signals.agreed", "distmm.signals.stop_if_requested",
+                    "distmm.watchdog.describe", "distmm.watchdog.waiting",
+                    "distmm.watchdog.running")
 
 
 @pytest.mark.parametrize("qualname", NUMPY_DOCUMENTED)
