@@ -130,7 +130,8 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
             f"node_model must be a name or a NodeModel, got {type(node_model).__name__}")
     settings = {"algorithm": algorithm, "c": c, "r": r, "dtype": str(dtype),
                 "node_model": f"{node_model.name} {node_model.options()}",
-                "permute": permute_mode(permute), "seed": seed, "order": order, "root": root,
+                "permute": ("shared" if isinstance(permute, DistributedAlgorithm)
+                            else permute_mode(permute)), "seed": seed, "order": order, "root": root,
                 "check_finite": bool(check_finite), "overlap": bool(overlap),
                 "checks": checks, "_dtype": dtype, "_kernel": node_model}
     # What S is, and its shape wherever this rank can know it without communicating.
@@ -173,8 +174,8 @@ def _value_overflow(share: CooShare, dtype: np.dtype) -> str | None:
 
 def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-shift",
                c: int = 1, r: int | None = None, node_model: str | NodeModel = "reference",
-               dtype=np.float32, permute: bool | str = "auto", seed: int = 0,
-               order: str = "fiber",
+               dtype=np.float32, permute: bool | str | DistributedAlgorithm = "auto",
+               seed: int = 0, order: str = "fiber",
                root: int | None = 0, check_finite: bool = True,
                overlap: bool = False, checks: str = "once") -> DistributedAlgorithm:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
@@ -202,13 +203,15 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         :func:`distmm.kernels.make_node_model`.
     dtype : numpy dtype
         ``float32`` (default) or ``float64``: the type of S's values and the dense blocks.
-    permute : {"auto", "blocks", "random", "none"} or bool
+    permute : {"auto", "blocks", "random", "none"}, bool or DistributedAlgorithm
         Load balance (seeded by ``seed``): ``"auto"`` (default: none on one rank, else
         ``"blocks"``), ``"blocks"`` (rows go to blocks at random in runs of consecutive ids
         and keep their natural order inside each block, which keeps a real graph's locality),
         ``"random"`` (the paper's uniformly random permutation) or ``"none"``; ``True`` and
         ``False`` mean ``"auto"`` and ``"none"``. Scatter, gather and the results stay in the
-        original order either way.
+        original order either way. Another distributed object of the same shape on the same
+        ranks shares its layout: its permutations are used, so that blocks of one are blocks
+        of the other (a held-out test set beside its training set).
     seed : int
         Seed of the permutation.
     order : {"fiber", "layer"}

@@ -165,23 +165,17 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         self.node_model = self.kernel.name
         m, n = self.shape
         self._agree(_check_share(source, check_finite))  # before the weights index by it
-        # Rows are assigned to the p finest row blocks any family uses (the 1.5D families'
-        # blocks; each 2.5D block is a union of consecutive ones), so "blocks" keeps the
-        # natural order inside every 1.5D block and inside each p-th of a 2.5D block.
-        self.permute = permute
-        mode = applied_mode(permute, self.p)
-        row_w = col_w = None
-        if mode == "blocks":
-            row_w, col_w = self._row_weights(source)
-        if m == n:
-            w = None if row_w is None else [row_w, col_w]
-            self.row_perm = balance_permutation(mode, m, self.p, seed, w)
-            self.col_perm = self.row_perm
+        if isinstance(permute, DistributedAlgorithm):  # share another object's layout
+            require(permute.shape == self.shape and permute.p == self.p,
+                    f"permute=<object>: the object's S is {permute.shape[0]} x "
+                    f"{permute.shape[1]} on {permute.p} ranks, this S is {m} x {n} on "
+                    f"{self.p}; a layout can only be shared by matrices of one shape")
+            self.permute = permute.permute
+            self.row_perm, self.col_perm = permute.row_perm, permute.col_perm
         else:
-            self.row_perm = balance_permutation(mode, m, self.p, seed,
-                                                None if row_w is None else [row_w])
-            self.col_perm = balance_permutation(mode, n, self.p, seed + 1,
-                                                None if col_w is None else [col_w])
+            self.permute = permute
+            self.row_perm, self.col_perm = self._balance_permutations(
+                source, applied_mode(permute, self.p), seed)
         self.row_inv = inverse_permutation(self.row_perm)
         self.col_inv = self.row_inv if self.col_perm is self.row_perm else inverse_permutation(
             self.col_perm)
@@ -212,6 +206,25 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         and build what the family's loop needs (collective; the family's part of
         construction)."""
         raise NotImplementedError
+
+    def _balance_permutations(self, source: CooShare, mode: str, seed: int
+                              ) -> tuple[np.ndarray, np.ndarray]:
+        """The row and column permutations for load balance by ``mode`` (one shared
+        permutation when S is square; collective: the "blocks" weights are all-reduced)."""
+        # Rows are assigned to the p finest row blocks any family uses (the 1.5D families'
+        # blocks; each 2.5D block is a union of consecutive ones), so "blocks" keeps the
+        # natural order inside every 1.5D block and inside each p-th of a 2.5D block.
+        m, n = self.shape
+        row_w = col_w = None
+        if mode == "blocks":
+            row_w, col_w = self._row_weights(source)
+        if m == n:
+            perm = balance_permutation(mode, m, self.p, seed,
+                                       None if row_w is None else [row_w, col_w])
+            return perm, perm
+        return (balance_permutation(mode, m, self.p, seed, None if row_w is None else [row_w]),
+                balance_permutation(mode, n, self.p, seed + 1,
+                                    None if col_w is None else [col_w]))
 
     def _row_weights(self, source: CooShare) -> tuple[np.ndarray, np.ndarray]:
         """Global nonzeros per row and per column of S (collective: one all-reduce of m + n

@@ -176,6 +176,23 @@ def test_auto_float32_and_a_separate_test_set():
                                    [h["test_rmse"] for h in split_history], rtol=1e-9)
 
 
+@pytest.mark.parametrize("permute", ["auto", "random", "none"])
+def test_held_out_split_shares_the_training_layout(permute):
+    """The held-out entries are scored with the training factors, so the test object must
+    share the training object's blocks. The "blocks" permutation is chosen from per-row
+    counts, which differ between the two sets (90 x 70 with 10% held out gave two layouts at
+    p = 2 when each set chose its own): the test RMSE must be that of the gathered factors."""
+    S = planted(90, 70, rank=4, per_row=8, seed=3, empty=False)
+    res = als.fit(S, COMM, rank=R, lam=0.1, epochs=1, cg_iters=2, test_fraction=0.1, seed=3,
+                  permute=permute)
+    F, history = res.factors(), res.history
+    res.close()
+    if COMM.rank == 0:
+        _, test = split(S, 0.1, 3)
+        assert test.nnz > 0
+        np.testing.assert_allclose(history[-1]["test_rmse"], rmse(test, *F), rtol=1e-9)
+
+
 @pytest.mark.parametrize("node_model", [m for m in NODE_MODELS if m != "reference"])
 def test_every_node_model_gives_the_reference_factors(node_model):
     kw = {"rank": R, "epochs": 2, "cg_iters": 3, "test_fraction": 0.2}
