@@ -14,8 +14,8 @@ See docs/api.md.
 """
 
 from distmm.api import ALGORITHMS, OPS, distribute
-from distmm.coo import CooShare
-from distmm.dense import DenseBlock, hashed_normal
+from distmm.core.coo import CooShare
+from distmm.core.dense import DenseBlock, hashed_normal
 from distmm.errors import DistmmError, InputError
 from distmm.operator import Operator
 

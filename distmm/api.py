@@ -10,11 +10,11 @@ from mpi4py import MPI
 
 from distmm.algorithms import ALGORITHMS
 from distmm.algorithms.base import DistributedAlgorithm
-from distmm.coo import CooShare
+from distmm.core.coo import CooShare
+from distmm.core.memory import physical_memory, release_freed_memory
+from distmm.core.permute import permute_mode
 from distmm.errors import Checks, InputError, agree, as_int, require
 from distmm.kernels import NodeModel
-from distmm.memory import physical_memory, release_freed_memory
-from distmm.permute import permute_mode
 
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
 
@@ -29,8 +29,8 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0,
     ----------
     S : str, os.PathLike, CooShare, scipy sparse matrix or None
         A Matrix Market file (``.mtx`` or ``.mtx.gz``) or an HDF5 file (``.h5`` or ``.hdf5``,
-        layout in :mod:`distmm.hdf5_input`); every rank reads its own part. Or a
-        :class:`CooShare` (each rank's own entries, e.g. from :mod:`distmm.generate`), or a
+        layout in :mod:`distmm.io.hdf5`); every rank reads its own part. Or a
+        :class:`CooShare` (each rank's own entries, e.g. from :mod:`distmm.io.generate`), or a
         scipy sparse matrix held by ``root`` (the other ranks pass None) or by every rank
         (``root=None``).
     comm : MPI.Comm
@@ -54,7 +54,7 @@ def as_coo_share(S, comm: MPI.Comm, root: int | None = 0,
     if isinstance(S, CooShare):
         return S
     if isinstance(S, (str, os.PathLike)):
-        from distmm.hdf5_input import read_sparse
+        from distmm.io.hdf5 import read_sparse
 
         return read_sparse(S, comm, check_finite=check_finite)
     if S is None or sp.issparse(S):
@@ -94,7 +94,7 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
     printable values (compared across ranks by :func:`distmm.errors.agree`) and, under keys
     starting with "_", the normalised objects the constructor is given.
     """
-    from distmm.hdf5_input import sparse_header  # h5py: imported only by those who read files
+    from distmm.io.hdf5 import sparse_header  # h5py: imported only by those who read files
     from distmm.kernels import NODE_MODELS, make_node_model
 
     p = comm.Get_size()

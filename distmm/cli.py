@@ -26,31 +26,28 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from distmm import api, convert, signals, watchdog
+from distmm import api, signals, watchdog
 from distmm import info as _info
 from distmm.apps import als_cli, gat_cli
-from distmm.bench import kernel_summary, measure, phase_summary, random_blocks, timed
-from distmm.calibrate import calibrate, save
-from distmm.errors import Checks, InputError, agree, require
-from distmm.hdf5_input import sparse_header
-from distmm.io import (
-    check_output,
-    npy_header,
-    read_csr_block,
-    read_json_object,
-    write_json_atomic,
-)
-from distmm.kernels import NODE_MODELS, make_node_model
-from distmm.memory import (
+from distmm.core.memory import (
     available_bytes,
     cgroup_limit,
     format_bytes,
     parse_memory_limit,
     physical_memory,
 )
-from distmm.permute import PERMUTE_MODES
-from distmm.planner import Machine, format_table, memory_problem, plan
-from distmm.tuning import tune, tune_events
+from distmm.core.permute import PERMUTE_MODES
+from distmm.errors import Checks, InputError, agree, require
+from distmm.io import convert
+from distmm.io.hdf5 import sparse_header
+from distmm.io.matrix_market import read_csr_block
+from distmm.io.npy import npy_header
+from distmm.io.outputs import check_output, read_json_object, write_json_atomic
+from distmm.kernels import NODE_MODELS, make_node_model
+from distmm.perf.bench import kernel_summary, measure, phase_summary, random_blocks, timed
+from distmm.perf.calibrate import calibrate, save
+from distmm.perf.planner import Machine, format_table, memory_problem, plan
+from distmm.perf.tuning import tune, tune_events
 
 
 class UsageError(Exception):
@@ -219,7 +216,7 @@ def _add_simulate(sub) -> None:
                                           "(serial; one nested subcommand per simulator)")
     sim.set_defaults(func=cmd_simulate)
     sims = sim.add_subparsers(dest="simulator", required=True)
-    from distmm.kernels.sparch import PREFETCH_POLICIES, SCHEDULERS
+    from distmm.sim.sparch import PREFETCH_POLICIES, SCHEDULERS
 
     sa = sims.add_parser("sparch", help="C = X Y on the SpArch accelerator model (HPCA'20); "
                                         "writes the modelled cycles, DRAM traffic and energy")
@@ -227,7 +224,7 @@ def _add_simulate(sub) -> None:
     sa.add_argument("--y", help="right matrix Y as .mtx or .mtx.gz (default: X, i.e. A times A)")
     sa.add_argument("--config", metavar="FILE",
                     help="JSON object of SpArch parameters (Table I names, see "
-                         "distmm.kernels.sparch.SpArchConfig); the flags below override it")
+                         "distmm.sim.sparch.SpArchConfig); the flags below override it")
     sa.add_argument("--no-condense", action="store_true", help="read X by original columns")
     sa.add_argument("--scheduler", choices=list(SCHEDULERS),
                     help="merge order (default huffman)")
@@ -237,7 +234,7 @@ def _add_simulate(sub) -> None:
                     help="multiply phase to DRAM, then merge (OuterSPACE's flow)")
     sa.add_argument("--report", required=True, help="report JSON file (written atomically)")
     sa.set_defaults(simulate_func=cmd_simulate_sparch)
-    from distmm.apps import dynaspase_cli
+    from distmm.sim import dynaspase_cli
 
     dynaspase_cli.add_parser(sims)
 
@@ -251,8 +248,8 @@ def cmd_simulate(args) -> int:
 
 def cmd_simulate_sparch(args) -> int:
     """Model C = X Y on SpArch; write the report JSON and print a one-line summary."""
-    from distmm.kernels.sparch import simulate
-    from distmm.kernels.sparch.simulate import make_config
+    from distmm.sim.sparch import simulate
+    from distmm.sim.sparch.simulate import make_config
 
     _require_output(args.report, "--report", [args.x, args.y, args.config])
     options = read_json_object(args.config, "--config") if args.config else {}
@@ -350,7 +347,7 @@ def node_model_from_args(args):
 
 def _require_output(path: str | None, what: str, inputs: list) -> None:
     """Raise InputError if ``path`` cannot be written as an output (see
-    :func:`distmm.io.check_output`). Not collective; touches nothing."""
+    :func:`distmm.io.outputs.check_output`). Not collective; touches nothing."""
     problem = check_output(path, what, inputs)
     if problem is not None:
         raise InputError(problem)
@@ -371,7 +368,7 @@ def _parse_limit(args) -> str | int | None:
 
 
 def _resolve_limit(parsed: str | int | None, comm: MPI.Comm) -> int | None:
-    """Bytes per rank from :func:`_parse_limit` ("auto": :func:`distmm.memory.available_bytes`,
+    """Bytes per rank from :func:`_parse_limit` ("auto": :func:`distmm.core.memory.available_bytes`,
     collective over ``comm``; every rank must call it with the same ``parsed``)."""
     return available_bytes(comm) if parsed == "auto" else parsed
 
@@ -553,7 +550,8 @@ def cmd_run(args) -> int:
     with checks.guard():
         pre = _run_prechecks(args)
     checks.agree(same=pre.get("same"))  # one collective: every rank's checks passed
-    from distmm.io import load_dense_npy, write_h5_atomic
+    from distmm.io.npy import load_dense_npy
+    from distmm.io.outputs import write_h5_atomic
 
     dtype = np.dtype(args.dtype)
     limit = _resolve_limit(pre["limit"], comm)
@@ -619,7 +617,7 @@ def cmd_spgemm(args) -> int:
     """C = X @ Y on one process (refuses more than one rank); C to HDF5, a JSON line per run."""
     import time
 
-    from distmm.io import write_h5_atomic
+    from distmm.io.outputs import write_h5_atomic
     from distmm.kernels.base import spgemm_flops
 
     p = MPI.COMM_WORLD.Get_size()
@@ -682,7 +680,7 @@ def cmd_bench(args) -> int:
         pre = _bench_prechecks(args)
     checks.agree()
     ops, strategies = pre["ops"], pre["strategies"]
-    from distmm.generate import erdos_renyi
+    from distmm.io.generate import erdos_renyi
 
     limit = _resolve_limit(pre["limit"], comm)
     _refuse_oversized(comm, limit, args.algorithm, args.c, strategies, ops, args.n, args.n,

@@ -5,7 +5,7 @@ pylops-mpi's ``MPILinearOperator``: ``matvec(B)`` is S @ B (SpMMA: a side-"b" bl
 side-"a" block out), ``rmatvec(A)`` is S^T @ A (SpMMB), ``.T`` and ``.H`` (the same for real
 data) swap them, and ``op @ X`` is ``matvec``. The "vectors" are distributed dense blocks of
 any width r (a block of r right-hand sides at once); both calls are collective and return
-:class:`~distmm.dense.DenseBlock` results in the object's distribution, so a solver chains them
+:class:`~distmm.core.dense.DenseBlock` results in the object's distribution, so a solver chains them
 without reshuffling::
 
     op = S.as_operator()
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distmm.dense import DenseBlock
+from distmm.core.dense import DenseBlock
 
 
 class Operator:

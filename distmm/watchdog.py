@@ -3,7 +3,7 @@
 A rank stuck outside MPI (a slow file system, a hung kernel) leaves every other rank blocked
 in its next collective, holding the reservation until the scheduler's time limit. With a
 watchdog running, each rank marks the collective it is waiting in (the phase names of
-:class:`distmm.comm.CountingComm`, plus ``agree`` for the agreement of checks and
+:class:`distmm.core.comm.CountingComm`, plus ``agree`` for the agreement of checks and
 ``safe-point`` for the stop checks of :mod:`distmm.signals`): two attribute writes per call.
 A daemon thread per rank looks at its own mark every ``poll`` seconds; when the rank has
 waited in one collective longer than the timeout, the thread reports to rank 0's thread, which

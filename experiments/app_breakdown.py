@@ -32,7 +32,7 @@ largest; the parts add up to its wall time), from the phases the counting commun
   the other dense GEMMs, LeakyReLU, exp and the loss) and its Python.
 
 The kernel calls are timed by wrapping the object's public kernel methods (and the fused
-attention) for the measurement; every phase second comes from :class:`distmm.comm.CommStats`.
+attention) for the measurement; every phase second comes from :class:`distmm.core.comm.CommStats`.
 Records also hold ``phase_seconds`` (max over ranks of each timed phase), words and messages
 per phase (max and mean over ranks) and the model's words per phase for the kernels (and ALS's
 row dot products); ALS's ``model.fusedmm_seconds`` is the planner's time of its FusedMM calls.
@@ -58,9 +58,9 @@ from collections import defaultdict
 
 import runner
 
-from distmm import costmodel
 from distmm.algorithms import ALGORITHMS
 from distmm.errors import InputError
+from distmm.perf import costmodel
 
 EXPERIMENT = "app-breakdown"
 KERNEL_PHASES = ("replication", "propagation", "reduction", "compute")
@@ -232,7 +232,7 @@ def kernel_words(cfg: dict, calls: dict[str, int], m: int, n: int, nnz: int, r: 
 def measure_als(cfg: dict, source, comm, machine) -> dict | None:
     """One warm-up and ``repeat`` timed ALS epochs (collective); the record on rank 0."""
     from distmm.apps import als
-    from distmm.planner import predict
+    from distmm.perf.planner import predict
 
     k = cfg["workload"]["cg_iters"]
     reps: list[dict] = []

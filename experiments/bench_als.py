@@ -25,9 +25,9 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from distmm import generate
 from distmm.apps import als
 from distmm.apps.als_io import read_ratings
+from distmm.io import generate
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "mpi"))

@@ -33,7 +33,7 @@ import time
 from mpi4py import MPI
 
 import distmm
-from distmm.generate import erdos_renyi
+from distmm.io.generate import erdos_renyi
 
 POLICIES = ("always", "once", "off")
 LOOP_PHASES = ("compute", "replication", "propagation", "reduction")

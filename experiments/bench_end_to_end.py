@@ -147,7 +147,7 @@ def worker_distmm(args) -> None:
     from mpi4py import MPI
 
     import distmm
-    from distmm.coo import CooShare
+    from distmm.core.coo import CooShare
 
     comm = MPI.COMM_WORLD
     S_global = load_matrix(args.matrix) if comm.rank == 0 else None

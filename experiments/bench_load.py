@@ -27,7 +27,7 @@ import h5py
 import scipy.io
 from mpi4py import MPI
 
-from distmm.hdf5_input import read_sparse
+from distmm.io.hdf5 import read_sparse
 
 
 def _time_distmm(path: str, comm: MPI.Comm) -> tuple[float, int]:

@@ -69,9 +69,9 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:  # allow running from a checkout without installing
     sys.path.insert(0, str(_ROOT))
 
+from distmm.core.sparse import CSRBlock  # noqa: E402
 from distmm.kernels.base import kernel_bytes  # noqa: E402
 from distmm.kernels.reference import ReferenceModel  # noqa: E402
-from distmm.sparse import CSRBlock  # noqa: E402
 
 try:  # optional benchmark dependency; distmm itself never imports torch
     import torch

@@ -53,9 +53,9 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
+from distmm.core.sparse import CSRBlock
 from distmm.kernels.reference import ReferenceModel
 from distmm.kernels.sputnik import SputnikModel
-from distmm.sparse import CSRBlock
 
 IMPLS = ("sputnik", "sputnik-noswizzle", "sputnik-tile32", "reference", "scipy")
 

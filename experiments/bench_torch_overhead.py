@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 import distmm
 import distmm.torch as dt
-from distmm.generate import erdos_renyi
+from distmm.io.generate import erdos_renyi
 from distmm.torch import torch
 
 

@@ -19,8 +19,8 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
-from distmm.bench import random_blocks
+from distmm.perf import costmodel
+from distmm.perf.bench import random_blocks
 
 
 def banded(n: int, d: int) -> sp.coo_matrix:

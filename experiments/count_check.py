@@ -8,7 +8,7 @@ oversubscribe the cores).
 
 Each configuration runs one FusedMMA on an Erdos-Renyi 1024 x 1024 matrix with 4 entries per
 row at r = 64 and records the words sent per phase, mean over ranks, beside the exact words
-of :func:`distmm.costmodel.exact` at the matrix's nonzero count (balanced blocks: the mean over
+of :func:`distmm.perf.costmodel.exact` at the matrix's nonzero count (balanced blocks: the mean over
 ranks of each rank's own count is what the balanced formula gives). ``--check`` prints one
 row per (p, family, strategy) and exits 1 if any phase differs. Presets: scale (p = 16, 32,
 64), laptop (p = 2, 4).
@@ -22,8 +22,8 @@ from collections import defaultdict
 
 import runner
 
-from distmm import costmodel
 from distmm.errors import InputError
+from distmm.perf import costmodel
 
 EXPERIMENT = "count-check"
 

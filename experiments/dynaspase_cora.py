@@ -22,8 +22,8 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from distmm.apps.gnn import MODELS, init_weights, reference_forward, run_gnn
-from distmm.kernels.dynaspase import DynaspaseConfig
+from distmm.sim.dynaspase import DynaspaseConfig
+from distmm.sim.dynaspase_gnn import MODELS, init_weights, reference_forward, run_gnn
 
 # paper Table VII, Cora (CO) column: latency in ms of S1, S2, Dynamic, then SO-S1, SO-S2 as
 # printed (the GCN row's ratio does not follow from its latencies: 0.96 / 4.7e-3 = 204)

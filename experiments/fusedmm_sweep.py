@@ -10,7 +10,7 @@ For each (r, nonzeros per row d) it generates one Erdos-Renyi S (the same for an
 for every algorithm family, FusedMM strategy and valid c it distributes S, times FusedMMA
 (best of --repeat after a warm-up) and records the per-phase breakdown with the words counted
 against the model (costmodel.implemented) and the model's predicted time. Then it runs the
-measured planner (distmm.tuning.tune with --tune K candidates) on the same S. The markdown
+measured planner (distmm.perf.tuning.tune with --tune K candidates) on the same S. The markdown
 summary gives, per (r, d), each (algorithm, strategy) at its best measured c, the measured
 winner, the model's pick and the tuned pick, each with the sweep's measured time of that
 configuration relative to the winner. --matrix replaces the generator by a Matrix Market file
@@ -31,11 +31,11 @@ import numpy as np
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
-from distmm.bench import measure, random_blocks
-from distmm.generate import erdos_renyi
-from distmm.planner import Machine, plan, predict
-from distmm.tuning import tune
+from distmm.io.generate import erdos_renyi
+from distmm.perf import costmodel
+from distmm.perf.bench import measure, random_blocks
+from distmm.perf.planner import Machine, plan, predict
+from distmm.perf.tuning import tune
 
 
 def ints(text: str) -> list[int]:
@@ -76,7 +76,7 @@ def main() -> None:
     sections = []
     for d in ([0] if args.matrix else args.d):
         if args.matrix:
-            from distmm.io import read_matrix_market
+            from distmm.io.matrix_market import read_matrix_market
 
             source = read_matrix_market(args.matrix, comm)
             label = os.path.basename(args.matrix)

@@ -1,7 +1,7 @@
 """The memory model against the operating system: one table row per (family, c, strategy).
 
 For every family, strategy and valid c at the launching rank count, places an Erdos-Renyi
-matrix and runs one FusedMM (:func:`distmm.memory.measure_peak`), then prints, as a Markdown
+matrix and runs one FusedMM (:func:`distmm.core.memory.measure_peak`), then prints, as a Markdown
 table on rank 0, the fullest rank's measured peak resident set above its baseline, the
 model's predicted peak and their ratio (docs/memory.md). Run under mpiexec, e.g.::
 
@@ -16,9 +16,9 @@ import numpy as np
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
-from distmm.generate import erdos_renyi
-from distmm.memory import measure_peak
+from distmm.core.memory import measure_peak
+from distmm.io.generate import erdos_renyi
+from distmm.perf import costmodel
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nnz-per-row", type=int, default=8)
     ap.add_argument("--r", type=int, default=128)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    ap.add_argument("--op", default="fusedmm_a", choices=list(distmm.memory.OPS))
+    ap.add_argument("--op", default="fusedmm_a", choices=list(distmm.core.memory.OPS))
     ap.add_argument("--header", action="store_true", help="print the table's header first")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD

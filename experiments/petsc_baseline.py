@@ -24,7 +24,7 @@ def measure_petsc(cfg: dict, source, comm) -> dict | None:
     """Time ``2 * cfg["calls"]`` MatMatMult calls ``cfg["repeat"]`` times after a warm-up
     (collective over ``comm``, which every rank passes); the record on rank 0, None elsewhere.
 
-    ``source`` is this rank's :class:`distmm.coo.CooShare` of S (any rows); PETSc's COO
+    ``source`` is this rank's :class:`distmm.core.coo.CooShare` of S (any rows); PETSc's COO
     assembly moves each entry to the rank that owns its row."""
     require_extra("petsc4py", what="the PETSc baseline")
     import petsc4py

@@ -31,9 +31,9 @@ from collections import defaultdict
 
 import runner
 
-from distmm import costmodel
 from distmm._optional import require_extra
 from distmm.errors import InputError, require
+from distmm.perf import costmodel
 
 PHASES = ("replication", "propagation", "reduction", "compute")
 STYLE = {  # (algorithm, strategy) -> (label, colour, marker), as the paper's legends name them

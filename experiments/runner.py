@@ -13,7 +13,8 @@ which
 
 A record holds the configuration, the slowest rank's seconds per phase, the words counted per
 phase (max and mean over ranks), the model's prediction for the same configuration
-(:func:`distmm.planner.predict` and the exact words of :func:`distmm.costmodel.exact`), the
+(:func:`~distmm.perf.planner.predict` and the exact words of
+:func:`~distmm.perf.costmodel.exact`), the
 machine and software versions, the git commit and the date. A configuration's key is the JSON
 of its fields (sorted); a sweep skips every key already in the results file, so an interrupted
 sweep resumes where it stopped. A results file belongs to one experiment: appending another
@@ -177,7 +178,7 @@ def model(cfg: dict, m: int, n: int, nnz: int, machine) -> dict:
     """The cost model's prediction for one configuration of an m x n matrix with nnz entries:
     seconds (total, communication, computation) of ``calls`` FusedMM and exact words and
     messages per rank per phase of one FusedMM. Not collective."""
-    from distmm.planner import predict
+    from distmm.perf.planner import predict
 
     pred = predict(cfg["algorithm"], cfg["strategy"], m, n, nnz, cfg["r"], cfg["p"], cfg["c"],
                    machine)
@@ -198,7 +199,7 @@ def matrix_sizes(matrix: dict) -> tuple[int, int, int]:
         return matrix["m"], matrix["n"], matrix["m"] * matrix["d"]
     if matrix["kind"] == "sizes":
         return matrix["m"], matrix["n"], matrix["nnz"]
-    from distmm.io import matrix_market_size
+    from distmm.io.matrix_market import matrix_market_size
 
     m, n, stored, symmetry = matrix_market_size(check_matrix(matrix["path"]))
     # A symmetric file stores one triangle; its diagonal is not known from the header.
@@ -217,8 +218,8 @@ def check_matrix(path: str) -> str:
 
 
 def _load(matrix: dict, comm):
-    from distmm.generate import erdos_renyi
-    from distmm.io import read_matrix_market
+    from distmm.io.generate import erdos_renyi
+    from distmm.io.matrix_market import read_matrix_market
 
     if matrix["kind"] == "er":
         return erdos_renyi(matrix["m"], matrix["n"], matrix["d"], 0, comm)
@@ -234,7 +235,7 @@ def measure_one(cfg: dict, source, comm, machine) -> dict:
 
     import distmm
     from distmm import api
-    from distmm.bench import phase_summary, random_blocks, timed
+    from distmm.perf.bench import phase_summary, random_blocks, timed
 
     require(comm.Get_size() == cfg["p"], f"worker runs on {comm.Get_size()} ranks, the "
                                          f"configuration needs {cfg['p']}")
@@ -285,7 +286,7 @@ def worker(config_file: str, results: str, machine_file: str | None) -> None:
     """Measure every configuration in ``config_file`` (all for this p); collective."""
     from mpi4py import MPI
 
-    from distmm.planner import Machine
+    from distmm.perf.planner import Machine
 
     comm = MPI.COMM_WORLD
     with open(config_file) as fh:
@@ -361,7 +362,7 @@ def measure(cfgs: list[dict], results: str, launcher: str = "mpiexec",
 def project(cfgs: list[dict], results: str, machine_file: str) -> int:
     """Write the model's records (``"predicted": true``) for the configurations not yet in
     ``results``. Not collective, no MPI job."""
-    from distmm.planner import Machine
+    from distmm.perf.planner import Machine
 
     machine = Machine.load(machine_file)
     done = recorded_keys(results, cfgs[0]["experiment"]) if cfgs else set()

@@ -34,9 +34,9 @@ import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from distmm.generate import erdos_renyi, rmat
-from distmm.kernels.sparch import simulate
-from distmm.sparse import CSRBlock
+from distmm.core.sparse import CSRBlock
+from distmm.io.generate import erdos_renyi, rmat
+from distmm.sim.sparch import simulate
 
 DATA = "/work/shared/data"
 STEPS = [

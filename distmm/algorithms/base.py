@@ -11,7 +11,7 @@ Load balance (paper section VI): rows and columns are permuted before distributi
 permutation for both when S is square, so A and B of a graph share one layout). By default
 (``permute="auto"``) rows go to blocks at random, as the paper's random permutation would put
 them, but keep their natural order inside each block, so a real graph's locality survives in
-the local kernels; one rank is not permuted at all (see :func:`distmm.permute.
+the local kernels; one rank is not permuted at all (see :func:`distmm.core.permute.
 balance_permutation`). The permutation is invisible to callers of the scatter/gather helpers;
 callers that fill their blocks themselves read :meth:`local_rows` to learn which original rows
 a block holds.
@@ -26,17 +26,17 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.algorithms.calls import CHECKS, CallChecks
-from distmm.comm import CommStats, CountingComm, gather_report, mpi_type
-from distmm.coo import CooShare
-from distmm.dense import SIDES, DenseBlock
+from distmm.core.comm import CommStats, CountingComm, gather_report, mpi_type
+from distmm.core.coo import CooShare
+from distmm.core.dense import SIDES, DenseBlock
+from distmm.core.grid import ProcessGrid15D, ProcessGrid25D, check_grid
+from distmm.core.layout import block_offsets
+from distmm.core.memory import Memory, held_bytes, release_freed_memory
+from distmm.core.permute import applied_mode, balance_permutation, inverse_permutation
+from distmm.core.sparse import CSRBlock
 from distmm.errors import InputError, agree, require
-from distmm.grid import ProcessGrid15D, ProcessGrid25D, check_grid
 from distmm.kernels import NodeModel, make_node_model
-from distmm.layout import block_offsets
-from distmm.memory import Memory, held_bytes, release_freed_memory
 from distmm.ops.mixin import EdgeOps
-from distmm.permute import applied_mode, balance_permutation, inverse_permutation
-from distmm.sparse import CSRBlock
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -102,7 +102,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     owner of each nonzero in each orientation, the dense blocks each rank holds, and the
     operations. Construction is collective over ``comm`` (p ranks): ``c`` is the replication
     factor (``grid_allows(p, c)``), ``order`` the rank order of the grid
-    (:data:`distmm.grid.RANK_ORDERS`), ``overlap`` overlaps each propagation shift with the
+    (:data:`distmm.core.grid.RANK_ORDERS`), ``overlap`` overlaps each propagation shift with the
     local kernel; the rest is described at :func:`distmm.distribute`. Every argument is
     checked the same way on every rank before any message.
 
@@ -252,7 +252,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
 
     # The cost model: every family states, as static methods of its class, ``grid_allows(p,
     # c)``, ``min_width(p, c)``, ``table3``, ``one_rank_layer_saving``, ``nonzero_visits``,
-    # ``table4_best_c``, ``local_calls`` and ``exact_words``; :mod:`distmm.costmodel` asks
+    # ``table4_best_c``, ``local_calls`` and ``exact_words``; :mod:`distmm.perf.costmodel` asks
     # them through the registry. Only the departures from Table III have a default: none.
     @staticmethod
     def departure(strategy: str, n: int, r: int, p: int, c: float,
@@ -685,7 +685,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         fill : float or callable
             A constant, or ``fill(rows, cols)`` returning the ``(len(rows), len(cols))``
             entries for the original row ids ``rows`` and global column indices ``cols`` of
-            this rank's block (e.g. :func:`distmm.dense.hashed_normal`: the same matrix at
+            this rank's block (e.g. :func:`distmm.core.dense.hashed_normal`: the same matrix at
             every rank count).
 
         Not collective (no communication), but meant to be called on every rank.
@@ -730,7 +730,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         Collective. r is X's width (it must satisfy :meth:`r_rule`). With ``root=None`` every
         rank passes the whole matrix and takes its block without communicating; otherwise only
         ``root``'s ``X`` is read. Returns this rank's block, a C-contiguous
-        :class:`~distmm.dense.DenseBlock` in the algorithm's dtype.
+        :class:`~distmm.core.dense.DenseBlock` in the algorithm's dtype.
         """
         self._require_open()
         require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
@@ -854,7 +854,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     # ----------------------------------------------------------------- memory
     # Every family states its memory model as a static method of its class,
     # ``memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap, local)`` returning a
-    # :class:`distmm.memory.Memory`; ``local`` takes a rank's own sizes (:meth:`memory_counts`)
+    # :class:`distmm.core.memory.Memory`; ``local`` takes a rank's own sizes (:meth:`memory_counts`)
     # in place of the worst-rank sizes the model assumes without them.
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's sizes that the family's memory model reads, for width ``r`` (rows of
@@ -877,7 +877,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
 
     def memory_held(self) -> int:
         """Bytes of the arrays this object holds now (S's blocks, permutations, the buffers
-        kept between calls), measured (:func:`distmm.memory.held_bytes`). Not collective."""
+        kept between calls), measured (:func:`distmm.core.memory.held_bytes`). Not collective."""
         return held_bytes(self)
 
     # ----------------------------------------------------------------- lifetime

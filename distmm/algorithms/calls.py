@@ -17,7 +17,7 @@ width r. How much it does depends on the object's ``checks`` (a constructor argu
     results); and a problem that the cheap checks find on some ranks only raises there, while
     the other ranks go on into the operation's collectives and wait (a hang, which the MPI
     test harness or a job time limit ends). Ranks that pass blocks of different r after the
-    first call are not caught either. Typed blocks (:class:`~distmm.dense.DenseBlock`) make
+    first call are not caught either. Typed blocks (:class:`~distmm.core.dense.DenseBlock`) make
     the cheap checks much stronger: side, owner and the global r are known locally, so a block
     of the wrong side or object is refused on every rank that holds one.
 ``"off"``
@@ -37,7 +37,7 @@ import hashlib
 import numpy as np
 from mpi4py import MPI
 
-from distmm.dense import SIDES, DenseBlock
+from distmm.core.dense import SIDES, DenseBlock
 from distmm.errors import InputError
 
 CHECKS = ("always", "once", "off")

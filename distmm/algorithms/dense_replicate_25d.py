@@ -3,7 +3,7 @@
 Grid and layout (Table II, third block)
 ---------------------------------------
 p ranks form an s x s x c grid, s = sqrt(p/c) (p/c must be a perfect square); rank (i, j, k)
-is row i, column j of layer k (:class:`~distmm.grid.ProcessGrid25D`). The rows of A (m) and of
+is row i, column j of layer k (:class:`~distmm.core.grid.ProcessGrid25D`). The rows of A (m) and of
 B (n) are cut into s*c near-equal row blocks and the r columns into s near-equal column blocks
 (``layout.block_offsets``; r >= s is required so that no rank holds an empty column block).
 "Superblock" x of A (or B) is row blocks xc .. xc+c-1. S is cut into s row superblocks (those of
@@ -111,12 +111,11 @@ import numpy as np
 from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
 from distmm.algorithms.model import KernelCalls
 from distmm.algorithms.packets import index_words, pack, packet_block, packet_values, word_dtype
-from distmm.comm import CountingComm
-from distmm.coo import CooShare
-from distmm.errors import require
-from distmm.grid import ProcessGrid25D, fits_25d
-from distmm.layout import block_of, block_offsets, block_range
-from distmm.memory import (
+from distmm.core.comm import CountingComm
+from distmm.core.coo import CooShare
+from distmm.core.grid import ProcessGrid25D, fits_25d
+from distmm.core.layout import block_of, block_offsets, block_range
+from distmm.core.memory import (
     Memory,
     build_transpose_bytes,
     ceil_div,
@@ -130,6 +129,7 @@ from distmm.memory import (
     transpose_bytes,
     unpack_bytes,
 )
+from distmm.errors import require
 
 STRATEGIES = ("none", "reuse")
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
@@ -478,7 +478,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
     def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
                      c: int, dtype=np.float32, overlap: bool = False,
                      local: dict[str, int] | None = None) -> Memory:
-        """Bytes one rank holds for one ``op`` (see :mod:`distmm.memory`). Not collective.
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
 
         Per orientation used: the home CSR block (X superblock rows), its coordinates as wire
         words (2 a nonzero) and, where the call runs SpMMB on it, its cached transpose; the

@@ -32,11 +32,10 @@ import numpy as np
 
 from distmm.algorithms.base import TwoOrientationAlgorithm
 from distmm.algorithms.model import KernelCalls
-from distmm.coo import CooShare
-from distmm.errors import require
-from distmm.grid import ProcessGrid15D, fits_15d
-from distmm.layout import block_of, block_offsets, block_range
-from distmm.memory import (
+from distmm.core.coo import CooShare
+from distmm.core.grid import ProcessGrid15D, fits_15d
+from distmm.core.layout import block_of, block_offsets, block_range
+from distmm.core.memory import (
     Memory,
     build_transpose_bytes,
     ceil_div,
@@ -49,6 +48,7 @@ from distmm.memory import (
     place_bytes,
     transpose_bytes,
 )
+from distmm.errors import require
 
 STRATEGIES = ("none", "reuse", "fusion")
 
@@ -175,7 +175,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
     def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
                      c: int, dtype=np.float32, overlap: bool = False,
                      local: dict[str, int] | None = None) -> Memory:
-        """Bytes one rank holds for one ``op`` (see :mod:`distmm.memory`). Not collective.
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
 
         Per orientation used: q CSR blocks of the X superblock's rows (S, or S^T built on
         first use), their cached transposes where the call runs SpMMB on them, the replicated

@@ -2,7 +2,7 @@
 
 Each family module states its Table III row, its departures from it, its Table IV optimum,
 its grid and width rules and the local kernel calls its loop makes (paper section V); this
-module holds only what those statements are made of, so that :mod:`distmm.costmodel` and the
+module holds only what those statements are made of, so that :mod:`distmm.perf.costmodel` and the
 planner can ask any family the same questions through the registry
 (:data:`distmm.algorithms.ALGORITHMS`).
 """

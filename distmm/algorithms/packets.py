@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
+from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
 WORDS_PER_NONZERO = 3
 # The integer word that carries one COO entry (row, column, value bits) of each data type.

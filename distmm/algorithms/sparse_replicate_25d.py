@@ -98,11 +98,10 @@ import numpy as np
 
 from distmm.algorithms.base import DistributedAlgorithm, Orientation
 from distmm.algorithms.model import KernelCalls
-from distmm.coo import CooShare
-from distmm.errors import require
-from distmm.grid import ProcessGrid25D, fits_25d
-from distmm.layout import block_of, block_offsets, block_range
-from distmm.memory import (
+from distmm.core.coo import CooShare
+from distmm.core.grid import ProcessGrid25D, fits_25d
+from distmm.core.layout import block_of, block_offsets, block_range
+from distmm.core.memory import (
     Memory,
     ceil_div,
     csr_bytes,
@@ -113,6 +112,7 @@ from distmm.memory import (
     place_bytes,
     transpose_bytes,
 )
+from distmm.errors import require
 
 STRATEGIES = ("none",)
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
@@ -383,7 +383,7 @@ class SparseReplicate25D(DistributedAlgorithm):
     def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
                      c: int, dtype=np.float32, overlap: bool = False,
                      local: dict[str, int] | None = None) -> Memory:
-        """Bytes one rank holds for one ``op`` (see :mod:`distmm.memory`). Not collective.
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
 
         The stationary block's structure (shared by the fiber's c ranks, each holding it
         whole) with its unit weights, the rank's 1/c share of the values, the partial dot

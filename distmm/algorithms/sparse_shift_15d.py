@@ -67,7 +67,7 @@ With m = n and balanced blocks, "reuse" is 6 nnz/c + nr(c-1)/p = nr(6 phi/c + (c
 2p/c + (c-1) messages: Table III's row "1.5D Sparse Shift, Repl. Reuse" exactly, and its
 minimiser is Table IV's c = sqrt(6 p phi). Differences from the paper's accounting: when c = p a
 layer has one rank, the shifts are local no-ops and the 6 phi/c term vanishes (as in
-:mod:`distmm.costmodel`); and each round makes q shifts, the last returning the blocks home, as
+:mod:`distmm.perf.costmodel`); and each round makes q shifts, the last returning the blocks home, as
 Algorithm 1 and Table III count, although an SpMM round could stop after q - 1 (SDDMM cannot:
 its output must come home). :meth:`SparseShift15D.exact_words` gives these formulas.
 """
@@ -89,11 +89,10 @@ from distmm.algorithms.packets import (
     packet_values,
     word_dtype,
 )
-from distmm.coo import CooShare
-from distmm.errors import require
-from distmm.grid import ProcessGrid15D, fits_15d
-from distmm.layout import block_of, block_offsets, block_range
-from distmm.memory import (
+from distmm.core.coo import CooShare
+from distmm.core.grid import ProcessGrid15D, fits_15d
+from distmm.core.layout import block_of, block_offsets, block_range
+from distmm.core.memory import (
     Memory,
     build_transpose_bytes,
     ceil_div,
@@ -107,6 +106,7 @@ from distmm.memory import (
     transpose_bytes,
     unpack_bytes,
 )
+from distmm.errors import require
 
 STRATEGIES = ("none", "reuse")
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
@@ -469,7 +469,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
     def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
                      c: int, dtype=np.float32, overlap: bool = False,
                      local: dict[str, int] | None = None) -> Memory:
-        """Bytes one rank holds for one ``op`` (see :mod:`distmm.memory`). Not collective.
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
 
         Per orientation used: one CSR block with a row pointer over all m (or n) rows of the
         X side, its packed coordinates (2 words a nonzero) for each frame the call ships and,

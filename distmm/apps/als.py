@@ -17,7 +17,7 @@ placed as a second object with the same family, c, shape and permutation seed, h
 dense layout, so the test RMSE is one SDDMM of the same factor blocks.
 
 Determinism. The split hashes (user, item), and the initial factors hash (side, original row,
-column) (:mod:`distmm.hashing`): neither depends on p, the family or c. CG starts from the
+column) (:mod:`distmm.core.hashing`): neither depends on p, the family or c. CG starts from the
 current factors (warm start), runs at most ``cg_iters`` iterations and stops early only when
 every row everywhere has relative residual |r_i| / |b_i| <= ``cg_tol`` (one counted
 all-reduce of the number of unconverged rows per iteration; skipped when cg_tol = 0). Rows that
@@ -39,9 +39,9 @@ from mpi4py import MPI
 from distmm import api, signals
 from distmm.algorithms.base import DistributedAlgorithm
 from distmm.apps.als_io import check_writable, load_checkpoint, read_ratings, save_factors
-from distmm.coo import CooShare
+from distmm.core.coo import CooShare
+from distmm.core.hashing import hash_uniform, mix64
 from distmm.errors import require
-from distmm.hashing import hash_uniform, mix64
 from distmm.kernels import NodeModel
 from distmm.ops.rowwise import row_dot, row_dot_words
 
@@ -307,7 +307,7 @@ def _rmse(obj: DistributedAlgorithm, A_loc, B_loc, ratings: np.ndarray, ones: np
 
 def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None) -> ALSConfig:
     """Ask the planner once for ALS's FusedMM shape (m x n, nnz, r = rank)."""
-    from distmm.planner import Machine, plan
+    from distmm.perf.planner import Machine, plan
 
     nnz = int(comm.allreduce(share.nnz))
     families = tuple(name for name, cls in api.ALGORITHMS.items()
@@ -364,7 +364,7 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
         ``test_fraction`` must be 0.
     algorithm, c, strategy, node_model, dtype, permute, order, overlap : as in
         :func:`distmm.distribute`; ``algorithm="auto"`` asks the planner once for the FusedMM
-        shape ALS uses (``machine``: a :class:`distmm.planner.Machine`).
+        shape ALS uses (``machine``: a :class:`distmm.perf.planner.Machine`).
     callback : called on every rank after each epoch with (record, result).
     checkpoint, checkpoint_every : write the factors and the run's state to ``checkpoint``
         (HDF5, atomically, see :mod:`distmm.apps.als_io`) after every ``checkpoint_every``-th

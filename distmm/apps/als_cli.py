@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     """Handle ``distmm als`` (collective over COMM_WORLD); returns the exit status. Bad input
     raises :class:`distmm.errors.InputError` on every rank before any file is written."""
     from distmm.cli import _emit, _log_rank, _open_log_dir, _permute_mode, node_model_from_args
-    from distmm.planner import Machine
+    from distmm.perf.planner import Machine
 
     comm = MPI.COMM_WORLD
     require(args.tune == 1, "distmm als asks the planner once for --algorithm auto; "

@@ -1,9 +1,10 @@
 """ALS files: ratings in (Matrix Market or HDF5), factors and checkpoints out (HDF5).
 
 Ratings. A Matrix Market coordinate file (user, item, rating; 1-based) goes through
-:func:`distmm.io.read_matrix_market` and its errors. An HDF5 ratings file holds three 1-D
-datasets of equal length, ``row`` and ``col`` (0-based integer ids) and ``rating`` (real), and a
-file attribute ``shape`` = (users, items); rank k of p reads entries [k N / p, (k+1) N / p).
+:func:`~distmm.io.matrix_market.read_matrix_market` and its errors. An HDF5 ratings file holds
+three 1-D datasets of equal length, ``row`` and ``col`` (0-based integer ids) and ``rating``
+(real), and a file attribute ``shape`` = (users, items); rank k of p reads entries
+[k N / p, (k+1) N / p).
 
 Factors and checkpoints share one format (so a factors file can also seed a resumed run): the
 datasets ``A`` (m x r) and ``B`` (n x r) in ORIGINAL user and item order, so a file written at
@@ -13,7 +14,8 @@ problem -- the training data's fingerprint, rank, lambda, weighting, split -- wh
 run must match), ``config`` (JSON: the full configuration), ``history`` (JSON: the per-epoch
 records) and ``rng`` (JSON: the random-number state; ALS draws only counter-based hashes of
 (seed, ids), so the seed is the whole state). Files are written by rank 0 under a temporary
-name and renamed into place (:func:`distmm.io.write_h5_atomic`): a crash leaves the old file.
+name and renamed into place (:func:`~distmm.io.outputs.write_h5_atomic`): a crash leaves the
+old file.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ import h5py
 import numpy as np
 from mpi4py import MPI
 
-from distmm.coo import CooShare
+from distmm.core.coo import CooShare
 from distmm.errors import agree
-from distmm.io import check_output, read_matrix_market, write_h5_atomic
+from distmm.io.matrix_market import read_matrix_market
+from distmm.io.outputs import check_output, write_h5_atomic
 
 FORMAT, VERSION = "distmm-als", 1
 H5_SUFFIXES = (".h5", ".hdf5")
@@ -89,7 +92,7 @@ def _read_h5_share(path: str, rank: int, p: int) -> tuple[CooShare | None, str |
 def check_writable(path: str | None, what: str, comm: MPI.Comm,
                    inputs: Sequence[str | os.PathLike[str] | None] = ()) -> None:
     """Agree that ``path`` can be written (checked on rank 0, the writer, by
-    :func:`distmm.io.check_output`: its directory exists and is writable and it is none of
+    :func:`distmm.io.outputs.check_output`: its directory exists and is writable and it is none of
     ``inputs``), so a run fails before its work rather than at its first write. Collective."""
     agree(comm, check_output(path, what, inputs) if comm.Get_rank() == 0 else None)
 

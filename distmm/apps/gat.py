@@ -47,7 +47,7 @@ from mpi4py import MPI
 
 from distmm.apps.gat_fused import fused_attention
 from distmm.apps.gat_model import PARAMS, GATLayer, GATModel
-from distmm.coo import CooShare
+from distmm.core.coo import CooShare
 from distmm.errors import require
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

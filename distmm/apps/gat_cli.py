@@ -22,10 +22,12 @@ from distmm import signals
 from distmm.apps.gat import DistGAT, distribute_graph
 from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, TrainState, evaluate, standard_split, train
+from distmm.core.permute import PERMUTE_MODES
 from distmm.errors import InputError, agree, require
-from distmm.io import check_output, load_dense_npy, read_csr_block, write_h5_atomic
+from distmm.io.matrix_market import read_csr_block
+from distmm.io.npy import load_dense_npy
+from distmm.io.outputs import check_output, write_h5_atomic
 from distmm.kernels import NODE_MODELS
-from distmm.permute import PERMUTE_MODES
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from distmm.errors import InputError, require
-from distmm.io import atomic_output
+from distmm.io.outputs import atomic_output
 
 PARAMS = ("weight", "att_src", "att_dst", "bias")
 # L2 regularisation applies to these (as in the GAT paper's code: weights, not biases)

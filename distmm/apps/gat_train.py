@@ -21,7 +21,7 @@ import numpy as np
 from distmm.apps.gat import DistGAT, Dropout, cross_entropy
 from distmm.apps.gat_model import PARAMS, Adam, GATLayer, GATModel
 from distmm.errors import InputError, require
-from distmm.io import write_h5_atomic
+from distmm.io.outputs import write_h5_atomic
 
 # the SpMM/SDDMM loops' communication (values: moving per-call values into S^T's order)
 COMM_PHASES = ("replication", "propagation", "reduction", "values")

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distmm.core.sparse import CSRBlock
 from distmm.kernels.checks import check_operands
-from distmm.sparse import CSRBlock
 
 OPERATIONS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b", "spgemm")
 

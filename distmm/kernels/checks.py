@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distmm.sparse import CSRBlock
+from distmm.core.sparse import CSRBlock
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 

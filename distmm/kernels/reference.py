@@ -56,9 +56,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 from distmm.kernels.base import NodeModel
 from distmm.kernels.numba_util import FASTMATH, gather, prefetch_row
-from distmm.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 
 __all__ = ["ReferenceModel"]
 

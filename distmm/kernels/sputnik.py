@@ -49,9 +49,9 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from distmm.core.sparse import CSRBlock
 from distmm.kernels.base import NodeModel
 from distmm.kernels.numba_util import FASTMATH, gather, prefetch_row, prefetch_span
-from distmm.sparse import CSRBlock
 
 __all__ = ["SputnikModel", "TILE_WIDTHS", "DEVICES", "swizzle_order"]
 

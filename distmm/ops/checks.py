@@ -89,7 +89,7 @@ def columns(X, nrows: int, dtype: np.dtype, what: str, allow: str = "nan", scan:
 
 def block_side(obj, expected: str | None, *blocks: tuple[object, str]) -> str | None:
     """The side of dense blocks: ``expected`` and what typed blocks (those carrying ``side``
-    and ``owner``, e.g. :class:`distmm.dense.DenseBlock`) say about themselves must agree.
+    and ``owner``, e.g. :class:`distmm.core.dense.DenseBlock`) say about themselves must agree.
 
     Not collective: the sides and owners of blocks follow the program, not the rank's data.
     Raises :class:`InputError` for a block of another distributed object or mixed sides;

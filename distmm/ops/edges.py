@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distmm.core.layout import block_offsets
 from distmm.errors import require
-from distmm.layout import block_offsets
 from distmm.ops.checks import agree_width, block_side, columns, full_check_due
 from distmm.ops.groups import row_group
 from distmm.ops.holders import SIDE_OF_DIM, holders

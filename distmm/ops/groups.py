@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distmm.comm import CountingComm
+from distmm.core.comm import CountingComm
 
 
 def row_group_color(obj, side: str, rank: int) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distmm.layout import block_of, block_offsets
+from distmm.core.layout import block_of, block_offsets
 from distmm.ops.groups import row_group_color
 
 SIDE_OF_DIM = {"row": "a", "col": "b"}

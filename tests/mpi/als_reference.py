@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from distmm.apps.als import initial_factors, split_ratings
-from distmm.coo import CooShare
+from distmm.core.coo import CooShare
 
 
 def split(S: sp.spmatrix, test_fraction: float, seed: int) -> tuple[sp.csr_matrix,

@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

@@ -14,8 +14,8 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
 from distmm.ops.edges import EdgeSizes
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 

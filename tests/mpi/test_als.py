@@ -18,11 +18,12 @@ from als_reference import exact_als, init, rmse, scipy_cg_als, split
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel, generate
 from distmm.apps import als
 from distmm.apps.als_io import read_ratings
 from distmm.errors import InputError
+from distmm.io import generate
 from distmm.kernels import NODE_MODELS
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 R = 8  # at least one column per rank of a layer in every family and c up to p = 8

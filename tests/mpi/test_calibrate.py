@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 from distmm.cli import main
-from distmm.planner import Machine
+from distmm.perf.planner import Machine
 
 COMM = MPI.COMM_WORLD
 
@@ -42,7 +42,7 @@ def test_calibrate_writes_a_machine_file(shared_tmp, capsys):
     assert data["p"] == COMM.size and data["node_model"] == "reference"
     assert len(data["pingpong"]["words"]) == len(data["pingpong"]["seconds"])
     # The kernel tables: every kind the loops call, sizes x densities x widths, all loaded.
-    from distmm.costmodel import KERNEL_KINDS
+    from distmm.perf.costmodel import KERNEL_KINDS
 
     assert set(m.kernels) == set(KERNEL_KINDS)
     for table in m.kernels.values():
@@ -57,7 +57,7 @@ def test_calibrate_writes_a_machine_file(shared_tmp, capsys):
 def test_fit_recovers_a_line():
     import numpy as np
 
-    from distmm.calibrate import fit_alpha_beta
+    from distmm.perf.calibrate import fit_alpha_beta
 
     sizes = np.array([1, 10, 100, 1000, 10000, 100000])
     alpha, beta = fit_alpha_beta(sizes, 3e-6 + 2e-10 * sizes)

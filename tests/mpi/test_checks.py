@@ -15,8 +15,8 @@ from mpi4py import MPI
 from oracle import check, problem
 
 import distmm
-from distmm import costmodel
 from distmm.errors import InputError
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

@@ -15,9 +15,9 @@ from mpi4py import MPI
 from oracle import problem
 
 import distmm
-from distmm import costmodel
 from distmm.errors import InputError
-from distmm.tuning import tune
+from distmm.perf import costmodel
+from distmm.perf.tuning import tune
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

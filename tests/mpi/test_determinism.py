@@ -16,11 +16,12 @@ from mpi4py import MPI
 from oracle import oracle, problem
 
 import distmm
-from distmm import api, costmodel
+from distmm import api
 from distmm.apps import als
 from distmm.apps.gat import DistGAT, distribute_graph
 from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, train
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

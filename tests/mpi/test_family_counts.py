@@ -18,8 +18,8 @@ from families import COMM, FAMILY_C, P, build, runs, scattered
 from oracle import problem
 
 import distmm
-from distmm import costmodel
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
+from distmm.perf import costmodel
 
 PHASES = ("replication", "propagation", "reduction")
 

@@ -9,10 +9,10 @@ from families import COMM, FAMILIES, P, build, scattered, width
 from oracle import problem
 
 import distmm
-from distmm import costmodel
-from distmm.coo import CooShare
+from distmm.core.coo import CooShare
+from distmm.core.grid import ProcessGrid25D
 from distmm.errors import InputError
-from distmm.grid import ProcessGrid25D
+from distmm.perf import costmodel
 
 # The strategies the paper allows each family (section IV-B, V): local kernel fusion needs
 # whole dense rows (1.5D dense shifting only); a family that replicates no dense matrix

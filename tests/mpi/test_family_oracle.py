@@ -29,7 +29,7 @@ from families import (
 from oracle import check, problem
 
 import distmm
-from distmm import costmodel
+from distmm.perf import costmodel
 
 # m, n, r ("min": the family's minimum, else awkward), empty rows
 SHAPES = [(37, 23, "min", False), (24, 24, "odd", True), (3, 11, "odd", False),

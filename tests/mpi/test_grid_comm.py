@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from distmm.comm import CommStats, CountingComm, gather_report
+from distmm.core.comm import CommStats, CountingComm, gather_report
+from distmm.core.grid import ProcessGrid15D, ProcessGrid25D
 from distmm.errors import InputError
-from distmm.grid import ProcessGrid15D, ProcessGrid25D
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

@@ -22,7 +22,7 @@ from distmm import distribute
 from distmm.api import as_coo_share
 from distmm.cli import main
 from distmm.errors import InputError
-from distmm.hdf5_input import h5_header, read_hdf5
+from distmm.io.hdf5 import h5_header, read_hdf5
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

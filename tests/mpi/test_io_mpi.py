@@ -17,10 +17,10 @@ import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from distmm.coo import CooShare
+from distmm.core.coo import CooShare
 from distmm.errors import InputError
-from distmm.generate import erdos_renyi, rmat
-from distmm.io import read_matrix_market
+from distmm.io.generate import erdos_renyi, rmat
+from distmm.io.matrix_market import read_matrix_market
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()

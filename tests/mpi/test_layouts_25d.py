@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from families import COMM, P, build
 from oracle import problem
 
-from distmm import costmodel
+from distmm.perf import costmodel
 
 DENSE = "25d-dense-replicate"
 SPARSE = "25d-sparse-replicate"

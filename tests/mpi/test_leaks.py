@@ -20,8 +20,8 @@ from mpi4py import MPI
 from oracle import problem
 
 import distmm
-from distmm import costmodel
 from distmm.algorithms import base
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

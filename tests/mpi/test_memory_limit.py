@@ -15,9 +15,9 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from distmm.cli import main
+from distmm.core.memory import available_bytes, parse_memory_limit, physical_memory, ranks_per_node
 from distmm.errors import InputError
-from distmm.memory import available_bytes, parse_memory_limit, physical_memory, ranks_per_node
-from distmm.planner import memory_peak, plan
+from distmm.perf.planner import memory_peak, plan
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

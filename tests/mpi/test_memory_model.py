@@ -1,6 +1,6 @@
 """The memory model of every family against the arrays a rank really holds.
 
-Oracle: :func:`distmm.memory.held_bytes`, which walks the object (and the caller's dense blocks
+Oracle: :func:`distmm.core.memory.held_bytes`, which walks the object (and the caller's dense blocks
 and result) and adds up the distinct array buffers it finds, knowing nothing of the families.
 The family's static ``memory_bytes``, given the rank's own block sizes (``memory_counts``),
 must equal it to the byte after one call of every operation and FusedMM strategy, on awkward
@@ -16,8 +16,8 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
-from distmm.memory import held_bytes
+from distmm.core.memory import held_bytes
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
@@ -44,7 +44,7 @@ def _call(obj, op: str, A, B, strategy: str):
 def test_model_equals_held_arrays(algorithm):
     cls = distmm.ALGORITHMS[algorithm]
     S = _matrix(203, 157, 0.04, 7)
-    cases = [(op, st) for op in distmm.memory.OPS
+    cases = [(op, st) for op in distmm.core.memory.OPS
              for st in (cls.strategies if op.startswith("fusedmm") else cls.strategies[-1:])]
     for c in costmodel.valid_cs(algorithm, P, R):
         for op, strategy in cases:
@@ -65,7 +65,7 @@ def test_model_equals_held_arrays(algorithm):
 def test_prediction_bounds_the_fullest_rank(algorithm):
     """Without a rank's sizes, the model assumes the largest blocks and nnz/p per rank: on an
     Erdos-Renyi matrix (balanced up to chance) it is within 10% of the fullest rank."""
-    from distmm.generate import erdos_renyi
+    from distmm.io.generate import erdos_renyi
 
     cls = distmm.ALGORITHMS[algorithm]
     m = n = 4003

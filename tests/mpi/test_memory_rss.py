@@ -13,9 +13,9 @@ import pytest
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
-from distmm.generate import erdos_renyi
-from distmm.memory import measure_peak, reset_peak_rss
+from distmm.core.memory import measure_peak, reset_peak_rss
+from distmm.io.generate import erdos_renyi
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 from distmm import io as dio
 from distmm.errors import InputError
-from distmm.io import read_matrix_market
+from distmm.io.matrix_market import read_matrix_market
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()

@@ -9,8 +9,8 @@ from mpi4py import MPI
 from oracle import check, problem, run_and_gather
 
 import distmm
-from distmm import costmodel
 from distmm.kernels import make_node_model
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

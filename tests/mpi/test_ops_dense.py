@@ -17,13 +17,13 @@ from mpi4py import MPI
 from ops_oracle import counted, edge_problem, objects
 
 import distmm
-from distmm import costmodel
-from distmm.layout import block_offsets
+from distmm.core.layout import block_offsets
 from distmm.ops.holders import column_range
 from distmm.ops.transfer import PHASE as TRANSFER
 from distmm.ops.transfer import transfer, transfer_words
 from distmm.ops.xty import PHASE as XTY
 from distmm.ops.xty import xty, xty_words
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 R = 8
@@ -56,7 +56,7 @@ def test_xty_refuses_mixed_sides_and_widths():
             xty(obj, np.asarray(A), np.asarray(B), side="a")
     with pytest.raises(distmm.InputError, match="side="):
         xty(obj, np.asarray(A), np.asarray(A))
-    if getattr(A, "side", None) is not None:  # typed blocks (distmm.dense.DenseBlock)
+    if getattr(A, "side", None) is not None:  # typed blocks (distmm.core.dense.DenseBlock)
         assert np.array_equal(xty(obj, A, A), np.full((3, 3), 9.0))  # side read from A
         with pytest.raises(distmm.InputError, match="different sides"):
             xty(obj, A, B)

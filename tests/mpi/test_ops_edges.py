@@ -21,8 +21,7 @@ from ops_oracle import (
 )
 
 import distmm
-from distmm import costmodel
-from distmm.layout import block_offsets
+from distmm.core.layout import block_offsets
 from distmm.ops.edges import (
     EXPAND_PHASE,
     REDUCE_PHASE,
@@ -36,6 +35,7 @@ from distmm.ops.edges import (
     sddmm_add_words,
 )
 from distmm.ops.softmax import edge_softmax
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 SIDE = {"row": "a", "col": "b"}

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "primitives.md"

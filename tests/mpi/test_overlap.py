@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

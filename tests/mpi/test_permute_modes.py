@@ -8,7 +8,7 @@ from mpi4py import MPI
 from oracle import check, problem, run_and_gather
 
 import distmm
-from distmm import costmodel
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 

@@ -14,10 +14,10 @@ from mpi4py import MPI
 from oracle import check, problem
 
 import distmm
-from distmm import costmodel
-from distmm.dense import hashed_normal
+from distmm.core.dense import hashed_normal
+from distmm.core.layout import block_offsets
 from distmm.errors import InputError
-from distmm.layout import block_offsets
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

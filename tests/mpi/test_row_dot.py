@@ -13,8 +13,8 @@ from mpi4py import MPI
 from oracle import problem
 
 import distmm
-from distmm import costmodel
 from distmm.ops.rowwise import PHASE, row_dot, row_dot_words
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 

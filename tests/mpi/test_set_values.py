@@ -13,7 +13,7 @@ from mpi4py import MPI
 from oracle import check, problem
 
 import distmm
-from distmm import costmodel
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 

@@ -1,4 +1,4 @@
-"""Measured planning (distmm.tuning.tune, --algorithm auto --tune K) on every rank: the pick is
+"""Measured planning (distmm.perf.tuning.tune, --algorithm auto --tune K) on every rank: the pick is
 one of the model's top K, every rank picks the same, the distribution it returns computes the
 right FusedMM, and a bad K fails on every rank alike."""
 
@@ -17,8 +17,8 @@ import distmm
 from distmm.api import as_coo_share
 from distmm.cli import main
 from distmm.errors import InputError
-from distmm.planner import Machine, plan
-from distmm.tuning import candidates, tune
+from distmm.perf.planner import Machine, plan
+from distmm.perf.tuning import candidates, tune
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

@@ -24,8 +24,8 @@ import torch
 from mpi4py import MPI
 
 import distmm
-from distmm import costmodel
 from distmm.ops.groups import row_group_color
+from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 

@@ -1,6 +1,6 @@
 """Test driver for the watchdog: ``hang_driver.py RANK PHASE NTH HOW DISTMM-ARGS...`` runs the
 ``distmm`` command with one rank made to hang: rank RANK sleeps for an hour just before its
-NTH entry into collective phase PHASE of :class:`distmm.comm.CountingComm` (outside the
+NTH entry into collective phase PHASE of :class:`distmm.core.comm.CountingComm` (outside the
 collective, as a rank stuck on a slow file system or in a long kernel would be), so every
 other rank ends up waiting for it. HOW is ``sleep`` (time.sleep, which lets the rank's other
 threads run) or ``gil`` (libc's sleep called while holding the interpreter lock, as a kernel
@@ -18,7 +18,7 @@ import time
 from mpi4py import MPI
 
 from distmm import cli
-from distmm import comm as counting
+from distmm.core import comm as counting
 
 
 def hang(rank: int, phase: str, nth: int, how: str) -> None:

@@ -313,7 +313,7 @@ def _api_case(rank: int, p: int, **per_rank):
 
 def _share(rank: int, p: int):
     """This rank's slice of S's entries as a CooShare; the last rank claims one more row."""
-    from distmm.coo import CooShare
+    from distmm.core.coo import CooShare
 
     lo, hi = rank * _S.nnz // p, (rank + 1) * _S.nnz // p
     shape = (M + 1, N) if rank == p - 1 else (M, N)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distmm import generate
 from distmm.apps.als import initial_factors, split_ratings
-from distmm.coo import CooShare
+from distmm.core.coo import CooShare
+from distmm.core.hashing import hash_normal, hash_uniform, mix64
 from distmm.errors import InputError
-from distmm.hashing import hash_normal, hash_uniform, mix64
+from distmm.io import generate
 
 
 def test_mix64_matches_splitmix64_reference_values():

@@ -16,7 +16,7 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
-from distmm import generate
+from distmm.io import generate
 
 BIN = os.path.dirname(sys.executable)
 MPIEXEC = os.path.join(BIN, "mpiexec")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from distmm import costmodel
+from distmm.core.layout import block_of, block_offsets, block_sizes
+from distmm.core.sparse import CSRBlock
 from distmm.errors import InputError
-from distmm.layout import block_of, block_offsets, block_sizes
-from distmm.sparse import CSRBlock
+from distmm.perf import costmodel
 
 
 def test_from_coo_sums_duplicates_and_sorts():

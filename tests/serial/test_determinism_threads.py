@@ -29,7 +29,7 @@ THREADS_SCRIPT = textwrap.dedent("""
     import numba
     import numpy as np
     from distmm.kernels.reference import ReferenceModel
-    from distmm.sparse import CSRBlock
+    from distmm.core.sparse import CSRBlock
 
     rng = np.random.default_rng(3)
     m, n, r = 301, 157, 19

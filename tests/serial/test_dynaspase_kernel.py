@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from distmm.kernels.dynaspase import (
+from distmm.sim.dynaspase import (
     DynaspaseConfig,
     KernelShape,
     choose_partition,
     num_tasks,
     simulate_kernel,
 )
-from distmm.kernels.dynaspase.kernel import rowwise_work
-from distmm.kernels.dynaspase.partition import block_nnz
-from distmm.kernels.dynaspase.perfmodel import EMPTY, GEMM, SPDMM, SPMM, k2p
+from distmm.sim.dynaspase.kernel import rowwise_work
+from distmm.sim.dynaspase.partition import block_nnz
+from distmm.sim.dynaspase.perfmodel import EMPTY, GEMM, SPDMM, SPMM, k2p
 
 FAST_DDR = 1e9  # GB/s: transfers vanish, so cycles are Table IV compute only
 

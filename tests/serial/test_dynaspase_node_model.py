@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from distmm.core.sparse import CSRBlock
 from distmm.errors import InputError
 from distmm.kernels import NODE_MODELS, make_node_model
-from distmm.sparse import CSRBlock
 
 
 def _block(m, n, density, seed, dtype):

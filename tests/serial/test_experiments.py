@@ -28,7 +28,7 @@ import weak_scaling  # noqa: E402
 
 from distmm import costmodel  # noqa: E402
 from distmm._optional import available  # noqa: E402
-from distmm.planner import Machine, predict  # noqa: E402
+from distmm.perf.planner import Machine, predict  # noqa: E402
 
 MACHINE = os.path.join(ROOT, "machines", "this-machine.json")
 HAS_MPIEXEC = os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpiexec"))
@@ -151,7 +151,7 @@ def test_matrix_market_size_and_projected_mtx(tmp_path):
     import scipy.sparse
 
     from distmm.errors import InputError
-    from distmm.io import matrix_market_size
+    from distmm.io.matrix_market import matrix_market_size
 
     A = scipy.sparse.random(7, 5, density=0.4, random_state=1, format="coo")
     general = tmp_path / "g.mtx"

@@ -26,7 +26,7 @@ import scipy.io
 from mpi4py import MPI
 
 from distmm.errors import InputError
-from distmm.io import read_matrix_market
+from distmm.io.matrix_market import read_matrix_market
 
 hypothesis = pytest.importorskip("hypothesis")
 st = pytest.importorskip("hypothesis.strategies")
@@ -304,7 +304,7 @@ def _h5_oracle(sets: dict, shape) -> np.ndarray | None:
 def test_hdf5_reader_refuses_or_reads_right(tmp_path_factory, case):
     import h5py
 
-    from distmm.hdf5_input import read_hdf5
+    from distmm.io.hdf5 import read_hdf5
 
     sets, shape = case
     path = tmp_path_factory.mktemp("h") / "S.h5"
@@ -330,7 +330,7 @@ def test_hdf5_reader_on_damaged_bytes(tmp_path_factory, data):
     """Bit flips and truncation of a real HDF5 file: InputError or the original matrix."""
     import h5py
 
-    from distmm.hdf5_input import read_hdf5
+    from distmm.io.hdf5 import read_hdf5
 
     d = tmp_path_factory.mktemp("b")
     good = d / "good.h5"

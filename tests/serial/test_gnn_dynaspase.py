@@ -11,10 +11,10 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
-from distmm.apps import dynaspase_cli
-from distmm.apps.gnn import MODELS, init_weights, prune, reference_forward, run_gnn
 from distmm.errors import InputError
-from distmm.kernels.dynaspase import DynaspaseConfig
+from distmm.sim import dynaspase_cli
+from distmm.sim.dynaspase import DynaspaseConfig
+from distmm.sim.dynaspase_gnn import MODELS, init_weights, prune, reference_forward, run_gnn
 
 
 def _graph(n=41, f=23, seed=0):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from distmm.core.sparse import CSRBlock
 from distmm.kernels import make_node_model
-from distmm.sparse import CSRBlock
 
 TINY = {"sym_tables": [2, 4, 6, 8, 10, 12, 14, 16], "num_tables": [2, 4, 6, 8, 10, 12, 14],
         "cuda_block": 4}

@@ -1,4 +1,5 @@
-"""Single-process tests of distmm.io, distmm.coo, distmm.generate and distmm.permute."""
+"""Single-process tests of distmm.io (Matrix Market, .npy, outputs), distmm.io.generate,
+distmm.core.coo and distmm.core.permute."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from distmm import io as dio
-from distmm.coo import CooShare
+from distmm.core.coo import CooShare
+from distmm.core.permute import identity_permutation, inverse_permutation, random_permutation
 from distmm.errors import InputError
-from distmm.generate import erdos_renyi, erdos_renyi_chunk, rmat, rmat_chunk
-from distmm.io import load_dense_npy, read_matrix_market, write_h5_atomic
-from distmm.permute import identity_permutation, inverse_permutation, random_permutation
+from distmm.io import matrix_market as dio
+from distmm.io.generate import erdos_renyi, erdos_renyi_chunk, rmat, rmat_chunk
+from distmm.io.matrix_market import read_matrix_market
+from distmm.io.npy import load_dense_npy
+from distmm.io.outputs import write_h5_atomic
 
 SELF = MPI.COMM_SELF
 

@@ -15,7 +15,7 @@ from distmm.errors import (
     agree,
     as_int,
 )
-from distmm.io import read_matrix_market
+from distmm.io.matrix_market import read_matrix_market
 
 
 def test_as_int_takes_numpy_integers_only():

@@ -1,5 +1,5 @@
-"""The compiled fast path of the Matrix Market reader (distmm/mtx_parse.py and its use in
-distmm/io.py), on one process.
+"""The compiled fast path of the Matrix Market reader (distmm/io/mtx_parse.py and its use in
+distmm/io/matrix_market.py), on one process.
 
 Oracles: Python's ``float`` (correctly rounded, as strtod) for every value, bit for bit;
 ``scipy.io.mmread`` for whole files; ``bytes.splitlines`` for the line blocks; tracemalloc for
@@ -20,9 +20,9 @@ import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from distmm import io as dio
 from distmm.errors import InputError
-from distmm.io import read_matrix_market
+from distmm.io import matrix_market as dio
+from distmm.io.matrix_market import read_matrix_market
 
 SELF = MPI.COMM_SELF
 HEAD = "%%MatrixMarket matrix coordinate real general\n"

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from distmm.core.sparse import CSRBlock
 from distmm.errors import InputError
 from distmm.kernels import NODE_MODELS, NodeModel, make_node_model
 from distmm.kernels.reference import ReferenceModel
-from distmm.sparse import CSRBlock
 
 
 def _block(m, n, density, seed, dtype=np.float64):

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from distmm.io import check_output, remove_stale_temporaries, write_h5_atomic
+from distmm.io.outputs import check_output, remove_stale_temporaries, write_h5_atomic
 
 
 @pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distmm.errors import InputError
-from distmm.layout import block_offsets
-from distmm.permute import (
+from distmm.core.layout import block_offsets
+from distmm.core.permute import (
     balance_permutation,
     block_imbalance,
     block_sorted_permutation,
@@ -15,6 +14,7 @@ from distmm.permute import (
     locality_permutation,
     random_permutation,
 )
+from distmm.errors import InputError
 
 
 @pytest.mark.parametrize("n,nblocks", [(0, 3), (1, 1), (7, 3), (100, 8), (5, 8), (1000, 7)])

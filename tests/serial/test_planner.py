@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from distmm import costmodel
 from distmm.cli import main
 from distmm.errors import InputError
-from distmm.planner import KernelTable, Machine, plan, predict
+from distmm.perf import costmodel
+from distmm.perf.planner import KernelTable, Machine, plan, predict
 
 M = 1 << 22
 P = 32
@@ -364,7 +364,7 @@ def test_bulk_betas_cost_each_phase():
 
 
 def test_calibration_fits_recover_synthetic_costs():
-    from distmm.calibrate import _solve_rows_nonzeros, affine_from_tables
+    from distmm.perf.calibrate import _solve_rows_nonzeros, affine_from_tables
 
     row, nz = _solve_rows_nonzeros(1e-6 + 100 * 2e-9 + 200 * 5e-9,
                                    1e-6 + 100 * 2e-9 + 1600 * 5e-9, 100, 200, 1600, 1e-6)
@@ -385,7 +385,7 @@ def test_calibration_fits_recover_synthetic_costs():
 
 
 def test_tune_candidates_dedupe_and_check_k():
-    from distmm.tuning import candidates
+    from distmm.perf.tuning import candidates
 
     rows = plan(4096, 4096, 65536, 32, 4)
     top = candidates(rows, 3)

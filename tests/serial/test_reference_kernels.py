@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from distmm.core.sparse import CSRBlock
 from distmm.kernels.base import kernel_bytes
 from distmm.kernels.reference import ReferenceModel
-from distmm.sparse import CSRBlock
 
 DTYPES = (np.float32, np.float64)
 WIDTHS = (1, 3, 5, 17, 128)

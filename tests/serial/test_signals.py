@@ -27,7 +27,7 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
-from distmm import generate
+from distmm.io import generate
 
 BIN = Path(sys.executable).parent
 MPIEXEC, DISTMM = BIN / "mpiexec", BIN / "distmm"

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from distmm.core.sparse import CSRBlock
 from distmm.errors import InputError
 from distmm.kernels import make_node_model
-from distmm.kernels.sparch import SpArchConfig, k_init, make_schedule, simulate
-from distmm.kernels.sparch.prefetch import POLICY_CODES, next_use, simulate_buffer
-from distmm.kernels.sparch.schedule import estimated_weight
-from distmm.kernels.sparch.structure import column_leaves, condensed_leaves, node_sizes
-from distmm.sparse import CSRBlock
+from distmm.sim.sparch import SpArchConfig, k_init, make_schedule, simulate
+from distmm.sim.sparch.prefetch import POLICY_CODES, next_use, simulate_buffer
+from distmm.sim.sparch.schedule import estimated_weight
+from distmm.sim.sparch.structure import column_leaves, condensed_leaves, node_sizes
 
 SWITCHES = [dict(), dict(condense=False), dict(scheduler="sequential"),
             dict(scheduler="random", condense=False), dict(pipeline=False),

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from distmm.core.sparse import CSRBlock
 from distmm.errors import InputError
 from distmm.kernels import make_node_model
 from distmm.kernels.sputnik import SputnikModel, auto_tile_width, swizzle_order
-from distmm.sparse import CSRBlock
 
 DTYPES = (np.float32, np.float64)
 OPS = ("sddmm", "spmm_a", "spmm_b")
