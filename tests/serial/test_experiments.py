@@ -26,7 +26,7 @@ import runner  # noqa: E402
 import strong_scaling  # noqa: E402
 import weak_scaling  # noqa: E402
 
-from distmm import costmodel  # noqa: E402
+from distmm.perf import costmodel  # noqa: E402
 from distmm._optional import available  # noqa: E402
 from distmm.perf.planner import Machine, predict  # noqa: E402
 

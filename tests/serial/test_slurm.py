@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, "experiments"))
 import count_check  # noqa: E402
 import runner  # noqa: E402
 
-from distmm import costmodel  # noqa: E402
+from distmm.perf import costmodel  # noqa: E402
 
 LOCAL = os.path.join(ROOT, "slurm", "local-cluster.sh")
 LOCAL_CONF = os.path.join(os.environ.get("DISTMM_SLURM_DIR", "/tmp/distmm-slurm"), "slurm.conf")
