@@ -44,8 +44,8 @@ if ROOT not in sys.path:  # run from a checkout without installing: import distm
 
 import petsc_baseline  # noqa: E402
 
-from distmm.perf import costmodel  # noqa: E402
 from distmm.errors import InputError, require  # noqa: E402
+from distmm.perf import costmodel  # noqa: E402
 
 # Fields of a configuration; the key of a record is these, as sorted JSON.
 CONFIG_FIELDS = ("experiment", "matrix", "r", "p", "algorithm", "strategy", "c", "calls",

@@ -20,8 +20,8 @@ import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from distmm.io import matrix_market as dio
 from distmm.errors import InputError
+from distmm.io import matrix_market as dio
 from distmm.io.matrix_market import read_matrix_market
 
 comm = MPI.COMM_WORLD
