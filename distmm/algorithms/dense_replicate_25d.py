@@ -320,7 +320,8 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         pack(cur, lp.home_index, third, dt)
         ycur = self._buffer("ycur", (int(yrows.max()), w))
         ynxt = self._buffer("ynxt", (int(yrows.max()), w)) if s > 1 else ycur
-        ycur[:yrows[0]] = Y_loc if mode != "spmm_y" else 0
+        if mode != "spmm_y":  # an output Y block is written by the first step's kernel
+            ycur[:yrows[0]] = Y_loc
         ones = np.ones(int(z.max()), dtype=dt) if mode == "sddmm" else None
         kern = self.kernel
         i = self.grid.i
@@ -345,9 +346,9 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
                 if mode == "sddmm":
                     kern.sddmm(blk, ones[:zs], T, Yb, vals)
                 elif mode == "spmm_x":
-                    kern.spmm_a(blk, vals, Yb, T_out)
+                    kern.spmm_a(blk, vals, Yb, T_out, accumulate=step > 0)
                 else:
-                    kern.spmm_b(blk, vals, T, Yb)
+                    kern.spmm_b(blk, vals, T, Yb, accumulate=step > 0)
             if s > 1:
                 if not pre_s:
                     reqs += lp.s_comm.start_shift(cur[:3 * zs], nxt[:3 * nz], dest=lp.s_dest,
@@ -376,8 +377,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
     def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None):
         o = self._orientation(name)
         T_out = self._buffer(("T_out", name), (o.blocks[0].shape[0], self.local_width(r)))
-        T_out[...] = 0
-        self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out)
+        self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out)  # written by step 0
         return self._reduce(name, T_out, out)
 
     def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None):

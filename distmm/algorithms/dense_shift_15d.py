@@ -258,7 +258,8 @@ class DenseShift15D(TwoOrientationAlgorithm):
             return self._local_step(o, mode, vals, T, Y_loc, r, out, result)
         cur = self._buffer("cur", (int(sizes.max()), r))
         nxt = self._buffer("nxt", (int(sizes.max()), r))
-        cur[:sizes[u]] = Y_loc if mode != "spmm_y" else 0
+        if mode != "spmm_y":  # an output Y block is written by the first step's kernel
+            cur[:sizes[u]] = Y_loc
         left, right = (u - 1) % q, (u + 1) % q
         # Overlap (the paper's future work, section VII): send the Y block on while the kernel
         # reads it. Impossible when Y is the output (spmm_y): it must be finished first.
@@ -268,7 +269,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
             if overlap:
                 pending = self.layer.start_shift(cur[:sizes[t]], nxt[:sizes[(t + 1) % q]],
                                                  dest=left, source=right)
-            self._kernel_step(o, t, mode, vals, T, cur[:sizes[t]], out)
+            self._kernel_step(o, t, mode, vals, T, cur[:sizes[t]], out, first=step == 0)
             if overlap:
                 self.layer.finish(pending)
             else:
@@ -286,45 +287,42 @@ class DenseShift15D(TwoOrientationAlgorithm):
         """:meth:`_propagate` for a layer of one rank (q = 1): one kernel call on S's only
         block, with no shift buffer between the caller's blocks and the kernel."""
         if mode != "spmm_y":
-            self._kernel_step(o, 0, mode, vals, T, Y_loc, out)
+            self._kernel_step(o, 0, mode, vals, T, Y_loc, out, first=True)
             return None
-        if result is None:
-            Y = np.zeros((o.blocks[0].shape[1], r), dtype=self.dtype)
-        else:
-            Y = result
-            Y[...] = 0
-        self._kernel_step(o, 0, mode, vals, T, Y, out)
+        Y = np.empty((o.blocks[0].shape[1], r), dtype=self.dtype) if result is None else result
+        self._kernel_step(o, 0, mode, vals, T, Y, out, first=True)
         return Y
 
-    def _kernel_step(self, o, t: int, mode: str, vals, T, Yb, out) -> None:
-        """The local kernel on S's block t and the Y block present (timed as "compute")."""
+    def _kernel_step(self, o, t: int, mode: str, vals, T, Yb, out, first: bool) -> None:
+        """The local kernel on S's block t and the Y block present (timed as "compute").
+
+        The first step of a loop writes its output instead of accumulating into it, so no
+        output is zero-filled first; SDDMM always writes (every step fills its own block's
+        values)."""
         S, sv, k = o.blocks[t], o.block_values(vals, t), self.kernel
         with self.stats.timer("compute"):
             if mode == "sddmm":
-                k.sddmm(S, sv, T, Yb, o.block_values(out, t))
+                k.sddmm(S, sv, T, Yb, o.block_values(out, t), accumulate=False)
             elif mode == "spmm_x":
-                k.spmm_a(S, sv, Yb, out)
+                k.spmm_a(S, sv, Yb, out, accumulate=not first)
             elif mode == "spmm_y":
-                k.spmm_b(S, sv, T, Yb)
+                k.spmm_b(S, sv, T, Yb, accumulate=not first)
             else:
-                k.fusedmm_a(S, sv, T, Yb, out)
+                k.fusedmm_a(S, sv, T, Yb, out, accumulate=not first)
 
     # pieces expressed in an orientation's frame ------------------------------------------
     def _superblock_out(self, name: str, r: int) -> np.ndarray:
-        """The zeroed X-side accumulator of an orientation (kept between calls)."""
+        """The X-side accumulator of an orientation (kept between calls; the first kernel step
+        writes it)."""
         o = self._orientation(name)
-        T_out = self._buffer(("T_out", name), (o.blocks[0].shape[0] if o.blocks else 0, r))
-        T_out[...] = 0
-        return T_out
+        return self._buffer(("T_out", name), (o.blocks[0].shape[0] if o.blocks else 0, r))
 
     def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None):
         o = self._orientation(name)
         if T is None:
             T = self._replicate(name, X_loc)
         if out is None:
-            out = np.zeros(o.nnz, dtype=self.dtype)
-        else:
-            out[...] = 0
+            out = np.empty(o.nnz, dtype=self.dtype)  # every block's kernel writes its values
         self._propagate(name, "sddmm", vals, T, Y_loc, r, out)
         return out, T
 
@@ -346,13 +344,13 @@ class DenseShift15D(TwoOrientationAlgorithm):
 
     def _x_accumulator(self, name: str, r: int, out) -> np.ndarray:
         """Where the X-side superblock accumulates: with c = 1 the superblock is this rank's
-        own block, so the result itself (zeroed ``out``, or a new zero array) and the
-        reduction is skipped; else the object's zeroed scratch superblock."""
+        own block, so the result itself (``out``, or a new array) and the reduction is
+        skipped; else the object's scratch superblock. Not zeroed: the first kernel step
+        writes it."""
         if self.c > 1:
             return self._superblock_out(name, r)
         if out is None:
-            return np.zeros((self._orientation(name).blocks[0].shape[0], r), dtype=self.dtype)
-        out[...] = 0
+            return np.empty((self._orientation(name).blocks[0].shape[0], r), dtype=self.dtype)
         return out
 
     # ----------------------------------------------------------------- FusedMM (IV-B)

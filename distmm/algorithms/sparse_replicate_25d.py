@@ -251,8 +251,11 @@ class SparseReplicate25D(DistributedAlgorithm):
         def view(buf: np.ndarray, rows: int, l: int) -> np.ndarray:
             return buf[:rows * int(w[l])].reshape(rows, int(w[l]))
 
-        view(a_cur, mi, l0)[...] = A_loc if a_in else 0
-        view(b_cur, nj, l0)[...] = B_loc if b_in else 0
+        # an output block (and SDDMM's partial sums) is written by the first step's kernel
+        if a_in:
+            view(a_cur, mi, l0)[...] = A_loc
+        if b_in:
+            view(b_cur, nj, l0)[...] = B_loc
         west, east = (g.j - 1) % s, (g.j + 1) % s
         north, south = (g.i - 1) % s, (g.i + 1) % s
         S, k = self._S, self.kernel
@@ -269,11 +272,11 @@ class SparseReplicate25D(DistributedAlgorithm):
                 reqs += self.col.start_shift(Bb, Bn, dest=north, source=south)
             with self.stats.timer("compute"):
                 if mode == "sddmm":
-                    k.sddmm(S, vals, Ab, Bb, out)
+                    k.sddmm(S, vals, Ab, Bb, out, accumulate=t > 0)
                 elif mode == "spmm_a":
-                    k.spmm_a(S, vals, Bb, Ab)
+                    k.spmm_a(S, vals, Bb, Ab, accumulate=t > 0)
                 else:
-                    k.spmm_b(S, vals, Ab, Bb)
+                    k.spmm_b(S, vals, Ab, Bb, accumulate=t > 0)
             if s > 1:
                 self.row.finish(reqs)
                 if not (overlap and a_in):
@@ -294,8 +297,7 @@ class SparseReplicate25D(DistributedAlgorithm):
     def _sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray, vals: np.ndarray, r: int,
                out: np.ndarray | None = None) -> np.ndarray:
         partial = self._buffer("partial", (self._nnz_block,))
-        partial[...] = 0
-        self._cannon("sddmm", A_loc, B_loc, self._ones, r, partial)
+        self._cannon("sddmm", A_loc, B_loc, self._ones, r, partial)  # step 0 writes it
         mine = out if out is not None else np.empty(self._own.stop - self._own.start,
                                                     dtype=self.dtype)
         self.fiber.reduce_scatter(partial, mine, self._counts)

@@ -305,10 +305,11 @@ class SparseShift15D(TwoOrientationAlgorithm):
                 blk = packet_block(cur, kt, (mx, ysz[t]) if frame == "csr" else (ysz[t], mx), bv)
                 if mode == "sddmm":
                     k.sddmm(blk, ones[:kt], T, Y[ysl], bv)
-                elif mode == "spmm_x":
-                    k.spmm_a(blk, bv, Y[ysl], out)
-                else:  # S_t^T @ T, run as SpMMA on the transposed block that travelled
-                    k.spmm_a(blk, bv, T, out[ysl])
+                elif mode == "spmm_x":  # the first step writes the accumulator
+                    k.spmm_a(blk, bv, Y[ysl], out, accumulate=step > 0)
+                else:  # S_t^T @ T, run as SpMMA on the transposed block that travelled; each
+                    # step writes its own rows of out
+                    k.spmm_a(blk, bv, T, out[ysl], accumulate=False)
             if q > 1:
                 if overlap:
                     self.layer.finish(reqs)
@@ -328,18 +329,15 @@ class SparseShift15D(TwoOrientationAlgorithm):
     def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None) -> np.ndarray:
         xs, _ = self._frames(name)
         T_out = self._buffer(("T_out", name), (int(self.offsets[xs][-1]), self.local_width(r)))
-        T_out[...] = 0
-        self._propagate(name, "spmm_x", vals, None, Y_loc, T_out)
+        self._propagate(name, "spmm_x", vals, None, Y_loc, T_out)  # written by the first step
         return self._reduce(name, T_out, out)
 
     def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None) -> np.ndarray:
         if T is None:
             T = self._replicate(name, X_loc)
         _, ys = self._frames(name)
-        if out is None:
-            out = np.zeros((self._local_rows(ys), self.local_width(r)), dtype=self.dtype)
-        else:
-            out[...] = 0
+        if out is None:  # every step writes its own rows of out
+            out = np.empty((self._local_rows(ys), self.local_width(r)), dtype=self.dtype)
         self._propagate(name, "spmm_y", vals, T, None, out)
         return out
 

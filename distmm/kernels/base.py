@@ -1,8 +1,13 @@
 """The node-model interface: what one rank's local kernel must provide.
 
 Every distributed algorithm calls these methods on local blocks and never branches on which model
-it holds (ARCHITECTURE.md, "NodeModel"). All operations *accumulate* into ``out``: the
-distributed loops add one block's contribution per propagation step. Values are passed apart
+it holds (ARCHITECTURE.md, "NodeModel"). All operations *accumulate* into ``out`` by default:
+the distributed loops add one block's contribution per propagation step. With
+``accumulate=False`` an operation *writes* ``out`` instead (``out = ...``; for SDDMM every stored
+value, for the others every row of ``out``, including rows with no nonzeros, which become zero),
+so the first step of a loop needs no zero-filled output. A model lists the operations that
+write natively in ``overwrites``; for the others the interface zero-fills ``out`` and
+accumulates, so every model supports both modes. Values are passed apart
 from the block's structure because SDDMM output is fed straight into SpMM and applications
 replace values between calls.
 
@@ -109,16 +114,18 @@ def spgemm_bytes(X: CSRBlock, Y: CSRBlock, C: CSRBlock) -> float:
 
 
 def kernel_bytes(S: CSRBlock, r: int, rows_read: int, rows_written: int,
-                 values_written: int = 0) -> float:
+                 values_written: int = 0, accumulate: bool = True) -> float:
     """Compulsory memory traffic of one local kernel call, by the kernel's own accounting.
 
     The sparse structure and values are read once; ``rows_read`` dense rows of width r are read
-    and ``rows_written`` dense rows are read and written (accumulate semantics);
-    ``values_written`` scalars (SDDMM's nnz outputs) are read and written.
+    and ``rows_written`` dense rows are read and written (accumulate semantics; only written
+    when ``accumulate`` is false); ``values_written`` scalars (SDDMM's nnz outputs) likewise.
     """
     item = S.data.dtype.itemsize
     sparse = S.indptr.nbytes + S.indices.nbytes + S.nnz * item
-    return float(sparse + item * r * (rows_read + 2 * rows_written) + 2 * item * values_written)
+    touch = 2 if accumulate else 1
+    return float(sparse + item * r * (rows_read + touch * rows_written)
+                 + touch * item * values_written)
 
 
 class NodeModel:
@@ -131,6 +138,8 @@ class NodeModel:
 
     name: str = "abstract"
     native: frozenset[str] = frozenset()
+    # operations whose ``_op`` takes ``accumulate=False`` and then writes ``out`` itself
+    overwrites: frozenset[str] = frozenset()
 
     def __init__(self, fallback: NodeModel | None = None) -> None:
         self.stats = KernelStats()
@@ -148,35 +157,44 @@ class NodeModel:
 
     # public entry points: timing, accounting and fallback live here, once
     def sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
-              out: np.ndarray) -> None:
-        """out[k] += vals[k] * <A[row_k], B[col_k]> for every stored nonzero k of S."""
+              out: np.ndarray, accumulate: bool = True) -> None:
+        """out[k] += vals[k] * <A[row_k], B[col_k]> for every stored nonzero k of S
+        (``out[k] = ...`` when ``accumulate`` is false)."""
         check_operands("sddmm", S, vals, A, B, out)
         self._run("sddmm", S, A.shape[1], S.shape[0] + S.shape[1], 0,
-                  (S, vals, A, B, out), values_written=S.nnz)
+                  (S, vals, A, B, out), accumulate, values_written=S.nnz)
 
-    def spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
-        """out += S(vals) @ B; out has S.shape[0] rows."""
+    def spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray,
+               accumulate: bool = True) -> None:
+        """out += S(vals) @ B (``out = ...`` when ``accumulate`` is false); out has S.shape[0]
+        rows."""
         check_operands("spmm_a", S, vals, B, None, out)
-        self._run("spmm_a", S, B.shape[1], S.shape[1], S.shape[0], (S, vals, B, out))
+        self._run("spmm_a", S, B.shape[1], S.shape[1], S.shape[0], (S, vals, B, out),
+                  accumulate)
 
-    def spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray) -> None:
-        """out += S(vals)^T @ A; out has S.shape[1] rows."""
+    def spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray,
+               accumulate: bool = True) -> None:
+        """out += S(vals)^T @ A (``out = ...`` when ``accumulate`` is false); out has
+        S.shape[1] rows."""
         check_operands("spmm_b", S, vals, A, None, out)
-        self._run("spmm_b", S, A.shape[1], S.shape[0], S.shape[1], (S, vals, A, out))
+        self._run("spmm_b", S, A.shape[1], S.shape[0], S.shape[1], (S, vals, A, out),
+                  accumulate)
 
     def fusedmm_a(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
-                  out: np.ndarray) -> None:
-        """out += (S(vals) * (A B^T)) @ B without materialising the SDDMM result."""
+                  out: np.ndarray, accumulate: bool = True) -> None:
+        """out += (S(vals) * (A B^T)) @ B without materialising the SDDMM result
+        (``out = ...`` when ``accumulate`` is false)."""
         check_operands("fusedmm_a", S, vals, A, B, out)
         self._run("fusedmm_a", S, A.shape[1], S.shape[0] + S.shape[1], S.shape[0],
-                  (S, vals, A, B, out), flop_factor=2.0)
+                  (S, vals, A, B, out), accumulate, flop_factor=2.0)
 
     def fusedmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
-                  out: np.ndarray) -> None:
-        """out += (S(vals) * (A B^T))^T @ A without materialising the SDDMM result."""
+                  out: np.ndarray, accumulate: bool = True) -> None:
+        """out += (S(vals) * (A B^T))^T @ A without materialising the SDDMM result
+        (``out = ...`` when ``accumulate`` is false)."""
         check_operands("fusedmm_b", S, vals, A, B, out)
         self._run("fusedmm_b", S, A.shape[1], S.shape[0] + S.shape[1], S.shape[1],
-                  (S, vals, A, B, out), flop_factor=2.0)
+                  (S, vals, A, B, out), accumulate, flop_factor=2.0)
 
     def spgemm(self, X: CSRBlock, Y: CSRBlock) -> CSRBlock:
         """C = X @ Y for two CSR blocks of one dtype; C has sorted column indices.
@@ -192,14 +210,21 @@ class NodeModel:
         self._record(impl, "spgemm", dt, flops, spgemm_bytes(X, Y, C), fallback)
         return C
 
-    def _call(self, op: str, args: tuple):
+    def _call(self, op: str, args: tuple, accumulate: bool = True):
         fallback = op not in self.native
         impl = self._fallback if fallback else self
         if fallback and impl is None:
             raise NotImplementedError(f"node model {self.name!r} has no {op} and no fallback")
         impl._pending = {}
+        fn = getattr(impl, "_" + op)
         t0 = time.perf_counter()
-        result = getattr(impl, "_" + op)(*args)
+        if accumulate:
+            result = fn(*args)
+        elif op in impl.overwrites:
+            result = fn(*args, accumulate=False)
+        else:  # the model only accumulates: start it from zero (``out`` is the last operand)
+            args[-1][...] = 0
+            result = fn(*args)
         return result, impl, fallback, time.perf_counter() - t0
 
     def _record(self, impl: NodeModel, op: str, dt: float, flops: float, nbytes: float,
@@ -208,10 +233,12 @@ class NodeModel:
         self.stats.record(op, dt, flops, nbytes, fallback=fallback, **extra)
 
     def _run(self, op: str, S: CSRBlock, r: int, rows_read: int, rows_written: int,
-             args: tuple, flop_factor: float = 1.0, values_written: int = 0) -> None:
-        _, impl, fallback, dt = self._call(op, args)
+             args: tuple, accumulate: bool = True, flop_factor: float = 1.0,
+             values_written: int = 0) -> None:
+        _, impl, fallback, dt = self._call(op, args, bool(accumulate))
         self._record(impl, op, dt, flop_factor * spmm_flops(S.nnz, r),
-                     kernel_bytes(S, r, rows_read, rows_written, values_written), fallback)
+                     kernel_bytes(S, r, rows_read, rows_written, values_written, accumulate),
+                     fallback)
 
     # implementations, overridden by subclasses for what they support natively
     def _sddmm(self, S, vals, A, B, out) -> None:

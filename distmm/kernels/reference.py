@@ -142,8 +142,9 @@ def _scan(indices, X, t, end, col_end, ncols, npf):
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
-def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels):
-    """out[i] += sum_t vals[t] * X[indices[t]] over the stored entries t of row i."""
+def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels, overwrite):
+    """out[i] += sum_t vals[t] * X[indices[t]] over the stored entries t of row i (``=`` when
+    ``overwrite``: the first panel writes every row of the chunk, empty ones as zeros)."""
     r = out.shape[1]
     ncols = X.shape[0]
     for c in prange(nchunks):
@@ -153,6 +154,7 @@ def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels):
             acc = np.empty(r, dtype=out.dtype)
             cur = indptr[lo:hi].copy()
             for p in range(npanels):
+                first = overwrite and p == 0
                 col_end = ((p + 1) * ncols) // npanels
                 nxt = _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
                 for i in range(lo, hi):
@@ -163,6 +165,10 @@ def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels):
                         nxt = _scan(indices, X, cur[i + 1 - lo], indptr[i + 2],
                                     col_end, ncols, dist)
                     if seg == start:
+                        if first:
+                            o = out[i]
+                            for k in range(r):
+                                o[k] = 0
                         continue
                     for k in range(r):
                         acc[k] = 0
@@ -191,13 +197,18 @@ def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels):
                             acc[k] += v * x[k]
                         t += 1
                     o = out[i]
-                    for k in range(r):
-                        o[k] += acc[k]
+                    if first:
+                        for k in range(r):
+                            o[k] = acc[k]
+                    else:
+                        for k in range(r):
+                            o[k] += acc[k]
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
-def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels):
-    """out[t] += vals[t] * dot(A[i], B[indices[t]]) for every stored entry t of every row i."""
+def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels, overwrite):
+    """out[t] += vals[t] * dot(A[i], B[indices[t]]) for every stored entry t of every row i
+    (``=`` when ``overwrite``: every entry is visited exactly once, in one panel)."""
     r = A.shape[1]
     ncols = B.shape[0]
     zero = out.dtype.type(0)
@@ -239,23 +250,33 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels):
                             s1 += ak * b1[k]
                             s2 += ak * b2[k]
                             s3 += ak * b3[k]
-                        out[t] += vals[t] * s0
-                        out[t + 1] += vals[t + 1] * s1
-                        out[t + 2] += vals[t + 2] * s2
-                        out[t + 3] += vals[t + 3] * s3
+                        if overwrite:
+                            out[t] = vals[t] * s0
+                            out[t + 1] = vals[t + 1] * s1
+                            out[t + 2] = vals[t + 2] * s2
+                            out[t + 3] = vals[t + 3] * s3
+                        else:
+                            out[t] += vals[t] * s0
+                            out[t + 1] += vals[t + 1] * s1
+                            out[t + 2] += vals[t + 2] * s2
+                            out[t + 3] += vals[t + 3] * s3
                         t += 4
                     while t < seg:
                         b = B[indices[t]]
                         s = zero
                         for k in range(r):
                             s += a[k] * b[k]
-                        out[t] += vals[t] * s
+                        if overwrite:
+                            out[t] = vals[t] * s
+                        else:
+                            out[t] += vals[t] * s
                         t += 1
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
-def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels):
-    """out[i] += sum_t w_t * Y[j_t] with w_t = vals[t] * dot(X[i], Y[j_t]), j_t = indices[t].
+def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels, overwrite):
+    """out[i] += sum_t w_t * Y[j_t] with w_t = vals[t] * dot(X[i], Y[j_t]), j_t = indices[t]
+    (``=`` when ``overwrite``, as in :func:`_spmm_kernel`).
 
     On a block's own structure (X, Y) = (A, B) gives fusedmm_a; on the transposed structure
     (X, Y) = (B, A) gives fusedmm_b.
@@ -270,6 +291,7 @@ def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels):
             acc = np.empty(r, dtype=out.dtype)
             cur = indptr[lo:hi].copy()
             for p in range(npanels):
+                first = overwrite and p == 0
                 col_end = ((p + 1) * ncols) // npanels
                 nxt = _scan(indices, Y, cur[0], indptr[lo + 1], col_end, ncols, dist)
                 for i in range(lo, hi):
@@ -280,6 +302,10 @@ def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels):
                         nxt = _scan(indices, Y, cur[i + 1 - lo], indptr[i + 2],
                                     col_end, ncols, dist)
                     if seg == start:
+                        if first:
+                            o = out[i]
+                            for k in range(r):
+                                o[k] = 0
                         continue
                     for k in range(r):
                         acc[k] = 0
@@ -322,15 +348,23 @@ def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels):
                             acc[k] += w * y[k]
                         t += 1
                     o = out[i]
-                    for k in range(r):
-                        o[k] += acc[k]
+                    if first:
+                        for k in range(r):
+                            o[k] = acc[k]
+                    else:
+                        for k in range(r):
+                            o[k] += acc[k]
 
 
 # --------------------------------------------------------------------------------------------
-# validation
 
 
-# --------------------------------------------------------------------------------------------
+def _clear(out: np.ndarray, accumulate: bool) -> None:
+    """What a call with nothing to add does to ``out``: nothing when accumulating, zero it when
+    writing."""
+    if not accumulate:
+        out[...] = 0
+
 
 
 @functools.lru_cache(maxsize=1)
@@ -364,7 +398,8 @@ def _default_panel_bytes() -> int:
 class ReferenceModel(NodeModel):
     """Numba CPU kernels for SDDMM, SpMM (both sides) and FusedMM (both sides).
 
-    Every operation accumulates into ``out`` (see :mod:`distmm.kernels.base` for shapes). The
+    Every operation accumulates into ``out``, or writes it when called with ``accumulate=False``
+    (see :mod:`distmm.kernels.base` for shapes). The
     ``_b`` operations use the block's cached transpose, built on their first call.
 
     ``panel_bytes`` is the cache budget for the gathered dense matrix: when that matrix is larger,
@@ -374,6 +409,7 @@ class ReferenceModel(NodeModel):
 
     name = "reference"
     native = frozenset({"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b", "spgemm"})
+    overwrites = frozenset({"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b"})
 
     def __init__(self, fallback: NodeModel | None = None, panel_bytes: int | None = None) -> None:
         super().__init__(fallback)
@@ -420,55 +456,70 @@ class ReferenceModel(NodeModel):
         return dist, self._panels(gathered_rows, r, itemsize, nnz, rows, min_run)
 
     def _sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
-               out: np.ndarray) -> None:
-        """out[k] += vals[k] * dot(A[row_k], B[col_k])."""
+               out: np.ndarray, accumulate: bool = True) -> None:
+        """out[k] += vals[k] * dot(A[row_k], B[col_k]) (``=`` unless ``accumulate``)."""
         m, n = S.shape
         dtype, r = vals.dtype, A.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
+            _clear(out, accumulate)
             return
         dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 2)
-        _sddmm_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels)
+        _sddmm_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels,
+                      not accumulate)
 
-    def _spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
-        """out += S(vals) @ B."""
+    def _spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray,
+                accumulate: bool = True) -> None:
+        """out += S(vals) @ B (``=`` unless ``accumulate``)."""
         m, n = S.shape
         dtype, r = vals.dtype, B.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
+            _clear(out, accumulate)
             return
         dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
-        _spmm_kernel(S.indptr, S.indices, vals, B, out, _num_chunks(m), dist, panels)
+        _spmm_kernel(S.indptr, S.indices, vals, B, out, _num_chunks(m), dist, panels,
+                     not accumulate)
 
-    def _spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray) -> None:
-        """out += S(vals)^T @ A, row-parallel over the cached transpose."""
+    def _spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray,
+                accumulate: bool = True) -> None:
+        """out += S(vals)^T @ A (``=`` unless ``accumulate``), row-parallel over the cached
+        transpose."""
         m, n = S.shape
         dtype, r = vals.dtype, A.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
+            _clear(out, accumulate)
             return
         indptr_t, indices_t, perm = S.transpose()
         vals_t = np.empty_like(vals)
         gather(vals, perm, vals_t)
         dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
-        _spmm_kernel(indptr_t, indices_t, vals_t, A, out, _num_chunks(n), dist, panels)
+        _spmm_kernel(indptr_t, indices_t, vals_t, A, out, _num_chunks(n), dist, panels,
+                     not accumulate)
 
     def _fusedmm_a(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
-                   out: np.ndarray) -> None:
-        """out += (S(vals) * (A B^T)) @ B, one row's worth of intermediates per thread."""
+                   out: np.ndarray, accumulate: bool = True) -> None:
+        """out += (S(vals) * (A B^T)) @ B (``=`` unless ``accumulate``), one row's worth of
+        intermediates per thread."""
         m, n = S.shape
         dtype, r = vals.dtype, A.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
+            _clear(out, accumulate)
             return
         dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
-        _fused_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels)
+        _fused_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels,
+                      not accumulate)
 
     def _fusedmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
-                   out: np.ndarray) -> None:
-        """out += (S(vals) * (A B^T))^T @ A, row-parallel over the cached transpose."""
+                   out: np.ndarray, accumulate: bool = True) -> None:
+        """out += (S(vals) * (A B^T))^T @ A (``=`` unless ``accumulate``), row-parallel over
+        the cached transpose."""
         m, n = S.shape
         dtype, r = vals.dtype, A.shape[1]  # checked by the interface
         if S.nnz == 0 or r == 0:
+            _clear(out, accumulate)
             return
         indptr_t, indices_t, perm = S.transpose()
         vals_t = np.empty_like(vals)
         gather(vals, perm, vals_t)
         dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
-        _fused_kernel(indptr_t, indices_t, vals_t, B, A, out, _num_chunks(n), dist, panels)
+        _fused_kernel(indptr_t, indices_t, vals_t, B, A, out, _num_chunks(n), dist, panels,
+                      not accumulate)

@@ -32,6 +32,25 @@ class _Counting(NodeModel):
         self._ref._spmm_a(S, vals, B, out)
 
 
+def test_write_mode_on_a_model_that_only_accumulates():
+    """accumulate=False on a model without native write mode: the interface zero-fills out
+    first (native spmm_a), and the fallback (the reference model) writes natively (sddmm)."""
+    S, M = _block(9, 6, 0.4, 3)
+    model = _Counting()
+    assert "spmm_a" not in model.overwrites
+    B = np.random.default_rng(2).standard_normal((6, 4))
+    A = np.random.default_rng(3).standard_normal((9, 4))
+    out = np.full((9, 4), np.nan)
+    model.spmm_a(S, S.data, B, out, accumulate=False)
+    np.testing.assert_allclose(out, M @ B, rtol=1e-12, atol=1e-15)
+    vals = np.full(S.nnz, np.nan)
+    model.sddmm(S, S.data, A, B, vals, accumulate=False)
+    rows = np.repeat(np.arange(9), np.diff(S.indptr))  # S's stored order
+    want = S.data * np.einsum("ij,ij->i", A[rows], B[S.indices])
+    np.testing.assert_allclose(vals, want, rtol=1e-12)
+    assert model.stats.as_dict()["sddmm"]["fallback_calls"] == 1
+
+
 def test_registry_and_options():
     assert NODE_MODELS[0] == "reference"
     m = make_node_model("reference", panel_bytes=4096)

@@ -1,7 +1,8 @@
 """The reference node model against an independent float64 scipy/numpy oracle.
 
 Every operation is checked on random and adversarial blocks, for both dtypes and several dense
-widths, with ``out`` starting nonzero (the operations accumulate). Each case runs with the
+widths, with ``out`` starting nonzero (the operations accumulate), and in write mode
+(``accumulate=False``) with ``out`` starting as NaN. Each case runs with the
 default model and with a model whose cache budget is tiny, so the column-panel path of the
 kernels is exercised as well, and with one and with all numba threads (the row split into chunks).
 """
@@ -133,13 +134,13 @@ def _out_shape(op: str, S: CSRBlock, r: int) -> tuple[int, ...]:
             "fusedmm_a": (m, r), "fusedmm_b": (n, r)}[op]
 
 
-def _call(model: ReferenceModel, op: str, S, vals, A, B, out) -> None:
+def _call(model: ReferenceModel, op: str, S, vals, A, B, out, accumulate: bool = True) -> None:
     if op == "spmm_a":
-        model.spmm_a(S, vals, B, out)
+        model.spmm_a(S, vals, B, out, accumulate=accumulate)
     elif op == "spmm_b":
-        model.spmm_b(S, vals, A, out)
+        model.spmm_b(S, vals, A, out, accumulate=accumulate)
     else:
-        getattr(model, op)(S, vals, A, B, out)
+        getattr(model, op)(S, vals, A, B, out, accumulate=accumulate)
 
 
 def _check(op, S, vals, A, B, out0, got, dtype) -> None:
@@ -230,6 +231,39 @@ def test_panels_and_chunks_agree_with_plain_kernel():
     finally:
         numba.set_num_threads(old)
     assert panelled._panels(S.shape[1], 17, 8, S.nnz, S.shape[0], 1) > 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+@pytest.mark.parametrize("model_kind", sorted(MODELS))
+def test_write_mode_overwrites_everything(block, dtype, model_kind, threads):
+    """accumulate=False writes every output value (empty rows and empty blocks as zeros, every
+    panel path), bit for bit what accumulating into zeros gives."""
+    S = BLOCKS[block](dtype)
+    model = MODELS[model_kind]()
+    for r in (0, 1, 5, 17):
+        vals, A, B = _operands(S, r, dtype, seed=r + 40)
+        for op in OPS:
+            got = np.full(_out_shape(op, S, r), np.nan, dtype)
+            _call(model, op, S, vals, A, B, got, accumulate=False)
+            zeros = np.zeros_like(got)
+            _check(op, S, vals, A, B, zeros, got, dtype)
+            _call(model, op, S, vals, A, B, zeros)
+            assert np.array_equal(got, zeros), op
+
+
+def test_write_mode_records_written_bytes():
+    """A writing call moves its output once, an accumulating one reads and writes it."""
+    dtype = np.float64
+    S = _random_block(30, 20, 0.2, 17, dtype)
+    vals, A, B = _operands(S, 8, dtype, seed=10)
+    model = ReferenceModel()
+    model.spmm_a(S, vals, B, np.zeros((30, 8), dtype), accumulate=False)
+    model.sddmm(S, vals, A, B, np.zeros(S.nnz, dtype), accumulate=False)
+    stats = model.stats.as_dict()
+    assert stats["spmm_a"]["bytes"] == kernel_bytes(S, 8, 20, 30, accumulate=False)
+    assert stats["spmm_a"]["bytes"] == kernel_bytes(S, 8, 20, 30) - 30 * 8 * 8
+    assert stats["sddmm"]["bytes"] == kernel_bytes(S, 8, 50, 0, S.nnz) - S.nnz * 8
 
 
 def test_accumulates_twice():

@@ -1,0 +1,119 @@
+"""A/B of two distmm versions with bench_end_to_end's workers, taking turns in one run.
+
+The "before" version is a source tree of distmm (for example ``git archive BASE distmm | tar -x
+-C /tmp/base``) put first on ``PYTHONPATH`` of its workers, with a numba cache of its own; the
+"after" version is this checkout. Each round runs, per matrix, before and after at p = 1 and
+p = 2 and PyTorch, one process (or mpiexec job) each, so that every variant samples the same
+moments of a shared machine. One JSON line per measurement goes to ``--jsonl`` (the worker's
+record plus ``variant``, ``matrix`` and ``round``); ``--markdown`` writes the table of the
+best over rounds: seconds before and after, their ratio, the share of the call outside the
+kernels and communication ("rest") before and after, and PyTorch's time over distmm's::
+
+    git archive 8380b6a distmm | tar -x -C /tmp/base
+    .venv/bin/python experiments/bench_end_to_end_ab.py --base /tmp/base \\
+        --matrices metis-mdual,er-65536 --rs 16,32,128 --jsonl ab.jsonl --markdown ab.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench_end_to_end as e2e  # noqa: E402
+
+VARIANTS = ("before-p1", "after-p1", "before-p2", "after-p2", "torch")
+
+
+def run_variant(variant: str, matrix: str, args) -> list[dict]:
+    """One worker of one variant, with the environment that selects its distmm version."""
+    saved = dict(os.environ)
+    try:
+        if variant.startswith("before"):
+            os.environ["PYTHONPATH"] = os.path.abspath(args.base)
+            os.environ["NUMBA_CACHE_DIR"] = os.path.join(os.path.abspath(args.base),
+                                                         ".numba_cache")
+        name = "torch" if variant == "torch" else "distmm-" + variant.split("-")[1]
+        return e2e.launch(name, matrix, args)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def table(records: list[dict]) -> str:
+    """Markdown table of the best over rounds per (matrix, op, r)."""
+    best: dict = {}
+    for rec in records:
+        key = (rec["matrix"], rec["op"], rec["r"], rec["variant"])
+        if key not in best or rec["seconds"] < best[key]["seconds"]:
+            best[key] = rec
+    lines = ["| matrix | op | r | p=1 before (s) | p=1 after (s) | after / before "
+             "| rest p=1 before, after | p=2 before (s) | p=2 after (s) "
+             "| rest p=2 before, after | torch (s) | torch / p=1 after |",
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|"]
+
+    def secs(x):
+        return f"{x['seconds']:.3g}" if x else "-"
+
+    def rest(x):
+        return f"{100 * x['rest'] / x['seconds']:.0f}%" if x else "-"
+
+    for matrix, op, r in sorted({k[:3] for k in best}, key=lambda k: (k[0], k[1], k[2])):
+        b1, a1, b2, a2, t = (best.get((matrix, op, r, v)) for v in VARIANTS)
+        ratio = f"{a1['seconds'] / b1['seconds']:.2f}" if a1 and b1 else "-"
+        vs = f"{t['seconds'] / a1['seconds']:.2f}x" if t and a1 else "-"
+        lines.append(f"| {matrix} | {op} | {r} | {secs(b1)} | {secs(a1)} | {ratio} "
+                     f"| {rest(b1)}, {rest(a1)} | {secs(b2)} | {secs(a2)} "
+                     f"| {rest(b2)}, {rest(a2)} | {secs(t)} | {vs} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", required=True, help="source tree holding the 'before' distmm/")
+    ap.add_argument("--matrices", type=e2e.csv_list(str), default=list(e2e.MATRICES))
+    ap.add_argument("--variants", type=e2e.csv_list(str), default=list(VARIANTS))
+    ap.add_argument("--rs", type=e2e.csv_list(int), default=[16, 32, 128])
+    ap.add_argument("--dtypes", type=e2e.csv_list(str), default=["float32"])
+    ap.add_argument("--ops", type=e2e.csv_list(str), default=list(e2e.OPS))
+    ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--jsonl", help="append every record here")
+    ap.add_argument("--markdown", help="write the table here")
+    args = ap.parse_args(argv)
+    if not os.path.isdir(os.path.join(args.base, "distmm")):
+        ap.error(f"--base {args.base} holds no distmm/ package")
+    for v in args.variants:
+        if v not in VARIANTS:
+            ap.error(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+    records = []
+    out = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115
+    for rnd in range(args.rounds):
+        for matrix in args.matrices:
+            for variant in args.variants:
+                t0 = time.perf_counter()
+                for rec in run_variant(variant, matrix, args):
+                    rec.update(variant=variant, matrix=matrix, round=rnd)
+                    records.append(rec)
+                    if out:
+                        out.write(json.dumps(rec) + "\n")
+                        out.flush()
+                print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
+                      f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    text = table(records)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
