@@ -19,7 +19,9 @@ width r. How much it does depends on the object's ``checks`` (a constructor argu
     test harness or a job time limit ends). Ranks that pass blocks of different r after the
     first call are not caught either. Typed blocks (:class:`~distmm.core.dense.DenseBlock`) make
     the cheap checks much stronger: side, owner and the global r are known locally, so a block
-    of the wrong side or object is refused on every rank that holds one.
+    of the wrong side or object is refused on every rank that holds one. A call that passes the
+    very same operand objects as the last call of its kind skips even the cheap checks where r
+    is known locally (:meth:`CallChecks._recall`).
 ``"off"``
     No checks at all after construction (the dense width is still read from the blocks).
 
