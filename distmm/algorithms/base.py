@@ -148,6 +148,8 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         # Rank-independent (the family sets its grid sizes first), so before any message.
         self.r = None if r is None else self._check_r(r)
         self._checked: set[str] = set()
+        # kind -> (r, the operands of the last cheap-checked call, weakly; calls.py)
+        self._memo: dict[str, tuple] = {}
         self._last_r: int | None = None
         self._closed = False
         self._scratch: dict[tuple, np.ndarray] = {}

@@ -253,9 +253,9 @@ class DenseShift15D(TwoOrientationAlgorithm):
         o = self._orientation(name)
         _, ys = self._frames(name)
         u, q = self.grid.u, self.q
-        sizes = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
         if q == 1:  # one rank per layer: nothing shifts, the kernel reads Y (or writes it) in place
             return self._local_step(o, mode, vals, T, Y_loc, r, out, result)
+        sizes = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
         cur = self._buffer("cur", (int(sizes.max()), r))
         nxt = self._buffer("nxt", (int(sizes.max()), r))
         if mode != "spmm_y":  # an output Y block is written by the first step's kernel

@@ -22,10 +22,13 @@ from llvmlite import ir
 from llvmlite.binding import llvm_version_info
 from numba import njit, prange, types
 from numba.core import cgutils
+from numba.core import config as numba_config
+from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
 __all__ = ["FASTMATH", "STREAM_STORES", "gather", "popcount", "prefetch_row", "prefetch_span",
-           "row_products", "row_range", "store_fence", "stream_store", "unsigned_view"]
+           "row_products", "row_range", "slp_vectorized", "stack_array", "store_fence",
+           "stream_store", "unsigned_view"]
 
 # reassociation (vectorised reductions) and contraction (FMA); no nnan/ninf, so NaN/inf propagate
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
@@ -166,6 +169,69 @@ def store_fence(typingctx):
         return context.get_dummy_value()
 
     return types.void(), codegen
+
+
+def slp_vectorized(dispatcher):
+    """Make every compilation of the njit function ``dispatcher`` run LLVM's SLP vectoriser.
+
+    numba leaves the SLP (straight-line) vectoriser off by default and only runs the loop
+    vectoriser. A loop with a small constant trip count is fully unrolled before the loop
+    vectoriser sees it, so without SLP the unrolled code stays scalar: a kernel specialised for
+    a constant dense width needs SLP to turn its unrolled row updates into SIMD instructions.
+    numba reads the setting whenever it builds a pass pipeline, so it is switched on for this
+    function's compilations only (under numba's compiler lock, so no other compilation sees it);
+    nothing else, including other kernels and what numba loads from its disk cache, changes.
+    Returns ``dispatcher``.
+    """
+    compile_ = dispatcher.compile
+
+    def compile(sig):
+        with global_compiler_lock:
+            saved = numba_config.SLP_VECTORIZE
+            numba_config.SLP_VECTORIZE = 1
+            try:
+                return compile_(sig)
+            finally:
+                numba_config.SLP_VECTORIZE = saved
+
+    dispatcher.compile = compile
+    return dispatcher
+
+
+@intrinsic
+def stack_array(typingctx, width, dtype):
+    """A 1-D C-contiguous array of ``width`` (a compile-time constant, >= 0) items of ``dtype`` on
+    the calling function's stack; its contents start undefined and it dies with the call.
+
+    A heap array from ``np.empty`` may, as far as LLVM knows, overlap any other array, so a
+    loop that reads the dense rows and writes the array can only be vectorised behind run-time
+    overlap checks, and not at all once a constant-trip loop is fully unrolled. A stack slot
+    overlaps nothing, and with constant indices LLVM keeps it in vector registers.
+    """
+    if not isinstance(width, types.IntegerLiteral) or width.literal_value < 0:
+        return None
+    if isinstance(dtype, types.DType):
+        item = dtype.dtype
+    elif isinstance(dtype, types.NumberClass):
+        item = dtype.instance_type
+    else:
+        return None
+    arrty = types.Array(item, 1, "C")
+    n = width.literal_value
+
+    def codegen(context, builder, signature, args):
+        lty = context.get_data_type(item)
+        intp = context.get_value_type(types.intp)
+        itemsize = context.get_abi_sizeof(lty)
+        data = cgutils.alloca_once(builder, ir.ArrayType(lty, max(n, 1)))
+        ary = context.make_array(arrty)(context, builder)
+        context.populate_array(ary, data=builder.bitcast(data, lty.as_pointer()),
+                               shape=[ir.Constant(intp, n)],
+                               strides=[ir.Constant(intp, itemsize)],
+                               itemsize=ir.Constant(intp, itemsize), meminfo=None)
+        return ary._getvalue()
+
+    return arrty(width, dtype), codegen
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -28,6 +28,13 @@ it is also the model that runs by default, so it is written to be fast on a mult
   vectorises dot products (a reduction) and emits fused multiply-adds. NaN and infinity keep their
   IEEE meaning (no ``nnan``/``ninf``). Four nonzeros are processed together so that one pass over
   the accumulator row (SpMM) or over the shared row of ``A`` (SDDMM) serves four of them.
+* **Kernels per width.** For the common widths (``SPECIALISED_WIDTHS``) SpMM and FusedMM run a
+  kernel compiled for that constant width (lazily, per width and dtype, cached on disk): its
+  loops over r are fully unrolled into SIMD instructions, with the accumulator row on the stack
+  (in registers), instead of a vector loop that a short row (a few nonzeros of width 16 or 32)
+  enters through overlap checks and a remainder loop. The generic kernel's loop shape (and so
+  its reduction order) is kept for the dot products, and the row sums are elementwise, so the
+  results are bitwise those of the generic kernel.
 * **Fused without intermediates.** FusedMM computes each nonzero's weight
   ``vals[k] * dot(A_i, B_j)`` and adds ``w * B_j`` to the row accumulator straight away, while
   ``B_j`` is still in L1; only r values per thread are ever held beyond a few scalars.
@@ -58,13 +65,16 @@ from numba import njit, prange
 
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 from distmm.kernels.base import NodeModel
-from distmm.kernels.numba_util import FASTMATH, gather, prefetch_row
+from distmm.kernels.numba_util import FASTMATH, gather, prefetch_row, slp_vectorized, stack_array
 
 __all__ = ["ReferenceModel"]
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # each row costs about as much as this many nonzeros (loop overhead, writing the output row)
 _ROW_COST = 1
+# the dense widths with kernels specialised for them (compiled on first use, cached on disk);
+# every other width runs the generic kernels
+SPECIALISED_WIDTHS = (8, 16, 32, 64, 128)
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,68 +151,84 @@ def _scan(indices, X, t, end, col_end, ncols, npf):
 # vals[perm[t]] at random inside the kernel).
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
-def _spmm_kernel(indptr, indices, vals, X, out, nchunks, dist, npanels, overwrite):
-    """out[i] += sum_t vals[t] * X[indices[t]] over the stored entries t of row i (``=`` when
-    ``overwrite``: the first panel writes every row of the chunk, empty ones as zeros)."""
-    r = out.shape[1]
-    ncols = X.shape[0]
-    for c in prange(nchunks):
-        lo = _row_split(indptr, c, nchunks)
-        hi = _row_split(indptr, c + 1, nchunks)
-        if hi > lo:
-            acc = np.empty(r, dtype=out.dtype)
-            cur = indptr[lo:hi].copy()
-            for p in range(npanels):
-                first = overwrite and p == 0
-                col_end = ((p + 1) * ncols) // npanels
-                nxt = _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
-                for i in range(lo, hi):
-                    start = cur[i - lo]
-                    seg = nxt
-                    cur[i - lo] = seg
-                    if i + 1 < hi:
-                        nxt = _scan(indices, X, cur[i + 1 - lo], indptr[i + 2],
-                                    col_end, ncols, dist)
-                    if seg == start:
-                        if first:
-                            o = out[i]
+@functools.cache
+def _spmm_kernel(width: int):
+    """The SpMM kernel for the dense width ``width`` (0: any width, read from ``out``).
+
+    ``width`` is a closure constant, so each width is its own machine-code specialisation (numba
+    caches closures by the values they capture): the loops over r have a constant trip count,
+    which LLVM fully unrolls into a few SIMD registers instead of a vector loop whose step is
+    longer than a short row. Every specialisation sums a row's terms in the same order as the
+    generic kernel, so the results are bitwise the same.
+    """
+
+    @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+    def spmm(indptr, indices, vals, X, out, nchunks, dist, npanels, overwrite):
+        """out[i] += sum_t vals[t] * X[indices[t]] over the stored entries t of row i (``=``
+        when ``overwrite``: the first panel writes every row of the chunk, empty ones as
+        zeros)."""
+        r = width if width > 0 else out.shape[1]
+        ncols = X.shape[0]
+        for c in prange(nchunks):
+            lo = _row_split(indptr, c, nchunks)
+            hi = _row_split(indptr, c + 1, nchunks)
+            if hi > lo:
+                # a constant width keeps the accumulator row on the stack (in registers)
+                acc = (stack_array(width, out.dtype) if width > 0
+                       else np.empty(r, dtype=out.dtype))
+                cur = indptr[lo:hi].copy()
+                for p in range(npanels):
+                    first = overwrite and p == 0
+                    col_end = ((p + 1) * ncols) // npanels
+                    nxt = _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
+                    for i in range(lo, hi):
+                        start = cur[i - lo]
+                        seg = nxt
+                        cur[i - lo] = seg
+                        if i + 1 < hi:
+                            nxt = _scan(indices, X, cur[i + 1 - lo], indptr[i + 2],
+                                        col_end, ncols, dist)
+                        if seg == start:
+                            if first:
+                                o = out[i]
+                                for k in range(r):
+                                    o[k] = 0
+                            continue
+                        for k in range(r):
+                            acc[k] = 0
+                        t = start
+                        while t + 4 <= seg:
+                            if dist > 0:
+                                for q in range(4):
+                                    tp = t + dist + q
+                                    if tp < seg:
+                                        prefetch_row(X, indices[tp])
+                            v0 = vals[t]
+                            v1 = vals[t + 1]
+                            v2 = vals[t + 2]
+                            v3 = vals[t + 3]
+                            x0 = X[indices[t]]
+                            x1 = X[indices[t + 1]]
+                            x2 = X[indices[t + 2]]
+                            x3 = X[indices[t + 3]]
                             for k in range(r):
-                                o[k] = 0
-                        continue
-                    for k in range(r):
-                        acc[k] = 0
-                    t = start
-                    while t + 4 <= seg:
-                        if dist > 0:
-                            for q in range(4):
-                                tp = t + dist + q
-                                if tp < seg:
-                                    prefetch_row(X, indices[tp])
-                        v0 = vals[t]
-                        v1 = vals[t + 1]
-                        v2 = vals[t + 2]
-                        v3 = vals[t + 3]
-                        x0 = X[indices[t]]
-                        x1 = X[indices[t + 1]]
-                        x2 = X[indices[t + 2]]
-                        x3 = X[indices[t + 3]]
-                        for k in range(r):
-                            acc[k] += v0 * x0[k] + v1 * x1[k] + v2 * x2[k] + v3 * x3[k]
-                        t += 4
-                    while t < seg:
-                        v = vals[t]
-                        x = X[indices[t]]
-                        for k in range(r):
-                            acc[k] += v * x[k]
-                        t += 1
-                    o = out[i]
-                    if first:
-                        for k in range(r):
-                            o[k] = acc[k]
-                    else:
-                        for k in range(r):
-                            o[k] += acc[k]
+                                acc[k] += v0 * x0[k] + v1 * x1[k] + v2 * x2[k] + v3 * x3[k]
+                            t += 4
+                        while t < seg:
+                            v = vals[t]
+                            x = X[indices[t]]
+                            for k in range(r):
+                                acc[k] += v * x[k]
+                            t += 1
+                        o = out[i]
+                        if first:
+                            for k in range(r):
+                                o[k] = acc[k]
+                        else:
+                            for k in range(r):
+                                o[k] += acc[k]
+
+    return slp_vectorized(spmm) if width > 0 else spmm
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
@@ -273,90 +299,109 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels, over
                         t += 1
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
-def _fused_kernel(indptr, indices, vals, X, Y, out, nchunks, dist, npanels, overwrite):
-    """out[i] += sum_t w_t * Y[j_t] with w_t = vals[t] * dot(X[i], Y[j_t]), j_t = indices[t]
-    (``=`` when ``overwrite``, as in :func:`_spmm_kernel`).
+@functools.cache
+def _fused_kernel(width: int):
+    """The FusedMM kernel for the dense width ``width`` (0: any width), as :func:`_spmm_kernel`.
 
-    On a block's own structure (X, Y) = (A, B) gives fusedmm_a; on the transposed structure
-    (X, Y) = (B, A) gives fusedmm_b.
+    Only the accumulation into the output row uses the constant width; the dot products keep
+    the run-time width, so their reduction order (a vectorised reduction's partial sums depend
+    on the loop's shape) and hence every weight stay bitwise those of the generic kernel.
     """
-    r = out.shape[1]
-    ncols = Y.shape[0]
-    zero = out.dtype.type(0)
-    for c in prange(nchunks):
-        lo = _row_split(indptr, c, nchunks)
-        hi = _row_split(indptr, c + 1, nchunks)
-        if hi > lo:
-            acc = np.empty(r, dtype=out.dtype)
-            cur = indptr[lo:hi].copy()
-            for p in range(npanels):
-                first = overwrite and p == 0
-                col_end = ((p + 1) * ncols) // npanels
-                nxt = _scan(indices, Y, cur[0], indptr[lo + 1], col_end, ncols, dist)
-                for i in range(lo, hi):
-                    start = cur[i - lo]
-                    seg = nxt
-                    cur[i - lo] = seg
-                    if i + 1 < hi:
-                        nxt = _scan(indices, Y, cur[i + 1 - lo], indptr[i + 2],
-                                    col_end, ncols, dist)
-                    if seg == start:
-                        if first:
-                            o = out[i]
+
+    @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+    def fused(indptr, indices, vals, X, Y, out, nchunks, dist, npanels, overwrite):
+        """out[i] += sum_t w_t * Y[j_t] with w_t = vals[t] * dot(X[i], Y[j_t]),
+        j_t = indices[t] (``=`` when ``overwrite``, as in :func:`_spmm_kernel`).
+
+        On a block's own structure (X, Y) = (A, B) gives fusedmm_a; on the transposed
+        structure (X, Y) = (B, A) gives fusedmm_b.
+        """
+        rdot = out.shape[1]
+        r = width if width > 0 else rdot
+        ncols = Y.shape[0]
+        zero = out.dtype.type(0)
+        for c in prange(nchunks):
+            lo = _row_split(indptr, c, nchunks)
+            hi = _row_split(indptr, c + 1, nchunks)
+            if hi > lo:
+                # a constant width keeps the accumulator row on the stack (in registers)
+                acc = (stack_array(width, out.dtype) if width > 0
+                       else np.empty(r, dtype=out.dtype))
+                cur = indptr[lo:hi].copy()
+                for p in range(npanels):
+                    first = overwrite and p == 0
+                    col_end = ((p + 1) * ncols) // npanels
+                    nxt = _scan(indices, Y, cur[0], indptr[lo + 1], col_end, ncols, dist)
+                    for i in range(lo, hi):
+                        start = cur[i - lo]
+                        seg = nxt
+                        cur[i - lo] = seg
+                        if i + 1 < hi:
+                            nxt = _scan(indices, Y, cur[i + 1 - lo], indptr[i + 2],
+                                        col_end, ncols, dist)
+                        if seg == start:
+                            if first:
+                                o = out[i]
+                                for k in range(r):
+                                    o[k] = 0
+                            continue
+                        for k in range(r):
+                            acc[k] = 0
+                        x = X[i]
+                        t = start
+                        while t + 4 <= seg:
+                            if dist > 0:
+                                for q in range(4):
+                                    tp = t + dist + q
+                                    if tp < seg:
+                                        prefetch_row(Y, indices[tp])
+                            y0 = Y[indices[t]]
+                            y1 = Y[indices[t + 1]]
+                            y2 = Y[indices[t + 2]]
+                            y3 = Y[indices[t + 3]]
+                            s0 = zero
+                            s1 = zero
+                            s2 = zero
+                            s3 = zero
+                            for k in range(rdot):
+                                xk = x[k]
+                                s0 += xk * y0[k]
+                                s1 += xk * y1[k]
+                                s2 += xk * y2[k]
+                                s3 += xk * y3[k]
+                            w0 = vals[t] * s0
+                            w1 = vals[t + 1] * s1
+                            w2 = vals[t + 2] * s2
+                            w3 = vals[t + 3] * s3
                             for k in range(r):
-                                o[k] = 0
-                        continue
-                    for k in range(r):
-                        acc[k] = 0
-                    x = X[i]
-                    t = start
-                    while t + 4 <= seg:
-                        if dist > 0:
-                            for q in range(4):
-                                tp = t + dist + q
-                                if tp < seg:
-                                    prefetch_row(Y, indices[tp])
-                        y0 = Y[indices[t]]
-                        y1 = Y[indices[t + 1]]
-                        y2 = Y[indices[t + 2]]
-                        y3 = Y[indices[t + 3]]
-                        s0 = zero
-                        s1 = zero
-                        s2 = zero
-                        s3 = zero
-                        for k in range(r):
-                            xk = x[k]
-                            s0 += xk * y0[k]
-                            s1 += xk * y1[k]
-                            s2 += xk * y2[k]
-                            s3 += xk * y3[k]
-                        w0 = vals[t] * s0
-                        w1 = vals[t + 1] * s1
-                        w2 = vals[t + 2] * s2
-                        w3 = vals[t + 3] * s3
-                        for k in range(r):
-                            acc[k] += w0 * y0[k] + w1 * y1[k] + w2 * y2[k] + w3 * y3[k]
-                        t += 4
-                    while t < seg:
-                        y = Y[indices[t]]
-                        s = zero
-                        for k in range(r):
-                            s += x[k] * y[k]
-                        w = vals[t] * s
-                        for k in range(r):
-                            acc[k] += w * y[k]
-                        t += 1
-                    o = out[i]
-                    if first:
-                        for k in range(r):
-                            o[k] = acc[k]
-                    else:
-                        for k in range(r):
-                            o[k] += acc[k]
+                                acc[k] += w0 * y0[k] + w1 * y1[k] + w2 * y2[k] + w3 * y3[k]
+                            t += 4
+                        while t < seg:
+                            y = Y[indices[t]]
+                            s = zero
+                            for k in range(rdot):
+                                s += x[k] * y[k]
+                            w = vals[t] * s
+                            for k in range(r):
+                                acc[k] += w * y[k]
+                            t += 1
+                        o = out[i]
+                        if first:
+                            for k in range(r):
+                                o[k] = acc[k]
+                        else:
+                            for k in range(r):
+                                o[k] += acc[k]
+
+    return slp_vectorized(fused) if width > 0 else fused
 
 
 # --------------------------------------------------------------------------------------------
+
+
+def _width(r: int) -> int:
+    """The compile-time width of the kernel that serves width ``r`` (0: the generic one)."""
+    return r if r in SPECIALISED_WIDTHS else 0
 
 
 def _clear(out: np.ndarray, accumulate: bool) -> None:
@@ -476,8 +521,9 @@ class ReferenceModel(NodeModel):
             _clear(out, accumulate)
             return
         dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
-        _spmm_kernel(S.indptr, S.indices, vals, B, out, _num_chunks(m), dist, panels,
-                     not accumulate)
+        kernel = _spmm_kernel(_width(r))
+        kernel(S.indptr, S.indices, vals, B, out, _num_chunks(m), dist, panels,
+               not accumulate)
 
     def _spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray,
                 accumulate: bool = True) -> None:
@@ -492,8 +538,9 @@ class ReferenceModel(NodeModel):
         vals_t = np.empty_like(vals)
         gather(vals, perm, vals_t)
         dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
-        _spmm_kernel(indptr_t, indices_t, vals_t, A, out, _num_chunks(n), dist, panels,
-                     not accumulate)
+        kernel = _spmm_kernel(_width(r))
+        kernel(indptr_t, indices_t, vals_t, A, out, _num_chunks(n), dist, panels,
+               not accumulate)
 
     def _fusedmm_a(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                    out: np.ndarray, accumulate: bool = True) -> None:
@@ -505,8 +552,9 @@ class ReferenceModel(NodeModel):
             _clear(out, accumulate)
             return
         dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
-        _fused_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels,
-                      not accumulate)
+        kernel = _fused_kernel(_width(r))
+        kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels,
+               not accumulate)
 
     def _fusedmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                    out: np.ndarray, accumulate: bool = True) -> None:
@@ -521,5 +569,6 @@ class ReferenceModel(NodeModel):
         vals_t = np.empty_like(vals)
         gather(vals, perm, vals_t)
         dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
-        _fused_kernel(indptr_t, indices_t, vals_t, B, A, out, _num_chunks(n), dist, panels,
-                      not accumulate)
+        kernel = _fused_kernel(_width(r))
+        kernel(indptr_t, indices_t, vals_t, B, A, out, _num_chunks(n), dist, panels,
+               not accumulate)

@@ -83,6 +83,33 @@ def test_cheap_checks_still_refuse_side_and_dtype_everywhere(algorithm, c):
     obj.close()
 
 
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_repeated_operands_are_checked_once_and_changes_still_refused(algorithm, c):
+    """A loop that passes the same buffers skips the cheap checks after the first of them
+    (the operands are remembered); new or reshaped operands are checked again, and the results
+    and counted words are those of a checked call."""
+    obj, S, A, B, A_loc, B_loc = make(algorithm, c, "once")
+    out = obj.scatter("a", np.zeros((22, A.shape[1])), root=None)
+    vals = obj.values.copy()
+    words = other_words(obj, lambda: obj.spmm_a(B_loc, values=vals, out=out), calls=4)
+    assert words == ((P - 1, P - 1) if P > 1 else (0, 0))  # the first call's agreement only
+    assert "spmm_a" in obj._memo
+    check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, values=vals, out=out)), S, A, B,
+          rtol=1e-10)
+    with pytest.raises(InputError, match="values must be"):
+        obj.spmm_a(B_loc, values=np.ones(vals.size + 1), out=out)
+    with pytest.raises(InputError, match="dtype"):
+        obj.spmm_a(B_loc, values=vals, out=out.astype(np.float32))
+    shape = out.shape
+    out.shape = (out.size,)  # the same object, reshaped in place: no longer 2-D
+    with pytest.raises(InputError, match="2-D"):
+        obj.spmm_a(B_loc, values=vals, out=out)
+    out.shape = shape
+    check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, values=vals, out=out)), S, A, B,
+          rtol=1e-10)
+    obj.close()
+
+
 @pytest.mark.parametrize("checks", ["once", "always"])
 def test_nan_after_the_first_call(checks):
     """A NaN appearing in a later iteration: "always" refuses it on every rank, "once" lets it
