@@ -139,8 +139,7 @@ def _ids(value):
 
 
 @pytest.mark.parametrize("p, target, signum", [
-    (2, "launcher", signal.SIGTERM), (3, "rank", signal.SIGTERM),
-    (2, "launcher", signal.SIGINT), (2, "rank", signal.SIGINT)], ids=_ids)
+    (2, "launcher", signal.SIGTERM), (3, "rank", signal.SIGINT)], ids=_ids)
 def test_als_stops_with_a_checkpoint_that_resumes_bit_identically(ratings, tmp_path, p,
                                                                   target, signum):
     common = ["als", "--ratings", str(ratings), "--rank", "4", "--cg-iters", "2",
@@ -293,7 +292,7 @@ def test_run_with_timeout_completes_normally(run_inputs, tmp_path):
     assert out.exists()
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "abc", "inf"])
+@pytest.mark.parametrize("value", ["0", "abc"])
 def test_bad_timeout_is_a_usage_error(run_inputs, tmp_path, value):
     res = subprocess.run([str(MPIEXEC), "-n", "2", str(DISTMM), *run_inputs, "--out",
                           str(tmp_path / "o.h5"), f"--timeout={value}"], env=_env(),
