@@ -94,16 +94,14 @@ from distmm.core.grid import ProcessGrid15D, fits_15d
 from distmm.core.layout import block_of, block_offsets, block_range
 from distmm.core.memory import (
     Memory,
-    build_transpose_bytes,
     ceil_div,
     csr_bytes,
     merged,
     modes,
     mpi_reduce_scatter_bytes,
-    operand_bytes,
     perm_bytes,
-    place_bytes,
     transpose_bytes,
+    two_orientation_memory,
     unpack_bytes,
 )
 from distmm.errors import require
@@ -515,11 +513,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
                 call["unit values"] = zmax * it
                 if op.startswith("fusedmm"):
                     call["SDDMM result"] = z * it
-        parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, k["nnz_a"], it))
-        build = (build_transpose_bytes(parts, k["nnz_a"], k["nnz_b"], k["nnz_b"], it)
-                 if any(o == "b" for o, _ in used) else 0)
-        return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], k["nnz_a"], it)
-                      + parts["permutations"], build)
+        return two_orientation_memory(parts, call, k, used, op, w, it, k["nnz_a"], k["nnz_b"])
 
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""

@@ -170,6 +170,20 @@ def operand_bytes(op: str, rows_a: int, rows_b: int, width: int, nnz: int,
     return parts
 
 
+def two_orientation_memory(parts: dict[str, int], call: dict[str, int], k: Mapping[str, int],
+                           used: list[tuple[str, str]], op: str, width: int, itemsize: int,
+                           placed_block: int, built_block: int) -> Memory:
+    """The end of a two-orientation family's model: add the caller's dense blocks to the held
+    ``parts``, the first-use build of S^T when a mode ``used`` runs on it, and the placement
+    peak; ``k`` holds the sizes (``rows_a``, ``rows_b``, ``nnz_a``, ``nnz_b``, ``share``), and
+    ``placed_block`` / ``built_block`` are the most entries of one block of S and of S^T."""
+    parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], width, k["nnz_a"], itemsize))
+    build = (build_transpose_bytes(parts, k["nnz_a"], k["nnz_b"], built_block, itemsize)
+             if any(o == "b" for o, _ in used) else 0)
+    return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], placed_block, itemsize)
+                  + parts["permutations"], build)
+
+
 def ceil_div(a: float, b: float) -> int:
     return int(-(-int(math.ceil(a)) // int(b)))
 
