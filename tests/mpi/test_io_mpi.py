@@ -16,6 +16,7 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
+from shared_files import put
 
 from distmm.core.coo import CooShare
 from distmm.errors import InputError
@@ -36,16 +37,6 @@ def shared_dir():
     comm.Barrier()
     if rank == 0:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def put(directory: Path, name: str, text: str) -> str:
-    """Rank 0 writes ``text`` (gzip-compressed for a .gz name); collective."""
-    path = directory / name
-    if rank == 0:
-        data = text.encode()
-        path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
-    comm.Barrier()
-    return str(path)
 
 
 def union(share: CooShare) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -8,17 +8,14 @@ Every rank asserts on the union of all shares (allgather).
 
 from __future__ import annotations
 
-import gzip
 import io
-import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
+from shared_files import put
 
 from distmm.errors import InputError
 from distmm.io import matrix_market as dio
@@ -26,24 +23,6 @@ from distmm.io.matrix_market import read_matrix_market
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
-
-
-@pytest.fixture(scope="module")
-def shared_dir():
-    path = comm.bcast(tempfile.mkdtemp(prefix="distmm-mtxfast-") if rank == 0 else None)
-    yield Path(path)
-    comm.Barrier()
-    if rank == 0:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _put(directory: Path, name: str, text: str) -> str:
-    path = directory / name
-    if rank == 0:
-        data = text.encode()
-        path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
-    comm.Barrier()
-    return str(path)
 
 
 def _text(seed: int, symmetry: str, m: int, nnz: int) -> str:
@@ -71,12 +50,12 @@ def _scipy_dense(text: str) -> np.ndarray:
 @pytest.mark.parametrize("symmetry", ["general", "symmetric"])
 @pytest.mark.parametrize("name", ["f.mtx", "f.mtx.gz"])
 @pytest.mark.parametrize("block", [37, 1 << 24])
-def test_shares_match_scipy(shared_dir, monkeypatch, symmetry, name, block):
+def test_shares_match_scipy(shared_tmp, monkeypatch, symmetry, name, block):
     monkeypatch.setattr(dio, "_PARSE_BLOCK", block)
     monkeypatch.setattr(dio, "_CAPACITY_MARGIN", 0.25)
     monkeypatch.setattr(dio, "_CAPACITY_SLACK", 0)
     text = _text(3, symmetry, 11, 97)
-    share = read_matrix_market(_put(shared_dir, f"{symmetry}-{block}-{name}", text), comm)
+    share = read_matrix_market(put(shared_tmp, f"mtxfast-{symmetry}-{block}-{name}", text), comm)
     parts = comm.allgather((share.rows, share.cols, share.vals))
     rows, cols, vals = (np.concatenate([p[i] for p in parts]) for i in range(3))
     got = sp.coo_matrix((vals, (rows, cols)), shape=share.shape).toarray()
@@ -84,12 +63,12 @@ def test_shares_match_scipy(shared_dir, monkeypatch, symmetry, name, block):
 
 
 @pytest.mark.parametrize("name", ["e.mtx", "e.mtx.gz"])
-def test_error_late_in_the_file_names_its_line(shared_dir, monkeypatch, name):
+def test_error_late_in_the_file_names_its_line(shared_tmp, monkeypatch, name):
     # the bad line is in the last rank's share; every rank raises the same error with the
     # global line number (found by the checked parser after the fast one gives up)
     monkeypatch.setattr(dio, "_PARSE_BLOCK", 29)
     lines = ["%%MatrixMarket matrix coordinate real general", "5 5 40"]
     lines += [f"{k % 5 + 1} {k % 4 + 1} 0.{k}" for k in range(39)] + ["3 9 1.0"]
-    path = _put(shared_dir, name, "\n".join(lines) + "\n")
+    path = put(shared_tmp, f"mtxfast-late-{name}", "\n".join(lines) + "\n")
     with pytest.raises(InputError, match=r"line 42: column index 9 is out of range 1\.\.5"):
         read_matrix_market(path, comm)
