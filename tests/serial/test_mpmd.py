@@ -25,6 +25,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import mpmd_cases  # noqa: E402
+from launch_env import mpi_env  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"
@@ -34,15 +35,6 @@ CASE_LIMIT = 30  # seconds from the start of a case to the error on every rank
 RANKS = (2, 4)
 
 pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason="the venv's mpiexec is missing")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", str(HERE.parent.parent / ".numba_cache"))
-    env.update(MPIR_CVAR_ENABLE_HEAVY_YIELD="1", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent.parent),
-                                                      env.get("PYTHONPATH")]))
-    return env
 
 
 def _materialise(directory: Path, files: dict) -> None:
@@ -99,7 +91,7 @@ def launch(request, tmp_path_factory):
                 + [case.id for case in mpmd_cases.CASES])
     start = time.monotonic()
     try:
-        proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True,
+        proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True,
                               timeout=LAUNCH_TIMEOUT)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the MPMD launch at p={p} hung for {LAUNCH_TIMEOUT} s (a rank waits "
@@ -167,7 +159,7 @@ def test_distmm_command_missing_file_on_one_rank(tmp_path, p):
     dirs = _make(tmp_path, p, "A.npy")
     before = [_snapshot(d) for d in dirs]
     cmd = _mpmd(p, dirs, [str(BIN / "distmm")] + mpmd_cases.RUN)
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == f"distmm: error: A.npy: no such file (reported by rank {p - 1})"
     assert [_snapshot(d) for d in dirs] == before
@@ -180,7 +172,7 @@ def test_distmm_command_c_differs(tmp_path):
     for k, d in enumerate(dirs):
         cmd += ([":"] if k else []) + ["-n", "1", "-wdir", str(d), str(BIN / "distmm"),
                                        *mpmd_cases.RUN, "-c", "1" if k < 2 else "2"]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (
         "distmm: error: the ranks were given different settings, which must be identical on "
@@ -196,7 +188,7 @@ def test_sigint_ends_every_rank_with_130_and_one_line(tmp_path):
     for d in dirs:
         d.mkdir()
     cmd = _mpmd(2, dirs, [sys.executable, str(HERE / "mpmd_driver.py"), "--interrupt"])
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"

@@ -8,7 +8,6 @@ the one that did not arrive. The message itself is also checked from hand-made s
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -19,6 +18,9 @@ import pytest
 
 from distmm.watchdog import EXIT_CODE, GRACE, describe
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launch_env import mpi_env  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"
@@ -26,15 +28,6 @@ TIMEOUT = 3.0
 SLACK = 15.0  # start-up (imports, numba's cache) plus the watchdog's grace, on a busy machine
 
 pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason="the venv's mpiexec is missing")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", str(HERE.parent.parent / ".numba_cache"))
-    env.update(MPIR_CVAR_ENABLE_HEAVY_YIELD="1", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent.parent),
-                                                      env.get("PYTHONPATH")]))
-    return env
 
 
 def _bench(algorithm: str, c: int) -> list[str]:
@@ -49,7 +42,7 @@ def _hang(p: int, sleeper: int, phase: str, how: str, algorithm: str = "15d-dens
     cmd = [str(MPIEXEC), "-n", str(p), sys.executable, str(HERE / "hang_driver.py"),
            str(sleeper), phase, "5", how, *_bench(algorithm, c)]
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True,
+    proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True,
                           timeout=TIMEOUT + 60)
     return proc, time.monotonic() - start
 
@@ -111,7 +104,7 @@ def test_a_rank_stuck_reading_its_input_is_named(tmp_path):
            "--b", str(tmp_path / "S.mtx"), "--out", str(tmp_path / "o.h5"), "--timeout",
            str(TIMEOUT)]
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True,
+    proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True,
                           timeout=TIMEOUT + 60)
     wall = time.monotonic() - start
     assert proc.returncode == EXIT_CODE, proc.stderr
@@ -128,7 +121,7 @@ def test_a_rank_stuck_reading_its_input_is_named(tmp_path):
 def test_a_healthy_job_with_a_timeout_ends_normally():
     cmd = [str(MPIEXEC), "-n", "3", str(BIN / "distmm"), *_bench("15d-dense-shift", 1)]
     cmd[cmd.index("1000000")] = "20"
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "watchdog" not in proc.stderr
 
