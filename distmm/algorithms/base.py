@@ -19,6 +19,7 @@ a block holds.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -153,6 +154,11 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         self._last_r: int | None = None
         self._closed = False
         self._scratch: dict[tuple, np.ndarray] = {}
+        # key -> (the step's operand objects, weakly, with their shapes; the prepared kernel
+        # call), and the node model's plan state they were prepared under (_run_kernel)
+        self._prepared: dict[tuple, tuple] = {}
+        self._plan_state = None
+        self._kind: str | None = None
         self._col_cache: dict[int, np.ndarray] = {}
         self._rows_cache: dict[str, int] = {}
         # Communicators created on this object by other modules (distmm.ops) are registered
@@ -366,6 +372,40 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         if buf is None:
             buf = self._scratch[key] = np.empty(key[1], dtype=dtype)
         return buf
+
+    def _run_kernel(self, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
+                    X: np.ndarray, Y: np.ndarray | None, out: np.ndarray,
+                    accumulate: bool = True) -> None:
+        """Run one local kernel; its own seconds (not this wrapper's) make the "compute" phase.
+
+        The node model prepares the call once (:meth:`NodeModel.prepare`: operand checks,
+        flop and byte counts, the kernel's plan), and the prepared call is kept under ``key``
+        (the call kind, and the loop's step within it) while ``sources`` are the very same
+        objects with the same shapes: the operands are views of them that the loop cuts the
+        same way for the same key, so the checks would pass again and the plan is the same.
+        ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
+        vector are replaced, when the node model's plan state (the numba thread count)
+        changes (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``.
+        The sources are held weakly: a kept call keeps no array alive."""
+        kept = self._prepared.get(key) if key is not None else None
+        if kept is not None:
+            for (ref, shape), x in zip(kept[0], sources, strict=True):
+                if ref() is not x or (x is not None and x.shape != shape):
+                    kept = None
+                    break
+        if kept is None:
+            kept = (tuple((_no_operand, None) if x is None else (weakref.ref(x), x.shape)
+                          for x in sources),
+                    self.kernel.prepare(op, S, vals, X, Y, out, accumulate))
+            if key is not None and self.checks != "always":
+                self._prepared[key] = kept
+        run = kept[1]
+        dt = run(vals, X, out) if Y is None else run(vals, X, Y, out)
+        self.stats.seconds["compute"] += dt
+
+    def _forget_prepared(self) -> None:
+        """Drop the kept kernel calls (see :meth:`_run_kernel`). Not collective."""
+        self._prepared.clear()
 
     # ----------------------------------------------------------------- placing S
     def _place(self, name: str, owners: np.ndarray, rows: np.ndarray, cols: np.ndarray,
@@ -627,6 +667,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         self._require_open()
         self._agree(self._check_values(values))
         self._store_values(values)
+        self._forget_prepared()
 
     def _store_values(self, values: np.ndarray) -> None:
         raise NotImplementedError
@@ -644,6 +685,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         self._agree(self._check_values(values))
         named = self.__dict__.setdefault("_named", {})
         named[name] = {"a": np.array(values, dtype=self.dtype, copy=True)}
+        self._forget_prepared()
 
     def named_values(self, name: str) -> np.ndarray:
         """The vector registered as ``name`` (value order; a view: do not resize). Not
@@ -656,6 +698,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     def drop_named_values(self, name: str) -> None:
         """Forget the vector registered as ``name`` and its moved copies. Not collective."""
         self.__dict__.get("_named", {}).pop(name, None)
+        self._forget_prepared()
 
     def _named_or(self, values: np.ndarray | str | None) -> np.ndarray | None:
         """``values`` with a registered name replaced by its vector (value order)."""
@@ -899,6 +942,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
                 sub.Free()
         self.__dict__["_extra_comms"] = []
         self.__dict__.get("_scratch", {}).clear()
+        self.__dict__.get("_prepared", {}).clear()
 
     @property
     def closed(self) -> bool:
@@ -912,9 +956,23 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         self.close()
 
 
+def _no_operand() -> None:
+    """Stands for the weak reference of an absent operand (it is None again)."""
+    return None
+
+
 def _plain(X: np.ndarray | None) -> np.ndarray | None:
-    """A plain ndarray view of a block (the kernels and the loops see no subclass)."""
-    return None if X is None else X.view(np.ndarray)
+    """A plain ndarray view of a block (the kernels and the loops see no subclass).
+
+    A plain array is returned as it is, and a block's view is kept on the block, so that a
+    loop called again with the same operand objects sees the same objects
+    (:meth:`DistributedAlgorithm._run_kernel` keeps prepared calls by identity)."""
+    if X is None or type(X) is np.ndarray:
+        return X
+    view = X.__dict__.get("_plain_view")
+    if view is None or view.shape != X.shape or view.strides != X.strides:
+        view = X.__dict__["_plain_view"] = X.view(np.ndarray)
+    return view
 
 
 def _check_share(source: CooShare, check_finite: bool) -> str | None:

@@ -63,6 +63,11 @@ class CallChecks:
         buffer or ``"values"`` for an SDDMM result. Collective unless the policy allows a
         local check (see the module docstring)."""
         self._require_open()
+        self._kind = kind
+        state = self.kernel.plan_state()
+        if state != self._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
+            self._forget_prepared()
+            self._plan_state = state
         if self.checks == "off":
             r = self._unchecked_r(dense)
         elif self.checks == "always" or kind not in self._checked:

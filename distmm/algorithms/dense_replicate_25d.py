@@ -321,7 +321,6 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         if mode != "spmm_y":  # an output Y block is written by the first step's kernel
             ycur[:yrows[0]] = Y_loc
         ones = np.ones(int(z.max()), dtype=dt) if mode == "sddmm" else None
-        kern = self.kernel
         i = self.grid.i
         up, down = (i - 1) % s, (i + 1) % s
         # Overlap: a block the kernel only reads is sent on before the kernel runs; a block it
@@ -339,14 +338,17 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
                                               source=lp.s_src)
             if pre_y:
                 reqs += self.col.start_shift(ycur[:ys], ynxt[:ny], dest=up, source=down)
-            with self.stats.timer("compute"):
-                blk = home if step == 0 else packet_block(cur, zs, (home.shape[0], ys), vals)
-                if mode == "sddmm":
-                    kern.sddmm(blk, ones[:zs], T, Yb, vals)
-                elif mode == "spmm_x":
-                    kern.spmm_a(blk, vals, Yb, T_out, accumulate=step > 0)
-                else:
-                    kern.spmm_b(blk, vals, T, Yb, accumulate=step > 0)
+            # A block that arrived is a new object at every step: its kernel call is prepared
+            # each time (key None); only the kernel's own time is "compute".
+            blk = home if step == 0 else packet_block(cur, zs, (home.shape[0], ys), vals)
+            if mode == "sddmm":
+                self._run_kernel(None, (), "sddmm", blk, ones[:zs], T, Yb, vals)
+            elif mode == "spmm_x":
+                self._run_kernel(None, (), "spmm_a", blk, vals, Yb, None, T_out,
+                                 accumulate=step > 0)
+            else:
+                self._run_kernel(None, (), "spmm_b", blk, vals, T, None, Yb,
+                                 accumulate=step > 0)
             if s > 1:
                 if not pre_s:
                     reqs += lp.s_comm.start_shift(cur[:3 * zs], nxt[:3 * nz], dest=lp.s_dest,

@@ -245,37 +245,45 @@ class DenseShift15D(TwoOrientationAlgorithm):
         ``result`` (spmm_y only): where to put the finished Y block (default: a new array).
         """
         o = self._orientation(name)
-        _, ys = self._frames(name)
         u, q = self.grid.u, self.q
         if q == 1:  # one rank per layer: nothing shifts, the kernel reads Y (or writes it) in place
             return self._local_step(o, mode, vals, T, Y_loc, r, out, result)
-        sizes = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
-        cur = self._buffer("cur", (int(sizes.max()), r))
-        nxt = self._buffer("nxt", (int(sizes.max()), r))
-        if mode != "spmm_y":  # an output Y block is written by the first step's kernel
-            cur[:sizes[u]] = Y_loc
+        cur, nxt = self._shift_views(self._frames(name)[1], r)
         left, right = (u - 1) % q, (u + 1) % q
         # Overlap (the paper's future work, section VII): send the Y block on while the kernel
         # reads it. Impossible when Y is the output (spmm_y): it must be finished first.
         overlap = self.overlap and mode != "spmm_y"
+        if mode == "spmm_y" and result is None:
+            # The output Y block is written by the first step's kernel; the last shift brings
+            # this rank's finished block home, straight into the result.
+            result = np.empty_like(cur[u])
         for step in range(q):
             t = (u + step) % q
+            # An input Y block is read and sent on from the caller's block at the first step
+            # (no copy into the shift buffers); from then on, from the buffer it arrived in.
+            Yb = Y_loc if step == 0 and mode != "spmm_y" else cur[t]
+            recv = result if mode == "spmm_y" and step == q - 1 else nxt[(t + 1) % q]
             if overlap:
-                pending = self.layer.start_shift(cur[:sizes[t]], nxt[:sizes[(t + 1) % q]],
-                                                 dest=left, source=right)
-            self._kernel_step(o, t, mode, vals, T, cur[:sizes[t]], out, first=step == 0)
+                pending = self.layer.start_shift(Yb, recv, dest=left, source=right)
+            self._kernel_step(o, t, mode, vals, T, Yb, out, first=step == 0)
             if overlap:
                 self.layer.finish(pending)
             else:
-                self.layer.shift(cur[:sizes[t]], nxt[:sizes[(t + 1) % q]], dest=left,
-                                 source=right)
+                self.layer.shift(Yb, recv, dest=left, source=right)
             cur, nxt = nxt, cur
-        if mode != "spmm_y":
-            return None
-        if result is None:
-            return cur[:sizes[u]].copy()  # cur is reused by the next call
-        result[...] = cur[:sizes[u]]
-        return result
+        return result if mode == "spmm_y" else None
+
+    def _shift_views(self, ys: str, r: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The two shift buffers of Y blocks of side ``ys`` and width r, as their views sized
+        for the Y block of each layer position t (kept with the buffers, so that every call
+        hands the kernels the same objects)."""
+        key = ("shift views", ys, r)
+        views = self._scratch.get(key)
+        if views is None:
+            sizes = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
+            bufs = [self._buffer(role, (int(sizes.max()), r)) for role in ("cur", "nxt")]
+            views = self._scratch[key] = tuple([buf[:int(k)] for k in sizes] for buf in bufs)
+        return views
 
     def _local_step(self, o, mode: str, vals, T, Y_loc, r: int, out, result):
         """:meth:`_propagate` for a layer of one rank (q = 1): one kernel call on S's only
@@ -288,21 +296,26 @@ class DenseShift15D(TwoOrientationAlgorithm):
         return Y
 
     def _kernel_step(self, o, t: int, mode: str, vals, T, Yb, out, first: bool) -> None:
-        """The local kernel on S's block t and the Y block present (timed as "compute").
+        """The local kernel on S's block t and the Y block present (its own time is the
+        "compute" phase; see :meth:`_run_kernel`, which keeps the prepared call per step).
 
         The first step of a loop writes its output instead of accumulating into it, so no
         output is zero-filled first; SDDMM always writes (every step fills its own block's
         values)."""
-        S, sv, k = o.blocks[t], o.block_values(vals, t), self.kernel
-        with self.stats.timer("compute"):
-            if mode == "sddmm":
-                k.sddmm(S, sv, T, Yb, o.block_values(out, t), accumulate=False)
-            elif mode == "spmm_x":
-                k.spmm_a(S, sv, Yb, out, accumulate=not first)
-            elif mode == "spmm_y":
-                k.spmm_b(S, sv, T, Yb, accumulate=not first)
-            else:
-                k.fusedmm_a(S, sv, T, Yb, out, accumulate=not first)
+        S, sv = o.blocks[t], o.block_values(vals, t)
+        key = (self._kind, o.name, t, mode, first)
+        if mode == "sddmm":
+            self._run_kernel(key, (vals, T, Yb, out), "sddmm", S, sv, T, Yb,
+                             o.block_values(out, t), accumulate=False)
+        elif mode == "spmm_x":
+            self._run_kernel(key, (vals, Yb, out), "spmm_a", S, sv, Yb, None, out,
+                             accumulate=not first)
+        elif mode == "spmm_y":
+            self._run_kernel(key, (vals, T, Yb), "spmm_b", S, sv, T, None, Yb,
+                             accumulate=not first)
+        else:
+            self._run_kernel(key, (vals, T, Yb, out), "fusedmm_a", S, sv, T, Yb, out,
+                             accumulate=not first)
 
     # pieces expressed in an orientation's frame ------------------------------------------
     def _superblock_out(self, name: str, r: int) -> np.ndarray:

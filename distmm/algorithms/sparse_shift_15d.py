@@ -290,7 +290,6 @@ class SparseShift15D(TwoOrientationAlgorithm):
         # finish accumulating before its block leaves.
         overlap = self.overlap and q > 1 and mode != "sddmm"
         left, right = (u - 1) % q, (u + 1) % q
-        k = self.kernel
         for step in range(q):
             t, t_next = (u + step) % q, (u + step + 1) % q
             kt = int(nnz[t])
@@ -298,16 +297,19 @@ class SparseShift15D(TwoOrientationAlgorithm):
             recv = nxt[:WORDS_PER_NONZERO * int(nnz[t_next])]
             reqs = self.layer.start_shift(send, recv, dest=left, source=right) if overlap else []
             ysl = slice(int(ly[t]), int(ly[t + 1]))
-            with self.stats.timer("compute"):
-                bv = packet_values(cur, kt, self.dtype)
-                blk = packet_block(cur, kt, (mx, ysz[t]) if frame == "csr" else (ysz[t], mx), bv)
-                if mode == "sddmm":
-                    k.sddmm(blk, ones[:kt], T, Y[ysl], bv)
-                elif mode == "spmm_x":  # the first step writes the accumulator
-                    k.spmm_a(blk, bv, Y[ysl], out, accumulate=step > 0)
-                else:  # S_t^T @ T, run as SpMMA on the transposed block that travelled; each
-                    # step writes its own rows of out
-                    k.spmm_a(blk, bv, T, out[ysl], accumulate=False)
+            # The block that arrived is a new object at every step: its kernel call is
+            # prepared each time (key None); only the kernel's own time is "compute".
+            bv = packet_values(cur, kt, self.dtype)
+            blk = packet_block(cur, kt, (mx, ysz[t]) if frame == "csr" else (ysz[t], mx), bv)
+            if mode == "sddmm":
+                self._run_kernel(None, (), "sddmm", blk, ones[:kt], T, Y[ysl], bv)
+            elif mode == "spmm_x":  # the first step writes the accumulator
+                self._run_kernel(None, (), "spmm_a", blk, bv, Y[ysl], None, out,
+                                 accumulate=step > 0)
+            else:  # S_t^T @ T, run as SpMMA on the transposed block that travelled; each
+                # step writes its own rows of out
+                self._run_kernel(None, (), "spmm_a", blk, bv, T, None, out[ysl],
+                                 accumulate=False)
             if q > 1:
                 if overlap:
                     self.layer.finish(reqs)

@@ -34,14 +34,17 @@ insertion, modelled cycles, DRAM bytes, ...); the counters are added to that ope
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from distmm.core.sparse import CSRBlock
 from distmm.kernels.checks import check_operands
+from distmm.kernels.numba_util import thread_count
 
 OPERATIONS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b", "spgemm")
 
@@ -76,15 +79,17 @@ class KernelStats:
     ops: dict[str, OpStats] = field(default_factory=lambda: defaultdict(OpStats))
 
     def record(self, op: str, seconds: float, flops: float, nbytes: float,
-               fallback: bool = False, **extra: float) -> None:
+               fallback: bool = False, extra: dict[str, float] | None = None) -> None:
+        """Add one call of ``op`` (and the model counters ``extra`` it reported)."""
         s = self.ops[op]
         s.calls += 1
         s.seconds += seconds
         s.flops += flops
         s.bytes += nbytes
         s.fallback_calls += int(fallback)
-        for k, v in extra.items():
-            s.extra[k] = s.extra.get(k, 0.0) + v
+        if extra:
+            for k, v in extra.items():
+                s.extra[k] = s.extra.get(k, 0.0) + v
 
     def reset(self) -> None:
         self.ops.clear()
@@ -111,6 +116,18 @@ def spgemm_bytes(X: CSRBlock, Y: CSRBlock, C: CSRBlock) -> float:
     def size(M: CSRBlock) -> int:
         return M.indptr.nbytes + M.indices.nbytes + M.data.nbytes
     return float(size(X) + size(Y) + size(C))
+
+
+# (dense rows read, dense rows written) of each operation on an m x n block
+_ROWS = {
+    "sddmm": lambda m, n: (m + n, 0),
+    "spmm_a": lambda m, n: (n, m),
+    "spmm_b": lambda m, n: (m, n),
+    "fusedmm_a": lambda m, n: (m + n, m),
+    "fusedmm_b": lambda m, n: (m + n, n),
+}
+# FusedMM does an SDDMM's and an SpMM's flops
+_FLOP_FACTOR = {"fusedmm_a": 2.0, "fusedmm_b": 2.0}
 
 
 def kernel_bytes(S: CSRBlock, r: int, rows_read: int, rows_written: int,
@@ -155,46 +172,122 @@ class NodeModel:
         """The model's configuration as a JSON-ready dict (recorded in run reports)."""
         return {}
 
+    def plan_state(self) -> object:
+        """What the calls of :meth:`prepare` depend on besides their operands: a call prepared
+        under another state must be prepared again. Here the numba thread count (the CPU
+        kernels cut their rows into one chunk per thread); models that plan on more override
+        this. Not collective."""
+        return thread_count()
+
     # public entry points: timing, accounting and fallback live here, once
+    def prepare(self, op: str, S: CSRBlock, vals: np.ndarray, X: np.ndarray,
+                Y: np.ndarray | None, out: np.ndarray,
+                accumulate: bool = True) -> Callable[..., float]:
+        """Check, account and plan one local operation once; return a call that runs it.
+
+        Parameters
+        ----------
+        op : str
+            One of ``sddmm``, ``spmm_a``, ``spmm_b``, ``fusedmm_a``, ``fusedmm_b``.
+        S, vals, X, Y, out
+            The operands as the public methods take them: ``X`` and ``Y`` are the dense
+            operands in call order ((A, B) for sddmm and fusedmm_*, (B, None) for spmm_a,
+            (A, None) for spmm_b).
+        accumulate : bool
+            Whether the call adds to ``out`` (else writes it).
+
+        Returns
+        -------
+        callable
+            ``run(vals, *dense, out) -> seconds``, the operands in the public method's order
+            without S (``run(vals, B, out)`` for spmm_a, ``run(vals, A, B, out)`` for sddmm).
+            Each call runs the kernel on S, records it in :attr:`stats` exactly as the public
+            method does (calls, seconds, flops, bytes, fallback, model counters) and returns
+            the kernel's seconds. It may be called again and again, but only with operands of
+            the shapes, dtypes and layout it was prepared with (the same arrays, or arrays of
+            the same data type, shape and C layout): nothing is checked again, and the plan
+            (kernel, chunks per thread, panels) is that of the prepared operands and of the
+            numba thread count at preparation.
+        """
+        check_operands(op, S, vals, X, Y, out)
+        r = X.shape[1]
+        m, n = S.shape
+        rows_read, rows_written = _ROWS[op](m, n)
+        flops = _FLOP_FACTOR.get(op, 1.0) * spmm_flops(S.nnz, r)
+        nbytes = kernel_bytes(S, r, rows_read, rows_written,
+                              S.nnz if op == "sddmm" else 0, accumulate)
+        impl, fallback = self._implementer(op)
+        kernel = impl._bind(op, S, r, bool(accumulate))
+        record, clock = self.stats.record, time.perf_counter
+
+        def run(*operands) -> float:
+            if impl._pending:
+                impl._pending = {}
+            t0 = clock()
+            kernel(*operands)
+            dt = clock() - t0
+            extra = impl._pending
+            if extra:
+                impl._pending = {}
+            record(op, dt, flops, nbytes, fallback, extra)
+            return dt
+
+        return run
+
+    def _implementer(self, op: str) -> tuple[NodeModel, bool]:
+        """(the model that runs ``op``, whether that is the fallback)."""
+        fallback = op not in self.native
+        impl = self._fallback if fallback else self
+        if fallback and impl is None:
+            raise NotImplementedError(f"node model {self.name!r} has no {op} and no fallback")
+        return impl, fallback
+
+    def _bind(self, op: str, S: CSRBlock, r: int, accumulate: bool) -> Callable[..., None]:
+        """The model's own kernel for ``op`` on block S at width r, as ``fn(vals, *dense,
+        out)`` (no checks, no accounting). Models that plan per block override this; the
+        default calls the ``_op`` method, zero-filling ``out`` first where a model that only
+        accumulates is asked to write."""
+        fn = getattr(self, "_" + op)
+        if accumulate:
+            return functools.partial(fn, S)
+        if op in self.overwrites:
+            return functools.partial(fn, S, accumulate=False)
+
+        def write(*operands) -> None:
+            operands[-1][...] = 0  # ``out`` is the last operand
+            fn(S, *operands)
+
+        return write
+
     def sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
               out: np.ndarray, accumulate: bool = True) -> None:
         """out[k] += vals[k] * <A[row_k], B[col_k]> for every stored nonzero k of S
         (``out[k] = ...`` when ``accumulate`` is false)."""
-        check_operands("sddmm", S, vals, A, B, out)
-        self._run("sddmm", S, A.shape[1], S.shape[0] + S.shape[1], 0,
-                  (S, vals, A, B, out), accumulate, values_written=S.nnz)
+        self.prepare("sddmm", S, vals, A, B, out, accumulate)(vals, A, B, out)
 
     def spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray,
                accumulate: bool = True) -> None:
         """out += S(vals) @ B (``out = ...`` when ``accumulate`` is false); out has S.shape[0]
         rows."""
-        check_operands("spmm_a", S, vals, B, None, out)
-        self._run("spmm_a", S, B.shape[1], S.shape[1], S.shape[0], (S, vals, B, out),
-                  accumulate)
+        self.prepare("spmm_a", S, vals, B, None, out, accumulate)(vals, B, out)
 
     def spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray,
                accumulate: bool = True) -> None:
         """out += S(vals)^T @ A (``out = ...`` when ``accumulate`` is false); out has
         S.shape[1] rows."""
-        check_operands("spmm_b", S, vals, A, None, out)
-        self._run("spmm_b", S, A.shape[1], S.shape[0], S.shape[1], (S, vals, A, out),
-                  accumulate)
+        self.prepare("spmm_b", S, vals, A, None, out, accumulate)(vals, A, out)
 
     def fusedmm_a(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                   out: np.ndarray, accumulate: bool = True) -> None:
         """out += (S(vals) * (A B^T)) @ B without materialising the SDDMM result
         (``out = ...`` when ``accumulate`` is false)."""
-        check_operands("fusedmm_a", S, vals, A, B, out)
-        self._run("fusedmm_a", S, A.shape[1], S.shape[0] + S.shape[1], S.shape[0],
-                  (S, vals, A, B, out), accumulate, flop_factor=2.0)
+        self.prepare("fusedmm_a", S, vals, A, B, out, accumulate)(vals, A, B, out)
 
     def fusedmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                   out: np.ndarray, accumulate: bool = True) -> None:
         """out += (S(vals) * (A B^T))^T @ A without materialising the SDDMM result
         (``out = ...`` when ``accumulate`` is false)."""
-        check_operands("fusedmm_b", S, vals, A, B, out)
-        self._run("fusedmm_b", S, A.shape[1], S.shape[0] + S.shape[1], S.shape[1],
-                  (S, vals, A, B, out), accumulate, flop_factor=2.0)
+        self.prepare("fusedmm_b", S, vals, A, B, out, accumulate)(vals, A, B, out)
 
     def spgemm(self, X: CSRBlock, Y: CSRBlock) -> CSRBlock:
         """C = X @ Y for two CSR blocks of one dtype; C has sorted column indices.
@@ -205,40 +298,15 @@ class NodeModel:
                              f"{Y.shape[0]} rows")
         if X.dtype != Y.dtype:
             raise ValueError(f"spgemm: X is {X.dtype} but Y is {Y.dtype}")
+        impl, fallback = self._implementer("spgemm")
         flops = spgemm_flops(X, Y)
-        C, impl, fallback, dt = self._call("spgemm", (X, Y))
-        self._record(impl, "spgemm", dt, flops, spgemm_bytes(X, Y, C), fallback)
-        return C
-
-    def _call(self, op: str, args: tuple, accumulate: bool = True):
-        fallback = op not in self.native
-        impl = self._fallback if fallback else self
-        if fallback and impl is None:
-            raise NotImplementedError(f"node model {self.name!r} has no {op} and no fallback")
         impl._pending = {}
-        fn = getattr(impl, "_" + op)
         t0 = time.perf_counter()
-        if accumulate:
-            result = fn(*args)
-        elif op in impl.overwrites:
-            result = fn(*args, accumulate=False)
-        else:  # the model only accumulates: start it from zero (``out`` is the last operand)
-            args[-1][...] = 0
-            result = fn(*args)
-        return result, impl, fallback, time.perf_counter() - t0
-
-    def _record(self, impl: NodeModel, op: str, dt: float, flops: float, nbytes: float,
-                fallback: bool) -> None:
+        C = impl._spgemm(X, Y)
+        dt = time.perf_counter() - t0
         extra, impl._pending = impl._pending, {}
-        self.stats.record(op, dt, flops, nbytes, fallback=fallback, **extra)
-
-    def _run(self, op: str, S: CSRBlock, r: int, rows_read: int, rows_written: int,
-             args: tuple, accumulate: bool = True, flop_factor: float = 1.0,
-             values_written: int = 0) -> None:
-        _, impl, fallback, dt = self._call(op, args, bool(accumulate))
-        self._record(impl, op, dt, flop_factor * spmm_flops(S.nnz, r),
-                     kernel_bytes(S, r, rows_read, rows_written, values_written, accumulate),
-                     fallback)
+        self.stats.record("spgemm", dt, flops, spgemm_bytes(X, Y, C), fallback, extra)
+        return C
 
     # implementations, overridden by subclasses for what they support natively
     def _sddmm(self, S, vals, A, B, out) -> None:

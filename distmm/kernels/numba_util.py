@@ -28,7 +28,7 @@ from numba.extending import intrinsic
 
 __all__ = ["FASTMATH", "STREAM_STORES", "gather", "popcount", "prefetch_row", "prefetch_span",
            "row_products", "row_range", "slp_vectorized", "stack_array", "store_fence",
-           "stream_store", "unsigned_view"]
+           "stream_store", "thread_count", "unsigned_view"]
 
 # reassociation (vectorised reductions) and contraction (FMA); no nnan/ninf, so NaN/inf propagate
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
@@ -269,3 +269,28 @@ def unsigned_view(indices: np.ndarray) -> np.ndarray:
     if indices.dtype == np.int32:
         return indices.view(np.uint32)
     return np.ascontiguousarray(indices, dtype=np.uint32)
+
+
+_thread_count_raw = None
+
+
+def thread_count() -> int:
+    """``numba.get_num_threads()`` of the calling thread, cheaply (read on every distributed
+    call to see whether prepared kernel plans are still valid).
+
+    ``numba.get_num_threads`` takes the threading layer's launch locks on every call; once the
+    layer is up, its thread-count getter is called directly (falling back to the public call
+    if numba's internals differ)."""
+    global _thread_count_raw
+    if _thread_count_raw is None:
+        import numba
+        from numba.np.ufunc import parallel
+
+        numba.get_num_threads()  # launches the threading layer
+        _thread_count_raw = getattr(parallel, "_get_num_threads", None) or numba.get_num_threads
+    n = _thread_count_raw()
+    if n <= 0:
+        import numba
+
+        return numba.get_num_threads()  # raises numba's own error
+    return n

@@ -603,75 +603,62 @@ class ReferenceModel(NodeModel):
         dist = _prefetch_distance(r, itemsize) if size > self.panel_bytes // 4 else 0
         return dist, self._panels(gathered_rows, r, itemsize, nnz, rows, min_run)
 
+    def _bind(self, op: str, S: CSRBlock, r: int, accumulate: bool):
+        """One numba call for ``op`` on block S at width r, planned once (prefetch distance,
+        panels, chunks per numba thread, the width's kernel): ``fn(vals, *dense, out)``.
+
+        The ``_b`` operations run the row-parallel kernels on S's cached transpose (built
+        here on first use), gathering ``vals`` into S^T's order at each call."""
+        m, n = S.shape
+        if S.nnz == 0 or r == 0:
+            return lambda *operands: _clear(operands[-1], accumulate)
+        transposed = op in ("spmm_b", "fusedmm_b")
+        gathered, rows = (m, n) if transposed else (n, m)
+        dist, panels = self._plan(gathered, r, S.data.dtype.itemsize, S.nnz, rows,
+                                  2 if op == "sddmm" else 4)
+        tail = (_num_chunks(rows), dist, panels, not accumulate)
+        if op == "sddmm":
+            kernel = _sddmm_kernel
+        else:
+            kernel = (_spmm_kernel if op.startswith("spmm") else _fused_kernel)(_width(r))
+        if not transposed:
+            indptr, indices = S.indptr, S.indices
+            return lambda vals, *dense: kernel(indptr, indices, vals, *dense, *tail)
+        indptr_t, indices_t, perm = S.transpose()
+
+        def run(vals, *dense):
+            vals_t = np.empty_like(vals)
+            gather(vals, perm, vals_t)
+            if len(dense) == 3:  # fusedmm_b: S^T's rows meet B, its columns A
+                dense = (dense[1], dense[0], dense[2])
+            kernel(indptr_t, indices_t, vals_t, *dense, *tail)
+
+        return run
+
     def _sddmm(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                out: np.ndarray, accumulate: bool = True) -> None:
         """out[k] += vals[k] * dot(A[row_k], B[col_k]) (``=`` unless ``accumulate``)."""
-        m, n = S.shape
-        dtype, r = vals.dtype, A.shape[1]  # checked by the interface
-        if S.nnz == 0 or r == 0:
-            _clear(out, accumulate)
-            return
-        dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 2)
-        _sddmm_kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels,
-                      not accumulate)
+        self._bind("sddmm", S, A.shape[1], accumulate)(vals, A, B, out)
 
     def _spmm_a(self, S: CSRBlock, vals: np.ndarray, B: np.ndarray, out: np.ndarray,
                 accumulate: bool = True) -> None:
         """out += S(vals) @ B (``=`` unless ``accumulate``)."""
-        m, n = S.shape
-        dtype, r = vals.dtype, B.shape[1]  # checked by the interface
-        if S.nnz == 0 or r == 0:
-            _clear(out, accumulate)
-            return
-        dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
-        kernel = _spmm_kernel(_width(r))
-        kernel(S.indptr, S.indices, vals, B, out, _num_chunks(m), dist, panels,
-               not accumulate)
+        self._bind("spmm_a", S, B.shape[1], accumulate)(vals, B, out)
 
     def _spmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, out: np.ndarray,
                 accumulate: bool = True) -> None:
         """out += S(vals)^T @ A (``=`` unless ``accumulate``), row-parallel over the cached
         transpose."""
-        m, n = S.shape
-        dtype, r = vals.dtype, A.shape[1]  # checked by the interface
-        if S.nnz == 0 or r == 0:
-            _clear(out, accumulate)
-            return
-        indptr_t, indices_t, perm = S.transpose()
-        vals_t = np.empty_like(vals)
-        gather(vals, perm, vals_t)
-        dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
-        kernel = _spmm_kernel(_width(r))
-        kernel(indptr_t, indices_t, vals_t, A, out, _num_chunks(n), dist, panels,
-               not accumulate)
+        self._bind("spmm_b", S, A.shape[1], accumulate)(vals, A, out)
 
     def _fusedmm_a(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                    out: np.ndarray, accumulate: bool = True) -> None:
         """out += (S(vals) * (A B^T)) @ B (``=`` unless ``accumulate``), one row's worth of
         intermediates per thread."""
-        m, n = S.shape
-        dtype, r = vals.dtype, A.shape[1]  # checked by the interface
-        if S.nnz == 0 or r == 0:
-            _clear(out, accumulate)
-            return
-        dist, panels = self._plan(n, r, dtype.itemsize, S.nnz, m, 4)
-        kernel = _fused_kernel(_width(r))
-        kernel(S.indptr, S.indices, vals, A, B, out, _num_chunks(m), dist, panels,
-               not accumulate)
+        self._bind("fusedmm_a", S, A.shape[1], accumulate)(vals, A, B, out)
 
     def _fusedmm_b(self, S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
                    out: np.ndarray, accumulate: bool = True) -> None:
         """out += (S(vals) * (A B^T))^T @ A (``=`` unless ``accumulate``), row-parallel over
         the cached transpose."""
-        m, n = S.shape
-        dtype, r = vals.dtype, A.shape[1]  # checked by the interface
-        if S.nnz == 0 or r == 0:
-            _clear(out, accumulate)
-            return
-        indptr_t, indices_t, perm = S.transpose()
-        vals_t = np.empty_like(vals)
-        gather(vals, perm, vals_t)
-        dist, panels = self._plan(m, r, dtype.itemsize, S.nnz, n, 4)
-        kernel = _fused_kernel(_width(r))
-        kernel(indptr_t, indices_t, vals_t, B, A, out, _num_chunks(n), dist, panels,
-               not accumulate)
+        self._bind("fusedmm_b", S, A.shape[1], accumulate)(vals, A, B, out)

@@ -1,0 +1,172 @@
+"""Prepared kernel calls (DistributedAlgorithm._run_kernel): a loop that repeats a call with
+the same operand objects reuses the node model's prepared calls, and must give bitwise the
+results of a fresh object, keep the kernel statistics exact, and prepare again whenever what
+a prepared call captured may have changed (S's values, a named vector, the plan state)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from mpi4py import MPI
+from oracle import check, problem
+
+import distmm
+from distmm.perf import costmodel
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P, 19)]
+REPEATS = 3
+
+
+def _setup(algorithm, c, seed=3):
+    S, A, B = problem(30, 27, 19, seed=seed)
+    obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, dtype=np.float64, root=None)
+    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+    return obj, S, A, B, A_loc, B_loc
+
+
+def _calls(obj, A_loc, B_loc, r):
+    """(name, call) of every operation and strategy, each writing into its own out=."""
+    out_a, out_b = obj.dense("a", r), obj.dense("b", r)
+    vals = np.empty_like(obj.values)
+    calls = [("sddmm", lambda: obj.sddmm(A_loc, B_loc, out=vals)),
+             ("spmm_a", lambda: obj.spmm_a(B_loc, out=out_a)),
+             ("spmm_b", lambda: obj.spmm_b(A_loc, out=out_b))]
+    for s in obj.strategies:
+        calls.append((f"fusedmm_a {s}", lambda s=s: obj.fusedmm_a(A_loc, B_loc, s, out=out_a)))
+        calls.append((f"fusedmm_b {s}", lambda s=s: obj.fusedmm_b(A_loc, B_loc, s, out=out_b)))
+    return calls
+
+
+def _kernel_counts(obj) -> dict:
+    return {op: (st["calls"], st["flops"], st["bytes"])
+            for op, st in obj.kernel.stats.as_dict().items()}
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_repeated_calls_match_a_fresh_object_bitwise(algorithm, c):
+    """Every repeat equals, bit for bit, the first call of a fresh object, and the kernel
+    statistics of n repeats are n times those of one call."""
+    obj, _, _, _, A_loc, B_loc = _setup(algorithm, c)
+    fresh_calls = {}
+    for name, _ in _calls(obj, A_loc, B_loc, 19):
+        fresh, _, _, _, fA, fB = _setup(algorithm, c)
+        call = dict(_calls(fresh, fA, fB, 19))[name]
+        call()  # builds what a first call builds (S^T, moved values)
+        fresh.reset_stats()
+        want = np.array(call(), copy=True)
+        fresh_calls[name] = (want, _kernel_counts(fresh))
+        fresh.close()
+    for name, call in _calls(obj, A_loc, B_loc, 19):
+        call()
+        obj.reset_stats()
+        for _ in range(REPEATS):
+            got = call()
+            np.testing.assert_array_equal(got, fresh_calls[name][0], err_msg=name)
+        one = fresh_calls[name][1]
+        assert _kernel_counts(obj) == {op: (REPEATS * k, REPEATS * f, REPEATS * b)
+                                       for op, (k, f, b) in one.items()}, name
+    obj.close()
+
+
+def _new_values(obj):
+    rows, cols = obj.value_coordinates()
+    return np.sin(obj.row_perm[rows] + 2.0 * obj.col_perm[cols]) + 2.0
+
+
+def _scipy_with(S, fn):
+    coo = sp.coo_matrix(S)
+    coo.sum_duplicates()
+    return sp.coo_matrix((fn(coo.row, coo.col), (coo.row, coo.col)), shape=S.shape)
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_set_values_between_repeats(algorithm, c):
+    """New values of S between two calls with the same operand objects reach the second."""
+    obj, S, A, B, A_loc, B_loc = _setup(algorithm, c)
+    S2 = _scipy_with(S, lambda i, j: np.sin(i + 2.0 * j) + 2.0)
+    calls = _calls(obj, A_loc, B_loc, 19)
+    for _, call in calls:
+        call()
+    obj.set_values(_new_values(obj))
+    for name, call in calls:
+        op = name.split()[0].replace("_", "-")
+        res = call()
+        got = obj.gather_values(res) if op == "sddmm" else obj.gather(op[-1], res)
+        check(op, got, S2, A, B, rtol=1e-10)
+    obj.close()
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_named_values_replaced_between_repeats(algorithm, c):
+    """Registering a name again between two calls that pass the name: the second call runs
+    with the new vector."""
+    obj, S, A, B, A_loc, B_loc = _setup(algorithm, c)
+    out_a, out_b = obj.dense("a", 19), obj.dense("b", 19)
+    obj.set_named_values("w", np.ones_like(obj.values))
+    calls = [("spmm-a", lambda: obj.spmm_a(B_loc, values="w", out=out_a))]
+    for s in obj.strategies:
+        calls.append(("fusedmm-a", lambda s=s: obj.fusedmm_a(A_loc, B_loc, s, values="w",
+                                                             out=out_a)))
+        calls.append(("fusedmm-b", lambda s=s: obj.fusedmm_b(A_loc, B_loc, s, values="w",
+                                                             out=out_b)))
+    for _, call in calls:
+        call()
+    obj.set_named_values("w", _new_values(obj))
+    S2 = _scipy_with(S, lambda i, j: np.sin(i + 2.0 * j) + 2.0)
+    for op, call in calls:
+        check(op, obj.gather(op[-1], call()), S2, A, B, rtol=1e-10)
+    obj.close()
+
+
+@pytest.mark.parametrize("algorithm,c", CASES[:1] + [x for x in CASES
+                                                      if x[0] == "15d-dense-shift"])
+def test_prepared_again_when_the_plan_state_changes(algorithm, c, monkeypatch):
+    """A repeat prepares nothing; a new plan state (numba.set_num_threads) prepares every
+    kernel call again, and the results stay right; checks="always" keeps nothing."""
+    obj, S, A, B, A_loc, B_loc = _setup(algorithm, c)
+    prepared = []
+    real = obj.kernel.prepare
+    monkeypatch.setattr(obj.kernel, "prepare",
+                        lambda *a, **k: prepared.append(a[0]) or real(*a, **k))
+    state = [obj.kernel.plan_state()]
+    monkeypatch.setattr(obj.kernel, "plan_state", lambda: state[0])
+    out = obj.dense("a", 19)
+    obj.fusedmm_a(A_loc, B_loc, out=out)
+    first = len(prepared)
+    obj.fusedmm_a(A_loc, B_loc, out=out)
+    repeat = len(prepared) - first
+    state[0] = ("another thread count",)
+    check("fusedmm-a", obj.gather("a", obj.fusedmm_a(A_loc, B_loc, out=out)), S, A, B,
+          rtol=1e-10)
+    again = len(prepared) - first - repeat
+    if algorithm == "15d-dense-shift":  # the family whose loop keeps every step's call
+        assert first > 0 and repeat == 0 and again == first
+    obj.close()
+    obj, *_ = _setup(algorithm, c)
+    obj.checks = "always"
+    out = obj.dense("a", 19)
+    A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+    obj.fusedmm_a(A_loc, B_loc, out=out)
+    assert obj._prepared == {}
+    obj.close()
+
+
+def test_numba_thread_count_between_repeats():
+    """numba.set_num_threads between two repeats of a call: right results either way."""
+    import numba
+
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    out = obj.dense("a", 19)
+    before = numba.get_num_threads()
+    try:
+        obj.spmm_a(B_loc, out=out)
+        numba.set_num_threads(1 if before > 1 else before)
+        check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
+        assert obj._plan_state == numba.get_num_threads()
+    finally:
+        numba.set_num_threads(before)
+    check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
+    obj.close()
