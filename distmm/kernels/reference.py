@@ -26,8 +26,11 @@ it is also the model that runs by default, so it is written to be fast on a mult
 * **Vectorised inner loops.** Dense rows are C-contiguous; the loop over the dense width r is the
   innermost loop and is compiled with the ``reassoc`` and ``contract`` fast-math flags, so LLVM
   vectorises dot products (a reduction) and emits fused multiply-adds. NaN and infinity keep their
-  IEEE meaning (no ``nnan``/``ninf``). Four nonzeros are processed together so that one pass over
-  the accumulator row (SpMM) or over the shared row of ``A`` (SDDMM) serves four of them.
+  IEEE meaning (no ``nnan``/``ninf``). SpMM and FusedMM process four nonzeros together, so that
+  one pass over the accumulator row serves four of them. SDDMM takes its dot products eight
+  nonzeros at a time (then four, then one): each element of the shared row of ``A`` is loaded
+  once for eight gathered rows, and eight independent reductions keep the FMA pipelines full
+  at the small widths of graph models, where fewer reductions wait on each other's latency.
 * **Kernels per width.** For the common widths (``SPECIALISED_WIDTHS``) SpMM and FusedMM run a
   kernel compiled for that constant width (lazily, per width and dtype, cached on disk): its
   loops over r are fully unrolled into SIMD instructions, with the accumulator row on the stack
@@ -138,73 +141,6 @@ def _scan(indices, X, t, end, col_end, ncols, npf):
     return stop
 
 
-
-@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def _row_sum_fours(indices, vals, X, start, seg, dist, acc, r):
-    """acc[:r] = sum_t vals[t] * X[indices[t]] over [start, seg), four nonzeros per pass over
-    acc (the generic width: acc is a heap row that each pass reads and writes)."""
-    for k in range(r):
-        acc[k] = 0
-    t = start
-    while t + 4 <= seg:
-        if dist > 0:
-            for q in range(4):
-                tp = t + dist + q
-                if tp < seg:
-                    prefetch_row(X, indices[tp])
-        v0 = vals[t]
-        v1 = vals[t + 1]
-        v2 = vals[t + 2]
-        v3 = vals[t + 3]
-        x0 = X[indices[t]]
-        x1 = X[indices[t + 1]]
-        x2 = X[indices[t + 2]]
-        x3 = X[indices[t + 3]]
-        for k in range(r):
-            acc[k] += v0 * x0[k] + v1 * x1[k] + v2 * x2[k] + v3 * x3[k]
-        t += 4
-    while t < seg:
-        v = vals[t]
-        x = X[indices[t]]
-        for k in range(r):
-            acc[k] += v * x[k]
-        t += 1
-
-
-@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def _row_sum_pairs(indices, vals, X, start, seg, dist, acc, acc2, w):
-    """acc[:w] = sum_t vals[t] * X[indices[t]] over [start, seg) for a constant width w (the
-    length of the stack rows acc and acc2): even and odd nonzeros go to two register accumulators,
-    added at the end, so that two chains of fused multiply-adds run at once and no memory row
-    is read or written per nonzero."""
-    for k in range(w):
-        acc[k] = 0
-        acc2[k] = 0
-    t = start
-    while t + 2 <= seg:
-        if dist > 0:
-            for q in range(2):
-                tp = t + dist + q
-                if tp < seg:
-                    prefetch_row(X, indices[tp])
-        v0 = vals[t]
-        v1 = vals[t + 1]
-        x0 = X[indices[t]]
-        x1 = X[indices[t + 1]]
-        for k in range(w):
-            acc[k] += v0 * x0[k]
-            acc2[k] += v1 * x1[k]
-        t += 2
-    if t < seg:
-        v = vals[t]
-        x = X[indices[t]]
-        for k in range(w):
-            acc[k] += v * x[k]
-    for k in range(w):
-        acc[k] += acc2[k]
-
-
-
 @njit(cache=True, nogil=True, inline="always")
 def _prefetch_next(Y, indices, t, seg, dist, group):
     """Prefetch the gathered rows of the ``group`` entries ``dist`` ahead of entry t (those
@@ -297,7 +233,6 @@ def _spmm_kernel(width: int):
                 # a constant width keeps the accumulator row on the stack (in registers)
                 acc = (stack_array(width, out.dtype) if width > 0
                        else np.empty(r, dtype=out.dtype))
-                acc2 = stack_array(width, out.dtype)  # the odd nonzeros' sums (width > 0)
                 cur = indptr[lo:hi].copy()
                 for p in range(npanels):
                     first = overwrite and p == 0
@@ -316,10 +251,32 @@ def _spmm_kernel(width: int):
                                 for k in range(r):
                                     o[k] = 0
                             continue
-                        if width > 0:
-                            _row_sum_pairs(indices, vals, X, start, seg, dist, acc, acc2, width)
-                        else:
-                            _row_sum_fours(indices, vals, X, start, seg, dist, acc, r)
+                        for k in range(r):
+                            acc[k] = 0
+                        t = start
+                        while t + 4 <= seg:
+                            if dist > 0:
+                                for q in range(4):
+                                    tp = t + dist + q
+                                    if tp < seg:
+                                        prefetch_row(X, indices[tp])
+                            v0 = vals[t]
+                            v1 = vals[t + 1]
+                            v2 = vals[t + 2]
+                            v3 = vals[t + 3]
+                            x0 = X[indices[t]]
+                            x1 = X[indices[t + 1]]
+                            x2 = X[indices[t + 2]]
+                            x3 = X[indices[t + 3]]
+                            for k in range(r):
+                                acc[k] += v0 * x0[k] + v1 * x1[k] + v2 * x2[k] + v3 * x3[k]
+                            t += 4
+                        while t < seg:
+                            v = vals[t]
+                            x = X[indices[t]]
+                            for k in range(r):
+                                acc[k] += v * x[k]
+                            t += 1
                         o = out[i]
                         if first:
                             for k in range(r):
@@ -417,8 +374,6 @@ def _fused_kernel(width: int):
                 # a constant width keeps the accumulator row on the stack (in registers)
                 acc = (stack_array(width, out.dtype) if width > 0
                        else np.empty(r, dtype=out.dtype))
-                acc2 = (stack_array(width, out.dtype) if width > 0
-                        else np.empty(r, dtype=out.dtype))
                 cur = indptr[lo:hi].copy()
                 for p in range(npanels):
                     first = overwrite and p == 0
@@ -439,43 +394,32 @@ def _fused_kernel(width: int):
                             continue
                         for k in range(r):
                             acc[k] = 0
-                            acc2[k] = 0
                         x = X[i]
                         t = start
-                        while t + 8 <= seg:
+                        while t + 4 <= seg:
                             if dist > 0:
-                                _prefetch_next(Y, indices, t, seg, dist, 8)
+                                for q in range(4):
+                                    tp = t + dist + q
+                                    if tp < seg:
+                                        prefetch_row(Y, indices[tp])
                             y0 = Y[indices[t]]
                             y1 = Y[indices[t + 1]]
                             y2 = Y[indices[t + 2]]
                             y3 = Y[indices[t + 3]]
-                            y4 = Y[indices[t + 4]]
-                            y5 = Y[indices[t + 5]]
-                            y6 = Y[indices[t + 6]]
-                            y7 = Y[indices[t + 7]]
-                            d = _dots8(x, y0, y1, y2, y3, y4, y5, y6, y7, rdot, zero)
-                            w0 = vals[t] * d[0]
-                            w1 = vals[t + 1] * d[1]
-                            w2 = vals[t + 2] * d[2]
-                            w3 = vals[t + 3] * d[3]
-                            w4 = vals[t + 4] * d[4]
-                            w5 = vals[t + 5] * d[5]
-                            w6 = vals[t + 6] * d[6]
-                            w7 = vals[t + 7] * d[7]
-                            for k in range(r):
-                                acc[k] += w0 * y0[k] + w1 * y1[k] + w2 * y2[k] + w3 * y3[k]
-                                acc2[k] += w4 * y4[k] + w5 * y5[k] + w6 * y6[k] + w7 * y7[k]
-                            t += 8
-                        if t + 4 <= seg:
-                            y0 = Y[indices[t]]
-                            y1 = Y[indices[t + 1]]
-                            y2 = Y[indices[t + 2]]
-                            y3 = Y[indices[t + 3]]
-                            d4 = _dots4(x, y0, y1, y2, y3, rdot, zero)
-                            w0 = vals[t] * d4[0]
-                            w1 = vals[t + 1] * d4[1]
-                            w2 = vals[t + 2] * d4[2]
-                            w3 = vals[t + 3] * d4[3]
+                            s0 = zero
+                            s1 = zero
+                            s2 = zero
+                            s3 = zero
+                            for k in range(rdot):
+                                xk = x[k]
+                                s0 += xk * y0[k]
+                                s1 += xk * y1[k]
+                                s2 += xk * y2[k]
+                                s3 += xk * y3[k]
+                            w0 = vals[t] * s0
+                            w1 = vals[t + 1] * s1
+                            w2 = vals[t + 2] * s2
+                            w3 = vals[t + 3] * s3
                             for k in range(r):
                                 acc[k] += w0 * y0[k] + w1 * y1[k] + w2 * y2[k] + w3 * y3[k]
                             t += 4
@@ -486,15 +430,15 @@ def _fused_kernel(width: int):
                                 s += x[k] * y[k]
                             w = vals[t] * s
                             for k in range(r):
-                                acc2[k] += w * y[k]
+                                acc[k] += w * y[k]
                             t += 1
                         o = out[i]
                         if first:
                             for k in range(r):
-                                o[k] = acc[k] + acc2[k]
+                                o[k] = acc[k]
                         else:
                             for k in range(r):
-                                o[k] += acc[k] + acc2[k]
+                                o[k] += acc[k]
 
     return slp_vectorized(fused) if width > 0 else fused
 
