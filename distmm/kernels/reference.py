@@ -451,6 +451,19 @@ def _width(r: int) -> int:
     return r if r in SPECIALISED_WIDTHS else 0
 
 
+def _gather_indices(op: str, indices: np.ndarray) -> np.ndarray:
+    """The column indices an operation's kernel gathers dense rows through.
+
+    SpMM reads int32 indices as uint32 (a view, no copy): numba gives a signed index into the
+    gathered matrix a negative-index wraparound that costs instructions on every nonzero, and
+    SpMM's loop does little else per nonzero (:func:`~distmm.kernels.numba_util.unsigned_view`).
+    SDDMM and FusedMM, whose dot products dominate, showed no consistent gain and keep the
+    signed indices (one compiled kernel less)."""
+    if op.startswith("spmm") and indices.dtype == np.int32:
+        return indices.view(np.uint32)
+    return indices
+
+
 def _clear(out: np.ndarray, accumulate: bool) -> None:
     """What a call with nothing to add does to ``out``: nothing when accumulating, zero it when
     writing."""
@@ -566,9 +579,10 @@ class ReferenceModel(NodeModel):
         else:
             kernel = (_spmm_kernel if op.startswith("spmm") else _fused_kernel)(_width(r))
         if not transposed:
-            indptr, indices = S.indptr, S.indices
+            indptr, indices = S.indptr, _gather_indices(op, S.indices)
             return lambda vals, *dense: kernel(indptr, indices, vals, *dense, *tail)
         indptr_t, indices_t, perm = S.transpose()
+        indices_t = _gather_indices(op, indices_t)
 
         def run(vals, *dense):
             vals_t = np.empty_like(vals)
