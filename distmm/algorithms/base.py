@@ -27,6 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.algorithms.calls import CHECKS, CallChecks
+from distmm.algorithms.replay import CallReplay
 from distmm.core.comm import CommStats, CountingComm, gather_report, mpi_type
 from distmm.core.coo import CooShare
 from distmm.core.dense import SIDES, DenseBlock
@@ -96,7 +97,7 @@ def _cat(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-class DistributedAlgorithm(CallChecks, EdgeOps):
+class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
     """Base class: S placed on a grid, with the helpers every algorithm family uses.
 
     Subclasses define the grid (``grid_class``, whose shape rule is ``grid_allows``), the
@@ -159,6 +160,10 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         self._prepared: dict[tuple, tuple] = {}
         self._plan_state = None
         self._kind: str | None = None
+        # kind -> the kept replay of its last call, and the kernels of the call being traced
+        # (replay.py)
+        self._replays: dict[str, tuple] = {}
+        self._trace: list | None = None
         self._col_cache: dict[int, np.ndarray] = {}
         self._rows_cache: dict[str, int] = {}
         # Communicators created on this object by other modules (distmm.ops) are registered
@@ -393,6 +398,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
                 if ref() is not x or (x is not None and x.shape != shape):
                     kept = None
                     break
+        hit = kept is not None
         if kept is None:
             kept = (tuple((_no_operand, None) if x is None else (weakref.ref(x), x.shape)
                           for x in sources),
@@ -400,12 +406,16 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
             if key is not None and self.checks != "always":
                 self._prepared[key] = kept
         run = kept[1]
-        dt = run(vals, X, out) if Y is None else run(vals, X, Y, out)
-        self.stats.seconds["compute"] += dt
+        args = (vals, X, out) if Y is None else (vals, X, Y, out)
+        self.stats.seconds["compute"] += run(*args)
+        if self._trace is not None:
+            self._traced(hit, run, args)
 
     def _forget_prepared(self) -> None:
-        """Drop the kept kernel calls (see :meth:`_run_kernel`). Not collective."""
+        """Drop the kept kernel calls (see :meth:`_run_kernel`) and the replays built on them
+        (replay.py). Not collective."""
         self._prepared.clear()
+        self._forget_replays()
 
     # ----------------------------------------------------------------- placing S
     def _place(self, name: str, owners: np.ndarray, rows: np.ndarray, cols: np.ndarray,
@@ -522,10 +532,15 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
             This rank's R in value order (``out`` when given).
         """
         values = self._named_or(values)
-        r = self._begin("sddmm", (("a", A_loc, "A"), ("b", B_loc, "B")), values, out, "values")
+        dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
+        if (done := self._replay("sddmm", dense, values, out)) is not None:
+            return done
+        r = self._begin("sddmm", dense, values, out, "values")
         vals = self.values if values is None else values
         res = self._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
-        return res if out is None else out
+        res = res if out is None else out
+        self._keep_replay("sddmm", res)
+        return res
 
     def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None,
                out: np.ndarray | None = None) -> DenseBlock:
@@ -547,10 +562,15 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
             This rank's side-"a" block of the result (``out`` when given).
         """
         values = self._named_or(values)
-        r = self._begin("spmm_a", (("b", B_loc, "B"),), values, out, "a")
+        dense = (("b", B_loc, "B"),)
+        if (done := self._replay("spmm_a", dense, values, out)) is not None:
+            return done
+        r = self._begin("spmm_a", dense, values, out, "a")
         vals = self.values if values is None else values
         res = self._spmm_a(_plain(B_loc), vals, r, _plain(out))
-        return self._block("a", r, res if out is None else out)
+        res = self._block("a", r, res if out is None else out)
+        self._keep_replay("spmm_a", res)
+        return res
 
     def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None,
                out: np.ndarray | None = None) -> DenseBlock:
@@ -574,10 +594,15 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
             This rank's side-"b" block of the result (``out`` when given).
         """
         values = self._named_or(values)
-        r = self._begin("spmm_b", (("a", A_loc, "A"),), values, out, "b")
+        dense = (("a", A_loc, "A"),)
+        if (done := self._replay("spmm_b", dense, values, out)) is not None:
+            return done
+        r = self._begin("spmm_b", dense, values, out, "b")
         vals = self.values if values is None else values
         res = self._spmm_b(_plain(A_loc), vals, r, _plain(out))
-        return self._block("b", r, res if out is None else out)
+        res = self._block("b", r, res if out is None else out)
+        self._keep_replay("spmm_b", res)
+        return res
 
     def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
                   values: np.ndarray | str | None = None,
@@ -621,13 +646,18 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
     def _fused_call(self, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
         strategy = strategy or self.strategies[-1]
         self._check_strategy(strategy)
-        r = self._begin(f"fusedmm_{side}", (("a", A_loc, "A"), ("b", B_loc, "B")),
-                        self._named_or(values), out, side)
+        kind, dense = f"fusedmm_{side}", (("a", A_loc, "A"), ("b", B_loc, "B"))
+        resolved = self._named_or(values)
+        if (done := self._replay(kind, dense, resolved, out, strategy)) is not None:
+            return done
+        r = self._begin(kind, dense, resolved, out, side)
         # A name travels on as it is, so that the family finds the vector's copy in the
         # stored S^T's order under that name (_values_for).
         res = self._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
                             values)
-        return self._block(side, r, res if out is None else out)
+        res = self._block(side, r, res if out is None else out)
+        self._keep_replay(kind, res, strategy)
+        return res
 
     def _check_strategy(self, strategy: str) -> None:
         """Rank-independent check of a FusedMM strategy name."""
@@ -943,6 +973,7 @@ class DistributedAlgorithm(CallChecks, EdgeOps):
         self.__dict__["_extra_comms"] = []
         self.__dict__.get("_scratch", {}).clear()
         self.__dict__.get("_prepared", {}).clear()
+        self.__dict__.get("_replays", {}).clear()
 
     @property
     def closed(self) -> bool:

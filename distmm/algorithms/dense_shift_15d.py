@@ -229,6 +229,11 @@ class DenseShift15D(TwoOrientationAlgorithm):
                         f"zmax_{o}": max(blk.nnz for blk in blocks)})
         return out
 
+    def _replayable(self) -> bool:
+        """On one rank (q = c = 1) a call is one kernel on the caller's own blocks: nothing is
+        replicated, shifted, reduced or copied (replay.py)."""
+        return self.q == 1 and self.c == 1
+
     # ----------------------------------------------------------------- the loop (Algorithm 1)
     def _fiber_rows(self, name: str) -> np.ndarray:
         """Rows of the fiber's X blocks: the row superblock T is blocks uc .. uc + c - 1."""

@@ -1,7 +1,9 @@
 """Prepared kernel calls (DistributedAlgorithm._run_kernel): a loop that repeats a call with
 the same operand objects reuses the node model's prepared calls, and must give bitwise the
 results of a fresh object, keep the kernel statistics exact, and prepare again whenever what
-a prepared call captured may have changed (S's values, a named vector, the plan state)."""
+a prepared call captured may have changed (S's values, a named vector, the plan state). On one
+rank, repeats of a one-kernel call are replayed (distmm/algorithms/replay.py): the same results,
+the operands as they are at the call, never a stale replay after a failed call."""
 
 from __future__ import annotations
 
@@ -170,3 +172,102 @@ def test_numba_thread_count_between_repeats():
         numba.set_num_threads(before)
     check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
     obj.close()
+
+
+# ----------------------------------------------------------------------------- replays
+# On one rank, 1.5D dense shifting with c = 1 runs a call as one kernel on the caller's
+# arrays; from the third call with the same operands it runs that kernel alone (replay.py).
+
+def _count_loops(obj, monkeypatch) -> list[int]:
+    """Counts the family loops run (DenseShift15D._propagate), in a one-item list."""
+    count, real = [0], obj._propagate
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(obj, "_propagate", counted)
+    return count
+
+
+def _single_kernel(name: str) -> bool:
+    """Whether the call is one kernel of the family (the others are two)."""
+    return not name.startswith("fusedmm") or name.endswith("fusion")
+
+
+def _gathered(obj, name, res):
+    op = name.split()[0].replace("_", "-")
+    return op, (obj.gather_values(res) if op == "sddmm" else obj.gather(op[-1], res))
+
+
+def test_repeats_on_one_rank_run_the_kernel_alone(monkeypatch):
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    loops = _count_loops(obj, monkeypatch)
+    for name, call in _calls(obj, A_loc, B_loc, 19):
+        loops[0] = 0
+        for _ in range(4):
+            check(*_gathered(obj, name, call()), S, A, B, rtol=1e-10)
+        loops_run = loops[0]
+        if P == 1 and _single_kernel(name):
+            assert loops_run == 2, name  # the first call, and the traced second
+        else:
+            assert loops_run >= 4, name
+    obj.close()
+
+
+def test_a_replay_reads_the_operands_as_they_are_now():
+    """Operands changed in place between repeats, and S's values replaced, reach the
+    repeated call; another out= buffer is written, not the last one."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    out = obj.dense("a", 19)
+    for _ in range(3):
+        obj.fusedmm_a(A_loc, B_loc, out=out)
+    B_loc[...] *= 2.0
+    check("fusedmm-a", obj.gather("a", obj.fusedmm_a(A_loc, B_loc, out=out)), S, A, 2.0 * B,
+          rtol=1e-10)
+    obj.set_values(_new_values(obj))
+    S2 = _scipy_with(S, lambda i, j: np.sin(i + 2.0 * j) + 2.0)
+    for _ in range(3):
+        check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S2, A, 2.0 * B,
+              rtol=1e-10)
+    kept = np.array(out, copy=True)
+    other = obj.dense("a", 19)
+    res = obj.spmm_a(B_loc, out=other)
+    assert res is other
+    np.testing.assert_array_equal(out, kept)
+    check("spmm-a", obj.gather("a", other), S2, A, 2.0 * B, rtol=1e-10)
+    obj.close()
+
+
+def test_a_call_that_fails_leaves_no_replay(monkeypatch):
+    """A call that remembers new operands and then fails must not leave the old replay to
+    run for them: the next call with those operands writes its own out= buffer."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    out, other = obj.dense("a", 19), obj.dense("a", 19)
+    for _ in range(3):
+        obj.spmm_a(B_loc, out=out)
+    real = obj._spmm_a
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("planted failure")
+
+    monkeypatch.setattr(obj, "_spmm_a", fails)
+    with pytest.raises(RuntimeError, match="planted"):
+        obj.spmm_a(B_loc, out=other)
+    monkeypatch.setattr(obj, "_spmm_a", real)
+    before = np.array(out, copy=True)
+    assert obj.spmm_a(B_loc, out=other) is other
+    np.testing.assert_array_equal(out, before)
+    check("spmm-a", obj.gather("a", other), S, A, B, rtol=1e-10)
+    obj.close()
+
+
+def test_a_replay_keeps_to_its_strategy_and_ends_with_close():
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    out = obj.dense("a", 19)
+    for strategy in ("fusion", "fusion", "fusion", "none", "fusion", "reuse", "fusion"):
+        check("fusedmm-a", obj.gather("a", obj.fusedmm_a(A_loc, B_loc, strategy, out=out)),
+              S, A, B, rtol=1e-10)
+    obj.close()
+    with pytest.raises(distmm.InputError):
+        obj.fusedmm_a(A_loc, B_loc, "fusion", out=out)
