@@ -319,6 +319,49 @@ def markdown(best: dict, args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _range(xs: list[float], fmt: str, unit: str) -> str:
+    """'lo-hi' of the values that exist, with ``unit`` after it ("-" when none)."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    lo, hi = format(min(xs), fmt), format(max(xs), fmt)
+    return (lo if lo == hi else f"{lo}-{hi}") + unit
+
+
+def summary(best: dict, args) -> str:
+    """One row per matrix and op: torch's time over distmm's at p = 1 for each r (float32),
+    its range over r in float64, scipy's in float32, p = 1 over p = 2, and the share of a
+    call outside its kernels and messages ("rest") at p = 1 and p = 2 over r and dtypes."""
+    def rec(v, matrix, dtype, r, op):
+        return best.get((v, matrix, dtype, r, op))
+
+    def ratio(v, matrix, dtype, r, op, base="distmm-p1"):
+        a, b = rec(v, matrix, dtype, r, op), rec(base, matrix, dtype, r, op)
+        return a["seconds"] / b["seconds"] if a and b else None
+
+    def rest(v, matrix, op):
+        return [x["rest"] / x["seconds"] for dt in args.dtypes for r in args.rs
+                if (x := rec(v, matrix, dt, r, op))]
+
+    head = ["matrix", "op"] + [f"torch/distmm r={r}" for r in args.rs] + [
+        "torch/distmm float64", "scipy/distmm", "time p=2 / p=1", "rest p=1", "rest p=2"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for matrix in args.matrices:
+        for op in args.ops:
+            f32 = [ratio("torch", matrix, "float32", r, op) for r in args.rs]
+            cells = [matrix, op] + ["-" if x is None else f"{x:.2f}x" for x in f32] + [
+                _range([ratio("torch", matrix, "float64", r, op) for r in args.rs], ".2f",
+                       "x"),
+                _range([ratio("scipy", matrix, dt, r, op) for dt in args.dtypes
+                        for r in args.rs], ".1f", "x"),
+                _range([ratio("distmm-p2", matrix, dt, r, op) for dt in args.dtypes
+                        for r in args.rs], ".2f", "x"),
+                _range([100 * x for x in rest("distmm-p1", matrix, op)], ".0f", "%"),
+                _range([100 * x for x in rest("distmm-p2", matrix, op)], ".0f", "%")]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def csv_list(kind):
     return lambda text: [kind(x) for x in text.split(",") if x]
 
@@ -338,6 +381,9 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--jsonl", help="append every record here")
     ap.add_argument("--markdown", help="write the tables here")
+    ap.add_argument("--from-jsonl", type=csv_list(str), default=[],
+                    help="measure nothing: build the tables from these record files (the "
+                         "best of each case over all of them)")
     args = ap.parse_args(argv)
     if args.worker:
         WORKERS[args.worker](args)
@@ -356,8 +402,16 @@ def main(argv=None) -> int:
                      "(or leave it out with --variants)")
     info = machine()
     best: dict = {}
+    for path in args.from_jsonl:
+        with open(path) as fh:
+            for line in fh:
+                rec = json.loads(line)
+                key = (rec["variant"], rec["matrix"], rec["dtype"], rec["r"], rec["op"])
+                if key not in best or rec["seconds"] < best[key]["seconds"]:
+                    best[key] = rec
+                info = rec["machine"]
     out = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115
-    for rnd in range(args.rounds):
+    for rnd in range(0 if args.from_jsonl else args.rounds):
         for matrix in args.matrices:
             for variant in args.variants:
                 t0 = time.perf_counter()
@@ -371,7 +425,7 @@ def main(argv=None) -> int:
                         out.flush()
                 print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
                       f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-    table = markdown(best, args)
+    table = "\n" + summary(best, args) + markdown(best, args)
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(f"Machine: {json.dumps(info)}\n" + table)
