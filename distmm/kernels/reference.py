@@ -181,7 +181,8 @@ def _dots8(x, y0, y1, y2, y3, y4, y5, y6, y7, r, zero):
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
 def _dots4(x, y0, y1, y2, y3, r, zero):
-    """The dot products of x with four rows over the first r columns (a row's tail)."""
+    """The dot products of x with four rows over the first r columns (FusedMM's groups of
+    four, SDDMM's tail after its groups of eight)."""
     s0 = zero
     s1 = zero
     s2 = zero
@@ -256,10 +257,7 @@ def _spmm_kernel(width: int):
                         t = start
                         while t + 4 <= seg:
                             if dist > 0:
-                                for q in range(4):
-                                    tp = t + dist + q
-                                    if tp < seg:
-                                        prefetch_row(X, indices[tp])
+                                _prefetch_next(X, indices, t, seg, dist, 4)
                             v0 = vals[t]
                             v1 = vals[t + 1]
                             v2 = vals[t + 2]
@@ -398,28 +396,16 @@ def _fused_kernel(width: int):
                         t = start
                         while t + 4 <= seg:
                             if dist > 0:
-                                for q in range(4):
-                                    tp = t + dist + q
-                                    if tp < seg:
-                                        prefetch_row(Y, indices[tp])
+                                _prefetch_next(Y, indices, t, seg, dist, 4)
                             y0 = Y[indices[t]]
                             y1 = Y[indices[t + 1]]
                             y2 = Y[indices[t + 2]]
                             y3 = Y[indices[t + 3]]
-                            s0 = zero
-                            s1 = zero
-                            s2 = zero
-                            s3 = zero
-                            for k in range(rdot):
-                                xk = x[k]
-                                s0 += xk * y0[k]
-                                s1 += xk * y1[k]
-                                s2 += xk * y2[k]
-                                s3 += xk * y3[k]
-                            w0 = vals[t] * s0
-                            w1 = vals[t + 1] * s1
-                            w2 = vals[t + 2] * s2
-                            w3 = vals[t + 3] * s3
+                            d = _dots4(x, y0, y1, y2, y3, rdot, zero)
+                            w0 = vals[t] * d[0]
+                            w1 = vals[t + 1] * d[1]
+                            w2 = vals[t + 2] * d[2]
+                            w3 = vals[t + 3] * d[3]
                             for k in range(r):
                                 acc[k] += w0 * y0[k] + w1 * y1[k] + w2 * y2[k] + w3 * y3[k]
                             t += 4
