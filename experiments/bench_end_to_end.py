@@ -332,9 +332,10 @@ def _range(xs: list[float], fmt: str, unit: str) -> str:
 
 
 def summary(best: dict, args) -> str:
-    """One row per matrix and op: torch's time over distmm's at p = 1 for each r (float32),
-    its range over r in float64, scipy's in float32, p = 1 over p = 2, and the share of a
-    call outside its kernels and messages ("rest") at p = 1 and p = 2 over r and dtypes."""
+    """One row per matrix and op: torch's time over distmm's at p = 1 for each r (float32)
+    and its range over r in float64, scipy's over r and dtypes, distmm's time at p = 2 over
+    its time at p = 1, and the share of a call outside its kernels and messages ("rest") at
+    p = 1 and p = 2 over r and dtypes."""
     def rec(v, matrix, dtype, r, op):
         return best.get((v, matrix, dtype, r, op))
 
@@ -363,6 +364,13 @@ def summary(best: dict, args) -> str:
                 _range([100 * x for x in rest("distmm-p2", matrix, op)], ".0f", "%")]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def keep_best(best: dict, rec: dict) -> None:
+    """Keep ``rec`` in ``best`` if it is the fastest record of its case so far."""
+    key = (rec["variant"], rec["matrix"], rec["dtype"], rec["r"], rec["op"])
+    if key not in best or rec["seconds"] < best[key]["seconds"]:
+        best[key] = rec
 
 
 def csv_list(kind):
@@ -409,9 +417,7 @@ def main(argv=None) -> int:
         with open(path) as fh:
             for line in fh:
                 rec = json.loads(line)
-                key = (rec["variant"], rec["matrix"], rec["dtype"], rec["r"], rec["op"])
-                if key not in best or rec["seconds"] < best[key]["seconds"]:
-                    best[key] = rec
+                keep_best(best, rec)
                 info = rec["machine"]
     out = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115
     for rnd in range(0 if args.from_jsonl else args.rounds):
@@ -420,9 +426,7 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 for rec in launch(variant, matrix, args):
                     rec.update(variant=variant, matrix=matrix, round=rnd, machine=info)
-                    key = (variant, matrix, rec["dtype"], rec["r"], rec["op"])
-                    if key not in best or rec["seconds"] < best[key]["seconds"]:
-                        best[key] = rec
+                    keep_best(best, rec)
                     if out:
                         out.write(json.dumps(rec) + "\n")
                         out.flush()
