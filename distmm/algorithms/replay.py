@@ -58,17 +58,16 @@ class CallReplay:
         self._trace = [] if self.checks == "once" and self._replayable() else None
 
     def _traced(self, hit: bool, run, args: tuple) -> None:
-        """Note one kernel of the traced call: whether its prepared call was kept from the
-        call before (``hit``), the call and its arguments."""
-        if self._trace is not None:
-            self._trace.append((hit, run, args))
+        """Note one kernel of the traced call (the caller checks that a call is traced):
+        whether its prepared call was kept from the call before (``hit``), the call and its
+        arguments."""
+        self._trace.append((hit, run, args))
 
     def _keep_replay(self, kind: str, result, extra=None) -> None:
         """After a call of ``kind``: keep it for replay if it was one kept kernel and its
         operands are remembered (:meth:`_remember`), else forget any replay of ``kind``."""
         trace, self._trace = self._trace, None
-        if (trace is not None and len(trace) == 1 and trace[0][0] and kind in self._memo
-                and result is not None):
+        if trace is not None and len(trace) == 1 and trace[0][0] and kind in self._memo:
             self._replays[kind] = (extra, trace[0][1], trace[0][2], result)
         else:
             self._replays.pop(kind, None)
