@@ -37,7 +37,7 @@ from distmm.core.memory import (
     physical_memory,
 )
 from distmm.core.permute import PERMUTE_MODES
-from distmm.errors import Checks, InputError, agree, require
+from distmm.errors import Checks, InputError, abort_job, agree, require
 from distmm.io import convert
 from distmm.io.hdf5 import sparse_header
 from distmm.io.matrix_market import read_csr_block
@@ -797,11 +797,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _interrupted(comm, signals.forced())
     except BaseException:
-        sys.stderr.write(f"distmm: rank {comm.rank} of {comm.size} failed:\n"
-                         + traceback.format_exc())
-        sys.stderr.flush()
+        message = f"distmm: rank {comm.rank} of {comm.size} failed:\n" + traceback.format_exc()
         if comm.size > 1:
-            comm.Abort(1)
+            abort_job(comm, 1, message)
+        sys.stderr.write(message)
+        sys.stderr.flush()
         return 1
 
 

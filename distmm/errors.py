@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import sys
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -168,6 +170,22 @@ class Checks:
         """Collective: raise the same InputError everywhere if any rank recorded a problem or
         ``same`` differs between ranks (see :func:`agree`)."""
         agree(self.comm, self.problem, same)
+
+
+# Seconds between a rank's last words on stderr and MPI_Abort. MPICH's launcher forwards each
+# rank's stderr through a pipe and, on an abort, kills the job without draining it: a line
+# written just before MPI_Abort can be lost with everything else the rank printed.
+ABORT_DRAIN = 0.5
+
+
+def abort_job(comm: MPI.Comm, code: int, message: str) -> None:
+    """Write ``message`` (one or more lines) to this rank's stderr, give the launcher time to
+    forward it, then call ``MPI_Abort(comm, code)``, which ends every rank of the job. Not
+    collective: called by the one rank that decides the job cannot go on."""
+    sys.stderr.write(message if message.endswith("\n") else message + "\n")
+    sys.stderr.flush()
+    time.sleep(ABORT_DRAIN)
+    comm.Abort(code)
 
 
 def require(condition: bool, message: str) -> None:

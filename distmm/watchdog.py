@@ -21,7 +21,6 @@ lookup per collective.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -129,9 +128,9 @@ class Watchdog:
         self._abort(describe(self.timeout, states, self.size))
 
     def _abort(self, message: str) -> None:
-        sys.stderr.write(f"distmm: watchdog: {message}; aborting the job\n")
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(EXIT_CODE)
+        from distmm.errors import abort_job
+
+        abort_job(MPI.COMM_WORLD, EXIT_CODE, f"distmm: watchdog: {message}; aborting the job")
 
 
 class _Mark:
