@@ -46,6 +46,8 @@ _PARSE_BLOCK = 1 << 24  # bytes of text the fast parser gets at a time
 # file) times the margin, plus the slack; they grow by half when short (lines vary in length).
 _CAPACITY_MARGIN = 1.05
 _CAPACITY_SLACK = 1024
+_MIN_LINE_BYTES = 4  # the shortest data line: "i j" and its newline
+_GZIP_MAX_RATIO = 1032  # deflate expands its input at most this many times
 # The bytes that separate fields: space, \t, \n, \v, \f, \r (what numpy's text parser skips).
 _IS_SPACE = np.zeros(256, dtype=bool)
 _IS_SPACE[[9, 10, 11, 12, 13, 32]] = True
@@ -143,7 +145,11 @@ def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare
                 fh.seek(start)
                 blocks = _line_blocks(fh, end - start, 0, None)
                 estimate = header.nnz * (end - start) / max(size - header.data_offset, 1)
-            capacity = int(estimate * _CAPACITY_MARGIN) + _CAPACITY_SLACK
+            # A first guess only (the arrays grow when it is short), never more entries than
+            # the rank's bytes can hold, whatever the size line claims.
+            bound = (os.fstat(fh.fileno()).st_size * _GZIP_MAX_RATIO if header.gzipped
+                     else end - start) // _MIN_LINE_BYTES + 1
+            capacity = min(int(estimate * _CAPACITY_MARGIN) + _CAPACITY_SLACK, bound)
             entries = _parse_fast(blocks, header, capacity)
             if entries is not None:
                 nlines = entries.lines

@@ -167,6 +167,17 @@ def test_empty_matrix(tmp_path, name, shape):
     assert share.rows.dtype == np.int64 and share.vals.dtype == np.float64
 
 
+@pytest.mark.parametrize("name", ["h.mtx", "h.mtx.gz"])
+@pytest.mark.parametrize("symmetry", ["general", "symmetric"])
+def test_absurd_entry_count_is_a_count_mismatch_not_an_allocation(tmp_path, name, symmetry):
+    """A size line claiming 10^23 entries: the reader sizes its arrays by the file's bytes,
+    not by the claim, and refuses the file for its count (found by test_fuzz_readers)."""
+    path = write(tmp_path, name, f"%%MatrixMarket matrix coordinate real {symmetry}\n"
+                 "1 1 99999999999999999999999\n1 1 0.0\n1 1 0.0\n")
+    with pytest.raises(InputError, match="99999999999999999999999"):
+        read_matrix_market(path, SELF)
+
+
 def test_empty_without_final_newline(tmp_path):
     path = write(tmp_path, "e.mtx", "%%MatrixMarket matrix coordinate real general\n2 2 0")
     assert read_matrix_market(path, SELF).nnz == 0
