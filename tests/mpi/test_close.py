@@ -4,8 +4,7 @@ Every family and valid c: after close the grid's sub-communicators (and any regi
 ``_extra_comms``, as distmm.ops does) are MPI.COMM_NULL, operations raise a clear InputError,
 and 12 distribute/close cycles do not grow the set of live communicator handles (MPI reuses a
 freed handle; leaked ones would each keep a handle of their own, 12 per kind, more than the
-5 the test allows). The tuner closes the
-candidates it discards.
+5 the test allows). The tuner closes the candidates it discards.
 """
 
 from __future__ import annotations
