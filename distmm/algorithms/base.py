@@ -28,6 +28,7 @@ from mpi4py import MPI
 
 from distmm.algorithms.calls import CHECKS, CallChecks
 from distmm.algorithms.replay import CallReplay
+from distmm.core.aligned import aligned_copy, aligned_empty
 from distmm.core.comm import CommStats, CountingComm, gather_report, mpi_type
 from distmm.core.coo import CooShare
 from distmm.core.dense import SIDES, DenseBlock
@@ -375,7 +376,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         key = (role, tuple(int(x) for x in shape), dtype)
         buf = self._scratch.get(key)
         if buf is None:
-            buf = self._scratch[key] = np.empty(key[1], dtype=dtype)
+            buf = self._scratch[key] = aligned_empty(key[1], dtype)
         return buf
 
     def _run_kernel(self, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
@@ -768,7 +769,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         self._require_open()
         require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
         r = self._check_r(self._default_r(r))
-        block = np.empty(self.local_shape(side, r), dtype=self.dtype)
+        block = aligned_empty(self.local_shape(side, r), self.dtype)
         if callable(fill):
             cols = np.arange(r, dtype=np.int64)[self.dense_cols(side, self.rank, r)]
             values = np.asarray(fill(self.local_rows(side), cols))
@@ -822,8 +823,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
                 block = np.ascontiguousarray(
                     X[np.sort(perm[self.dense_rows(side, self.rank)])], dtype=self.dtype)
                 order = np.argsort(np.argsort(perm[self.dense_rows(side, self.rank)]))
-                block = np.ascontiguousarray(
-                    block[order][:, self.dense_cols(side, self.rank, r)])
+                block = aligned_copy(block[order][:, self.dense_cols(side, self.rank, r)])
                 if not np.isfinite(block).all():
                     msg = f"the global matrix for side {side!r} contains NaN or infinite values"
             self._agree(msg)
@@ -839,7 +839,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
                      for k in range(self.p)]
             counts = [part.size for part in parts]
             blocks = np.concatenate([part.reshape(-1) for part in parts])
-        out = np.empty(self.local_shape(side, r), dtype=self.dtype)
+        out = aligned_empty(self.local_shape(side, r), self.dtype)
         t = mpi_type(self.dtype)
         if self.rank == root:
             displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -1076,7 +1076,7 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
         collective over the fiber): this rank's block, written into ``out`` when given."""
         rows, w = self._fiber_rows(name), T.shape[1]
         if out is None:
-            out = np.empty((int(rows[self.fiber.rank]), w), dtype=self.dtype)
+            out = aligned_empty((int(rows[self.fiber.rank]), w), self.dtype)
         self.fiber.reduce_scatter(T, out, rows * w)
         return out
 

@@ -111,6 +111,7 @@ import numpy as np
 from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
 from distmm.algorithms.model import KernelCalls
 from distmm.algorithms.packets import index_words, pack, packet_block, packet_values, word_dtype
+from distmm.core.aligned import aligned_copy
 from distmm.core.comm import CountingComm
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid25D, fits_25d
@@ -362,7 +363,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         if mode != "spmm_y":
             return out_third, None
         if result is None:
-            return out_third, ycur[:yrows[0]].copy()  # ycur is reused by the next call
+            return out_third, aligned_copy(ycur[:yrows[0]])  # ycur is reused by the next call
         result[...] = ycur[:yrows[0]]
         return out_third, result
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from distmm.algorithms.base import TwoOrientationAlgorithm
 from distmm.algorithms.model import KernelCalls
+from distmm.core.aligned import aligned_empty
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid15D, fits_15d
 from distmm.core.layout import block_of, block_offsets, block_range
@@ -261,7 +262,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         if mode == "spmm_y" and result is None:
             # The output Y block is written by the first step's kernel; the last shift brings
             # this rank's finished block home, straight into the result.
-            result = np.empty_like(cur[u])
+            result = aligned_empty(cur[u].shape, self.dtype)
         for step in range(q):
             t = (u + step) % q
             # An input Y block is read and sent on from the caller's block at the first step
@@ -296,7 +297,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         if mode != "spmm_y":
             self._kernel_step(o, 0, mode, vals, T, Y_loc, out, first=True)
             return None
-        Y = np.empty((o.blocks[0].shape[1], r), dtype=self.dtype) if result is None else result
+        Y = aligned_empty((o.blocks[0].shape[1], r), self.dtype) if result is None else result
         self._kernel_step(o, 0, mode, vals, T, Y, out, first=True)
         return Y
 
@@ -362,7 +363,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         if self.c > 1:
             return self._superblock_out(name, r)
         if out is None:
-            return np.empty((self._orientation(name).blocks[0].shape[0], r), dtype=self.dtype)
+            return aligned_empty((self._orientation(name).blocks[0].shape[0], r), self.dtype)
         return out
 
     # ----------------------------------------------------------------- FusedMM (IV-B)

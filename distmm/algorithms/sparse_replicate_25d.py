@@ -98,6 +98,7 @@ import numpy as np
 
 from distmm.algorithms.base import DistributedAlgorithm, Orientation
 from distmm.algorithms.model import KernelCalls
+from distmm.core.aligned import aligned_copy
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid25D, fits_25d
 from distmm.core.layout import block_of, block_offsets, block_range
@@ -291,7 +292,7 @@ class SparseReplicate25D(DistributedAlgorithm):
         # The buffers are reused by the next call: the result is copied out of them.
         home = view(a_cur, mi, l0) if mode == "spmm_a" else view(b_cur, nj, l0)
         if out is None:
-            return home.copy()
+            return aligned_copy(home)
         out[...] = home
         return out
 

@@ -89,6 +89,7 @@ from distmm.algorithms.packets import (
     packet_values,
     word_dtype,
 )
+from distmm.core.aligned import aligned_empty
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid15D, fits_15d
 from distmm.core.layout import block_of, block_offsets, block_range
@@ -337,7 +338,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
             T = self._replicate(name, X_loc)
         _, ys = self._frames(name)
         if out is None:  # every step writes its own rows of out
-            out = np.empty((self._local_rows(ys), self.local_width(r)), dtype=self.dtype)
+            out = aligned_empty((self._local_rows(ys), self.local_width(r)), self.dtype)
         self._propagate(name, "spmm_y", vals, T, None, out)
         return out
 

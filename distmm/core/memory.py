@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 import numpy as np
 from mpi4py import MPI
 
+from distmm.core.aligned import padding
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE
 from distmm.errors import InputError
 
@@ -202,7 +203,8 @@ def held_bytes(*roots) -> int:
 
     Follows dicts, lists, tuples, distmm's dataclasses and (for a distributed object) its
     ``__dict__``; not communicators, node models or counters. An array counts its whole base
-    buffer once, however many views of it are reachable."""
+    buffer once, however many views of it are reachable, less the at most 64 bytes that only
+    align an aligned array (:func:`distmm.core.aligned.padding`)."""
     seen: set[int] = set()
     buffers: dict[int, int] = {}
 
@@ -214,7 +216,7 @@ def held_bytes(*roots) -> int:
             base = x
             while isinstance(base.base, np.ndarray):
                 base = base.base
-            buffers[id(base)] = base.nbytes
+            buffers[id(base)] = base.nbytes - padding(base)
         elif isinstance(x, Mapping):
             for v in x.values():
                 visit(v)
