@@ -662,9 +662,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
 
     def _check_strategy(self, strategy: str) -> None:
         """Rank-independent check of a FusedMM strategy name."""
-        require(strategy in self.strategies,
-                f"unknown FusedMM strategy {strategy!r} for {self.name}; it supports only "
-                f"{', '.join(self.strategies)}{self.strategy_note}")
+        if strategy not in self.strategies:  # the message is built only when it is needed
+            require(False, f"unknown FusedMM strategy {strategy!r} for {self.name}; it "
+                           f"supports only {', '.join(self.strategies)}{self.strategy_note}")
 
     @staticmethod
     def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:

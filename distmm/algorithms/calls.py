@@ -94,15 +94,25 @@ class CallChecks:
         if memo is None:
             return None
         r, kept = memo
-        ops = (*[X for _, X, _ in dense], values, out)
-        if len(ops) != len(kept):
+        if len(kept) != len(dense) + 2:
             return None
-        for X, (ref, shape, strides, dtype) in zip(ops, kept, strict=True):
+        # Written out rather than looped over one list: a training loop pays for this on every
+        # call, and it is most of what a replayed call does besides its kernel.
+        k = 0
+        for _, X, _ in dense:
+            held = kept[k]
+            k += 1
+            if (held is None or held[0]() is not X or X.shape != held[1]
+                    or X.strides != held[2] or (X.dtype is not held[3] and X.dtype != held[3])):
+                return None
+        for X in (values, out):
+            held = kept[k]
+            k += 1
             if X is None:
-                if ref is not None:
+                if held is not None:
                     return None
-            elif (ref is None or ref() is not X or X.shape != shape or X.strides != strides
-                  or X.dtype != dtype):
+            elif (held is None or held[0]() is not X or X.shape != held[1]
+                  or X.strides != held[2] or (X.dtype is not held[3] and X.dtype != held[3])):
                 return None
         return r
 
@@ -115,13 +125,9 @@ class CallChecks:
         typed = any(isinstance(X, DenseBlock) and X.typed for _, X, _ in dense)
         if self.splits_r and not typed:
             return
-        kept = []
-        for X in (*[X for _, X, _ in dense], values, out):
-            if X is None:
-                kept.append((None, None, None, None))
-            else:
-                kept.append((weakref.ref(X), X.shape, X.strides, X.dtype))
-        self._memo[kind] = (r, tuple(kept))
+        kept = tuple(None if X is None else (weakref.ref(X), X.shape, X.strides, X.dtype)
+                     for X in (*[X for _, X, _ in dense], values, out))
+        self._memo[kind] = (r, kept)
 
     def _require_open(self) -> None:
         if self._closed:

@@ -231,9 +231,10 @@ class DenseShift15D(TwoOrientationAlgorithm):
         return out
 
     def _replayable(self) -> bool:
-        """On one rank (q = c = 1) a call is one kernel on the caller's own blocks: nothing is
-        replicated, shifted, reduced or copied (replay.py)."""
-        return self.q == 1 and self.c == 1
+        """With c = 1 a call is q kernels on the caller's blocks and the shift buffers, and q
+        shifts between them (none on one rank): nothing is replicated, reduced or copied
+        (replay.py). With overlap the shifts are split around the kernels and not traced."""
+        return self.c == 1 and (self.q == 1 or not self.overlap)
 
     # ----------------------------------------------------------------- the loop (Algorithm 1)
     def _fiber_rows(self, name: str) -> np.ndarray:
@@ -276,6 +277,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
                 self.layer.finish(pending)
             else:
                 self.layer.shift(Yb, recv, dest=left, source=right)
+                self._traced_shift(self.layer, Yb, recv, left, right)
             cur, nxt = nxt, cur
         return result if mode == "spmm_y" else None
 

@@ -1,21 +1,29 @@
-"""Replaying a call that repeats the last call of its kind, when that call was one kernel.
+"""Replaying a call that repeats the last call of its kind: its kernels and shifts alone.
 
 A training loop calls one operation many times with the same operand objects and an ``out=``
-buffer. Where the family's whole call is then a single local kernel on the caller's own arrays
-(1.5D dense shifting on one rank: no replication, no shift, no reduction, nothing copied;
-:meth:`DistributedAlgorithm._replayable`), the second such call is traced: if it ran exactly
-one kernel, through a prepared call kept from the call before
-(:meth:`DistributedAlgorithm._run_kernel`), the prepared call and its arguments are kept, and
-every later call that passes the very same operands (:meth:`CallChecks._recall`: the same
-objects, shapes, strides and dtypes), the same strategy and the same node-model plan state
-runs that prepared call directly, skipping the family's loop. Its result is bitwise the same
-and its statistics are the same (the kernel's own seconds in "compute", the node model's
-per-operation counts).
+buffer. Where the family's whole call is then a fixed sequence of local kernels on the
+caller's arrays and cyclic shifts between the object's buffers (1.5D dense shifting with
+c = 1 and no overlap: nothing replicated, reduced or copied; on one rank a single kernel;
+:meth:`DistributedAlgorithm._replayable`), the second such call is traced: if every kernel ran
+through a prepared call kept from the call before (:meth:`DistributedAlgorithm._run_kernel`),
+the steps (each kernel's prepared call and arguments, each shift's buffers and partners) are
+kept, and every later call that passes the very same operands (:meth:`CallChecks._recall`:
+the same objects, shapes, strides and dtypes), the same strategy and the same node-model plan
+state runs those steps directly, skipping the checks and the family's loop. Its result is
+bitwise the same, it sends the same messages in the same order, and its statistics are the
+same (the kernels' own seconds in "compute", the node model's per-operation counts, every
+shift counted and timed in "propagation").
 
-A kept replay holds its arguments (views of the operands) until the next call of its kind
-that cannot be replayed, :meth:`~DistributedAlgorithm.set_values`, a change of named vectors
-or :meth:`~DistributedAlgorithm.close`. Only under ``checks="once"`` (the default): a call
-under ``"always"`` is checked in full every time, and one under ``"off"`` is not remembered.
+Ranks need not agree on replaying: a rank that replays makes the very MPI calls that the full
+call would make, and the full call of a kind after its first makes no other (its cheap checks
+are local in the families that replay). A call without ``out=`` writes a new array, whose
+kernels are not prepared calls kept from the call before: it is never replayed.
+
+A kept replay holds its arguments (views of the operands and buffers) until the next call of
+its kind that cannot be replayed, :meth:`~DistributedAlgorithm.set_values`, a change of named
+vectors or :meth:`~DistributedAlgorithm.close`. Only under ``checks="once"`` (the default): a
+call under ``"always"`` is checked in full every time, and one under ``"off"`` is not
+remembered.
 """
 
 from __future__ import annotations
@@ -30,15 +38,16 @@ class CallReplay:
     :meth:`_recall` (calls.py), and the family hook :meth:`_replayable`."""
 
     def _replayable(self) -> bool:
-        """Whether a call with an ``out=`` buffer is one local kernel on the caller's arrays
-        and nothing else, so that a repeat may run that kernel alone. Families override it."""
+        """Whether a call with an ``out=`` buffer is local kernels on the caller's arrays and
+        shifts between the object's buffers and nothing else, always the same steps for the
+        same operands, so that a repeat may run those steps alone. Families override it."""
         return False
 
     def _replay(self, kind: str, dense: tuple, values: np.ndarray | None,
                 out: np.ndarray | None, extra=None):
-        """The result of running the kept kernel of ``kind`` again, or None when this call
-        is not a repeat of the traced one (then the caller runs the call in full). Not
-        collective: a replay happens only on one rank grids."""
+        """The result of running the kept steps of ``kind`` again, or None when this call is
+        not a repeat of the traced one (then the caller runs the call in full). Collective
+        where the steps shift (over the layer, as the full call)."""
         kept = self._replays.get(kind)
         if kept is None or kept[0] != extra:
             return None
@@ -46,12 +55,17 @@ class CallReplay:
             return None
         if self.kernel.plan_state() != self._plan_state:
             return None
-        _, run, args, result = kept
-        self.stats.seconds["compute"] += run(*args)
+        _, steps, result = kept
+        seconds = self.stats.seconds
+        for fn, args, timed in steps:
+            if timed:
+                seconds["compute"] += fn(*args)
+            else:
+                fn(*args)
         return result
 
     def _start_trace(self, kind: str) -> None:
-        """Begin tracing the kernels of a call of ``kind`` that is not replayed (called by
+        """Begin tracing the steps of a call of ``kind`` that is not replayed (called by
         ``_begin``, before the call remembers its operands): its replay is dropped first, so
         that a call that fails before :meth:`_keep_replay` leaves none behind."""
         self._replays.pop(kind, None)
@@ -61,14 +75,24 @@ class CallReplay:
         """Note one kernel of the traced call (the caller checks that a call is traced):
         whether its prepared call was kept from the call before (``hit``), the call and its
         arguments."""
-        self._trace.append((hit, run, args))
+        self._trace.append((hit, run, args, True))
+
+    def _traced_shift(self, comm, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int,
+                      source: int) -> None:
+        """Note one cyclic shift of the traced call (``comm.shift`` with these arguments), if
+        the call is traced."""
+        if self._trace is not None:
+            self._trace.append((True, comm.shift, (sendbuf, recvbuf, dest, source), False))
 
     def _keep_replay(self, kind: str, result, extra=None) -> None:
-        """After a call of ``kind``: keep it for replay if it was one kept kernel and its
-        operands are remembered (:meth:`_remember`), else forget any replay of ``kind``."""
+        """After a call of ``kind``: keep its steps for replay if every kernel was a kept
+        prepared call and its operands are remembered (:meth:`_remember`), else forget any
+        replay of ``kind``."""
         trace, self._trace = self._trace, None
-        if trace is not None and len(trace) == 1 and trace[0][0] and kind in self._memo:
-            self._replays[kind] = (extra, trace[0][1], trace[0][2], result)
+        if (trace and any(timed for *_, timed in trace)
+                and all(hit for hit, *_ in trace) and kind in self._memo):
+            steps = tuple((fn, args, timed) for _, fn, args, timed in trace)
+            self._replays[kind] = (extra, steps, result)
         else:
             self._replays.pop(kind, None)
 

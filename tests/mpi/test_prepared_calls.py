@@ -175,8 +175,9 @@ def test_numba_thread_count_between_repeats():
 
 
 # ----------------------------------------------------------------------------- replays
-# On one rank, 1.5D dense shifting with c = 1 runs a call as one kernel on the caller's
-# arrays; from the third call with the same operands it runs that kernel alone (replay.py).
+# 1.5D dense shifting with c = 1 runs a call as q kernels on the caller's arrays and q shifts
+# between its buffers (one kernel on one rank); from the third call with the same operands it
+# runs those steps alone (replay.py).
 
 def _count_loops(obj, monkeypatch) -> list[int]:
     """Counts the family loops run (DenseShift15D._propagate), in a one-item list."""
@@ -200,7 +201,7 @@ def _gathered(obj, name, res):
     return op, (obj.gather_values(res) if op == "sddmm" else obj.gather(op[-1], res))
 
 
-def test_repeats_on_one_rank_run_the_kernel_alone(monkeypatch):
+def test_repeats_run_their_kernels_and_shifts_alone(monkeypatch):
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     loops = _count_loops(obj, monkeypatch)
     for name, call in _calls(obj, A_loc, B_loc, 19):
@@ -208,7 +209,7 @@ def test_repeats_on_one_rank_run_the_kernel_alone(monkeypatch):
         for _ in range(4):
             check(*_gathered(obj, name, call()), S, A, B, rtol=1e-10)
         loops_run = loops[0]
-        if P == 1 and _single_kernel(name):
+        if _single_kernel(name):
             assert loops_run == 2, name  # the first call, and the traced second
         else:
             assert loops_run >= 4, name
@@ -271,3 +272,41 @@ def test_a_replay_keeps_to_its_strategy_and_ends_with_close():
     obj.close()
     with pytest.raises(distmm.InputError):
         obj.fusedmm_a(A_loc, B_loc, "fusion", out=out)
+
+
+def _words(obj) -> dict:
+    return {ph: dict(c) for ph, c in obj.stats.counts.items() if ph != "distribute"}
+
+
+def test_a_replay_sends_what_the_full_call_sends():
+    """Per call, a replayed call sends and receives the words and messages of the full call
+    (the counts that the exact formulas are tested against), and times its shifts."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    for name, call in _calls(obj, A_loc, B_loc, 19):
+        call()  # the first call of its kind: checked in full (an agreement, phase "other")
+        obj.reset_stats()
+        call()  # run in full and traced
+        full = _words(obj)
+        for _ in range(2):  # replayed
+            obj.reset_stats()
+            call()
+            assert _words(obj) == full, name
+        if P > 1:
+            assert obj.stats.seconds["propagation"] > 0, name
+    obj.close()
+
+
+def test_ranks_need_not_agree_on_replaying():
+    """Rank 0 repeats its operands (and replays) while the other ranks pass a new out= block
+    every time (and run the call in full): the same messages flow, nothing waits, and every
+    result is right."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    out = obj.dense("a", 19)
+    for k in range(5):
+        target = out if COMM.rank == 0 else obj.dense("a", 19)
+        res = obj.fusedmm_a(A_loc, B_loc, out=target)
+        assert res is target
+        check("fusedmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
+        if k >= 2:
+            assert ("fusedmm_a" in obj._replays) == (COMM.rank == 0)
+    obj.close()
