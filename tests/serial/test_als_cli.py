@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
+from launch_env import mpi_env
 
 from distmm.io import generate
 
 BIN = os.path.dirname(sys.executable)
 MPIEXEC = os.path.join(BIN, "mpiexec")
 DISTMM = os.path.join(BIN, "distmm")
-ENV = {**os.environ, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1", "NUMBA_NUM_THREADS": "1",
-       "OMP_NUM_THREADS": "1"}
+ENV = mpi_env()
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MPIEXEC) or not os.path.exists(DISTMM),
                                 reason="needs the installed mpiexec and distmm console script")

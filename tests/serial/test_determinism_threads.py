@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
+from launch_env import mpi_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -86,8 +87,7 @@ def test_separate_jobs_write_identical_results(tmp_path, op, algorithm, c):
     np.save(tmp_path / "B.npy", rng.standard_normal((97, 6)))
     results = []
     for k, threads in enumerate(("1", "1", "3")):
-        env = {**os.environ, "NUMBA_NUM_THREADS": threads, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
-        env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
+        env = mpi_env(NUMBA_NUM_THREADS=threads)
         out = tmp_path / f"o{k}.h5"
         res = subprocess.run([str(MPIEXEC), "-n", "3", str(DISTMM), "run", op, "--sparse",
                               str(tmp_path / "S.mtx"), "--a", str(tmp_path / "A.npy"), "--b",

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
+from launch_env import mpi_env
 
 BIN = os.path.dirname(sys.executable)
 MPIEXEC = os.path.join(BIN, "mpiexec")
 DISTMM = os.path.join(BIN, "distmm")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENV = {**os.environ, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1", "NUMBA_NUM_THREADS": "1",
-       "OMP_NUM_THREADS": "1"}
+ENV = mpi_env()
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MPIEXEC) or not os.path.exists(DISTMM),
                                 reason="needs the installed mpiexec and distmm console script")

@@ -16,6 +16,7 @@ import sys
 
 import numba
 import pytest
+from launch_env import mpi_env
 from mpi4py import MPI
 
 import distmm
@@ -27,7 +28,7 @@ from distmm.info import collect, format_text
 BIN = os.path.dirname(sys.executable)
 DISTMM = os.path.join(BIN, "distmm")
 MPIEXEC = os.path.join(BIN, "mpiexec")
-ENV = {**os.environ, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1", "NUMBA_NUM_THREADS": "1"}
+ENV = mpi_env()
 needs_script = pytest.mark.skipif(not os.path.exists(DISTMM),
                                   reason="needs the installed distmm console script")
 

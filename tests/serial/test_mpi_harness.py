@@ -6,13 +6,13 @@ subprocess's own timeout turns a harness that hangs into a failure here.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from launch_env import mpi_env
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "harness_cases"
@@ -23,14 +23,7 @@ pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec beside
 
 
 def run_case(case: str, *args: str, tmpdir: Path, hang_timeout: float | None = None):
-    env = dict(
-        os.environ,
-        DISTMM_TEST_PHASE_TIMEOUT="5",
-        MPIR_CVAR_ENABLE_HEAVY_YIELD="1",
-        NUMBA_NUM_THREADS="1",
-        OMP_NUM_THREADS="1",
-        TMPDIR=str(tmpdir),
-    )
+    env = mpi_env(DISTMM_TEST_PHASE_TIMEOUT="5", TMPDIR=str(tmpdir))
     env.pop("DISTMM_TEST_HANG_TIMEOUT", None)
     if hang_timeout is not None:
         env["DISTMM_TEST_HANG_TIMEOUT"] = str(hang_timeout)

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
+from launch_env import mpi_env
 
 from distmm.io import generate
 
@@ -39,10 +40,7 @@ pytestmark = pytest.mark.skipif(not MPIEXEC.exists() or not DISTMM.exists(),
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
-    env.update(MPIR_CVAR_ENABLE_HEAVY_YIELD="1", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    return env
+    return mpi_env()
 
 
 class Job:
