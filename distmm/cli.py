@@ -427,6 +427,8 @@ def cmd_calibrate(args) -> int:
     data = calibrate(comm, args.node_model, np.dtype(args.dtype), quick=args.quick)
     if comm.rank == 0:
         save(args.out, data)
+        if data["warning"]:
+            print(f"distmm: warning: {data['warning']}", file=sys.stderr, flush=True)
     _emit({"event": "calibrate", "out": args.out,
            **{k: data[k] for k in ("alpha", "beta", "gamma", "gamma_unfused", "delta",
                                    "per_call", "unpack_nonzero", "transpose_nonzero",

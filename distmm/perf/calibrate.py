@@ -29,9 +29,11 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.core.comm import mpi_type
+from distmm.core.memory import ranks_per_node
 from distmm.core.sparse import CSRBlock
 from distmm.errors import require
 from distmm.kernels import make_node_model
+from distmm.kernels.numba_util import thread_count
 from distmm.perf import costmodel
 
 
@@ -268,12 +270,37 @@ def affine_from_tables(tables: dict, r: int = 64) -> tuple[float, float, float]:
     return gamma, delta, gamma_unfused
 
 
+def oversubscription(ranks_on_node: int, threads: int, cores: int) -> str | None:
+    """A warning when the ranks on a node run more numba threads than it has cores, else None.
+
+    The kernel tables time every rank at once; a thread that waits for a core makes a kernel
+    of a few microseconds take a time slice, and the table then measures the wait (seen: a
+    fixed cost per call of 8 ms, and no rise in cost with the width). Not collective."""
+    if ranks_on_node * threads <= cores:
+        return None
+    return (f"calibrating with {ranks_on_node} ranks x {threads} numba threads on the "
+            f"{cores} cores of a node: the kernel timings will include waiting for a core; "
+            f"set NUMBA_NUM_THREADS={max(1, cores // ranks_on_node)} (or fewer ranks) to "
+            "measure the machine, and use the same in the runs it plans")
+
+
+def _cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
               quick: bool = False) -> dict:
-    """Measure the machine (collective); returns the dict ``distmm calibrate`` saves."""
+    """Measure the machine (collective); returns the dict ``distmm calibrate`` saves, with
+    ``"warning"`` (str or None): :func:`oversubscription` on the first rank that has one."""
     p = comm.Get_size()
     require(p >= 2, "calibrate needs at least 2 ranks to measure messages "
                     "(run it as mpiexec -n 2 distmm calibrate ...)")
+    mine = oversubscription(ranks_per_node(comm), thread_count(), _cores())
+    warning = next((w for w in comm.allgather(mine) if w), None)
     sizes = np.array([1, 16, 256, 4096, 65536] + ([] if quick else [1 << 20, 1 << 22]))
     reps = 5 if quick else 20
     times = np.array([_pingpong(comm, int(s), dtype, reps) for s in sizes])
@@ -301,6 +328,7 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
         "pingpong": {"words": sizes.tolist(), "seconds": times.tolist()},
         "p": p, "node_model": node_model, "dtype": str(np.dtype(dtype)),
         "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", "0")) or None,
+        "warning": warning,
         "host": platform.node(), "processor": platform.processor() or platform.machine(),
         "mpi": MPI.Get_library_version().split("\n")[0].strip(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
