@@ -32,9 +32,9 @@ OPS = ("fusedmm_a", "spmm_a", "sddmm")
 
 def misaligned_copy(S, side: str, X: np.ndarray, offset: int = 16):
     """A copy of block X whose data starts ``offset`` bytes past a 64-byte line, typed for S."""
-    raw = np.empty(X.nbytes + 64 + offset, dtype=np.uint8)
-    start = -raw.__array_interface__["data"][0] % 64 + offset
-    Y = raw[start:start + X.nbytes].view(X.dtype).reshape(X.shape)
+    from distmm.core.aligned import aligned_empty
+
+    Y = aligned_empty(X.nbytes + offset, np.uint8)[offset:].view(X.dtype).reshape(X.shape)
     Y[...] = X
     return S.wrap(side, Y)
 

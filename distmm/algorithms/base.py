@@ -663,8 +663,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
     def _check_strategy(self, strategy: str) -> None:
         """Rank-independent check of a FusedMM strategy name."""
         if strategy not in self.strategies:  # the message is built only when it is needed
-            require(False, f"unknown FusedMM strategy {strategy!r} for {self.name}; it "
-                           f"supports only {', '.join(self.strategies)}{self.strategy_note}")
+            raise InputError(f"unknown FusedMM strategy {strategy!r} for {self.name}; it "
+                             f"supports only {', '.join(self.strategies)}{self.strategy_note}")
 
     @staticmethod
     def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:

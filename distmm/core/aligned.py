@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-__all__ = ["ALIGNMENT", "aligned_copy", "aligned_empty", "aligned_zeros", "is_aligned", "padding"]
+__all__ = ["ALIGNMENT", "aligned_copy", "aligned_empty", "is_aligned", "padding"]
 
 ALIGNMENT = 64
 
@@ -40,13 +40,6 @@ def aligned_empty(shape: int | tuple[int, ...], dtype=np.float64) -> np.ndarray:
     raw = _PaddedBuffer(nbytes + ALIGNMENT, dtype=np.uint8)  # owns its memory
     start = -raw.__array_interface__["data"][0] % ALIGNMENT
     return raw[start:start + nbytes].view(dtype=dtype, type=np.ndarray).reshape(shape)
-
-
-def aligned_zeros(shape: int | tuple[int, ...], dtype=np.float64) -> np.ndarray:
-    """As :func:`aligned_empty`, filled with zeros. Not collective."""
-    out = aligned_empty(shape, dtype)
-    out.fill(0)
-    return out
 
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:

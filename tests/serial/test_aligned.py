@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 
-from distmm.core.aligned import ALIGNMENT, aligned_empty, aligned_zeros, is_aligned
+from distmm.core.aligned import ALIGNMENT, aligned_copy, aligned_empty, is_aligned
 
 
 def _address(a: np.ndarray) -> int:
@@ -23,8 +23,9 @@ def test_shape_dtype_layout_and_alignment(shape, dtype):
     assert is_aligned(a)
     if a.size:
         assert _address(a) % ALIGNMENT == 0
-    z = aligned_zeros(shape, dtype)
-    assert is_aligned(z) and z.shape == want and not z.any()
+    src = np.arange(a.size, dtype=dtype).reshape(want)
+    z = aligned_copy(src)
+    assert is_aligned(z) and z.shape == want and z.dtype == dtype and (z == src).all()
 
 
 def test_many_allocations_are_all_aligned_and_independent():
@@ -57,4 +58,4 @@ def test_held_bytes_counts_the_data_not_the_alignment_padding():
     assert held_bytes(a, a[3:], {"x": a.T}) == a.nbytes
     plain = np.empty((100, 16), np.float32)
     assert held_bytes(a, plain) == 2 * plain.nbytes
-    assert type(a) is np.ndarray and type(aligned_zeros(3)) is np.ndarray
+    assert type(a) is np.ndarray and type(aligned_copy(a)) is np.ndarray
