@@ -80,8 +80,8 @@ def config(experiment: str, matrix: dict, r: int, p: int, algorithm: str, strate
 
 def key(cfg: dict) -> str:
     """The stable key of a configuration (its fields as sorted JSON; an application
-    experiment's ``workload`` field too)."""
-    return json.dumps({k: cfg[k] for k in CONFIG_FIELDS + ("workload",) if k in cfg},
+    experiment's ``workload`` field and a repeated measurement's ``round`` too)."""
+    return json.dumps({k: cfg[k] for k in CONFIG_FIELDS + ("workload", "round") if k in cfg},
                       sort_keys=True)
 
 
@@ -340,14 +340,20 @@ def launcher_command(launcher: str, p: int, mpi_args: list[str], threads: int | 
 def measure(cfgs: list[dict], results: str, launcher: str = "mpiexec",
             mpi_args: list[str] | None = None, machine_file: str | None = None,
             threads: int | None = None, bind: str = "core") -> int:
-    """Measure the configurations not yet in ``results``: one MPI job per p. Returns how
-    many were measured; raises InputError when a job fails."""
+    """Measure the configurations not yet in ``results``: one MPI job per (round, p,
+    library), in the order their first configurations appear in ``cfgs`` (so a preset that
+    alternates distmm and PETSc jobs gets them in turns, and neither library shares a
+    process with the other). Returns how many were measured; raises InputError when a job
+    fails."""
     done = recorded_keys(results, cfgs[0]["experiment"]) if cfgs else set()
     todo = [cfg for cfg in cfgs if key(cfg) not in done]
     print(f"{len(cfgs) - len(todo)} of {len(cfgs)} configurations already in {results}",
           flush=True)
-    for p in sorted({cfg["p"] for cfg in todo}):
-        batch = [cfg for cfg in todo if cfg["p"] == p]
+    jobs: dict[tuple, list[dict]] = {}
+    for cfg in todo:
+        job = (cfg.get("round"), cfg["p"], cfg["algorithm"] == petsc_baseline.ALGORITHM)
+        jobs.setdefault(job, []).append(cfg)
+    for (_, p, _), batch in jobs.items():
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
             json.dump(batch, fh)
         cmd = launcher_command(launcher, p, mpi_args or [], threads, bind) + [

@@ -6,7 +6,8 @@ twitter7) as ``--data-dir``/NAME.mtx, from 4 nodes (arabic-2005: 8, twitter7: 16
 --project only their sizes (Table V) are needed. The laptop preset runs the development data
 (metis-mdual, sparse like uk-2002 at 4 per row, and movielens-100k, dense like eukarya at 106
 per row) at r = 32, 2 calls, p = 1, 2, 4. The baseline preset is distmm's default FusedMM
-against PETSc in float64 on every development matrix at p = 1, 2 (docs/performance.md).
+against PETSc in float64 on every development matrix at p = 1, 2, in rounds of jobs that
+take turns (docs/performance.md); ``--table RESULTS.jsonl`` prints its comparison.
 
     .venv/bin/python experiments/strong_scaling.py --preset laptop
     .venv/bin/python experiments/strong_scaling.py --preset paper \
@@ -15,6 +16,7 @@ against PETSc in float64 on every development matrix at p = 1, 2 (docs/performan
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -59,16 +61,56 @@ def laptop(args) -> list[dict]:
 def baseline(args) -> list[dict]:
     """distmm's default FusedMM (1.5D dense shifting, fusion, c = 1) against PETSc's two
     MatMatMult in float64 on every development matrix at p = 1, 2 and r = 16, 32, 128: the
-    PETSc target of docs/performance.md. Needs petsc4py."""
+    PETSc target of docs/performance.md. Needs petsc4py.
+
+    ``args.rounds`` rounds, each a distmm job and a PETSc job per p, in turns (distmm first
+    in even rounds, PETSc first in odd ones), so that both libraries see the same minutes of
+    a shared machine; :func:`baseline_table` compares them."""
     require_extra("petsc4py", what="strong_scaling.py --preset baseline")
     matrices = [{"kind": "mtx", "path": runner.check_matrix(os.path.join(args.data_dir, name))}
                 for name in BASELINE] + [{"kind": "er", "m": 65536, "n": 65536, "d": 32}]
     ps, rs = runner.pow2_upto(1, args.max_p or 2), (16, 32, 128)
-    out = runner.sweep(EXPERIMENT, matrices, rs, ps, configs=[("15d-dense-shift", "fusion")],
-                       cs=[1], calls=5, repeat=3, dtype="float64")
-    return out + [runner.config(EXPERIMENT, matrix, r, p, petsc_baseline.ALGORITHM,
-                                petsc_baseline.STRATEGY, 1, calls=5, repeat=3, dtype="float64")
-                  for p in ps for matrix in matrices for r in rs]
+    out = []
+    for rnd in range(args.rounds):
+        for p in ps:
+            ours = runner.sweep(EXPERIMENT, matrices, rs, [p],
+                                configs=[("15d-dense-shift", "fusion")], cs=[1], calls=5,
+                                repeat=3, dtype="float64")
+            petsc = [runner.config(EXPERIMENT, matrix, r, p, petsc_baseline.ALGORITHM,
+                                   petsc_baseline.STRATEGY, 1, calls=5, repeat=3,
+                                   dtype="float64") for matrix in matrices for r in rs]
+            for cfg in ours + petsc:
+                cfg["round"] = rnd
+            out += ours + petsc if rnd % 2 == 0 else petsc + ours
+    return out
+
+
+def baseline_table(records: list[dict]) -> str:
+    """The baseline preset's comparison as a markdown table: for each matrix, p and r, PETSc's
+    best time over distmm's best time (over all rounds; PETSc's time is for twice as many
+    calls, one FusedMM being two MatMatMult), and the range of the same ratio within each
+    round. Not collective."""
+    best, per_round = {}, {}
+    for rec in records:
+        if rec.get("seconds") is None:
+            continue
+        lib = "petsc" if rec["algorithm"] == petsc_baseline.ALGORITHM else "distmm"
+        cell = (rec["label"], rec["p"], rec["r"])
+        best[cell, lib] = min(best.get((cell, lib), float("inf")), rec["seconds"])
+        per_round.setdefault((cell, rec.get("round")), {})[lib] = rec["seconds"]
+    cells = sorted({cell for cell, _ in best}, key=lambda c: (c[0], c[1], c[2]))
+    lines = ["| matrix | p | r | PETSc / distmm (best over rounds) | within a round |",
+             "|---|---:|---:|---:|---|"]
+    for cell in cells:
+        if (cell, "petsc") not in best or (cell, "distmm") not in best:
+            continue
+        ratios = sorted(v["petsc"] / v["distmm"] for (c, _), v in per_round.items()
+                        if c == cell and len(v) == 2)
+        spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}x ({len(ratios)})" if ratios else "-"
+        ratio = best[cell, "petsc"] / best[cell, "distmm"]
+        lines.append(f"| {cell[0]} | {cell[1]} | {cell[2]} | {ratio:.2f}x"
+                     f"{' **' if ratio < 3 else ''} | {spread} |")
+    return "\n".join(lines)
 
 
 def with_petsc(args, matrices: list[dict], r: int, ps: list[int], calls: int) -> list[dict]:
@@ -87,6 +129,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument("--petsc", action="store_true",
                         help="also run the PETSc baseline (needs petsc4py: pip install "
                              "distmm[petsc]); on by default when petsc4py is installed")
+        ap.add_argument("--rounds", type=int, default=3,
+                        help="baseline preset: rounds of distmm and PETSc jobs in turns "
+                             "(default 3)")
+        ap.add_argument("--table", metavar="RESULTS.jsonl",
+                        help="measure nothing: print the baseline preset's PETSc / distmm "
+                             "table from these records")
+
+    table = argparse.ArgumentParser(add_help=False)
+    table.add_argument("--table", metavar="RESULTS.jsonl")
+    known, _ = table.parse_known_args(argv)
+    if known.table:  # measure nothing: the baseline preset's comparison from its records
+        print(baseline_table(runner.read_records(known.table)))
+        return 0
 
     presets = {"laptop": laptop, "paper": paper, "baseline": baseline}
     return runner.main(EXPERIMENT, presets, __doc__.split("\n")[0], argv, add)

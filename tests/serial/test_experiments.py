@@ -264,6 +264,49 @@ def test_petsc_baseline_record(tmp_path, monkeypatch):
     assert runner.project([cfg], str(tmp_path / "p.jsonl"), MACHINE) == 0  # no model of PETSc
 
 
+def test_jobs_follow_rounds_and_libraries_in_turns(tmp_path, monkeypatch):
+    """The baseline preset's configurations run as one job per (round, p, library), in the
+    preset's order: distmm then PETSc in even rounds, PETSc then distmm in odd ones."""
+    mtx = tmp_path / "a.mtx"
+    mtx.write_text("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.0\n")
+    monkeypatch.setattr(strong_scaling, "BASELINE", ("a.mtx",))
+    monkeypatch.setattr(strong_scaling, "require_extra", lambda *a, **k: None)
+    args = type("Args", (), {"data_dir": str(tmp_path), "max_p": None, "rounds": 2})()
+    cfgs = strong_scaling.baseline(args)
+    # rounds x p x libraries x matrices (a.mtx and the Erdos-Renyi one) x r, all distinct
+    assert len({runner.key(c) for c in cfgs}) == len(cfgs) == 2 * 2 * 2 * 2 * 3
+    jobs = []
+
+    def fake_run(cmd, env):
+        with open(cmd[cmd.index("--worker") + 1]) as fh:
+            batch = json.load(fh)
+        job = {(c["round"], c["p"], c["algorithm"]) for c in batch}
+        assert len(job) == 1 and len(batch) == 2 * 3
+        jobs.append(job.pop())
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    assert runner.measure(cfgs, str(tmp_path / "r.jsonl"), bind="none") == len(cfgs)
+    ours, petsc = "15d-dense-shift", "petsc"
+    assert jobs == [(0, 1, ours), (0, 1, petsc), (0, 2, ours), (0, 2, petsc),
+                    (1, 1, petsc), (1, 1, ours), (1, 2, petsc), (1, 2, ours)]
+
+
+def test_baseline_table_compares_best_times_and_rounds():
+    def rec(alg, rnd, seconds, r=16):
+        return {"algorithm": alg, "round": rnd, "seconds": seconds, "label": "m", "p": 1,
+                "r": r}
+
+    records = [rec("15d-dense-shift", 0, 1.0), rec("petsc", 0, 5.0),
+               rec("petsc", 1, 4.0), rec("15d-dense-shift", 1, 2.0),
+               rec("15d-dense-shift", 0, 1.0, r=32), rec("petsc", 0, 2.0, r=32),
+               rec("petsc", 0, None, r=64)]
+    lines = strong_scaling.baseline_table(records).splitlines()
+    assert lines[2] == "| m | 1 | 16 | 4.00x | 2.00-5.00x (2) |"
+    assert lines[3] == "| m | 1 | 32 | 2.00x ** | 2.00-2.00x (1) |"
+    assert len(lines) == 4  # no row without both libraries
+
+
 # ------------------------------------------------------------------------ plots, launcher
 
 
