@@ -1,9 +1,8 @@
-"""Software prefetch on against off in the reference model's SDDMM and FusedMM, one process, in
-turns.
+"""Software prefetch on against off in the reference model's kernels, one process, in turns.
 
-The reference model prefetches the gathered rows of SDDMM and FusedMM only when the gathered
-matrix is larger than a quarter of the panel budget and its rows are at most
-``_PREFETCH_MAX_ROW_BYTES`` long (``ReferenceModel._plan``). This measures both choices on the
+The reference model prefetches the gathered rows only when the gathered matrix is larger than
+a quarter of the panel budget and its rows are at most ``_PREFETCH_MAX_ROW_BYTES`` long
+(``ReferenceModel._plan``). This measures both choices on the
 same local block (the whole matrix in natural order, as at p = 1): the node model's kernel
 with the prefetch distance forced to the planned one ("on") and to 0 ("off"), every other
 part of the plan (panels, chunks, width) the model's own, calling them in rounds that
@@ -13,9 +12,6 @@ the geometric mean by operation and row length::
 
     DISTMM_DATA=../shared/data NUMBA_NUM_THREADS=2 python experiments/bench_prefetch.py \\
         --matrices er-65536,metis-mdual,genes-pubmed --rs 16,32,64,128,256
-
-SpMM is not measured: its kernel has no prefetch (measured with this script on the kernels
-of commit c8e296d, which still had one; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_end_to_end as e2e  # noqa: E402
 
-OPS = ("fusedmm_a", "sddmm")
+OPS = ("fusedmm_a", "spmm_a", "sddmm")
 
 
 def forced_models():
@@ -46,8 +42,8 @@ def forced_models():
             super().__init__()
             self.on = on
 
-        def _plan(self, op, gathered_rows, r, itemsize, nnz, rows, min_run):
-            _, panels = super()._plan(op, gathered_rows, r, itemsize, nnz, rows, min_run)
+        def _plan(self, gathered_rows, r, itemsize, nnz, rows, min_run):
+            _, panels = super()._plan(gathered_rows, r, itemsize, nnz, rows, min_run)
             return (reference._prefetch_distance(r, itemsize) if self.on else 0), panels
 
     return Forced(False), Forced(True)
@@ -66,7 +62,7 @@ def measure(S, dtype, r: int, op: str, rounds: int, calls: int) -> list[float]:
     A[...] = rng.standard_normal((m, r))
     B[...] = rng.standard_normal((n, r))
     out = aligned_empty((blk.nnz,) if op == "sddmm" else (m, r), dtype)
-    args = (blk.data, A, B, out)
+    args = (blk.data, B, out) if op == "spmm_a" else (blk.data, A, B, out)
     fns = [model._bind(op, blk, r, False) for model in forced_models()]
     for fn in fns:
         fn(*args)  # compile and warm

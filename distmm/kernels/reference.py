@@ -20,11 +20,10 @@ it is also the model that runs by default, so it is written to be fast on a mult
   stopped, so the gathers hit the cache instead of DRAM. The price is one more pass over the
   output rows (SpMM, FusedMM) or the rows of A (SDDMM) per panel, so panels are only used while a
   row keeps a few entries per panel on average.
-* **Software prefetch.** In SDDMM and FusedMM, when the gathered matrix is too large to stay in
-  cache and its rows are short, the gathered rows of the next few entries (and of the next
+* **Software prefetch.** When the gathered matrix is too large to stay in cache and its rows
+  are short (at most 256 bytes), the gathered rows of the next few entries (and of the next
   row's first entries) are prefetched with ``llvm.prefetch``; no hardware prefetcher can guess
-  them. SpMM does not prefetch: nothing in it waits on a gathered row, so the core keeps many
-  gathers in flight by itself, and the prefetches only added instructions.
+  them. A longer row is several lines, which the hardware prefetcher follows by itself.
 * **Vectorised inner loops.** Dense rows are C-contiguous; the loop over the dense width r is the
   innermost loop and is compiled with the ``reassoc`` and ``contract`` fast-math flags, so LLVM
   vectorises dot products (a reduction) and emits fused multiply-adds. NaN and infinity keep their
@@ -85,7 +84,7 @@ SPECIALISED_WIDTHS = (8, 16, 32, 64, 128)
 # --------------------------------------------------------------------------------------------
 # software prefetch
 
-# SDDMM and FusedMM prefetch only rows of at most this many bytes (see ReferenceModel._plan).
+# The kernels prefetch only gathered rows of at most this many bytes (ReferenceModel._plan).
 _PREFETCH_MAX_ROW_BYTES = 256
 
 
@@ -227,7 +226,7 @@ def _spmm_kernel(width: int):
     """
 
     @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
-    def spmm(indptr, indices, vals, X, out, nchunks, npanels, overwrite):
+    def spmm(indptr, indices, vals, X, out, nchunks, dist, npanels, overwrite):
         """out[i] += sum_t vals[t] * X[indices[t]] over the stored entries t of row i (``=``
         when ``overwrite``: the first panel writes every row of the chunk, empty ones as
         zeros)."""
@@ -244,14 +243,14 @@ def _spmm_kernel(width: int):
                 for p in range(npanels):
                     first = overwrite and p == 0
                     col_end = ((p + 1) * ncols) // npanels
-                    nxt = _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, 0)
+                    nxt = _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
                     for i in range(lo, hi):
                         start = cur[i - lo]
                         seg = nxt
                         cur[i - lo] = seg
                         if i + 1 < hi:
                             nxt = _scan(indices, X, cur[i + 1 - lo], indptr[i + 2],
-                                        col_end, ncols, 0)
+                                        col_end, ncols, dist)
                         if seg == start:
                             if first:
                                 o = out[i]
@@ -262,6 +261,8 @@ def _spmm_kernel(width: int):
                             acc[k] = 0
                         t = start
                         while t + 4 <= seg:
+                            if dist > 0:
+                                _prefetch_next(X, indices, t, seg, dist, 4)
                             v0 = vals[t]
                             v1 = vals[t + 1]
                             v2 = vals[t + 2]
@@ -538,21 +539,19 @@ class ReferenceModel(NodeModel):
         cap = nnz // (max(rows, 1) * min_run)
         return int(max(1, min(want, cap, gathered_rows)))
 
-    def _plan(self, op: str, gathered_rows: int, r: int, itemsize: int, nnz: int, rows: int,
+    def _plan(self, gathered_rows: int, r: int, itemsize: int, nnz: int, rows: int,
               min_run: int) -> tuple[int, int]:
         """(prefetch distance, number of panels) for one call.
 
-        Software prefetch pays off in SDDMM and FusedMM, whose next gathers wait on the dot
-        product of the current ones, when the gathered matrix is unlikely to sit in cache
-        already (above a quarter of the panel budget) and its rows are short
-        (``_PREFETCH_MAX_ROW_BYTES``): a longer row is several lines that the hardware
-        prefetcher follows, and there the extra instructions cost more than they hide. SpMM
-        never prefetches (its kernel has no prefetch): its gathers are independent loads that
-        the core overlaps by itself (docs/performance.md, "Software prefetch by operation").
+        Software prefetch pays off only when the gathered matrix is unlikely to sit in cache
+        already (above a quarter of the panel budget; below, it cost up to about 25% in SDDMM)
+        and its rows are short (``_PREFETCH_MAX_ROW_BYTES``): a longer row is several lines,
+        which the hardware prefetcher follows once the first is touched, and there the extra
+        instructions cost SDDMM and SpMM about 10% and gained FusedMM nothing
+        (docs/performance.md, "Software prefetch by row length").
         """
         size = gathered_rows * r * itemsize
-        prefetch = (not op.startswith("spmm") and r * itemsize <= _PREFETCH_MAX_ROW_BYTES
-                    and size > self.panel_bytes // 4)
+        prefetch = r * itemsize <= _PREFETCH_MAX_ROW_BYTES and size > self.panel_bytes // 4
         dist = _prefetch_distance(r, itemsize) if prefetch else 0
         return dist, self._panels(gathered_rows, r, itemsize, nnz, rows, min_run)
 
@@ -567,15 +566,13 @@ class ReferenceModel(NodeModel):
             return lambda *operands: _clear(operands[-1], accumulate)
         transposed = op in ("spmm_b", "fusedmm_b")
         gathered, rows = (m, n) if transposed else (n, m)
-        dist, panels = self._plan(op, gathered, r, S.data.dtype.itemsize, S.nnz, rows,
+        dist, panels = self._plan(gathered, r, S.data.dtype.itemsize, S.nnz, rows,
                                   2 if op == "sddmm" else 4)
         tail = (_num_chunks(rows), dist, panels, not accumulate)
         if op == "sddmm":
             kernel = _sddmm_kernel
-        elif op.startswith("spmm"):
-            kernel, tail = _spmm_kernel(_width(r)), (_num_chunks(rows), panels, not accumulate)
         else:
-            kernel = _fused_kernel(_width(r))
+            kernel = (_spmm_kernel if op.startswith("spmm") else _fused_kernel)(_width(r))
         if not transposed:
             indptr, indices = S.indptr, _gather_indices(op, S.indices)
             return lambda vals, *dense: kernel(indptr, indices, vals, *dense, *tail)

@@ -234,21 +234,17 @@ def test_panels_and_chunks_agree_with_plain_kernel():
     assert panelled._panels(S.shape[1], 17, 8, S.nnz, S.shape[0], 1) > 1
 
 
-
-def test_prefetch_plan_by_operation_and_row_length():
-    """SDDMM and FusedMM prefetch short gathered rows of a matrix larger than a quarter of the
-    panel budget; SpMM never does, and no operation does for rows longer than the limit or
-    for a small gathered matrix."""
+def test_prefetch_plan_by_size_and_row_length():
+    """Prefetch only short gathered rows of a matrix larger than a quarter of the panel
+    budget."""
     model = ReferenceModel(panel_bytes=2**20)
     big, small = 2**16, 2**8  # gathered rows: 4 MiB and 16 KiB at r = 16 in float32
-    for op in ("sddmm", "fusedmm_a", "fusedmm_b"):
-        assert model._plan(op, big, 16, 4, 10**6, 1000, 2)[0] > 0
-        assert model._plan(op, small, 16, 4, 10**6, 1000, 2)[0] == 0
-        long_row = reference._PREFETCH_MAX_ROW_BYTES // 8 + 1  # float64 columns
-        assert model._plan(op, big, long_row, 8, 10**6, 1000, 2)[0] == 0
-        assert model._plan(op, big, long_row - 1, 8, 10**6, 1000, 2)[0] > 0
-    for op in ("spmm_a", "spmm_b"):
-        assert model._plan(op, big, 16, 4, 10**6, 1000, 4)[0] == 0
+    assert model._plan(big, 16, 4, 10**6, 1000, 2)[0] > 0
+    assert model._plan(small, 16, 4, 10**6, 1000, 2)[0] == 0
+    long_row = reference._PREFETCH_MAX_ROW_BYTES // 8 + 1  # float64 columns
+    assert model._plan(big, long_row, 8, 10**6, 1000, 2)[0] == 0
+    assert model._plan(big, long_row - 1, 8, 10**6, 1000, 2)[0] > 0
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("block", sorted(BLOCKS))
