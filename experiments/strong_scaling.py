@@ -24,6 +24,7 @@ import petsc_baseline
 import runner
 
 from distmm._optional import available, require_extra
+from distmm.errors import require
 
 EXPERIMENT = "strong-scaling"
 # Paper Table V: rows (= columns), nonzeros, and the smallest node count the paper ran.
@@ -67,6 +68,7 @@ def baseline(args) -> list[dict]:
     in even rounds, PETSc first in odd ones), so that both libraries see the same minutes of
     a shared machine; :func:`baseline_table` compares them."""
     require_extra("petsc4py", what="strong_scaling.py --preset baseline")
+    require(args.rounds >= 1, f"--rounds must be at least 1, got {args.rounds}")
     matrices = [{"kind": "mtx", "path": runner.check_matrix(os.path.join(args.data_dir, name))}
                 for name in BASELINE] + [{"kind": "er", "m": 65536, "n": 65536, "d": 32}]
     ps, rs = runner.pow2_upto(1, args.max_p or 2), (16, 32, 128)
@@ -90,26 +92,24 @@ def baseline_table(records: list[dict]) -> str:
     best time over distmm's best time (over all rounds; PETSc's time is for twice as many
     calls, one FusedMM being two MatMatMult), and the range of the same ratio within each
     round. Not collective."""
-    best, per_round = {}, {}
+    rounds: dict[tuple, dict] = {}  # (matrix, p, r) -> {round: {library: seconds}}
     for rec in records:
-        if rec.get("seconds") is None:
-            continue
-        lib = "petsc" if rec["algorithm"] == petsc_baseline.ALGORITHM else "distmm"
-        cell = (rec["label"], rec["p"], rec["r"])
-        best[cell, lib] = min(best.get((cell, lib), float("inf")), rec["seconds"])
-        per_round.setdefault((cell, rec.get("round")), {})[lib] = rec["seconds"]
-    cells = sorted({cell for cell, _ in best}, key=lambda c: (c[0], c[1], c[2]))
+        if rec.get("seconds") is not None:
+            lib = "petsc" if rec["algorithm"] == petsc_baseline.ALGORITHM else "distmm"
+            cell = rounds.setdefault((rec["label"], rec["p"], rec["r"]), {})
+            cell.setdefault(rec.get("round"), {})[lib] = rec["seconds"]
     lines = ["| matrix | p | r | PETSc / distmm (best over rounds) | within a round |",
              "|---|---:|---:|---:|---|"]
-    for cell in cells:
-        if (cell, "petsc") not in best or (cell, "distmm") not in best:
+    for (label, p, r), by_round in sorted(rounds.items()):
+        times = {lib: [t[lib] for t in by_round.values() if lib in t]
+                 for lib in ("petsc", "distmm")}
+        if not (times["petsc"] and times["distmm"]):
             continue
-        ratios = sorted(v["petsc"] / v["distmm"] for (c, _), v in per_round.items()
-                        if c == cell and len(v) == 2)
+        ratios = sorted(t["petsc"] / t["distmm"] for t in by_round.values() if len(t) == 2)
         spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}x ({len(ratios)})" if ratios else "-"
-        ratio = best[cell, "petsc"] / best[cell, "distmm"]
-        lines.append(f"| {cell[0]} | {cell[1]} | {cell[2]} | {ratio:.2f}x"
-                     f"{' **' if ratio < 3 else ''} | {spread} |")
+        ratio = min(times["petsc"]) / min(times["distmm"])
+        lines.append(f"| {label} | {p} | {r} | {ratio:.2f}x{' **' if ratio < 3 else ''} | "
+                     f"{spread} |")
     return "\n".join(lines)
 
 

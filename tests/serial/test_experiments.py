@@ -7,6 +7,7 @@ runs here.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -27,6 +28,7 @@ import strong_scaling  # noqa: E402
 import weak_scaling  # noqa: E402
 
 from distmm._optional import available  # noqa: E402
+from distmm.errors import InputError  # noqa: E402
 from distmm.perf import costmodel  # noqa: E402
 from distmm.perf.planner import Machine, predict  # noqa: E402
 
@@ -271,7 +273,7 @@ def test_jobs_follow_rounds_and_libraries_in_turns(tmp_path, monkeypatch):
     mtx.write_text("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.0\n")
     monkeypatch.setattr(strong_scaling, "BASELINE", ("a.mtx",))
     monkeypatch.setattr(strong_scaling, "require_extra", lambda *a, **k: None)
-    args = type("Args", (), {"data_dir": str(tmp_path), "max_p": None, "rounds": 2})()
+    args = argparse.Namespace(data_dir=str(tmp_path), max_p=None, rounds=2)
     cfgs = strong_scaling.baseline(args)
     # rounds x p x libraries x matrices (a.mtx and the Erdos-Renyi one) x r, all distinct
     assert len({runner.key(c) for c in cfgs}) == len(cfgs) == 2 * 2 * 2 * 2 * 3
@@ -290,6 +292,13 @@ def test_jobs_follow_rounds_and_libraries_in_turns(tmp_path, monkeypatch):
     ours, petsc = "15d-dense-shift", "petsc"
     assert jobs == [(0, 1, ours), (0, 1, petsc), (0, 2, ours), (0, 2, petsc),
                     (1, 1, petsc), (1, 1, ours), (1, 2, petsc), (1, 2, ours)]
+
+
+def test_baseline_needs_a_round(tmp_path, monkeypatch):
+    monkeypatch.setattr(strong_scaling, "require_extra", lambda *a, **k: None)
+    args = argparse.Namespace(data_dir=str(tmp_path), max_p=None, rounds=0)
+    with pytest.raises(InputError, match="--rounds must be at least 1, got 0"):
+        strong_scaling.baseline(args)
 
 
 def test_baseline_table_compares_best_times_and_rounds():
