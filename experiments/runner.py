@@ -405,12 +405,16 @@ def pow2_upto(lo: int, hi: int, factor: int = 2) -> list[int]:
 def main(experiment: str, presets: dict[str, Callable[[argparse.Namespace], list[dict]]],
          description: str, argv: list[str] | None = None,
          extra: Callable[[argparse.ArgumentParser], None] | None = None,
-         no_projection: str | None = None) -> int:
+         no_projection: str | None = None,
+         instead: Callable[[argparse.Namespace], int | None] | None = None) -> int:
     """Parse the shared options, build the preset's configurations and measure or project them.
 
     ``presets`` maps a preset name ("laptop", "paper") to a function of the parsed arguments
-    returning configurations; ``no_projection``, when given, is why ``--project`` is refused.
-    Returns the exit status (2 with a message on bad input)."""
+    returning configurations; ``extra`` adds an experiment's own options; ``no_projection``,
+    when given, is why ``--project`` is refused; ``instead``, when given, is called with the
+    parsed arguments first, and a status it returns ends the run there (a mode of the
+    experiment that measures nothing). Returns the exit status (2 with a message on bad
+    input)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--preset", default="laptop",
                     help=f"sizes to run: {', '.join(presets)} (default laptop)")
@@ -438,6 +442,8 @@ def main(experiment: str, presets: dict[str, Callable[[argparse.Namespace], list
         extra(ap)
     args = ap.parse_args(argv)
     try:
+        if instead is not None and (status := instead(args)) is not None:
+            return status
         require(args.preset in presets, f"unknown preset {args.preset!r}: choose one of "
                                         f"{', '.join(presets)}")
         require(args.max_p is None or args.project, "--max-p only applies with --project")

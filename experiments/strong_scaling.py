@@ -16,7 +16,6 @@ take turns (docs/performance.md); ``--table RESULTS.jsonl`` prints its compariso
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -136,15 +135,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure nothing: print the baseline preset's PETSc / distmm "
                              "table from these records")
 
-    table = argparse.ArgumentParser(add_help=False)
-    table.add_argument("--table", metavar="RESULTS.jsonl")
-    known, _ = table.parse_known_args(argv)
-    if known.table:  # measure nothing: the baseline preset's comparison from its records
-        print(baseline_table(runner.read_records(known.table)))
+    def table(args) -> int | None:  # measure nothing: the baseline preset's comparison
+        if not args.table:
+            return None
+        require(os.path.exists(args.table), f"--table: no such file {args.table!r}")
+        print(baseline_table(runner.read_records(args.table)))
         return 0
 
     presets = {"laptop": laptop, "paper": paper, "baseline": baseline}
-    return runner.main(EXPERIMENT, presets, __doc__.split("\n")[0], argv, add)
+    return runner.main(EXPERIMENT, presets, __doc__.split("\n")[0], argv, add,
+                       instead=table)
 
 
 if __name__ == "__main__":

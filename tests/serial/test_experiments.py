@@ -316,6 +316,25 @@ def test_baseline_table_compares_best_times_and_rounds():
     assert len(lines) == 4  # no row without both libraries
 
 
+def test_table_mode_prints_the_records_table_and_measures_nothing(tmp_path, monkeypatch,
+                                                                   capsys):
+    records = [{"algorithm": alg, "round": 0, "seconds": t, "label": "m", "p": 2, "r": 32}
+               for alg, t in (("15d-dense-shift", 0.5), ("petsc", 2.0))]
+    path = tmp_path / "baseline.jsonl"
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+
+    def no_jobs(*args, **kwargs):
+        raise AssertionError("--table must not launch anything")
+
+    monkeypatch.setattr(runner.subprocess, "run", no_jobs)
+    assert strong_scaling.main(["--table", str(path)]) == 0
+    assert capsys.readouterr().out == strong_scaling.baseline_table(records) + "\n"
+    assert "| m | 2 | 32 | 4.00x |" in strong_scaling.baseline_table(records)
+    # a mistyped file is an error, not an empty table
+    assert strong_scaling.main(["--table", str(tmp_path / "missing.jsonl")]) == 2
+    assert "--table: no such file" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------ plots, launcher
 
 
