@@ -386,24 +386,31 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
 
         The node model prepares the call once (:meth:`NodeModel.prepare`: operand checks,
         flop and byte counts, the kernel's plan), and the prepared call is kept under ``key``
-        (the call kind, and the loop's step within it) while ``sources`` are the very same
-        objects with the same shapes: the operands are views of them that the loop cuts the
-        same way for the same key, so the checks would pass again and the plan is the same.
-        ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
-        vector are replaced, when the node model's plan state (the numba thread count)
-        changes (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``.
-        The sources are held weakly: a kept call keeps no array alive."""
+        (the call kind, and the loop's step within it). The operands are views that the loop
+        cuts the same way from ``sources`` for the same key, so a kept call serves again
+        while every source is an array of the same shape, strides, dtype and writability as
+        the one it was prepared with (then the checks would pass again and the plan is the
+        same): the very same objects, or new ones such as the new result array of each call
+        without ``out=``. Only a call on the very same objects counts as a hit for replays
+        (replay.py): a new result array must not be replaced by the last call's. ``key=None``
+        prepares every time. Kept calls are dropped when S's values or a named vector are
+        replaced, when the node model's plan state (the numba thread count) changes
+        (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
+        sources are held weakly: a kept call keeps no array alive."""
         kept = self._prepared.get(key) if key is not None else None
-        if kept is not None:
-            for (ref, shape), x in zip(kept[0], sources, strict=True):
-                if ref() is not x or (x is not None and x.shape != shape):
-                    kept = None
-                    break
         hit = kept is not None
+        if hit:
+            for (ref, like), x in zip(kept[0], sources, strict=True):
+                if ref() is not x or (x is not None and x.shape != like[0]):
+                    hit = False
+                    break
+            if not hit:
+                if all(_alike(x, like) for (_, like), x in zip(kept[0], sources, strict=True)):
+                    kept = self._prepared[key] = (_source_refs(sources), kept[1])
+                else:
+                    kept = None
         if kept is None:
-            kept = (tuple((_no_operand, None) if x is None else (weakref.ref(x), x.shape)
-                          for x in sources),
-                    self.kernel.prepare(op, S, vals, X, Y, out, accumulate))
+            kept = (_source_refs(sources), self.kernel.prepare(op, S, vals, X, Y, out, accumulate))
             if key is not None and self.checks != "always":
                 self._prepared[key] = kept
         run = kept[1]
@@ -990,6 +997,24 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
 def _no_operand() -> None:
     """Stands for the weak reference of an absent operand (it is None again)."""
     return None
+
+
+def _source_refs(sources: tuple) -> tuple:
+    """What :meth:`DistributedAlgorithm._run_kernel` keeps of a prepared call's sources: a
+    weak reference to each and its (shape, strides, dtype, writeable)."""
+    return tuple((_no_operand, None) if x is None else
+                 (weakref.ref(x), (x.shape, x.strides, x.dtype, x.flags.writeable))
+                 for x in sources)
+
+
+def _alike(x: np.ndarray | None, like: tuple | None) -> bool:
+    """Whether ``x`` may stand in for the source a call was prepared with (``like``: its
+    shape, strides, dtype and writeability; None: there was none): views cut from it the
+    same way pass the same operand checks."""
+    if x is None or like is None:
+        return x is None and like is None
+    return (isinstance(x, np.ndarray) and x.shape == like[0] and x.strides == like[1]
+            and x.dtype == like[2] and x.flags.writeable == like[3])
 
 
 def _plain(X: np.ndarray | None) -> np.ndarray | None:

@@ -68,7 +68,7 @@ class CallChecks:
         if state != self._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
             self._forget_prepared()
             self._plan_state = state
-        self._start_trace(kind)
+        self._start_trace(kind, out is not None)
         if self.checks == "off":
             r = self._unchecked_r(dense)
         elif self.checks == "always" or kind not in self._checked:

@@ -16,8 +16,9 @@ shift counted and timed in "propagation").
 
 Ranks need not agree on replaying: a rank that replays makes the very MPI calls that the full
 call would make, and the full call of a kind after its first makes no other (its cheap checks
-are local in the families that replay). A call without ``out=`` writes a new array, whose
-kernels are not prepared calls kept from the call before: it is never replayed.
+are local in the families that replay). A call without ``out=`` writes a new array: it is
+never traced, so never replayed (its kernels still reuse the prepared calls of the call
+before, which serve any result array of the same shape and layout).
 
 A kept replay holds its arguments (views of the operands and buffers) until the next call of
 its kind that cannot be replayed, :meth:`~DistributedAlgorithm.set_values`, a change of named
@@ -64,12 +65,16 @@ class CallReplay:
                 fn(*args)
         return result
 
-    def _start_trace(self, kind: str) -> None:
+    def _start_trace(self, kind: str, has_out: bool) -> None:
         """Begin tracing the steps of a call of ``kind`` that is not replayed (called by
         ``_begin``, before the call remembers its operands): its replay is dropped first, so
-        that a call that fails before :meth:`_keep_replay` leaves none behind."""
+        that a call that fails before :meth:`_keep_replay` leaves none behind. A call without
+        an ``out=`` buffer (``has_out`` false) is not traced: its result is a new array, and
+        a replay would write the last call's array again (where the new array only receives
+        a shift, as SpMMB's result does at q > 1, every kernel is a kept call)."""
         self._replays.pop(kind, None)
-        self._trace = [] if self.checks == "once" and self._replayable() else None
+        self._trace = ([] if has_out and self.checks == "once" and self._replayable()
+                       else None)
 
     def _traced(self, hit: bool, run, args: tuple) -> None:
         """Note one kernel of the traced call (the caller checks that a call is traced):

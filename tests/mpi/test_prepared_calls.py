@@ -156,6 +156,43 @@ def test_prepared_again_when_the_plan_state_changes(algorithm, c, monkeypatch):
     obj.close()
 
 
+def _no_out_calls(obj, A_loc, B_loc):
+    """(name, call) of every operation and strategy without out=: each returns a new array."""
+    calls = [("sddmm", lambda: obj.sddmm(A_loc, B_loc)), ("spmm_a", lambda: obj.spmm_a(B_loc)),
+             ("spmm_b", lambda: obj.spmm_b(A_loc))]
+    for s in obj.strategies:
+        calls.append((f"fusedmm_a {s}", lambda s=s: obj.fusedmm_a(A_loc, B_loc, s)))
+        calls.append((f"fusedmm_b {s}", lambda s=s: obj.fusedmm_b(A_loc, B_loc, s)))
+    return calls
+
+
+@pytest.mark.parametrize("c", [c for a, c in CASES if a == "15d-dense-shift"])
+def test_calls_without_out_reuse_prepared_calls_and_return_new_arrays(c, monkeypatch):
+    """A loop without out= gets a new result array from every call, and the kernel calls
+    prepared for the first result serve the next ones (same shape, strides, dtype): nothing is
+    prepared again, every result is bitwise the first, and an earlier result is never
+    written again (no call is replayed into the last call's array)."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", c)
+    prepared = []
+    real = obj.kernel.prepare
+    monkeypatch.setattr(obj.kernel, "prepare",
+                        lambda *a, **k: prepared.append(a[0]) or real(*a, **k))
+    for name, call in _no_out_calls(obj, A_loc, B_loc):
+        first = call()
+        kept = np.array(first, copy=True)
+        check(*_gathered(obj, name, first), S, A, B, rtol=1e-10)
+        before = len(prepared)
+        results = [call() for _ in range(3)]
+        assert len(prepared) == before, name
+        for res in results:
+            assert not np.shares_memory(res, first), name
+            np.testing.assert_array_equal(res, kept, err_msg=name)
+        np.testing.assert_array_equal(first, kept, err_msg=name)
+        assert not any(np.shares_memory(x, y) for i, x in enumerate(results)
+                       for y in results[i + 1:]), name
+    obj.close()
+
+
 def test_numba_thread_count_between_repeats():
     """numba.set_num_threads between two repeats of a call: right results either way."""
     import numba
