@@ -283,7 +283,8 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
 
 
 def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,
-           B_loc: np.ndarray | None, strategy: str | None = None) -> np.ndarray:
+           B_loc: np.ndarray | None, strategy: str | None = None,
+           out: np.ndarray | None = None) -> np.ndarray:
     """Run one named operation (CLI spelling, e.g. ``"fusedmm-a"``) on distributed blocks.
 
     Collective over the object's communicator.
@@ -299,11 +300,16 @@ def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,
         read it, see :func:`op_inputs`).
     strategy : str, optional
         FusedMM only; default (None or ``"-"``): the family's most communication-eliding one.
+    out : numpy.ndarray, optional
+        Where to write the result (:func:`result_buffer` makes one): a loop that passes the
+        same buffer with the same operands runs the call's kernels and shifts alone from the
+        third call on (docs/api.md); default: a new array.
 
     Returns
     -------
     numpy.ndarray
-        The SDDMM values in this rank's value order, or this rank's dense output block.
+        The SDDMM values in this rank's value order, or this rank's dense output block
+        (``out`` when given).
 
     Raises
     ------
@@ -314,14 +320,23 @@ def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,
     if strategy is None or strategy == "-":
         strategy = obj.strategies[-1]
     if op == "sddmm":
-        return obj.sddmm(A_loc, B_loc)
+        return obj.sddmm(A_loc, B_loc, out=out)
     if op == "spmm-a":
-        return obj.spmm_a(B_loc)
+        return obj.spmm_a(B_loc, out=out)
     if op == "spmm-b":
-        return obj.spmm_b(A_loc)
+        return obj.spmm_b(A_loc, out=out)
     if op == "fusedmm-a":
-        return obj.fusedmm_a(A_loc, B_loc, strategy=strategy)
-    return obj.fusedmm_b(A_loc, B_loc, strategy=strategy)
+        return obj.fusedmm_a(A_loc, B_loc, strategy=strategy, out=out)
+    return obj.fusedmm_b(A_loc, B_loc, strategy=strategy, out=out)
+
+
+def result_buffer(obj: DistributedAlgorithm, op: str, r: int) -> np.ndarray:
+    """A buffer for the result of ``op`` at width r on this rank, to pass to :func:`run_op`
+    as ``out``: a side's dense block, or (SDDMM) one value per stored nonzero in value order.
+    Not collective (meant to be called on every rank)."""
+    require(op in OPS, f"unknown operation {op!r}; choose one of {', '.join(OPS)}")
+    side = op_output_side(op)
+    return np.empty_like(obj.values) if side is None else obj.dense(side, r)
 
 
 def op_inputs(op: str) -> tuple[bool, bool]:

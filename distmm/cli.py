@@ -579,12 +579,13 @@ def cmd_run(args) -> int:
     A_loc = obj.scatter("a", A, root=None) if A is not None else None
     B_loc = obj.scatter("b", B, root=None) if B is not None else None
     nnz = int(comm.allreduce(obj.values.size))
+    out = api.result_buffer(obj, args.op, r)  # every repetition writes it, as a user's loop
     for rep in range(args.repeat):
         signals.stop_if_requested(comm, "before repeat 1" if rep == 0 else
                                   f"after repeat {rep} of {args.repeat}")
         obj.reset_stats()
         result, seconds = timed(comm, lambda: api.run_op(obj, args.op, A_loc, B_loc,
-                                                         args.strategy))
+                                                         args.strategy, out))
         report = obj.report()
         record = {"event": "run", "op": args.op, "strategy": args.strategy, "repeat": rep,
                   "seconds": seconds, "nnz": nnz, "r": r,

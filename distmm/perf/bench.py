@@ -67,8 +67,10 @@ def measure(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray, B_loc: np.nda
     rank, the record: times, best seconds, GFLOP/s at the best time, and (on rank 0 only, None
     elsewhere) the per-phase breakdown of the fastest repetition.
     """
+    out = api.result_buffer(obj, op, r)  # reused by every call, as a user's loop does
+
     def call():
-        return api.run_op(obj, op, A_loc, B_loc, strategy)
+        return api.run_op(obj, op, A_loc, B_loc, strategy, out)
 
     call()
     times, reports = [], []

@@ -98,7 +98,8 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
         A_loc, B_loc = random_blocks(obj, r, seed)
         kept = False
         for row in group:
-            row["measured_s"] = _time(comm, obj, op, A_loc, B_loc, row["strategy"], repeat)
+            row["measured_s"] = _time(comm, obj, op, A_loc, B_loc, row["strategy"], r,
+                                      repeat)
             if best_row is None or row["measured_s"] < best_row["measured_s"]:
                 best_row, kept = row, True
         # Every rank takes the same decision (the times are all-reduced), so closing the
@@ -115,11 +116,14 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
 
 
 def _time(comm: MPI.Comm, obj: DistributedAlgorithm, op: str, A_loc, B_loc, strategy: str,
-          repeat: int, warmup: int = 1) -> float:
+          r: int, repeat: int, warmup: int = 1) -> float:
     """``warmup`` untimed calls (JIT compilation, S^T built on first use), then the best of
-    ``repeat`` timed ones, each the slowest rank's time (collective)."""
+    ``repeat`` timed ones, each the slowest rank's time (collective). Every call writes one
+    result buffer, as the loop of an application does."""
+    out = api.result_buffer(obj, op, r)
+
     def call():
-        return api.run_op(obj, op, A_loc, B_loc, strategy)
+        return api.run_op(obj, op, A_loc, B_loc, strategy, out)
 
     for _ in range(warmup):
         call()
