@@ -18,6 +18,14 @@ Variants:
 * ``torch``: PyTorch's CPU ``torch.sparse.mm`` (SpMMA), ``torch.sparse.sampled_addmm`` times S's
   values (SDDMM) and the pair (FusedMMA), on a CSR tensor, ``--threads`` threads.
 * ``scipy``: scipy's CSR ``S @ B`` (one thread) and a vectorised numpy SDDMM.
+* ``run-p1``, ``run-p2`` (not run unless named in ``--variants``): the command line, as a user
+  first tries it: ``mpiexec -n P distmm run OP`` with the matrix's file (the generated
+  Erdos-Renyi one written as HDF5 first), the dense operands as ``.npy`` files and the
+  result written to an HDF5 file; one job per dtype, r and operation, ``--calls`` + 1
+  repetitions (``--repeat``), the first one a warm-up. ``distmm run`` passes no ``out=``
+  buffer, so every repetition allocates its result. Its records carry the same split as
+  ``distmm-p1``/``-p2`` (from the command's own JSON lines) but no memory figure, and a table
+  of their own compares them with the API's calls.
 
 For distmm every call is split into the local kernels (phase ``compute``), each communication
 phase, and the rest (the call's time minus those: checks, dispatch, buffers, copies). Each
@@ -53,11 +61,18 @@ DATA = os.environ.get("DISTMM_DATA", os.path.join(ROOT, "..", "shared", "data"))
 MATRICES = ("metis-mdual", "genes-pubmed", "movielens-100k-ratings", "cora-adjacency",
             "er-65536")
 OPS = ("fusedmm_a", "spmm_a", "sddmm")
-VARIANTS = ("distmm-p1", "distmm-p2", "torch", "scipy")
+VARIANTS = ("distmm-p1", "distmm-p2", "torch", "scipy")  # the default --variants
+RUN_VARIANTS = ("run-p1", "run-p2")  # distmm run, on request: a job per case is slow
 COMM_PHASES = ("replication", "propagation", "reduction", "values", "other")
 
 
 # ----------------------------------------------------------------------------- inputs
+def _matrix_path(name: str) -> str:
+    """The file of a named matrix of ../shared/data (or ``name`` itself when it is a path);
+    a generated matrix (``er-N``) has none: the path returned does not exist."""
+    return name if os.path.exists(name) else os.path.join(DATA, name + ".mtx.gz")
+
+
 def load_matrix(name: str):
     """The named matrix as scipy CSR (float64, duplicates summed), natural order."""
     import scipy.io
@@ -71,8 +86,7 @@ def load_matrix(name: str):
         cols = rng.integers(0, n, nnz)
         S = sp.coo_matrix((rng.uniform(0.5, 1.5, nnz), (rows, cols)), shape=(n, n))
     else:
-        path = name if os.path.exists(name) else os.path.join(DATA, name + ".mtx.gz")
-        with gzip.open(path) as fh:
+        with gzip.open(_matrix_path(name)) as fh:
             S = scipy.io.mmread(fh)
     S = S.tocsr().astype(np.float64)
     S.sum_duplicates()
@@ -229,24 +243,89 @@ WORKERS = {"distmm": worker_distmm, "torch": worker_torch, "scipy": worker_scipy
 
 
 # ----------------------------------------------------------------------------- driver
-def launch(variant: str, matrix: str, args) -> list[dict]:
-    """Run one worker process (or mpiexec job) and collect its records."""
-    common = ["--matrix", matrix, "--rs", ",".join(map(str, args.rs)), "--dtypes",
-              ",".join(args.dtypes), "--ops", ",".join(args.ops), "--calls", str(args.calls)]
+def _rank_env(p: int, args) -> dict:
+    """The environment of a distmm job of p ranks: the numba threads of ``--threads`` split
+    between the ranks, the project's numba cache."""
     env = dict(os.environ)
     env.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
+    threads = max(1, args.threads // p)
+    env.update(NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    # Waiting ranks yield their core only where ranks outnumber cores: with a core each,
+    # yielding while polling adds hundreds of microseconds to every small message.
+    if p > (os.cpu_count() or 1):
+        env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
+    return env
+
+
+def _run_record(lines: list[str], dtype: str, r: int, op: str) -> dict:
+    """The best timed repetition of one ``distmm run`` job (its JSON lines; repetition 0 is
+    the warm-up), split as the API worker splits a call."""
+    reps = [rec for line in lines if line.startswith("{")
+            if (rec := json.loads(line)).get("event") == "run" and rec["repeat"] > 0]
+    if not reps:
+        raise SystemExit(f"bench_end_to_end: distmm run {op} r={r} {dtype} printed no timed "
+                         "repetition")
+    rec = min(reps, key=lambda x: x["seconds"])
+    ph = {k: v["seconds"] for k, v in (rec["phases"] or {}).items()}
+    comm_s = sum(ph.get(k, 0.0) for k in COMM_PHASES)
+    return {"dtype": dtype, "r": r, "op": op, "seconds": rec["seconds"],
+            "compute": ph.get("compute", 0.0), "comm": comm_s,
+            "rest": max(0.0, rec["seconds"] - ph.get("compute", 0.0) - comm_s),
+            "phases": ph, "permute": rec["permute"]}
+
+
+def launch_run(p: int, matrix: str, args) -> list[dict]:
+    """``mpiexec -n p distmm run OP`` for every dtype, r and operation, on files written
+    to a temporary folder (the dense operands the other workers make, and the Erdos-Renyi
+    matrix as HDF5); one record each."""
+    import tempfile
+
+    from distmm.io.convert import write_csr_h5
+
+    S = load_matrix(matrix)
+    m, n = S.shape
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    distmm_cmd = os.path.join(os.path.dirname(sys.executable), "distmm")
+    records = []
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+        sparse = _matrix_path(matrix)
+        if not os.path.exists(sparse):  # generated: write it as a user would bring it
+            sparse = os.path.join(tmp, matrix + ".h5")
+            write_csr_h5(sparse, S)
+        a_path, b_path = os.path.join(tmp, "A.npy"), os.path.join(tmp, "B.npy")
+        for dtype in args.dtypes:
+            for r in args.rs:
+                np.save(a_path, dense(m, r, 1, dtype))
+                np.save(b_path, dense(n, r, 2, dtype))
+                for op in args.ops:
+                    cmd = [mpiexec, "-n", str(p), distmm_cmd, "run", op.replace("_", "-"),
+                           "--sparse", sparse, "--b", b_path, "--dtype", dtype,
+                           "--repeat", str(args.calls + 1),
+                           "--out", os.path.join(tmp, "result.h5")]
+                    if op != "spmm_a":
+                        cmd += ["--a", a_path]
+                    res = subprocess.run(cmd, env=_rank_env(p, args), capture_output=True,
+                                         text=True, timeout=args.timeout)
+                    if res.returncode != 0:
+                        raise SystemExit(f"bench_end_to_end: {' '.join(cmd)} failed:\n"
+                                         f"{res.stderr}")
+                    records.append(_run_record(res.stdout.splitlines(), dtype, r, op))
+    return records
+
+
+def launch(variant: str, matrix: str, args) -> list[dict]:
+    """Run one worker process (or mpiexec job) and collect its records."""
+    if variant in RUN_VARIANTS:
+        return launch_run(int(variant.split("-p")[1]), matrix, args)
+    common = ["--matrix", matrix, "--rs", ",".join(map(str, args.rs)), "--dtypes",
+              ",".join(args.dtypes), "--ops", ",".join(args.ops), "--calls", str(args.calls)]
     if variant.startswith("distmm"):
         p = int(variant.split("-p")[1])
-        threads = max(1, args.threads // p)
-        env.update(NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-        # Waiting ranks yield their core only where ranks outnumber cores: with a core each,
-        # yielding while polling adds hundreds of microseconds to every small message.
-        if p > (os.cpu_count() or 1):
-            env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
+        env = _rank_env(p, args)
         mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
         cmd = [mpiexec, "-n", str(p), sys.executable, __file__, "--worker", "distmm"] + common
     else:
-        env.update(OMP_NUM_THREADS=str(args.threads))
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
         cmd = [sys.executable, __file__, "--worker", variant, "--threads",
                str(args.threads)] + common
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -319,6 +398,32 @@ def markdown(best: dict, args) -> str:
                         f"{_secs(get, 'scipy')} | {_ratio(get, 'torch')} | "
                         f"{_ratio(get, 'scipy')} | {_memory(get, 'distmm-p1')} | "
                         f"{_memory(get, 'distmm-p2')} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_table(best: dict, args) -> str:
+    """``distmm run`` against the API's calls: per matrix, dtype, operation and r, each p's
+    best time of both, run / API, and the share of run's call outside its kernels and
+    messages."""
+    ps = [v.split("-p")[1] for v in RUN_VARIANTS if v in args.variants]
+    head = ["matrix", "dtype", "op", "r"]
+    for p in ps:
+        head += [f"API p={p} (s)", f"run p={p} (s)", f"run / API p={p}", f"run rest p={p}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for matrix in args.matrices:
+        for dtype in args.dtypes:
+            for op in args.ops:
+                for r in args.rs:
+                    cells = [matrix, dtype, op, str(r)]
+                    for p in ps:
+                        api = best.get((f"distmm-p{p}", matrix, dtype, r, op))
+                        run = best.get((f"run-p{p}", matrix, dtype, r, op))
+                        cells += [f"{api['seconds']:.4g}" if api else "-",
+                                  f"{run['seconds']:.4g}" if run else "-",
+                                  f"{run['seconds'] / api['seconds']:.2f}x"
+                                  if api and run else "-",
+                                  f"{run['rest'] / run['seconds']:.0%}" if run else "-"]
+                    lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -400,8 +505,9 @@ def main(argv=None) -> int:
         WORKERS[args.worker](args)
         return 0
     for v in args.variants:
-        if v not in VARIANTS:
-            ap.error(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+        if v not in VARIANTS + RUN_VARIANTS:
+            ap.error(f"unknown variant {v!r}; choose from "
+                     f"{', '.join(VARIANTS + RUN_VARIANTS)}")
     for op in args.ops:
         if op not in OPS:
             ap.error(f"unknown op {op!r}; choose from {', '.join(OPS)}")
@@ -433,6 +539,9 @@ def main(argv=None) -> int:
                 print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
                       f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     table = "\n" + summary(best, args) + markdown(best, args)
+    if any(v in args.variants for v in RUN_VARIANTS):
+        table += "\n**distmm run against the API** (best seconds over rounds)\n\n" + run_table(
+            best, args)
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(f"Machine: {json.dumps(info)}\n" + table)

@@ -484,3 +484,44 @@ def test_app_breakdown_round_trip_and_resume(tmp_path, monkeypatch):
         assert os.path.basename(png) == "app-breakdown.png"
         with open(png, "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------------ end to end
+
+def test_run_record_takes_the_best_timed_repetition():
+    import bench_end_to_end as e2e
+
+    def line(rep, seconds, compute, shift):
+        return json.dumps({"event": "run", "repeat": rep, "seconds": seconds,
+                           "permute": "blocks", "phases": {
+                               "compute": {"seconds": compute, "words_sent": 0.0},
+                               "propagation": {"seconds": shift, "words_sent": 8.0}}})
+
+    lines = ["MPI startup chatter", line(0, 0.001, 0.0005, 0.0001),  # the warm-up: skipped
+             line(1, 0.010, 0.006, 0.002), line(2, 0.008, 0.005, 0.002),
+             json.dumps({"event": "other"})]
+    rec = e2e._run_record(lines, "float32", 16, "spmm_a")
+    assert rec["seconds"] == 0.008 and rec["compute"] == 0.005 and rec["comm"] == 0.002
+    assert abs(rec["rest"] - 0.001) < 1e-12 and rec["permute"] == "blocks"
+    with pytest.raises(SystemExit, match="no timed repetition"):
+        e2e._run_record(lines[:2], "float32", 16, "spmm_a")
+
+
+@pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
+def test_distmm_run_variant_beside_the_api(tmp_path, capsys):
+    """The benchmark's distmm run variant runs the command on files, one job per case, and
+    its table sets each case beside the API's call."""
+    import bench_end_to_end as e2e
+
+    path = tmp_path / "e2e.jsonl"
+    assert e2e.main(["--matrices", "er-64", "--variants", "distmm-p1,run-p1", "--rs", "8",
+                     "--dtypes", "float64", "--ops", "spmm_a,sddmm", "--calls", "2",
+                     "--rounds", "1", "--jsonl", str(path)]) == 0
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    runs = {rec["op"]: rec for rec in records if rec["variant"] == "run-p1"}
+    assert sorted(runs) == ["sddmm", "spmm_a"]
+    for rec in runs.values():
+        assert 0 < rec["compute"] <= rec["seconds"] and rec["comm"] == 0
+        assert rec["permute"] == "none"  # the default on one rank
+    table = capsys.readouterr().out.split("**distmm run against the API**")[1]
+    assert "| er-64 | float64 | spmm_a | 8 |" in table and "x |" in table
