@@ -7,19 +7,20 @@ Run under mpiexec, e.g.::
         --matrix /work/shared/data/metis-mdual.mtx.gz --r 128 --calls 5
 
 For each policy (taken in turns, A B C A B C ..., so that each samples the same moments of a
-shared machine) S is distributed once, typed blocks of width r are made with ``S.dense``, two
-untimed calls warm up (JIT, S^T built on first use, the first call's full checks), then
-``--calls`` FusedMMA calls run back to back into one ``out=`` buffer. Per rank, the call time
-is the loop's wall time / calls; the phases are the object's per-phase seconds
-(``S.report()``: compute = the local kernels; replication, propagation, reduction = the
-paper's communication); checks = the time spent in the call's validation (the object's
+shared machine) S is distributed once, typed blocks of width r are made with ``S.dense``,
+two untimed calls warm up (JIT, S^T built on first use, the first call's full checks), then
+``--calls`` FusedMMA calls run back to back into one ``out=`` buffer (with ``--no-out``:
+without one, each call returning a new array, as ``y = S.fusedmm_a(A, B)`` in a loop). Per
+rank, the call time is the loop's wall time / calls; the phases are the object's per-phase
+seconds (``S.report()``: compute = the local kernels; replication, propagation, reduction =
+the paper's communication); checks = the time spent in the call's validation (the object's
 ``_begin``, timed by wrapping it: the NaN scans and cross-rank agreement of a full check, or
 the cheap local checks); overhead = call time - (compute + replication + propagation +
 reduction), i.e. everything a call spends outside the kernels and the paper's communication
 (the checks, Python dispatch, buffer set-up and copies); rest = overhead - checks. Each
-figure is the slowest
-rank's, and each column is its minimum over ``--rounds`` rounds (on a shared machine a round
-that a neighbour slowed inflates one phase; the minimum of each keeps the clean samples).
+figure is the slowest rank's, and each column is its minimum over ``--rounds`` rounds (on a
+shared machine a round that a neighbour slowed inflates one phase; the minimum of each keeps
+the clean samples).
 Prints a Markdown table (rank 0) and, with
 ``--jsonl``, appends one JSON line per policy.
 """
@@ -57,14 +58,20 @@ def measure(share, comm, args, checks: str) -> dict:
                 spent[0] += time.perf_counter() - t
 
         S._begin = timed_begin
+        if args.no_out:
+            def call():
+                return S.fusedmm_a(A, B, args.strategy)
+        else:
+            def call():
+                return S.fusedmm_a(A, B, args.strategy, out=out)
         for _ in range(2):
-            S.fusedmm_a(A, B, args.strategy, out=out)
+            call()
         S.reset_stats()
         spent[0] = 0.0
         comm.Barrier()
         t0 = time.perf_counter()
         for _ in range(args.calls):
-            S.fusedmm_a(A, B, args.strategy, out=out)
+            call()
         wall = (time.perf_counter() - t0) / args.calls
         per_phase = {ph: S.stats.seconds.get(ph, 0.0) / args.calls
                      for ph in LOOP_PHASES + ("other",)}
@@ -90,6 +97,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-out", action="store_true",
+                    help="call without an out= buffer (a new result array per call)")
     ap.add_argument("--jsonl", help="append one JSON line per policy here")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
@@ -114,7 +123,8 @@ def main() -> None:
     p = comm.Get_size()
     print(f"{label}: nnz={nnz}, r={args.r}, p={p}, {best['once']['algorithm']} "
           f"c={best['once']['c']} {best['once']['strategy']}, {args.calls} calls, minimum of "
-          f"{args.rounds} rounds per column (slowest rank); microseconds per call")
+          f"{args.rounds} rounds per column (slowest rank); microseconds per call"
+          f"{', no out= buffer' if args.no_out else ''}")
     print("| checks | call | compute | communication | checks | rest | overhead | "
           "checks / compute | overhead / compute |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -131,7 +141,8 @@ def main() -> None:
         if args.jsonl:
             with open(args.jsonl, "a") as fh:
                 fh.write(json.dumps({"matrix": label, "nnz": nnz, "r": args.r, "p": p,
-                                     "calls": args.calls, **b}, sort_keys=True) + "\n")
+                                     "calls": args.calls, "no_out": args.no_out, **b},
+                                    sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":
