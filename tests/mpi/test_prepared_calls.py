@@ -166,13 +166,15 @@ def _no_out_calls(obj, A_loc, B_loc):
     return calls
 
 
-@pytest.mark.parametrize("c", [c for a, c in CASES if a == "15d-dense-shift"])
-def test_calls_without_out_reuse_prepared_calls_and_return_new_arrays(c, monkeypatch):
-    """A loop without out= gets a new result array from every call, and the kernel calls
-    prepared for the first result serve the next ones (same shape, strides, dtype): nothing is
-    prepared again, every result is bitwise the first, and an earlier result is never
-    written again (no call is replayed into the last call's array)."""
-    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", c)
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_calls_without_out_reuse_prepared_calls_and_return_new_arrays(algorithm, c,
+                                                                       monkeypatch):
+    """A loop without out= gets a new result array from every call, every result bitwise
+    the first, and an earlier result is never written again (no call is replayed into, or
+    returns, the last call's array or a buffer the object reuses). Where the family keeps
+    its kernel calls (1.5D dense shifting), the calls prepared for the first result serve the
+    next ones (same shape, strides, dtype): nothing is prepared again."""
+    obj, S, A, B, A_loc, B_loc = _setup(algorithm, c)
     prepared = []
     real = obj.kernel.prepare
     monkeypatch.setattr(obj.kernel, "prepare",
@@ -183,7 +185,8 @@ def test_calls_without_out_reuse_prepared_calls_and_return_new_arrays(c, monkeyp
         check(*_gathered(obj, name, first), S, A, B, rtol=1e-10)
         before = len(prepared)
         results = [call() for _ in range(3)]
-        assert len(prepared) == before, name
+        if algorithm == "15d-dense-shift":
+            assert len(prepared) == before, name
         for res in results:
             assert not np.shares_memory(res, first), name
             np.testing.assert_array_equal(res, kept, err_msg=name)
