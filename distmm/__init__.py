@@ -13,6 +13,8 @@ Typical use, under ``mpiexec -n P``::
 See docs/api.md.
 """
 
+# First, before anything imports numpy: OpenBLAS reads its thread timeout when it loads.
+from distmm import blas_threads  # noqa: F401
 from distmm.api import ALGORITHMS, OPS, distribute
 from distmm.core.coo import CooShare
 from distmm.core.dense import DenseBlock, hashed_normal

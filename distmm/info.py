@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import platform
 import sys
 
@@ -52,14 +53,16 @@ def collect() -> dict:
         Keys ``distmm``, ``python``, ``mpi`` (library, library_version, standard, vendor,
         world_size, processor), ``mpi4py`` (version, config), ``numba`` (version,
         threading_layer, threading_layer_loaded, num_threads, configured_threads),
-        ``packages`` (required package -> version) and ``extras`` (optional import name ->
-        ``{"extra": name, "version": version or None}``).
+        ``blas_threads`` (the ``OPENBLAS_THREAD_TIMEOUT`` value in this process and who set
+        it, see :mod:`distmm.blas_threads`), ``packages`` (required package -> version) and
+        ``extras`` (optional import name -> ``{"extra": name, "version": version or None}``).
     """
     import mpi4py
     import numba
     from mpi4py import MPI
 
     import distmm
+    from distmm import blas_threads
 
     library = MPI.Get_library_version().strip()
     major, minor = MPI.Get_version()
@@ -87,6 +90,9 @@ def collect() -> dict:
         "numba": {"version": numba.__version__, "threading_layer": layer,
                   "threading_layer_loaded": loaded, "num_threads": numba.get_num_threads(),
                   "configured_threads": numba.config.NUMBA_NUM_THREADS},
+        "blas_threads": {"variable": blas_threads.VARIABLE,
+                         "value": os.environ.get(blas_threads.VARIABLE),
+                         "set_by": blas_threads.STATE},
         "packages": {name: _version(name) for name in _REQUIRED},
         "extras": extras,
     }
@@ -106,6 +112,7 @@ def format_text(info: dict) -> str:
         ("numba", f"{nb['version']}, threading layer {nb['threading_layer']}"
                   f"{'' if nb['threading_layer_loaded'] else ' (configured)'}, "
                   f"{nb['num_threads']} threads"),
+        (info["blas_threads"]["variable"], _blas_text(info["blas_threads"])),
         *((name, version or "not installed") for name, version in info["packages"].items()),
     ]
     for module, e in info["extras"].items():
@@ -114,6 +121,16 @@ def format_text(info: dict) -> str:
         rows.append((f"extra {module}", state))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _blas_text(b: dict) -> str:
+    """The ``OPENBLAS_THREAD_TIMEOUT`` row: its value and whether numpy's OpenBLAS uses it."""
+    why = {"environment": "from the environment",
+           "distmm": "set by distmm before numpy loaded OpenBLAS",
+           "distmm, after numpy": "set by distmm after numpy had loaded OpenBLAS, which keeps "
+                                  "spinning its threads: export it in the job script "
+                                  "(docs/guide.md)"}
+    return f"{b['value']} ({why.get(b['set_by'], b['set_by'])})"
 
 
 def add_parser(parser: argparse.ArgumentParser, sub) -> argparse.ArgumentParser:

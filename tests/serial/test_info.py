@@ -110,3 +110,37 @@ def test_require_extra_returns_the_module_or_names_the_extra():
     if importlib.util.find_spec("petsc4py") is None:
         with pytest.raises(InputError, match=r"pip install distmm\[petsc\]"):
             require_extra("petsc4py", what="the PETSc baseline")
+
+
+def _blas_state(code: str, **env: str) -> list[str]:
+    """What a fresh Python prints for ``code`` with ``env`` on top of an environment without
+    OPENBLAS_THREAD_TIMEOUT."""
+    clean = {k: v for k, v in ENV.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**clean, **env})
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
+SHOW = ("import os, distmm; print(os.environ['OPENBLAS_THREAD_TIMEOUT'], "
+        "distmm.blas_threads.STATE.replace(' ', '_'))")
+
+
+def test_openblas_thread_timeout_is_set_before_numpy_loads():
+    """Importing distmm first sets OpenBLAS's shortest spin before numpy loads it; a value in
+    the environment is kept; after numpy, the value is set for what loads later and the
+    state says numpy's OpenBLAS did not see it."""
+    assert _blas_state(SHOW) == ["4", "distmm"]
+    assert _blas_state(SHOW, OPENBLAS_THREAD_TIMEOUT="12") == ["12", "environment"]
+    assert _blas_state("import numpy; " + SHOW) == ["4", "distmm,_after_numpy"]
+    # the command line imports distmm before numpy
+    assert _blas_state("import distmm.cli, numpy, os; "
+                       "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])") == ["4"]
+
+
+def test_info_reports_the_blas_thread_timeout():
+    info = collect()
+    assert info["blas_threads"]["variable"] == "OPENBLAS_THREAD_TIMEOUT"
+    assert info["blas_threads"]["value"] == os.environ.get("OPENBLAS_THREAD_TIMEOUT")
+    assert info["blas_threads"]["set_by"] == distmm.blas_threads.STATE
+    assert "OPENBLAS_THREAD_TIMEOUT" in format_text(info)

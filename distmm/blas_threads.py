@@ -1,0 +1,52 @@
+"""Keep the BLAS library's idle threads off the cores that distmm's kernels need.
+
+numpy's wheels link OpenBLAS, whose worker threads keep spinning for about 2**28 clock ticks
+after every multithreaded BLAS call unless ``OPENBLAS_THREAD_TIMEOUT`` says otherwise. A
+training loop alternates dense algebra (GAT's ``X @ W``, ALS's small solves and updates) with
+distmm's numba-parallel kernels, so each kernel starts while a spinning BLAS thread holds a
+core, and numba's worker thread waits for the scheduler to hand it one. Where the ranks'
+threads fill the cores, a kernel of tens of microseconds then takes milliseconds
+(docs/performance.md, "BLAS threads").
+
+OpenBLAS reads the variable once, when it is loaded, so this module sets a default as distmm
+is imported, before distmm imports numpy: ``OPENBLAS_THREAD_TIMEOUT=4``, the shortest spin
+OpenBLAS accepts (its threads then sleep right after a call and are woken for the next). A
+value already in the environment is left alone. Where numpy was imported before distmm, its
+OpenBLAS has read the environment already: the default then only reaches libraries loaded
+later (scipy's own OpenBLAS) and child processes, and :data:`STATE` says so; export the
+variable in the job script instead (docs/guide.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["STATE", "THREAD_TIMEOUT", "VARIABLE", "set_default"]
+
+#: The environment variable OpenBLAS reads.
+VARIABLE = "OPENBLAS_THREAD_TIMEOUT"
+#: The value distmm sets where the environment has none (OpenBLAS's minimum).
+THREAD_TIMEOUT = "4"
+
+
+def set_default() -> str:
+    """Set ``OPENBLAS_THREAD_TIMEOUT`` unless the environment has it; say how it stands.
+
+    Not collective (each process sets its own environment).
+
+    Returns
+    -------
+    str
+        ``"environment"`` (the user's value, kept), ``"distmm"`` (set here, before numpy
+        was imported: numpy's OpenBLAS uses it) or ``"distmm, after numpy"`` (set here, but
+        numpy's OpenBLAS was loaded before and keeps its own default).
+    """
+    if VARIABLE in os.environ:
+        return "environment"
+    os.environ[VARIABLE] = THREAD_TIMEOUT
+    return "distmm, after numpy" if "numpy" in sys.modules else "distmm"
+
+
+#: How the variable stood when distmm was imported (:func:`set_default`'s answer).
+STATE = set_default()
