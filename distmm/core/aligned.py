@@ -34,9 +34,12 @@ def aligned_empty(shape: int | tuple[int, ...], dtype=np.float64) -> np.ndarray:
     A view into a byte buffer ``ALIGNMENT`` bytes longer than the data (the view keeps it
     alive, as any numpy view does). Not collective.
     """
-    # Called for every result of a call without out=: plain Python, no numpy helpers.
+    # Called for the result of every call without out=: a tuple takes the short way.
     dtype = np.dtype(dtype)
-    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(map(int, shape))
+    if isinstance(shape, tuple):
+        shape = tuple(map(int, shape))
+    else:
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(map(int, shape))
     nbytes = math.prod(shape) * dtype.itemsize
     raw = _PaddedBuffer(nbytes + ALIGNMENT, dtype=np.uint8)  # owns its memory
     return np.ndarray(shape, dtype, buffer=raw, offset=-raw.ctypes.data % ALIGNMENT)
