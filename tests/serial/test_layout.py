@@ -13,7 +13,8 @@ ROOT = Path(distmm.__file__).parent
 # Each layer may import only the layers listed before it (and itself). Imports inside functions
 # are not counted: they are how an optional or heavy dependency is loaded on demand.
 LAYERS = [
-    ("distmm.errors", "distmm._optional", "distmm.watchdog", "distmm.signals"),
+    ("distmm.errors", "distmm._optional", "distmm.watchdog", "distmm.signals",
+     "distmm.blas_threads"),
     ("distmm.core",),
     ("distmm.io", "distmm.kernels"),
     ("distmm.sim", "distmm.contrib"),
