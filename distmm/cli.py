@@ -579,7 +579,7 @@ def cmd_run(args) -> int:
     A_loc = obj.scatter("a", A, root=None) if A is not None else None
     B_loc = obj.scatter("b", B, root=None) if B is not None else None
     nnz = int(comm.allreduce(obj.values.size))
-    out = api.result_buffer(obj, args.op, r)  # every repetition writes it, as a user's loop
+    out = api.result_buffer(obj, args.op, r)  # every repetition writes it, as a loop does
     for rep in range(args.repeat):
         signals.stop_if_requested(comm, "before repeat 1" if rep == 0 else
                                   f"after repeat {rep} of {args.repeat}")

@@ -64,6 +64,7 @@ OPS = ("fusedmm_a", "spmm_a", "sddmm")
 VARIANTS = ("distmm-p1", "distmm-p2", "torch", "scipy")  # the default --variants
 RUN_VARIANTS = ("run-p1", "run-p2")  # distmm run, on request: a job per case is slow
 COMM_PHASES = ("replication", "propagation", "reduction", "values", "other")
+BIN = os.path.dirname(sys.executable)  # the environment's mpiexec and distmm commands
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -280,16 +281,19 @@ def launch_run(p: int, matrix: str, args) -> list[dict]:
     matrix as HDF5); one record each."""
     import tempfile
 
+    import scipy.io
+
     from distmm.io.convert import write_csr_h5
 
-    S = load_matrix(matrix)
-    m, n = S.shape
-    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    distmm_cmd = os.path.join(os.path.dirname(sys.executable), "distmm")
     records = []
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         sparse = _matrix_path(matrix)
-        if not os.path.exists(sparse):  # generated: write it as a user would bring it
+        if os.path.exists(sparse):  # the shape from the header: distmm run reads the file
+            with gzip.open(sparse) as fh:
+                m, n = scipy.io.mminfo(fh)[:2]
+        else:  # generated: write it as a user would bring it
+            S = load_matrix(matrix)
+            m, n = S.shape
             sparse = os.path.join(tmp, matrix + ".h5")
             write_csr_h5(sparse, S)
         a_path, b_path = os.path.join(tmp, "A.npy"), os.path.join(tmp, "B.npy")
@@ -298,7 +302,8 @@ def launch_run(p: int, matrix: str, args) -> list[dict]:
                 np.save(a_path, dense(m, r, 1, dtype))
                 np.save(b_path, dense(n, r, 2, dtype))
                 for op in args.ops:
-                    cmd = [mpiexec, "-n", str(p), distmm_cmd, "run", op.replace("_", "-"),
+                    cmd = [os.path.join(BIN, "mpiexec"), "-n", str(p),
+                           os.path.join(BIN, "distmm"), "run", op.replace("_", "-"),
                            "--sparse", sparse, "--b", b_path, "--dtype", dtype,
                            "--repeat", str(args.calls + 1),
                            "--out", os.path.join(tmp, "result.h5")]
@@ -322,8 +327,8 @@ def launch(variant: str, matrix: str, args) -> list[dict]:
     if variant.startswith("distmm"):
         p = int(variant.split("-p")[1])
         env = _rank_env(p, args)
-        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-        cmd = [mpiexec, "-n", str(p), sys.executable, __file__, "--worker", "distmm"] + common
+        cmd = [os.path.join(BIN, "mpiexec"), "-n", str(p), sys.executable, __file__,
+               "--worker", "distmm"] + common
     else:
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
         cmd = [sys.executable, __file__, "--worker", variant, "--threads",
