@@ -1,0 +1,216 @@
+"""Random sequences of calls on one distributed object, each result checked against scipy.
+
+The object keeps state between calls: remembered checks, prepared kernel calls (reused for
+alike arrays), traced and replayed calls, moved copies of named value vectors, S^T. Each piece
+has its own targeted test (test_prepared_calls.py, test_values_per_call.py, test_set_values.py,
+test_r_per_call.py); this one interleaves them as a training loop or a user's session might:
+every operation and strategy, with and without ``out=``, the same or new operand objects,
+operands changed in place, two widths, S's own values, a named vector, a vector per call, S's
+values replaced and a name registered again, and the check policy switched. Every rank draws
+the same sequence (one seed per case). After every call the result is gathered and compared
+with scipy on the values in force, and every earlier result that no later call was allowed
+to write (a returned new array, an ``out=`` buffer not passed since) must be unchanged: a
+replay or a kept call that wrote the wrong array, or ran on stale operands or values, fails
+here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from mpi4py import MPI
+from oracle import check, problem
+
+import distmm
+from distmm.perf import costmodel
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+M, N, R = 30, 27, 19
+WIDTHS = (R, 9)
+STEPS = 25
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P, min(WIDTHS))]
+OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
+
+
+def _value_fn(k: int):
+    """The k-th family of edge values, as a function of global coordinates (k = 0: S's own,
+    handled by the caller)."""
+    return lambda i, j: np.sin(k * i + 2.0 * j + 0.3 * k) + 2.0 + 0.1 * k
+
+
+class Session:
+    """One distributed object, the global operands its local blocks hold, and the oracle's view
+    of every value vector; draws and runs random calls."""
+
+    def __init__(self, algorithm: str, c: int, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)  # the same draws on every rank
+        self.S, _, _ = problem(M, N, R, seed=seed)
+        coo = sp.coo_matrix(self.S)
+        coo.sum_duplicates()
+        self.coo = coo
+        self.obj = distmm.distribute(self.S, COMM, algorithm=algorithm, c=c,
+                                     dtype=np.float64, root=None)
+        rows, cols = self.obj.value_coordinates()
+        # global coordinates of this rank's values, in value order
+        self.gi, self.gj = self.obj.row_perm[rows], self.obj.col_perm[cols]
+        self.s_fn = None  # None: S's own values; else a function of global coordinates
+        self.named_fn = None  # the function registered as "w", once registered
+        self.widths = [r for r in WIDTHS if r >= self.obj.r_rule()[0]]
+        self.ops = {r: self._new_operands(r) for r in self.widths}
+        self.buffers = {}  # (kind, r, slot) -> out= buffer
+        self.kept = []  # (array, its expected content, buffer key or None)
+        self.value_k = 0
+        self.recent = []  # the last few calls drawn, repeated at random
+        self.replayed = 0
+        replay = self.obj._replay
+
+        def counted(*args, **kwargs):
+            done = replay(*args, **kwargs)
+            self.replayed += done is not None
+            return done
+
+        self.obj._replay = counted
+
+    # -------------------------------------------------------------------- operands
+    def _new_operands(self, r: int):
+        A = self.rng.standard_normal((M, r))
+        B = self.rng.standard_normal((N, r))
+        return [A, B, self.obj.scatter("a", A, root=None), self.obj.scatter("b", B, root=None)]
+
+    def _matrix(self, fn) -> sp.coo_matrix:
+        """S's pattern with values ``fn`` (None: S's own values)."""
+        if fn is None:
+            return self.coo
+        return sp.coo_matrix((fn(self.coo.row, self.coo.col), (self.coo.row, self.coo.col)),
+                             shape=self.S.shape)
+
+    def _buffer(self, kind: str, r: int, slot: int) -> np.ndarray:
+        key = (kind, r, slot)
+        if key not in self.buffers:
+            if kind == "values":
+                self.buffers[key] = np.empty_like(self.obj.values)
+            else:
+                self.buffers[key] = self.obj.dense(kind, r)
+        return self.buffers[key]
+
+    # -------------------------------------------------------------------- one step
+    def change_state(self) -> str:
+        """Sometimes change something between calls; returns what (for failure messages)."""
+        u = self.rng.random()
+        r = self.widths[self.rng.integers(len(self.widths))]
+        A, B, A_loc, B_loc = self.ops[r]
+        if u < 0.05:
+            self.ops[r] = self._new_operands(r)
+            return f"new operand objects r={r}"
+        if u < 0.10:
+            f = 1.0 + self.rng.random()
+            A *= f
+            A_loc[...] *= f
+            return f"A scaled in place r={r}"
+        if u < 0.15:
+            f = 1.0 + self.rng.random()
+            B *= f
+            B_loc[...] *= f
+            return f"B scaled in place r={r}"
+        if u < 0.19:
+            self.value_k += 1
+            self.s_fn = _value_fn(self.value_k)
+            self.obj.set_values(self.s_fn(self.gi, self.gj))
+            return "set_values"
+        if u < 0.23:
+            self.value_k += 1
+            self.named_fn = _value_fn(self.value_k)
+            self.obj.set_named_values("w", self.named_fn(self.gi, self.gj))
+            return "set_named_values w"
+        if u < 0.26:
+            policy = ("once", "always", "off")[self.rng.integers(3)]
+            self.obj.checks = policy
+            return f"checks={policy}"
+        return "nothing"
+
+    def _draw(self) -> tuple:
+        """A new call: (op, r, strategy, values, fn, out key)."""
+        obj, rng = self.obj, self.rng
+        op = OPS[rng.integers(len(OPS))]
+        r = self.widths[rng.integers(len(self.widths))]
+        strategy = None
+        if op.startswith("fusedmm"):
+            strategy = obj.strategies[rng.integers(len(obj.strategies))]
+        u = rng.random()
+        if u < 0.5 or (u < 0.7 and self.named_fn is None):
+            values, fn = None, "S"
+        elif u < 0.7:
+            values, fn = "w", "w"
+        else:
+            self.value_k += 1
+            fn = _value_fn(self.value_k)
+            values = fn(self.gi, self.gj)
+        kind = "values" if op == "sddmm" else op[-1]
+        u = rng.random()
+        key = None if u < 0.3 else (kind, r, int(u < 0.85))
+        return op, r, strategy, values, fn, key
+
+    def call(self) -> str:
+        """Run one call 1-4 times in a row (half the time a call made before, as loops do),
+        checking each result and the results it must not have touched."""
+        if self.recent and self.rng.random() < 0.5:
+            spec = self.recent[self.rng.integers(len(self.recent))]
+        else:
+            spec = self._draw()
+            self.recent = (self.recent + [spec])[-4:]
+        what = ""
+        for _ in range(self.rng.integers(1, 5)):  # a loop repeats its call
+            what = self._run(spec)
+        return what
+
+    def _run(self, spec: tuple) -> str:
+        obj = self.obj
+        op, r, strategy, values, fn, key = spec
+        fn = {"S": self.s_fn, "w": self.named_fn}.get(fn, fn) if isinstance(fn, str) else fn
+        A, B, A_loc, B_loc = self.ops[r]
+        kind = "values" if op == "sddmm" else op[-1]
+        out = None if key is None else self._buffer(*key)
+        what = (f"{op} r={r} strategy={strategy} values="
+                f"{'array' if isinstance(values, np.ndarray) else values} "
+                f"out={'new' if key is None else key} checks={obj.checks}")
+        dense = {"sddmm": (A_loc, B_loc), "spmm_a": (B_loc,), "spmm_b": (A_loc,),
+                 "fusedmm_a": (A_loc, B_loc, strategy), "fusedmm_b": (A_loc, B_loc, strategy)}
+        res = getattr(obj, op)(*dense[op], values=values, out=out)
+        if out is not None:
+            assert res is out, what
+        else:  # a new array: no earlier result, no buffer the caller holds
+            assert not any(np.shares_memory(res, x) for x, _, _ in self.kept), what
+            assert not any(np.shares_memory(res, x) for x in self.buffers.values()), what
+        got = obj.gather_values(res) if op == "sddmm" else obj.gather(kind, res)
+        check(op.replace("_", "-"), got, self._matrix(fn), A, B, rtol=1e-10)
+        # earlier results this call could not write must be as they were
+        for arr, want, k in self.kept:
+            if k != key:
+                np.testing.assert_array_equal(arr, want, err_msg=f"after {what}: an earlier "
+                                              f"result ({k or 'returned array'}) changed")
+        self.kept = [x for x in self.kept if x[2] is None or x[2] != key]
+        self.kept.append((res, np.array(res, copy=True), key))
+        if len(self.kept) > 12:
+            self.kept.pop(0)
+        return what
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_random_call_sequences_match_scipy(algorithm, c):
+    seed = 1000 + 17 * list(distmm.ALGORITHMS).index(algorithm) + c
+    s = Session(algorithm, c, seed)
+    history = []
+    try:
+        for _ in range(STEPS):
+            history.append(s.change_state())
+            history.append(s.call())
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nsequence (seed {seed}):\n  "
+                             + "\n  ".join(history[-12:])) from None
+    finally:
+        s.obj.close()
+    if algorithm == "15d-dense-shift" and c == 1:
+        # the family whose calls replay: the sequence must have exercised replays
+        assert s.replayed > 0
