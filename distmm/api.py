@@ -14,7 +14,7 @@ from distmm.core.coo import CooShare
 from distmm.core.memory import physical_memory, release_freed_memory
 from distmm.core.permute import permute_mode
 from distmm.errors import Checks, InputError, agree, as_int, require
-from distmm.kernels import NodeModel
+from distmm.kernels import NodeModel, threads
 
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
 
@@ -263,6 +263,7 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         out = op.fusedmm_a(A, op.scatter("b", B_global))
         full = op.gather("a", out)             # m x r on rank 0, original order
     """
+    threads.settle(comm)  # each rank's share of its node's cores (distmm/kernels/threads.py)
     agreement = Checks(comm)
     settings: dict = {}
     with agreement.guard():

@@ -53,8 +53,10 @@ def collect() -> dict:
         Keys ``distmm``, ``python``, ``mpi`` (library, library_version, standard, vendor,
         world_size, processor), ``mpi4py`` (version, config), ``numba`` (version,
         threading_layer, threading_layer_loaded, num_threads, configured_threads),
-        ``blas_threads`` (the ``OPENBLAS_THREAD_TIMEOUT`` value in this process and who set
-        it, see :mod:`distmm.blas_threads`), ``packages`` (required package -> version) and
+        ``rank_threads`` (the numba threads :func:`distmm.distribute` gives each rank,
+        :func:`distmm.kernels.threads.expected`), ``blas_threads`` (the
+        ``OPENBLAS_THREAD_TIMEOUT`` value in this process and who set it, see
+        :mod:`distmm.blas_threads`), ``packages`` (required package -> version) and
         ``extras`` (optional import name -> ``{"extra": name, "version": version or None}``).
     """
     import mpi4py
@@ -63,6 +65,7 @@ def collect() -> dict:
 
     import distmm
     from distmm import blas_threads
+    from distmm.kernels import threads
 
     library = MPI.Get_library_version().strip()
     major, minor = MPI.Get_version()
@@ -90,6 +93,7 @@ def collect() -> dict:
         "numba": {"version": numba.__version__, "threading_layer": layer,
                   "threading_layer_loaded": loaded, "num_threads": numba.get_num_threads(),
                   "configured_threads": numba.config.NUMBA_NUM_THREADS},
+        "rank_threads": threads.expected(),
         "blas_threads": {"variable": blas_threads.VARIABLE,
                          "value": os.environ.get(blas_threads.VARIABLE),
                          "set_by": blas_threads.STATE},
@@ -112,6 +116,7 @@ def format_text(info: dict) -> str:
         ("numba", f"{nb['version']}, threading layer {nb['threading_layer']}"
                   f"{'' if nb['threading_layer_loaded'] else ' (configured)'}, "
                   f"{nb['num_threads']} threads"),
+        ("kernel threads per rank", _threads_text(info["rank_threads"])),
         (info["blas_threads"]["variable"], _blas_text(info["blas_threads"])),
         *((name, version or "not installed") for name, version in info["packages"].items()),
     ]
@@ -121,6 +126,14 @@ def format_text(info: dict) -> str:
         rows.append((f"extra {module}", state))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _threads_text(t: dict) -> str:
+    """The row of the numba threads each rank's kernels run on."""
+    if t["set_by"] == "environment":
+        return f"{t['threads']} (NUMBA_NUM_THREADS)"
+    return (f"{t['threads']} (set by distmm.distribute: {t['cpus']} CPUs for this process, "
+            f"{t['ranks_on_node']} rank(s) on the node)")
 
 
 def _blas_text(b: dict) -> str:

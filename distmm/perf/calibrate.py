@@ -29,10 +29,9 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.core.comm import mpi_type
-from distmm.core.memory import ranks_per_node
 from distmm.core.sparse import CSRBlock
 from distmm.errors import require
-from distmm.kernels import make_node_model
+from distmm.kernels import make_node_model, threads
 from distmm.kernels.numba_util import thread_count
 from distmm.perf import costmodel
 
@@ -284,14 +283,6 @@ def oversubscription(ranks_on_node: int, threads: int, cores: int) -> str | None
             "measure the machine, and use the same in the runs it plans")
 
 
-def _cores() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
               quick: bool = False) -> dict:
     """Measure the machine (collective); returns the dict ``distmm calibrate`` saves, with
@@ -299,7 +290,10 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
     p = comm.Get_size()
     require(p >= 2, "calibrate needs at least 2 ranks to measure messages "
                     "(run it as mpiexec -n 2 distmm calibrate ...)")
-    mine = oversubscription(ranks_per_node(comm), thread_count(), _cores())
+    # the thread count that distmm.distribute gives the runs it plans
+    placed = threads.settle(comm)
+    mine = oversubscription(placed["ranks_on_node"], thread_count(),
+                            os.cpu_count() or placed["cpus"])
     warning = next((w for w in comm.allgather(mine) if w), None)
     sizes = np.array([1, 16, 256, 4096, 65536] + ([] if quick else [1 << 20, 1 << 22]))
     reps = 5 if quick else 20
@@ -327,7 +321,7 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
         "beta_reduce_scatter": _collective(comm, words, dtype, reps, "reduce_scatter"),
         "pingpong": {"words": sizes.tolist(), "seconds": times.tolist()},
         "p": p, "node_model": node_model, "dtype": str(np.dtype(dtype)),
-        "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", "0")) or None,
+        "numba_threads": thread_count(),
         "warning": warning,
         "host": platform.node(), "processor": platform.processor() or platform.machine(),
         "mpi": MPI.Get_library_version().split("\n")[0].strip(),

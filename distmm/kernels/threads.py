@@ -1,0 +1,119 @@
+"""How many numba threads each rank's kernels run on: its share of the node's cores.
+
+numba gives a process as many threads as the CPUs it may run on (its affinity mask). Where the
+launcher does not bind the ranks (MPICH's ``mpiexec`` by default) or binds each to a whole
+socket (Open MPI beyond two ranks), that is every core of the node or socket for every rank:
+launched the usual MPI way, one rank per core (``mpirun -n 64`` on a 64-core node), the ranks
+run 64 threads each on 64 cores, every parallel kernel waits for its threads to get a core,
+and a call of tens of microseconds takes milliseconds (docs/performance.md, "Threads per
+rank"). :func:`settle`, which :func:`distmm.distribute` and ``distmm calibrate`` call,
+therefore gives each rank its share of the node::
+
+    threads = max(1, min(CPUs this rank may run on, CPUs of the node // ranks on the node))
+
+The ranks on the node are those of the communicator that share its memory (MPI's
+``COMM_TYPE_SHARED`` split), or the launcher's count of the whole job's ranks on the node where
+it says more (``MPI_LOCALNRANKS`` from MPICH's Hydra, ``OMPI_COMM_WORLD_LOCAL_SIZE`` from Open
+MPI): a communicator that holds only some of them does not see the others. Nothing changes
+where the user chose: ``NUMBA_NUM_THREADS`` in the environment, or a program that called
+``numba.set_num_threads`` with another count before. numba's thread count belongs to the
+calling thread; :func:`settle` sets the caller's, the thread that then calls the kernels.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numba
+from mpi4py import MPI
+
+from distmm.core.memory import ranks_per_node
+
+__all__ = ["STATE", "cpus", "expected", "node_share", "settle"]
+
+#: How the last :func:`settle` left this rank's thread count: ``{"threads": n, "set_by":
+#: "environment" | "program" | "distmm", "ranks_on_node": k, "cpus": c}``; empty before the
+#: first call.
+STATE: dict = {}
+
+
+#: Launchers' counts of the job's ranks on this node (MPICH Hydra, Open MPI).
+LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
+def _launcher_local_size() -> int:
+    """The largest count of ranks on this node that a launcher's variable gives (0: none)."""
+    sizes = [os.environ.get(v, "") for v in LOCAL_SIZE_VARIABLES]
+    return max((int(x) for x in sizes if x.isdigit()), default=0)
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity; all of them where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def node_share(ranks_on_node: int, cpus: int, node_cpus: int) -> int:
+    """One rank's threads: ``max(1, min(cpus, node_cpus // ranks_on_node))``. Not collective.
+
+    Parameters
+    ----------
+    ranks_on_node : int
+        Ranks of the job on this rank's node (>= 1).
+    cpus : int
+        CPUs this rank may run on (its affinity mask).
+    node_cpus : int
+        CPUs of the node.
+    """
+    return max(1, min(cpus, node_cpus // max(1, ranks_on_node)))
+
+
+def settle(comm: MPI.Comm) -> dict:
+    """Give this rank its share of its node's cores as numba threads, unless the user chose.
+
+    Collective over ``comm`` (ranks of ``comm`` on one node are counted with MPI's shared-memory
+    split, whether or not the count is then used, so that every rank makes the same MPI calls).
+
+    Returns
+    -------
+    dict
+        :data:`STATE`: ``threads`` (the count now in force), ``set_by`` (``"environment"``:
+        ``NUMBA_NUM_THREADS`` is set and kept; ``"program"``: the calling program set another
+        count with ``numba.set_num_threads``, kept; ``"distmm"``: set here), ``ranks_on_node``
+        and ``cpus`` (this rank's affinity).
+    """
+    ranks = max(ranks_per_node(comm), _launcher_local_size())
+    mine = cpus()
+    current = numba.get_num_threads()
+    if "NUMBA_NUM_THREADS" in os.environ:
+        set_by = "environment"
+    elif current not in (numba.config.NUMBA_NUM_THREADS, STATE.get("threads")):
+        set_by = "program"
+    else:
+        set_by = "distmm"
+        current = node_share(ranks, mine, os.cpu_count() or mine)
+        numba.set_num_threads(current)
+    STATE.clear()
+    STATE.update(threads=current, set_by=set_by, ranks_on_node=ranks, cpus=mine)
+    return STATE
+
+
+def expected() -> dict:
+    """What :func:`settle` would choose for this process, without MPI: the ranks on the node
+    from the launcher's variables only (1 where there are none). Not collective (``distmm
+    info``'s row; the count in force is :data:`STATE` once ``distribute`` has run).
+
+    Returns
+    -------
+    dict
+        ``threads``, ``set_by`` (``"environment"`` or ``"distmm"``), ``ranks_on_node``,
+        ``cpus``.
+    """
+    ranks, mine = max(1, _launcher_local_size()), cpus()
+    if "NUMBA_NUM_THREADS" in os.environ:
+        return {"threads": numba.config.NUMBA_NUM_THREADS, "set_by": "environment",
+                "ranks_on_node": ranks, "cpus": mine}
+    return {"threads": node_share(ranks, mine, os.cpu_count() or mine), "set_by": "distmm",
+            "ranks_on_node": ranks, "cpus": mine}
