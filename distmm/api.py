@@ -180,7 +180,9 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
                overlap: bool = False, checks: str = "once") -> DistributedAlgorithm:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
 
-    Collective over ``comm``: every rank calls it with the same parameters.
+    Collective over ``comm``: every rank calls it with the same parameters. It also gives the
+    calling thread of each rank its share of the node's cores as numba threads, unless the
+    user chose (:func:`distmm.kernels.threads.settle`).
 
     Parameters
     ----------

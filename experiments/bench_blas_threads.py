@@ -44,12 +44,17 @@ def app_command(app: str, p: int, out: str, epochs: int) -> list[str]:
                    "--epochs", str(epochs)]
 
 
-def run_app(app: str, p: int, timeout: str, epochs: int, threads: int) -> dict:
-    """One run of ``app`` on p ranks with OPENBLAS_THREAD_TIMEOUT=timeout: median epoch and
-    kernel seconds over the epochs after the third, and the last epoch's test accuracy (GAT)
-    or training RMSE (ALS)."""
-    env = dict(os.environ, OPENBLAS_THREAD_TIMEOUT=timeout,
-               NUMBA_NUM_THREADS=str(max(1, threads // p)))
+def blas_env(timeout: str, p: int, threads: int) -> dict:
+    """The environment of a run with OPENBLAS_THREAD_TIMEOUT=timeout, ``threads`` numba
+    threads shared by p ranks."""
+    return dict(os.environ, OPENBLAS_THREAD_TIMEOUT=timeout,
+                NUMBA_NUM_THREADS=str(max(1, threads // p)))
+
+
+def run_app(app: str, p: int, env: dict, epochs: int) -> dict:
+    """One run of ``app`` on p ranks in environment ``env``: median epoch and kernel seconds
+    over the epochs after the third, and the last epoch's test accuracy (GAT) or training RMSE
+    (ALS)."""
     with tempfile.TemporaryDirectory() as tmp:
         res = subprocess.run(app_command(app, p, os.path.join(tmp, "w.h5"), epochs),
                              capture_output=True, text=True, env=env, cwd=tmp, timeout=1800)
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         for app in ("gat", "als"):
             for p in (1, 2):
                 for timeout in order:
-                    rec = run_app(app, p, timeout, args.epochs, args.threads)
+                    rec = run_app(app, p, blas_env(timeout, p, args.threads), args.epochs)
                     rows.setdefault((app, p, timeout), []).append(rec)
                     print(json.dumps({"app": app, "p": p, "timeout": timeout, "round": rnd,
                                       **rec}), flush=True)

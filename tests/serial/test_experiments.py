@@ -525,3 +525,26 @@ def test_distmm_run_variant_beside_the_api(tmp_path, capsys):
         assert rec["permute"] == "none"  # the default on one rank
     table = capsys.readouterr().out.split("**distmm run against the API**")[1]
     assert "| er-64 | float64 | spmm_a | 8 |" in table and "x |" in table
+
+
+@pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
+def test_rank_threads_settings_and_call_record(tmp_path, monkeypatch):
+    """bench_rank_threads: "numba" pins numba's own count (the process's CPUs), "distmm" leaves
+    no thread variable; a FusedMMA case runs bench_call_overhead on a matrix file and returns
+    its per-call microseconds."""
+    import scipy.io
+    import scipy.sparse as sp
+
+    import bench_rank_threads as brt
+
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert brt.setting_env("numba")["NUMBA_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
+    env = brt.setting_env("distmm")
+    assert "NUMBA_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in env
+    scipy.io.mmwrite(str(tmp_path / "tiny.mtx"), sp.random(400, 400, density=0.05,
+                                                           random_state=1, format="coo"))
+    subprocess.run(["gzip", str(tmp_path / "tiny.mtx")], check=True)
+    monkeypatch.setattr(brt.apps, "DATA", str(tmp_path))
+    rec = brt.fusedmm_call("tiny", 8, 3, 1, dict(os.environ, NUMBA_NUM_THREADS="1"))
+    assert 0 < rec["kernels_us"] <= rec["call_us"] and rec["messages_us"] == 0
