@@ -532,10 +532,9 @@ def test_rank_threads_settings_and_call_record(tmp_path, monkeypatch):
     """bench_rank_threads: "numba" pins numba's own count (the process's CPUs), "distmm" leaves
     no thread variable; a FusedMMA case runs bench_call_overhead on a matrix file and returns
     its per-call microseconds."""
+    import bench_rank_threads as brt
     import scipy.io
     import scipy.sparse as sp
-
-    import bench_rank_threads as brt
 
     monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
