@@ -70,6 +70,30 @@ def node_share(ranks_on_node: int, cpus: int, node_cpus: int) -> int:
     return max(1, min(cpus, node_cpus // max(1, ranks_on_node)))
 
 
+def _pool_started() -> bool:
+    """Whether numba's threading layer has started its threads (True where unknown)."""
+    from numba.np.ufunc import parallel
+
+    return getattr(parallel, "_is_initialized", True)
+
+
+def _size_pool(n: int) -> None:
+    """Start numba's thread pool with n threads, if it has not started: as if
+    ``NUMBA_NUM_THREADS=n`` had been set. A pool of the node's every CPU whose extra threads
+    only idle is not harmless: with GNU OpenMP's threading layer and ``OMP_NUM_THREADS=1``
+    (a common setting for PyTorch jobs) its idle threads kept the other libraries' work off
+    the cores, and a PyTorch GAT epoch on 2 ranks took 0.5-0.8 s against 40 ms
+    (docs/performance.md, "Threads per rank"). Relies on numba's module globals; where they
+    differ, the pool keeps numba's size and only :func:`numba.set_num_threads` applies."""
+    from numba.np.ufunc import parallel
+
+    if _pool_started() or not isinstance(getattr(parallel, "NUM_THREADS", None), int):
+        return
+    if n < numba.config.NUMBA_NUM_THREADS:
+        numba.config.NUMBA_NUM_THREADS = n
+        parallel.NUM_THREADS = n
+
+
 def settle(comm: MPI.Comm) -> dict:
     """Give this rank its share of its node's cores as numba threads, unless the user chose.
 
@@ -86,14 +110,15 @@ def settle(comm: MPI.Comm) -> dict:
     """
     ranks = max(ranks_per_node(comm), _launcher_local_size())
     mine = cpus()
-    current = numba.get_num_threads()
     if "NUMBA_NUM_THREADS" in os.environ:
-        set_by = "environment"
-    elif current not in (numba.config.NUMBA_NUM_THREADS, STATE.get("threads")):
-        set_by = "program"
+        set_by, current = "environment", numba.get_num_threads()
+    elif _pool_started() and numba.get_num_threads() not in (numba.config.NUMBA_NUM_THREADS,
+                                                             STATE.get("threads")):
+        set_by, current = "program", numba.get_num_threads()
     else:
         set_by = "distmm"
         current = node_share(ranks, mine, os.cpu_count() or mine)
+        _size_pool(current)
         numba.set_num_threads(current)
     STATE.clear()
     STATE.update(threads=current, set_by=set_by, ranks_on_node=ranks, cpus=mine)

@@ -37,7 +37,8 @@ with distmm.distribute(S, sub, root=None) as obj:
     A = obj.dense("a", 8, fill=1.0)
     B = obj.dense("b", 8, fill=1.0)
     obj.fusedmm_a(A, B)
-    state = dict(threads.STATE, numba=numba.get_num_threads(), cpus_all=threads.cpus())
+    state = dict(threads.STATE, numba=numba.get_num_threads(), cpus_all=threads.cpus(),
+                 pool=numba.config.NUMBA_NUM_THREADS)
 rows = comm.gather(state)
 if comm.rank == 0:
     print(json.dumps(rows))
@@ -75,6 +76,9 @@ def test_ranks_get_their_share_of_the_node_without_any_setting(n):
         assert row["ranks_on_node"] == n
         want = node_share(n, row["cpus_all"], os.cpu_count())
         assert row["threads"] == row["numba"] == want
+        # the pool started with the share, as if NUMBA_NUM_THREADS had been set: no idle
+        # threads beside the working ones
+        assert row["pool"] == want
 
 
 def test_a_communicator_of_some_ranks_counts_the_launchers_ranks_on_the_node():
@@ -99,6 +103,7 @@ def test_a_count_the_program_set_is_kept():
     more keeps its 1."""
     for row in _job(1, None, program="1"):
         assert row["set_by"] == "program" and row["numba"] == 1
+        assert row["pool"] == numba.config.NUMBA_NUM_THREADS  # started by the program
 
 
 def test_expected_follows_the_environment(monkeypatch):
