@@ -81,10 +81,11 @@ def _size_pool(n: int) -> None:
     """Start numba's thread pool with n threads, if it has not started: as if
     ``NUMBA_NUM_THREADS=n`` had been set. A pool of the node's every CPU whose extra threads
     only idle is not harmless: with GNU OpenMP's threading layer and ``OMP_NUM_THREADS=1``
-    (a common setting for PyTorch jobs) its idle threads kept the other libraries' work off
-    the cores, and a PyTorch GAT epoch on 2 ranks took 0.5-0.8 s against 40 ms
-    (docs/performance.md, "Threads per rank"). Relies on numba's module globals; where they
-    differ, the pool keeps numba's size and only :func:`numba.set_num_threads` applies."""
+    (a common setting for PyTorch jobs) they kept PyTorch's own work off the cores, and a
+    PyTorch GAT epoch on 2 ranks took over ten times as long (docs/performance.md, "Threads
+    per rank"). Threads that call kernels later also start from n. Relies on numba's module
+    globals; where they differ, the pool keeps numba's size and only
+    :func:`numba.set_num_threads` applies."""
     from numba.np.ufunc import parallel
 
     if _pool_started() or not isinstance(getattr(parallel, "NUM_THREADS", None), int):
@@ -117,7 +118,10 @@ def settle(comm: MPI.Comm) -> dict:
         set_by, current = "program", numba.get_num_threads()
     else:
         set_by = "distmm"
-        current = node_share(ranks, mine, os.cpu_count() or mine)
+        # never above the pool: an earlier settle may have started it smaller (a
+        # communicator that counts fewer ranks on the node than the first one did)
+        current = min(node_share(ranks, mine, os.cpu_count() or mine),
+                      numba.config.NUMBA_NUM_THREADS)
         _size_pool(current)
         numba.set_num_threads(current)
     STATE.clear()

@@ -22,7 +22,7 @@ from distmm.kernels.threads import node_share
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
 DRIVER = r"""
-import json, sys
+import json, os, sys
 import numba
 import scipy.sparse as sp
 from mpi4py import MPI
@@ -31,8 +31,11 @@ from distmm.kernels import threads
 if sys.argv[1] != "-":
     numba.set_num_threads(int(sys.argv[1]))  # a program that chose its own count
 comm = MPI.COMM_WORLD
-sub = comm.Split(comm.rank % 2, comm.rank) if sys.argv[2] == "split" else comm
 S = sp.random(40, 30, density=0.2, format="coo", random_state=1)
+if sys.argv[2] == "then-split":  # first the whole job, then halves that see fewer ranks
+    distmm.distribute(S, comm, root=None).close()
+    os.environ.pop("MPI_LOCALNRANKS", None)
+sub = comm.Split(comm.rank % 2, comm.rank) if sys.argv[2] != "world" else comm
 with distmm.distribute(S, sub, root=None) as obj:
     A = obj.dense("a", 8, fill=1.0)
     B = obj.dense("b", 8, fill=1.0)
@@ -89,6 +92,15 @@ def test_a_communicator_of_some_ranks_counts_the_launchers_ranks_on_the_node():
     for row in rows:
         assert row["ranks_on_node"] == 4
         assert row["numba"] == node_share(4, row["cpus_all"], os.cpu_count())
+
+
+def test_a_later_communicator_that_sees_fewer_ranks_stays_within_the_pool():
+    """The first distribute starts the pool with the share of 2 ranks; a later one on a
+    communicator of one rank, with no launcher count, would give 2 threads: it keeps to the
+    pool instead of failing in numba.set_num_threads."""
+    for row in _job(2, None, comm="then-split"):
+        assert row["ranks_on_node"] == 1
+        assert row["numba"] == row["pool"] == node_share(2, row["cpus_all"], os.cpu_count())
 
 
 def test_numba_num_threads_in_the_environment_is_kept():
