@@ -55,7 +55,8 @@ def collect() -> dict:
         threading_layer, threading_layer_loaded, num_threads, configured_threads),
         ``rank_threads`` (the numba threads :func:`distmm.distribute` gives each rank,
         :func:`distmm.kernels.threads.expected`), ``blas_threads`` (the
-        ``OPENBLAS_THREAD_TIMEOUT`` value in this process and who set it, see
+        ``OPENBLAS_THREAD_TIMEOUT`` and ``OPENBLAS_NUM_THREADS`` values in this process and who
+        set them, see
         :mod:`distmm.blas_threads`), ``packages`` (required package -> version) and
         ``extras`` (optional import name -> ``{"extra": name, "version": version or None}``).
     """
@@ -96,7 +97,10 @@ def collect() -> dict:
         "rank_threads": threads.expected(),
         "blas_threads": {"variable": blas_threads.VARIABLE,
                          "value": os.environ.get(blas_threads.VARIABLE),
-                         "set_by": blas_threads.STATE},
+                         "set_by": blas_threads.STATE,
+                         "count_variable": blas_threads.COUNT_VARIABLE,
+                         "count": os.environ.get(blas_threads.COUNT_VARIABLE),
+                         "count_set_by": blas_threads.COUNT_STATE},
         "packages": {name: _version(name) for name in _REQUIRED},
         "extras": extras,
     }
@@ -118,6 +122,7 @@ def format_text(info: dict) -> str:
                   f"{nb['num_threads']} threads"),
         ("kernel threads per rank", _threads_text(info["rank_threads"])),
         (info["blas_threads"]["variable"], _blas_text(info["blas_threads"])),
+        (info["blas_threads"]["count_variable"], _blas_count_text(info["blas_threads"])),
         *((name, version or "not installed") for name, version in info["packages"].items()),
     ]
     for module, e in info["extras"].items():
@@ -134,6 +139,16 @@ def _threads_text(t: dict) -> str:
         return f"{t['threads']} (NUMBA_NUM_THREADS)"
     return (f"{t['threads']} (set by distmm.distribute: {t['cpus']} CPUs for this process, "
             f"{t['ranks_on_node']} rank(s) on the node)")
+
+
+def _blas_count_text(b: dict) -> str:
+    """The ``OPENBLAS_NUM_THREADS`` row: OpenBLAS's thread count and who chose it."""
+    why = {"environment": "from the environment",
+           "one rank on the node": "OpenBLAS's own: one rank on this node",
+           "distmm": "set by distmm: this rank's share of the node",
+           "distmm, after numpy": "set by distmm after numpy had loaded OpenBLAS, which keeps "
+                                  "its own count: export it in the job script (docs/guide.md)"}
+    return f"{b['count'] or 'not set'} ({why.get(b['count_set_by'], b['count_set_by'])})"
 
 
 def _blas_text(b: dict) -> str:

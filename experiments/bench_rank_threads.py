@@ -1,14 +1,18 @@
-"""Runs launched without thread settings: numba's count per rank against distmm's share.
+"""Runs launched without thread settings: the libraries' own counts per rank against distmm's.
 
-numba gives each process as many threads as the CPUs it may run on, so ranks that an
-unbinding launcher (MPICH's ``mpiexec``) starts on one node each run that many;
-:func:`distmm.kernels.threads.settle` (called by ``distmm.distribute``) gives each rank its
-share of the node instead. This runs the same jobs both ways, as a user launches them
-(``mpiexec -n P``, no thread variables), in processes that take turns:
+numba and OpenBLAS each give a process as many threads as the CPUs it may run on, so ranks that
+an unbinding launcher (MPICH's ``mpiexec``) starts on one node each run that many.
+``distmm.distribute`` gives each rank its share of the node as numba threads
+(:mod:`distmm.kernels.threads`), and ``import distmm`` does the same for OpenBLAS where the
+launcher says several ranks share the node (:mod:`distmm.blas_threads`). This runs the same
+jobs three ways, as a user launches them (``mpiexec -n P``, no thread variables), in processes
+that take turns:
 
-* "numba": ``NUMBA_NUM_THREADS`` set to the CPUs of this process, the count numba picks by
-  itself, which distmm then keeps (what every run got before distmm set the count);
-* "distmm": no variable, distmm's share.
+* "own": ``NUMBA_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` set to the CPUs of this process,
+  the counts both libraries pick by themselves, which distmm then keeps (what every run got
+  before distmm set them);
+* "blas": only ``OPENBLAS_NUM_THREADS`` so set (numba gets distmm's share);
+* "distmm": no variable, distmm's share for both.
 
 Cases: FusedMMA calls (``bench_call_overhead.py``: the call time, the kernels, the messages,
 per call, best of its rounds) on real matrices, and the applications (``distmm gat train`` on
@@ -32,19 +36,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_blas_threads as apps  # noqa: E402
 
-SETTINGS = ("numba", "distmm")
+SETTINGS = ("own", "blas", "distmm")
 CALLS = (("cora-adjacency", 16, 300), ("cora-adjacency", 128, 300),
          ("movielens-100k-ratings", 32, 300), ("metis-mdual", 32, 5),
          ("genes-pubmed", 32, 5))
 
 
 def setting_env(setting: str) -> dict:
-    """This process's environment without thread variables, and with numba's own count for
-    "numba"."""
+    """This process's environment without thread variables, then the libraries' own counts
+    for "own" (numba and OpenBLAS) and "blas" (OpenBLAS only)."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
-    if setting == "numba":
-        env["NUMBA_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))
+           if k not in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    own = str(len(os.sched_getaffinity(0)))
+    if setting == "own":
+        env["NUMBA_NUM_THREADS"] = own
+    if setting in ("own", "blas"):
+        env["OPENBLAS_NUM_THREADS"] = own
     return env
 
 
@@ -84,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                     rows.setdefault((p, case[:3]), {}).setdefault(setting, []).append(rec)
                     print(json.dumps({"p": p, "case": case[:3], "setting": setting,
                                       "round": rnd, **rec}), flush=True)
-    print("\n| p | case | numba's count: time (kernels) | distmm's share: time (kernels) | "
-          "numba / distmm |")
-    print("|---|---|---|---|---|")
+    print("\n| p | case | libraries' own counts: time (kernels) | OpenBLAS's own count: time "
+          "(kernels) | distmm's share: time (kernels) | own / distmm | OpenBLAS's / distmm |")
+    print("|---|---|---|---|---|---|---|")
     for (p, case), cells in rows.items():
         if case[0] == "fusedmm":
             name, time_key, kernel_key, unit, scale = (f"FusedMMA {case[1]}, r = {case[2]}",
@@ -96,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                                                        "kernels_s", "ms", 1e3)
         best = {s: (min(r[time_key] for r in cells[s]) * scale,
                     min(r[kernel_key] for r in cells[s]) * scale) for s in SETTINGS}
-        print(f"| {p} | {name} | {best['numba'][0]:.4g} {unit} ({best['numba'][1]:.4g}) | "
-              f"{best['distmm'][0]:.4g} {unit} ({best['distmm'][1]:.4g}) | "
-              f"{best['numba'][0] / best['distmm'][0]:.1f}x |")
+        cols = " | ".join(f"{best[s][0]:.4g} {unit} ({best[s][1]:.4g})" for s in SETTINGS)
+        print(f"| {p} | {name} | {cols} | {best['own'][0] / best['distmm'][0]:.2f}x | "
+              f"{best['blas'][0] / best['distmm'][0]:.2f}x |")
     return 0
 
 

@@ -11,11 +11,11 @@ therefore gives each rank its share of the node::
 
     threads = max(1, min(CPUs this rank may run on, CPUs of the node // ranks on the node))
 
-The ranks on the node are those of the communicator that share its memory (MPI's
-``COMM_TYPE_SHARED`` split), or the launcher's count of the whole job's ranks on the node where
-it says more (``MPI_LOCALNRANKS`` from MPICH's Hydra, ``OMPI_COMM_WORLD_LOCAL_SIZE`` from Open
-MPI): a communicator that holds only some of them does not see the others. Nothing changes
-where the user chose: ``NUMBA_NUM_THREADS`` in the environment, or a program that called
+(:func:`distmm.cores.node_share`). The ranks on the node are those of the communicator that
+share its memory (MPI's ``COMM_TYPE_SHARED`` split), or the launcher's count of the whole job's
+ranks on the node where it says more (:func:`distmm.cores.launcher_local_size`): a
+communicator that holds only some of them does not see the others. Nothing changes where the
+user chose: ``NUMBA_NUM_THREADS`` in the environment, or a program that called
 ``numba.set_num_threads`` with another count before. numba's thread count belongs to the
 calling thread; :func:`settle` sets the caller's, the thread that then calls the kernels.
 """
@@ -28,46 +28,14 @@ import numba
 from mpi4py import MPI
 
 from distmm.core.memory import ranks_per_node
+from distmm.cores import cpus, launcher_local_size, node_share
 
-__all__ = ["STATE", "cpus", "expected", "node_share", "settle"]
+__all__ = ["STATE", "expected", "settle"]
 
 #: How the last :func:`settle` left this rank's thread count: ``{"threads": n, "set_by":
 #: "environment" | "program" | "distmm", "ranks_on_node": k, "cpus": c}``; empty before the
 #: first call.
 STATE: dict = {}
-
-
-#: Launchers' counts of the job's ranks on this node (MPICH Hydra, Open MPI).
-LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
-
-
-def _launcher_local_size() -> int:
-    """The largest count of ranks on this node that a launcher's variable gives (0: none)."""
-    sizes = [os.environ.get(v, "") for v in LOCAL_SIZE_VARIABLES]
-    return max((int(x) for x in sizes if x.isdigit()), default=0)
-
-
-def cpus() -> int:
-    """The CPUs this process may run on (its affinity; all of them where that is unknown)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def node_share(ranks_on_node: int, cpus: int, node_cpus: int) -> int:
-    """One rank's threads: ``max(1, min(cpus, node_cpus // ranks_on_node))``. Not collective.
-
-    Parameters
-    ----------
-    ranks_on_node : int
-        Ranks of the job on this rank's node (>= 1).
-    cpus : int
-        CPUs this rank may run on (its affinity mask).
-    node_cpus : int
-        CPUs of the node.
-    """
-    return max(1, min(cpus, node_cpus // max(1, ranks_on_node)))
 
 
 def _pool_started() -> bool:
@@ -109,7 +77,7 @@ def settle(comm: MPI.Comm) -> dict:
         count with ``numba.set_num_threads``, kept; ``"distmm"``: set here), ``ranks_on_node``
         and ``cpus`` (this rank's affinity).
     """
-    ranks = max(ranks_per_node(comm), _launcher_local_size())
+    ranks = max(ranks_per_node(comm), launcher_local_size())
     mine = cpus()
     if "NUMBA_NUM_THREADS" in os.environ:
         set_by, current = "environment", numba.get_num_threads()
@@ -140,7 +108,7 @@ def expected() -> dict:
         ``threads``, ``set_by`` (``"environment"`` or ``"distmm"``), ``ranks_on_node``,
         ``cpus``.
     """
-    ranks, mine = max(1, _launcher_local_size()), cpus()
+    ranks, mine = max(1, launcher_local_size()), cpus()
     if "NUMBA_NUM_THREADS" in os.environ:
         return {"threads": numba.config.NUMBA_NUM_THREADS, "set_by": "environment",
                 "ranks_on_node": ranks, "cpus": mine}

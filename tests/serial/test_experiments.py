@@ -529,18 +529,22 @@ def test_distmm_run_variant_beside_the_api(tmp_path, capsys):
 
 @pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
 def test_rank_threads_settings_and_call_record(tmp_path, monkeypatch):
-    """bench_rank_threads: "numba" pins numba's own count (the process's CPUs), "distmm" leaves
-    no thread variable; a FusedMMA case runs bench_call_overhead on a matrix file and returns
-    its per-call microseconds."""
+    """bench_rank_threads: "own" pins numba's and OpenBLAS's own counts (the process's CPUs),
+    "blas" OpenBLAS's only, "distmm" leaves no thread variable; a FusedMMA case runs
+    bench_call_overhead on a matrix file and returns its per-call microseconds."""
     import bench_rank_threads as brt
     import scipy.io
     import scipy.sparse as sp
 
     monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert brt.setting_env("numba")["NUMBA_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
+    own = str(len(os.sched_getaffinity(0)))
+    assert brt.setting_env("own")["NUMBA_NUM_THREADS"] == own
+    assert brt.setting_env("own")["OPENBLAS_NUM_THREADS"] == own
+    assert "NUMBA_NUM_THREADS" not in brt.setting_env("blas")
+    assert brt.setting_env("blas")["OPENBLAS_NUM_THREADS"] == own
     env = brt.setting_env("distmm")
-    assert "NUMBA_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in env
+    assert not {"NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"} & set(env)
     scipy.io.mmwrite(str(tmp_path / "tiny.mtx"), sp.random(400, 400, density=0.05,
                                                            random_state=1, format="coo"))
     subprocess.run(["gzip", str(tmp_path / "tiny.mtx")], check=True)

@@ -144,3 +144,6 @@ def test_info_reports_the_blas_thread_timeout():
     assert info["blas_threads"]["value"] == os.environ.get("OPENBLAS_THREAD_TIMEOUT")
     assert info["blas_threads"]["set_by"] == distmm.blas_threads.STATE
     assert "OPENBLAS_THREAD_TIMEOUT" in format_text(info)
+    assert info["blas_threads"]["count"] == os.environ.get("OPENBLAS_NUM_THREADS")
+    assert info["blas_threads"]["count_set_by"] == distmm.blas_threads.COUNT_STATE
+    assert "OPENBLAS_NUM_THREADS" in format_text(info)

@@ -14,7 +14,7 @@ ROOT = Path(distmm.__file__).parent
 # are not counted: they are how an optional or heavy dependency is loaded on demand.
 LAYERS = [
     ("distmm.errors", "distmm._optional", "distmm.watchdog", "distmm.signals",
-     "distmm.blas_threads"),
+     "distmm.blas_threads", "distmm.cores"),
     ("distmm.core",),
     ("distmm.io", "distmm.kernels"),
     ("distmm.sim", "distmm.contrib"),

@@ -1,4 +1,5 @@
-"""Each rank's numba threads (distmm/kernels/threads.py): its share of the node's cores.
+"""Each rank's numba and OpenBLAS threads (distmm/kernels/threads.py, distmm/blas_threads.py):
+its share of the node's cores.
 
 The jobs run as users launch them, under mpiexec with no thread settings, and report the
 thread count their kernels then use; the oracle is the formula on what the process sees
@@ -16,8 +17,8 @@ import numba
 import pytest
 from launch_env import mpi_env
 
+from distmm.cores import LOCAL_SIZE_VARIABLES, cpus, node_share
 from distmm.kernels import threads
-from distmm.kernels.threads import node_share
 
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
@@ -27,6 +28,7 @@ import numba
 import scipy.sparse as sp
 from mpi4py import MPI
 import distmm
+from distmm.cores import cpus
 from distmm.kernels import threads
 if sys.argv[1] != "-":
     numba.set_num_threads(int(sys.argv[1]))  # a program that chose its own count
@@ -40,7 +42,7 @@ with distmm.distribute(S, sub, root=None) as obj:
     A = obj.dense("a", 8, fill=1.0)
     B = obj.dense("b", 8, fill=1.0)
     obj.fusedmm_a(A, B)
-    state = dict(threads.STATE, numba=numba.get_num_threads(), cpus_all=threads.cpus(),
+    state = dict(threads.STATE, numba=numba.get_num_threads(), cpus_all=cpus(),
                  pool=numba.config.NUMBA_NUM_THREADS)
 rows = comm.gather(state)
 if comm.rank == 0:
@@ -125,4 +127,46 @@ def test_expected_follows_the_environment(monkeypatch):
     monkeypatch.setenv("MPI_LOCALNRANKS", "4")
     got = threads.expected()
     assert got["set_by"] == "distmm" and got["ranks_on_node"] == 4
-    assert got["threads"] == node_share(4, threads.cpus(), os.cpu_count())
+    assert got["threads"] == node_share(4, cpus(), os.cpu_count())
+
+
+COUNT = ("import os, distmm; print(os.environ.get('OPENBLAS_NUM_THREADS', '-'), "
+         "distmm.blas_threads.COUNT_STATE.replace(' ', '_'))")
+
+
+def _count_state(code: str, **env: str) -> list[str]:
+    """What a fresh Python prints for ``code`` with ``env`` on top of an environment without
+    thread counts or launcher variables."""
+    drop = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", *LOCAL_SIZE_VARIABLES)
+    clean = {k: v for k, v in mpi_env().items() if k not in drop}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**clean, **env})
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
+def test_openblas_gets_the_ranks_share_where_the_launcher_counts_several():
+    """OpenBLAS's thread count: the rank's share of the node where MPICH's or Open MPI's
+    launcher says several ranks share it, before numpy loads OpenBLAS; a count the user set
+    (OPENBLAS_NUM_THREADS or OMP_NUM_THREADS) is kept; one rank on the node keeps OpenBLAS's
+    own count."""
+    share = str(node_share(2, cpus(), os.cpu_count()))
+    assert _count_state(COUNT, MPI_LOCALNRANKS="2") == [share, "distmm"]
+    assert _count_state(COUNT, OMPI_COMM_WORLD_LOCAL_SIZE="2") == [share, "distmm"]
+    assert _count_state(COUNT, MPI_LOCALNRANKS="2", OPENBLAS_NUM_THREADS="3") == [
+        "3", "environment"]
+    assert _count_state(COUNT, MPI_LOCALNRANKS="2", OMP_NUM_THREADS="2") == ["-", "environment"]
+    assert _count_state(COUNT) == ["-", "one_rank_on_the_node"]
+    assert _count_state("import numpy; " + COUNT, MPI_LOCALNRANKS="2") == [
+        share, "distmm,_after_numpy"]
+
+
+@pytest.mark.skipif(not os.path.exists(MPIEXEC), reason="needs the mpich wheel's mpiexec")
+def test_ranks_under_mpiexec_see_the_openblas_count():
+    env = {k: v for k, v in mpi_env().items()
+           if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", COUNT],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    share = str(node_share(2, cpus(), os.cpu_count()))
+    assert proc.stdout.split() == [share, "distmm"] * 2
