@@ -56,9 +56,8 @@ def collect() -> dict:
         ``rank_threads`` (the numba threads :func:`distmm.distribute` gives each rank,
         :func:`distmm.kernels.threads.expected`), ``blas_threads`` (the
         ``OPENBLAS_THREAD_TIMEOUT`` and ``OPENBLAS_NUM_THREADS`` values in this process and who
-        set them, see
-        :mod:`distmm.blas_threads`), ``packages`` (required package -> version) and
-        ``extras`` (optional import name -> ``{"extra": name, "version": version or None}``).
+        set them, see :mod:`distmm.blas_threads`), ``packages`` (required package -> version)
+        and ``extras`` (optional import name -> ``{"extra": name, "version": version or None}``).
     """
     import mpi4py
     import numba

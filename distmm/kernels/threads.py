@@ -46,14 +46,15 @@ def _pool_started() -> bool:
 
 
 def _size_pool(n: int) -> None:
-    """Start numba's thread pool with n threads, if it has not started: as if
-    ``NUMBA_NUM_THREADS=n`` had been set. A pool of the node's every CPU whose extra threads
-    only idle is not harmless: with GNU OpenMP's threading layer and ``OMP_NUM_THREADS=1``
-    (a common setting for PyTorch jobs) they kept PyTorch's own work off the cores, and a
-    PyTorch GAT epoch on 2 ranks took over ten times as long (docs/performance.md, "Threads
-    per rank"). Threads that call kernels later also start from n. Relies on numba's module
-    globals; where they differ, the pool keeps numba's size and only
-    :func:`numba.set_num_threads` applies."""
+    """Make numba's thread pool start with n threads, if it has not started yet (the next
+    :func:`numba.set_num_threads` starts it): as if ``NUMBA_NUM_THREADS=n`` had been set.
+
+    A pool of the node's every CPU whose extra threads only idle is not harmless: with GNU
+    OpenMP's threading layer and ``OMP_NUM_THREADS=1`` (a common setting for PyTorch jobs)
+    they kept PyTorch's own work off the cores, and a PyTorch GAT epoch on 2 ranks took over
+    ten times as long (docs/performance.md, "Threads per rank"). Threads that call kernels
+    later also start from n. Relies on numba's module globals; where they differ, the pool
+    keeps numba's size and only :func:`numba.set_num_threads` applies."""
     from numba.np.ufunc import parallel
 
     if _pool_started() or not isinstance(getattr(parallel, "NUM_THREADS", None), int):
