@@ -14,7 +14,7 @@ from distmm.core.coo import CooShare
 from distmm.core.memory import physical_memory, release_freed_memory
 from distmm.core.permute import permute_mode
 from distmm.errors import Checks, InputError, agree, as_int, require
-from distmm.kernels import NodeModel, threads
+from distmm.kernels import NodeModel
 
 OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
 
@@ -180,9 +180,10 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
                overlap: bool = False, checks: str = "once") -> DistributedAlgorithm:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
 
-    Collective over ``comm``: every rank calls it with the same parameters. It also gives the
-    calling thread of each rank its share of the node's cores as numba threads, unless the
-    user chose (:func:`distmm.kernels.threads.settle`).
+    Collective over ``comm``: every rank calls it with the same parameters. Placing S also
+    gives the calling thread of each rank its share of the node's cores as numba threads,
+    unless the user chose (:func:`distmm.kernels.threads.settle`, run by every family's
+    constructor).
 
     Parameters
     ----------
@@ -265,7 +266,6 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         out = op.fusedmm_a(A, op.scatter("b", B_global))
         full = op.gather("a", out)             # m x r on rank 0, original order
     """
-    threads.settle(comm)  # each rank's share of its node's cores (distmm/kernels/threads.py)
     agreement = Checks(comm)
     settings: dict = {}
     with agreement.guard():

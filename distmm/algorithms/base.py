@@ -38,7 +38,7 @@ from distmm.core.memory import Memory, held_bytes, release_freed_memory
 from distmm.core.permute import applied_mode, balance_permutation, inverse_permutation
 from distmm.core.sparse import CSRBlock
 from distmm.errors import InputError, agree, require
-from distmm.kernels import NodeModel, make_node_model
+from distmm.kernels import NodeModel, make_node_model, threads
 from distmm.ops.mixin import EdgeOps
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -150,6 +150,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         self.checks = checks
         # Rank-independent (the family sets its grid sizes first), so before any message.
         self.r = None if r is None else self._check_r(r)
+        # Each rank's share of its node's cores as numba threads, before any kernel runs
+        # (collective; distmm/kernels/threads.py).
+        threads.settle(comm)
         self._checked: set[str] = set()
         # kind -> (r, the operands of the last cheap-checked call, weakly; calls.py)
         self._memo: dict[str, tuple] = {}

@@ -6,8 +6,9 @@ socket (Open MPI beyond two ranks), that is every core of the node or socket for
 launched the usual MPI way, one rank per core (``mpirun -n 64`` on a 64-core node), the ranks
 run 64 threads each on 64 cores, every parallel kernel waits for its threads to get a core,
 and a call of tens of microseconds takes milliseconds (docs/performance.md, "Threads per
-rank"). :func:`settle`, which :func:`distmm.distribute` and ``distmm calibrate`` call,
-therefore gives each rank its share of the node::
+rank"). :func:`settle`, which every distributed object's constructor (so
+:func:`distmm.distribute`) and ``distmm calibrate`` call, therefore gives each rank its share of
+the node::
 
     threads = max(1, min(CPUs this rank may run on, CPUs of the node // ranks on the node))
 
