@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import sys
 
-from distmm.cores import cpus, launcher_local_size, node_share
+from distmm.cores import cpus, launcher_local_size, node_cpus, node_share
 
 __all__ = ["COUNT_STATE", "COUNT_VARIABLE", "STATE", "THREAD_TIMEOUT", "VARIABLE",
            "set_count", "set_default"]
@@ -83,8 +83,7 @@ def set_count() -> str:
     ranks = launcher_local_size()
     if ranks <= 1:
         return "one rank on the node"
-    mine = cpus()
-    os.environ[COUNT_VARIABLE] = str(node_share(ranks, mine, os.cpu_count() or mine))
+    os.environ[COUNT_VARIABLE] = str(node_share(ranks, cpus(), node_cpus()))
     return "distmm, after numpy" if "numpy" in sys.modules else "distmm"
 
 

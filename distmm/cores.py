@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["LOCAL_SIZE_VARIABLES", "cpus", "launcher_local_size", "node_share"]
+__all__ = ["LOCAL_SIZE_VARIABLES", "cpus", "launcher_local_size", "node_cpus", "node_share"]
 
 #: Launchers' counts of the job's ranks on this node (MPICH's Hydra, Open MPI).
 LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
@@ -34,6 +34,12 @@ def cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def node_cpus() -> int:
+    """The CPUs of this node, whatever this process's affinity (its own CPUs where the count
+    is unknown). Not collective."""
+    return os.cpu_count() or cpus()
 
 
 def node_share(ranks_on_node: int, cpus: int, node_cpus: int) -> int:

@@ -36,6 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_blas_threads as apps  # noqa: E402
 
+from distmm.cores import cpus  # noqa: E402
+
 SETTINGS = ("own", "blas", "distmm")
 CALLS = (("cora-adjacency", 16, 300), ("cora-adjacency", 128, 300),
          ("movielens-100k-ratings", 32, 300), ("metis-mdual", 32, 5),
@@ -47,7 +49,7 @@ def setting_env(setting: str) -> dict:
     for "own" (numba and OpenBLAS) and "blas" (OpenBLAS only)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    own = str(len(os.sched_getaffinity(0)))
+    own = str(cpus())
     if setting == "own":
         env["NUMBA_NUM_THREADS"] = own
     if setting in ("own", "blas"):

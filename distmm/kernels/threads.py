@@ -29,7 +29,7 @@ import numba
 from mpi4py import MPI
 
 from distmm.core.memory import ranks_per_node
-from distmm.cores import cpus, launcher_local_size, node_share
+from distmm.cores import cpus, launcher_local_size, node_cpus, node_share
 
 __all__ = ["STATE", "expected", "settle"]
 
@@ -83,15 +83,14 @@ def settle(comm: MPI.Comm) -> dict:
     mine = cpus()
     if "NUMBA_NUM_THREADS" in os.environ:
         set_by, current = "environment", numba.get_num_threads()
-    elif _pool_started() and numba.get_num_threads() not in (numba.config.NUMBA_NUM_THREADS,
-                                                             STATE.get("threads")):
-        set_by, current = "program", numba.get_num_threads()
+    elif _pool_started() and (current := numba.get_num_threads()) not in (
+            numba.config.NUMBA_NUM_THREADS, STATE.get("threads")):
+        set_by = "program"
     else:
         set_by = "distmm"
         # never above the pool: an earlier settle may have started it smaller (a
         # communicator that counts fewer ranks on the node than the first one did)
-        current = min(node_share(ranks, mine, os.cpu_count() or mine),
-                      numba.config.NUMBA_NUM_THREADS)
+        current = min(node_share(ranks, mine, node_cpus()), numba.config.NUMBA_NUM_THREADS)
         _size_pool(current)
         numba.set_num_threads(current)
     STATE.clear()
@@ -114,5 +113,5 @@ def expected() -> dict:
     if "NUMBA_NUM_THREADS" in os.environ:
         return {"threads": numba.config.NUMBA_NUM_THREADS, "set_by": "environment",
                 "ranks_on_node": ranks, "cpus": mine}
-    return {"threads": node_share(ranks, mine, os.cpu_count() or mine), "set_by": "distmm",
+    return {"threads": node_share(ranks, mine, node_cpus()), "set_by": "distmm",
             "ranks_on_node": ranks, "cpus": mine}

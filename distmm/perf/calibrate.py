@@ -30,6 +30,7 @@ from mpi4py import MPI
 
 from distmm.core.comm import mpi_type
 from distmm.core.sparse import CSRBlock
+from distmm.cores import node_cpus
 from distmm.errors import require
 from distmm.kernels import make_node_model, threads
 from distmm.kernels.numba_util import thread_count
@@ -292,8 +293,7 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
                     "(run it as mpiexec -n 2 distmm calibrate ...)")
     # the thread count that distmm.distribute gives the runs it plans
     placed = threads.settle(comm)
-    mine = oversubscription(placed["ranks_on_node"], thread_count(),
-                            os.cpu_count() or placed["cpus"])
+    mine = oversubscription(placed["ranks_on_node"], thread_count(), node_cpus())
     warning = next((w for w in comm.allgather(mine) if w), None)
     sizes = np.array([1, 16, 256, 4096, 65536] + ([] if quick else [1 << 20, 1 << 22]))
     reps = 5 if quick else 20
