@@ -543,9 +543,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
             This rank's R in value order (``out`` when given).
         """
         values = self._named_or(values)
-        dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-        if (done := self._replay("sddmm", dense, values, out)) is not None:
+        if (done := self._replay("sddmm", (A_loc, B_loc, values, out))) is not None:
             return done
+        dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
         r = self._begin("sddmm", dense, values, out, "values")
         vals = self.values if values is None else values
         res = self._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
@@ -573,9 +573,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
             This rank's side-"a" block of the result (``out`` when given).
         """
         values = self._named_or(values)
-        dense = (("b", B_loc, "B"),)
-        if (done := self._replay("spmm_a", dense, values, out)) is not None:
+        if (done := self._replay("spmm_a", (B_loc, values, out))) is not None:
             return done
+        dense = (("b", B_loc, "B"),)
         r = self._begin("spmm_a", dense, values, out, "a")
         vals = self.values if values is None else values
         res = self._spmm_a(_plain(B_loc), vals, r, _plain(out))
@@ -605,9 +605,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
             This rank's side-"b" block of the result (``out`` when given).
         """
         values = self._named_or(values)
-        dense = (("a", A_loc, "A"),)
-        if (done := self._replay("spmm_b", dense, values, out)) is not None:
+        if (done := self._replay("spmm_b", (A_loc, values, out))) is not None:
             return done
+        dense = (("a", A_loc, "A"),)
         r = self._begin("spmm_b", dense, values, out, "b")
         vals = self.values if values is None else values
         res = self._spmm_b(_plain(A_loc), vals, r, _plain(out))
@@ -657,10 +657,11 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
     def _fused_call(self, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
         strategy = strategy or self.strategies[-1]
         self._check_strategy(strategy)
-        kind, dense = f"fusedmm_{side}", (("a", A_loc, "A"), ("b", B_loc, "B"))
+        kind = "fusedmm_a" if side == "a" else "fusedmm_b"
         resolved = self._named_or(values)
-        if (done := self._replay(kind, dense, resolved, out, strategy)) is not None:
+        if (done := self._replay(kind, (A_loc, B_loc, resolved, out), strategy)) is not None:
             return done
+        dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
         r = self._begin(kind, dense, resolved, out, side)
         # A name travels on as it is, so that the family finds the vector's copy in the
         # stored S^T's order under that name (_values_for).

@@ -7,12 +7,12 @@ c = 1 and no overlap: nothing replicated, reduced or copied; on one rank a singl
 :meth:`DistributedAlgorithm._replayable`), the second such call is traced: if every kernel ran
 through a prepared call kept from the call before (:meth:`DistributedAlgorithm._run_kernel`),
 the steps (each kernel's prepared call and arguments, each shift's buffers and partners) are
-kept, and every later call that passes the very same operands (:meth:`CallChecks._recall`:
-the same objects, shapes, strides and dtypes), the same strategy and the same node-model plan
-state runs those steps directly, skipping the checks and the family's loop. Its result is
-bitwise the same, it sends the same messages in the same order, and its statistics are the
-same (the kernels' own seconds in "compute", the node model's per-operation counts, every
-shift counted and timed in "propagation").
+kept, and every later call that passes the very same operands (the same objects, shapes,
+strides and dtypes, as :meth:`CallChecks._recall` checks them), the same strategy and the
+same node-model plan state runs those steps directly, skipping the checks and the family's
+loop. Its result is bitwise the same, it sends the same messages in the same order, and its
+statistics are the same (the kernels' own seconds in "compute", the node model's
+per-operation counts, every shift counted and timed in "propagation").
 
 Ranks need not agree on replaying: a rank that replays makes the very MPI calls that the full
 call would make, and the full call of a kind after its first makes no other (its cheap checks
@@ -44,19 +44,32 @@ class CallReplay:
         same operands, so that a repeat may run those steps alone. Families override it."""
         return False
 
-    def _replay(self, kind: str, dense: tuple, values: np.ndarray | None,
-                out: np.ndarray | None, extra=None):
+    def _replay(self, kind: str, operands: tuple, extra=None):
         """The result of running the kept steps of ``kind`` again, or None when this call is
         not a repeat of the traced one (then the caller runs the call in full). Collective
-        where the steps shift (over the layer, as the full call)."""
+        where the steps shift (over the layer, as the full call).
+
+        ``operands`` are the call's dense operands in the public method's order, then its
+        values (None or an array) and its ``out``. A repeat passes the very objects of the
+        traced call, unchanged in shape, strides and dtype (as :meth:`_recall` checks them),
+        under the same ``extra`` (FusedMM's strategy) and node-model plan state."""
         kept = self._replays.get(kind)
-        if kept is None or kept[0] != extra:
+        if kept is None:
             return None
-        if self._recall(kind, dense, values, out) is None:
+        held, ext, steps, result = kept
+        if ext != extra:
             return None
+        # Written out: a training loop pays for this on every call, and it is most of what a
+        # replayed call does besides its kernels.
+        for X, h in zip(operands, held, strict=True):
+            if h is None:
+                if X is not None:
+                    return None
+            elif (X is not h[0] or X.shape != h[1] or X.strides != h[2]
+                  or (X.dtype is not h[3] and X.dtype != h[3])):
+                return None
         if self.kernel.plan_state() != self._plan_state:
             return None
-        _, steps, result = kept
         seconds = self.stats.seconds
         for fn, args, timed in steps:
             if timed:
@@ -92,12 +105,20 @@ class CallReplay:
     def _keep_replay(self, kind: str, result, extra=None) -> None:
         """After a call of ``kind``: keep its steps for replay if every kernel was a kept
         prepared call and its operands are remembered (:meth:`_remember`), else forget any
-        replay of ``kind``."""
+        replay of ``kind``.
+
+        The replay holds the operand objects themselves (it holds views of their data in its
+        steps' arguments already, so this keeps no more memory alive), so that a repeat is
+        recognised by identity without dereferencing the memo's weak references."""
         trace, self._trace = self._trace, None
-        if (trace and any(timed for *_, timed in trace)
-                and all(hit for hit, *_ in trace) and kind in self._memo):
+        memo = self._memo.get(kind)
+        held = None
+        if (trace and memo is not None and any(timed for *_, timed in trace)
+                and all(hit for hit, *_ in trace)):
+            held = tuple(None if h is None else (h[0](), *h[1:]) for h in memo[1])
+        if held is not None and all(h is None or h[0] is not None for h in held):
             steps = tuple((fn, args, timed) for _, fn, args, timed in trace)
-            self._replays[kind] = (extra, steps, result)
+            self._replays[kind] = (held, extra, steps, result)
         else:
             self._replays.pop(kind, None)
 

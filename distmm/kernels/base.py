@@ -92,10 +92,18 @@ class KernelStats:
                 s.extra[k] = s.extra.get(k, 0.0) + v
 
     def reset(self) -> None:
-        self.ops.clear()
+        """Zero every counter. The counters are zeroed in place rather than dropped: a loop
+        that resets before each call (``distmm run --repeat``, benchmarks) would otherwise
+        build them again inside its next timed call."""
+        for s in self.ops.values():
+            s.calls = 0
+            s.seconds = s.flops = s.bytes = 0.0
+            s.fallback_calls = 0
+            s.extra.clear()
 
     def as_dict(self) -> dict:
-        return {op: s.as_dict() for op, s in sorted(self.ops.items())}
+        """``{op: counters}`` of the operations called since the last reset."""
+        return {op: s.as_dict() for op, s in sorted(self.ops.items()) if s.calls}
 
 
 def spmm_flops(nnz: int, r: int) -> float:

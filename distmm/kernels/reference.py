@@ -15,11 +15,11 @@ it is also the model that runs by default, so it is written to be fast on a mult
   dense rows does not leave one thread with most of the work.
 * **Column panels.** The dense rows gathered through the column indices (B for the a-side
   operations, A for the b-side ones) are random accesses; when the gathered matrix is larger than
-  the cache budget (``panel_bytes``, default half the last-level cache), each thread sweeps its
-  rows once per panel of consecutive columns, resuming every row where the previous panel
-  stopped, so the gathers hit the cache instead of DRAM. The price is one more pass over the
-  output rows (SpMM, FusedMM) or the rows of A (SDDMM) per panel, so panels are only used while a
-  row keeps a few entries per panel on average.
+  the cache budget (``panel_bytes``, default half of the process's share of the last-level
+  cache), each thread sweeps its rows once per panel of consecutive columns, resuming every
+  row where the previous panel stopped, so the gathers hit the cache instead of DRAM. The price
+  is one more pass over the output rows (SpMM, FusedMM) or the rows of A (SDDMM) per panel, so
+  panels are only used while a row keeps a few entries per panel on average.
 * **Software prefetch.** When the gathered matrix is too large to stay in cache and its rows
   are short (at most 256 bytes), the gathered rows of the next few entries (and of the next
   row's first entries) are prefetched with ``llvm.prefetch``; no hardware prefetcher can guess
@@ -69,7 +69,14 @@ from numba import njit, prange
 
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 from distmm.kernels.base import NodeModel
-from distmm.kernels.numba_util import FASTMATH, gather, prefetch_row, slp_vectorized, stack_array
+from distmm.kernels.numba_util import (
+    FASTMATH,
+    gather,
+    prefetch_row,
+    slp_vectorized,
+    stack_array,
+    thread_count,
+)
 
 __all__ = ["ReferenceModel"]
 
@@ -463,14 +470,21 @@ def _clear(out: np.ndarray, accumulate: bool) -> None:
 
 
 
-@functools.lru_cache(maxsize=1)
-def _default_panel_bytes() -> int:
-    """Half the last-level cache (from sysfs), within [1 MiB, 64 MiB]; 8 MiB if unknown.
+def _count_cpus(cpu_list: str) -> int:
+    """How many CPUs a sysfs CPU list names ("0-3,8-11" -> 8)."""
+    count = 0
+    for part in cpu_list.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            count += int(hi or lo) - int(lo) + 1
+    return count
 
-    The threads of one process sweep the panels in step and share the panel in cache; the other
-    half is left for the streamed sparse structure, the output rows and other processes.
-    """
-    llc = 0
+
+@functools.lru_cache(maxsize=1)
+def _last_level_cache() -> tuple[int, int]:
+    """(bytes, CPUs sharing it) of the largest cache of level 2 or more that CPU 0 sees, from
+    sysfs; (0, 0) where sysfs does not say."""
+    best = (0, 0)
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
         for name in sorted(os.listdir(base)):
@@ -482,13 +496,35 @@ def _default_panel_bytes() -> int:
                 text = fh.read().strip().upper()
             mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
             size = int(text.rstrip("KMG")) * mult
-            if level >= 2 and size > llc:
-                llc = size
+            try:
+                with open(os.path.join(base, name, "shared_cpu_list")) as fh:
+                    sharing = _count_cpus(fh.read())
+            except OSError:
+                sharing = 0
+            if level >= 2 and size > best[0]:
+                best = (size, sharing)
     except (OSError, ValueError):
-        llc = 0
+        return (0, 0)
+    return best
+
+
+def _default_panel_bytes(threads: int) -> int:
+    """The cache budget of a process running ``threads`` kernel threads: half of its share of
+    the last-level cache (the cache x its threads / the CPUs sharing the cache), within
+    [1 MiB, 64 MiB]; 8 MiB where sysfs does not say.
+
+    The threads of one process sweep the panels in step and share the panel in cache; the
+    other half is left for the streamed sparse structure, the output rows and the rows of the
+    other operand. Ranks that share a cache each hold a panel of their own, so each gets its
+    part: on the development machine (32 MiB shared by 2 CPUs) two ranks of one thread ran
+    1.04-1.33x faster with 8 MiB panels than with 16 MiB ones, where one rank of two threads
+    ran best with 16 MiB (docs/performance.md, "Column panels: a share of the cache per rank").
+    """
+    llc, sharing = _last_level_cache()
     if llc <= 0:
         return 8 * 2**20
-    return int(min(max(llc // 2, 2**20), 64 * 2**20))
+    share = llc * min(1.0, threads / sharing) if sharing > 0 else llc
+    return int(min(max(share // 2, 2**20), 64 * 2**20))
 
 
 class ReferenceModel(NodeModel):
@@ -499,8 +535,9 @@ class ReferenceModel(NodeModel):
     ``_b`` operations use the block's cached transpose, built on their first call.
 
     ``panel_bytes`` is the cache budget for the gathered dense matrix: when that matrix is larger,
-    the kernels sweep the block in column panels whose slice of it fits (default: half of the
-    last-level cache). It changes speed only; results agree to rounding.
+    the kernels sweep the block in column panels whose slice of it fits (default: half of this
+    process's share of the last-level cache, :func:`_default_panel_bytes`). It changes speed
+    only; results agree to rounding.
     """
 
     name = "reference"
@@ -509,11 +546,18 @@ class ReferenceModel(NodeModel):
 
     def __init__(self, fallback: NodeModel | None = None, panel_bytes: int | None = None) -> None:
         super().__init__(fallback)
-        if panel_bytes is None:
-            panel_bytes = _default_panel_bytes()
-        if int(panel_bytes) <= 0:
+        if panel_bytes is not None and int(panel_bytes) <= 0:
             raise ValueError(f"panel_bytes must be positive, got {panel_bytes}")
-        self.panel_bytes = int(panel_bytes)
+        self._panel_bytes = None if panel_bytes is None else int(panel_bytes)
+
+    @property
+    def panel_bytes(self) -> int:
+        """The cache budget in force: the one given, else this process's share of the
+        last-level cache at the current numba thread count (part of the plan state, so a
+        change of thread count plans the kept calls again)."""
+        if self._panel_bytes is not None:
+            return self._panel_bytes
+        return _default_panel_bytes(thread_count())
 
     def options(self) -> dict:
         return {"panel_bytes": self.panel_bytes}

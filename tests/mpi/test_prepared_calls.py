@@ -280,6 +280,29 @@ def test_a_replay_reads_the_operands_as_they_are_now():
     obj.close()
 
 
+def test_an_operand_changed_in_layout_is_not_replayed():
+    """The same array object with a new shape or dtype (set in place) is not the traced
+    call's operand: the call is checked again and refused, not replayed through the old
+    views."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    out = obj.dense("a", 19)
+    for _ in range(3):
+        obj.spmm_a(B_loc, out=out)
+    rows = out.shape[0]
+    out.shape = (rows * 19, 1)
+    with pytest.raises(distmm.InputError):
+        obj.spmm_a(B_loc, out=out)
+    out.shape = (rows, 19)
+    for _ in range(3):
+        obj.spmm_a(B_loc, out=out)
+    B_loc.dtype = np.int64  # same itemsize, same shape: only the dtype differs
+    with pytest.raises(distmm.InputError, match="dtype"):
+        obj.spmm_a(B_loc, out=out)
+    B_loc.dtype = np.float64
+    check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
+    obj.close()
+
+
 def test_a_call_that_fails_leaves_no_replay(monkeypatch):
     """A call that remembers new operands and then fails must not leave the old replay to
     run for them: the next call with those operands writes its own out= buffer."""

@@ -85,6 +85,29 @@ def test_counters_and_fallback_are_recorded():
         bare.sddmm(S, S.data, A, B, vals)
 
 
+def test_reset_zeroes_every_counter_and_the_next_calls_count_alone():
+    """reset keeps the counter objects but zeroes them; as_dict lists only the operations
+    called since, with exactly their counts (a prepared call records into the same ones)."""
+    S, M = _block(7, 5, 0.4, 1)
+    model = _Counting()
+    B = np.random.default_rng(0).standard_normal((5, 3))
+    A = np.random.default_rng(1).standard_normal((7, 3))
+    out, vals = np.zeros((7, 3)), np.zeros(S.nnz)
+    run = model.prepare("spmm_a", S, S.data, B, None, out)
+    run(S.data, B, out)
+    model.sddmm(S, S.data, A, B, vals)
+    first = model.stats.as_dict()
+    model.stats.reset()
+    assert model.stats.as_dict() == {}
+    run(S.data, B, out)
+    again = model.stats.as_dict()
+    assert list(again) == ["spmm_a"]
+    assert again["spmm_a"]["calls"] == 1 and again["spmm_a"]["widgets"] == 2
+    assert again["spmm_a"]["flops"] == first["spmm_a"]["flops"]
+    assert again["spmm_a"]["bytes"] == first["spmm_a"]["bytes"]
+    assert 0 < again["spmm_a"]["seconds"]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_reference_spgemm_matches_scipy(dtype):
     X, Xs = _block(40, 30, 0.1, 2, dtype)
