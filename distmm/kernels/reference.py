@@ -15,11 +15,12 @@ it is also the model that runs by default, so it is written to be fast on a mult
   dense rows does not leave one thread with most of the work.
 * **Column panels.** The dense rows gathered through the column indices (B for the a-side
   operations, A for the b-side ones) are random accesses; when the gathered matrix is larger than
-  the cache budget (``panel_bytes``, default half of the process's share of the last-level
-  cache), each thread sweeps its rows once per panel of consecutive columns, resuming every
-  row where the previous panel stopped, so the gathers hit the cache instead of DRAM. The price
-  is one more pass over the output rows (SpMM, FusedMM) or the rows of A (SDDMM) per panel, so
-  panels are only used while a row keeps a few entries per panel on average.
+  the cache budget (``panel_bytes``, default half of the rank's share of its node's
+  last-level cache), each thread sweeps its rows once per panel of consecutive columns,
+  resuming every row where the previous panel stopped, so the gathers hit the cache instead of
+  DRAM. The price is one more pass over the output rows (SpMM, FusedMM) or the rows of A
+  (SDDMM) per panel, so panels are only used while a row keeps a few entries per panel on
+  average.
 * **Software prefetch.** When the gathered matrix is too large to stay in cache and its rows
   are short (at most 256 bytes), the gathered rows of the next few entries (and of the next
   row's first entries) are prefetched with ``llvm.prefetch``; no hardware prefetcher can guess
@@ -68,15 +69,10 @@ import numpy as np
 from numba import njit, prange
 
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
+from distmm.cores import launcher_local_size, node_cpus
 from distmm.kernels.base import NodeModel
-from distmm.kernels.numba_util import (
-    FASTMATH,
-    gather,
-    prefetch_row,
-    slp_vectorized,
-    stack_array,
-    thread_count,
-)
+from distmm.kernels.numba_util import FASTMATH, gather, prefetch_row, slp_vectorized, stack_array
+from distmm.kernels.threads import STATE
 
 __all__ = ["ReferenceModel"]
 
@@ -508,23 +504,28 @@ def _last_level_cache() -> tuple[int, int]:
     return best
 
 
-def _default_panel_bytes(threads: int) -> int:
-    """The cache budget of a process running ``threads`` kernel threads: half of its share of
-    the last-level cache (the cache x its threads / the CPUs sharing the cache), within
-    [1 MiB, 64 MiB]; 8 MiB where sysfs does not say.
+def _default_panel_bytes(ranks_on_node: int) -> int:
+    """The cache budget of one rank of ``ranks_on_node`` on its node: half of its share of the
+    last-level cache (the cache / the ranks that share it, counting the node's ranks as spread
+    evenly over its caches), within [1 MiB, 64 MiB]; 8 MiB where sysfs does not say.
 
     The threads of one process sweep the panels in step and share the panel in cache; the
     other half is left for the streamed sparse structure, the output rows and the rows of the
     other operand. Ranks that share a cache each hold a panel of their own, so each gets its
     part: on the development machine (32 MiB shared by 2 CPUs) two ranks of one thread ran
     1.04-1.33x faster with 8 MiB panels than with 16 MiB ones, where one rank of two threads
-    ran best with 16 MiB (docs/performance.md, "Column panels: a share of the cache per rank").
+    ran best with 16 MiB (docs/performance.md, "Column panels: a share of the cache per
+    rank"). The share depends on the ranks, not on the threads, so that the thread count keeps
+    changing no result's bits (docs/reliability.md).
     """
     llc, sharing = _last_level_cache()
     if llc <= 0:
         return 8 * 2**20
-    share = llc * min(1.0, threads / sharing) if sharing > 0 else llc
-    return int(min(max(share // 2, 2**20), 64 * 2**20))
+    node = node_cpus()
+    ranks = max(1, ranks_on_node)
+    if 0 < sharing < node:  # the node has several caches: its ranks are spread over them
+        ranks = max(1.0, ranks * sharing / node)
+    return int(min(max(llc / ranks // 2, 2**20), 64 * 2**20))
 
 
 class ReferenceModel(NodeModel):
@@ -536,7 +537,7 @@ class ReferenceModel(NodeModel):
 
     ``panel_bytes`` is the cache budget for the gathered dense matrix: when that matrix is larger,
     the kernels sweep the block in column panels whose slice of it fits (default: half of this
-    process's share of the last-level cache, :func:`_default_panel_bytes`). It changes speed
+    rank's share of its node's last-level cache, :func:`_default_panel_bytes`). It changes speed
     only; results agree to rounding.
     """
 
@@ -552,15 +553,19 @@ class ReferenceModel(NodeModel):
 
     @property
     def panel_bytes(self) -> int:
-        """The cache budget in force: the one given, else this process's share of the
-        last-level cache at the current numba thread count (part of the plan state, so a
-        change of thread count plans the kept calls again)."""
+        """The cache budget in force: the one given, else this rank's share of its node's
+        last-level cache (:func:`_default_panel_bytes`), with the ranks on the node as the
+        last :func:`~distmm.kernels.threads.settle` counted them (the launcher's count
+        before any; one without either). Read when a call is planned."""
         if self._panel_bytes is not None:
             return self._panel_bytes
-        return _default_panel_bytes(thread_count())
+        ranks = STATE.get("ranks_on_node") or launcher_local_size() or 1
+        return _default_panel_bytes(ranks)
 
     def options(self) -> dict:
-        return {"panel_bytes": self.panel_bytes}
+        """The constructor's options: ``panel_bytes`` as given, None for the default (whose
+        value follows the ranks on the node, known once the rank's share is settled)."""
+        return {"panel_bytes": self._panel_bytes}
 
     def _spgemm(self, X: CSRBlock, Y: CSRBlock) -> CSRBlock:
         # scipy's SMMP SpGEMM is the oracle here; the hash-SpGEMM and SpArch models are the

@@ -551,3 +551,25 @@ def test_rank_threads_settings_and_call_record(tmp_path, monkeypatch):
     monkeypatch.setattr(brt.apps, "DATA", str(tmp_path))
     rec = brt.fusedmm_call("tiny", 8, 3, 1, dict(os.environ, NUMBA_NUM_THREADS="1"))
     assert 0 < rec["kernels_us"] <= rec["call_us"] and rec["messages_us"] == 0
+
+
+@pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
+def test_panel_budget_bench_times_every_budget_in_turns():
+    """bench_panel_budget at p = 2: one line per case with each budget's times and the
+    paired ratios, and the default budget resolved in its note."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", MPIR_CVAR_ENABLE_HEAVY_YIELD="1")
+    proc = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", "2", sys.executable,
+         os.path.join(ROOT, "experiments", "bench_panel_budget.py"), "--matrices", "er-256",
+         "--budgets", "auto,0.002", "--rs", "8", "--dtypes", "float64",
+         "--ops", "spmm_a,sddmm", "--calls", "3"],
+        capture_output=True, text=True, timeout=300, env=env, check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("p = 2")
+    for op in ("spmm_a", "sddmm"):
+        row = next(x for x in lines if x.startswith(f"| er-256 | float64 | {op} | 8 |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 4 + 2 + 1 and cells[-1].endswith("x")
+        best, median = (float(x) for x in cells[4].split(" / "))
+        assert 0 < best <= median
+    assert any(x.startswith("<!-- er-256 float64: budgets auto (") for x in lines)

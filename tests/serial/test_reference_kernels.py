@@ -234,39 +234,45 @@ def test_panels_and_chunks_agree_with_plain_kernel():
     assert panelled._panels(S.shape[1], 17, 8, S.nnz, S.shape[0], 1) > 1
 
 
-def test_default_panel_budget_is_half_the_process_share_of_the_cache(monkeypatch):
-    """Half of (the last-level cache x this process's threads / the CPUs sharing it), within
-    [1 MiB, 64 MiB], following the numba thread count; 8 MiB where sysfs says nothing; a
-    budget given is kept."""
+def test_default_panel_budget_is_half_the_rank_share_of_the_cache(monkeypatch):
+    """Half of (the last-level cache / the node's ranks that share it), within [1 MiB, 64 MiB];
+    8 MiB where sysfs says nothing; the ranks as settle counted them; a budget given is kept;
+    the thread count changes nothing."""
+    from distmm.kernels import threads
+
     size, sharing = reference._last_level_cache()  # this machine's, whatever it is
     assert size >= 0 and sharing >= 0
     assert reference._count_cpus("0-1\n") == 2
     assert reference._count_cpus("0-3,8-11") == 8
     assert reference._count_cpus("5") == 1
     MiB = 2**20
-    monkeypatch.setattr(reference, "_last_level_cache", lambda: (32 * MiB, 8))
-    assert reference._default_panel_bytes(8) == 16 * MiB
-    assert reference._default_panel_bytes(16) == 16 * MiB  # never more than the whole cache
-    assert reference._default_panel_bytes(2) == 4 * MiB
-    assert reference._default_panel_bytes(1) == 2 * MiB
-    monkeypatch.setattr(reference, "_last_level_cache", lambda: (4 * MiB, 64))
-    assert reference._default_panel_bytes(1) == MiB
+    monkeypatch.setattr(reference, "node_cpus", lambda: 64)
+    monkeypatch.setattr(reference, "_last_level_cache", lambda: (32 * MiB, 8))  # 8 caches
+    assert reference._default_panel_bytes(1) == 16 * MiB
+    assert reference._default_panel_bytes(8) == 16 * MiB  # one rank per cache
+    assert reference._default_panel_bytes(16) == 8 * MiB
+    assert reference._default_panel_bytes(64) == 2 * MiB
+    monkeypatch.setattr(reference, "_last_level_cache", lambda: (32 * MiB, 64))  # one cache
+    assert reference._default_panel_bytes(2) == 8 * MiB
+    assert reference._default_panel_bytes(64) == MiB  # never below 1 MiB
     monkeypatch.setattr(reference, "_last_level_cache", lambda: (512 * MiB, 0))
-    assert reference._default_panel_bytes(1) == 64 * MiB
+    assert reference._default_panel_bytes(1) == 64 * MiB  # never above 64 MiB
+    assert reference._default_panel_bytes(16) == 16 * MiB  # sharing unknown: the whole node
     monkeypatch.setattr(reference, "_last_level_cache", lambda: (0, 0))
     assert reference._default_panel_bytes(4) == 8 * MiB
-    monkeypatch.setattr(reference, "_last_level_cache", lambda: (32 * MiB, 2))
+    monkeypatch.setattr(reference, "_last_level_cache", lambda: (32 * MiB, 64))
+    monkeypatch.setitem(threads.STATE, "ranks_on_node", 4)
     model, fixed = ReferenceModel(), ReferenceModel(panel_bytes=3 * MiB)
+    assert model.options() == {"panel_bytes": None} and fixed.options() == {"panel_bytes": 3 * MiB}
     old = numba.get_num_threads()
     try:
-        numba.set_num_threads(1)
-        assert model.panel_bytes == 8 * MiB and model.options() == {"panel_bytes": 8 * MiB}
-        assert fixed.panel_bytes == 3 * MiB
-        if numba.config.NUMBA_NUM_THREADS >= 2:
-            numba.set_num_threads(2)
-            assert model.panel_bytes == 16 * MiB and fixed.panel_bytes == 3 * MiB
+        for n in range(1, numba.config.NUMBA_NUM_THREADS + 1):
+            numba.set_num_threads(n)
+            assert model.panel_bytes == 4 * MiB and fixed.panel_bytes == 3 * MiB
     finally:
         numba.set_num_threads(old)
+    monkeypatch.setitem(threads.STATE, "ranks_on_node", 1)
+    assert model.panel_bytes == 16 * MiB
 
 
 def test_prefetch_plan_by_size_and_row_length():
