@@ -97,7 +97,7 @@ class CallChecks:
         if len(kept) != len(dense) + 2:
             return None
         # Written out rather than looped over one list: a training loop pays for this on every
-        # call, and it is most of what a replayed call does besides its kernel.
+        # call that is not replayed (replay.py checks a replay's operands the same way).
         k = 0
         for _, X, _ in dense:
             held = kept[k]
