@@ -9,7 +9,9 @@ object, the order reversed every round, each call timed alone between barriers (
 rank). Calls taking turns one by one sample the same moments of a shared machine, so the
 per-round ratio of two budgets is far steadier than either time; the table gives each
 budget's best and median seconds and the median over rounds of the first budget's time over
-each other's (above 1: the other budget is faster)::
+each other's (above 1: the other budget is faster). Every budget's object holds its own S and
+shift buffers: genes-pubmed in float64 at r = 256 with two budgets at p = 2 did not fit 23
+GiB::
 
     DISTMM_DATA=../shared/data NUMBA_NUM_THREADS=1 .venv/bin/mpiexec -n 2 .venv/bin/python \\
         experiments/bench_panel_budget.py --matrices er-65536,genes-pubmed --budgets 16,8 \\
