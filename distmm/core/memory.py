@@ -411,7 +411,9 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
         kw = {"strategy": strategy} if op.startswith("fusedmm") else {}
         return obj, getattr(obj, op)(*args, **kw)
 
-    warm, _ = run(erdos_renyi(64, 48, 3, 1, comm), max(cls.min_width(p, c), 2))
+    # the warm-up runs at the measured width: the kernels are compiled (or loaded from numba's
+    # cache) per width, and a first load inside the measured call would count as its memory
+    warm, _ = run(erdos_renyi(64, 48, 3, 1, comm), r)
     warm.close()
     del warm
     release_freed_memory()
