@@ -54,7 +54,9 @@ def collect() -> dict:
         world_size, processor), ``mpi4py`` (version, config), ``numba`` (version,
         threading_layer, threading_layer_loaded, num_threads, configured_threads),
         ``rank_threads`` (the numba threads :func:`distmm.distribute` gives each rank,
-        :func:`distmm.kernels.threads.expected`), ``blas_threads`` (the
+        :func:`distmm.kernels.threads.expected`), ``panel_budget`` (the reference kernels'
+        default cache budget for a rank, with the ranks on the node counted as for the
+        threads, :func:`distmm.kernels.reference.cache_share`), ``blas_threads`` (the
         ``OPENBLAS_THREAD_TIMEOUT`` and ``OPENBLAS_NUM_THREADS`` values in this process and who
         set them, see :mod:`distmm.blas_threads`), ``packages`` (required package -> version)
         and ``extras`` (optional import name -> ``{"extra": name, "version": version or None}``).
@@ -66,6 +68,7 @@ def collect() -> dict:
     import distmm
     from distmm import blas_threads
     from distmm.kernels import threads
+    from distmm.kernels.reference import cache_share
 
     library = MPI.Get_library_version().strip()
     major, minor = MPI.Get_version()
@@ -93,7 +96,8 @@ def collect() -> dict:
         "numba": {"version": numba.__version__, "threading_layer": layer,
                   "threading_layer_loaded": loaded, "num_threads": numba.get_num_threads(),
                   "configured_threads": numba.config.NUMBA_NUM_THREADS},
-        "rank_threads": threads.expected(),
+        "rank_threads": (rank_threads := threads.expected()),
+        "panel_budget": cache_share(rank_threads["ranks_on_node"]),
         "blas_threads": {"variable": blas_threads.VARIABLE,
                          "value": os.environ.get(blas_threads.VARIABLE),
                          "set_by": blas_threads.STATE,
@@ -120,6 +124,7 @@ def format_text(info: dict) -> str:
                   f"{'' if nb['threading_layer_loaded'] else ' (configured)'}, "
                   f"{nb['num_threads']} threads"),
         ("kernel threads per rank", _threads_text(info["rank_threads"])),
+        ("column-panel budget per rank", _budget_text(info["panel_budget"])),
         (info["blas_threads"]["variable"], _blas_text(info["blas_threads"])),
         (info["blas_threads"]["count_variable"], _blas_count_text(info["blas_threads"])),
         *((name, version or "not installed") for name, version in info["packages"].items()),
@@ -138,6 +143,16 @@ def _threads_text(t: dict) -> str:
         return f"{t['threads']} (NUMBA_NUM_THREADS)"
     return (f"{t['threads']} (set by distmm.distribute: {t['cpus']} CPUs for this process, "
             f"{t['ranks_on_node']} rank(s) on the node)")
+
+
+def _budget_text(c: dict) -> str:
+    """The row of the reference kernels' default cache budget for one rank."""
+    mib = f"{c['panel_bytes'] / 2**20:g} MiB"
+    if c["cache_bytes"] <= 0:
+        return f"{mib} (the last-level cache's size is unknown here)"
+    shared = f" shared by {c['cache_cpus']} CPUs" if c["cache_cpus"] > 0 else ""
+    return (f"{mib} (half of a {c['cache_bytes'] / 2**20:g} MiB last-level cache{shared}, "
+            f"over {c['ranks_sharing']:g} rank(s) on it)")
 
 
 def _blas_count_text(b: dict) -> str:

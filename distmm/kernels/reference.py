@@ -518,14 +518,31 @@ def _default_panel_bytes(ranks_on_node: int) -> int:
     rank"). The share depends on the ranks, not on the threads, so that the thread count keeps
     changing no result's bits (docs/reliability.md).
     """
+    return cache_share(ranks_on_node)["panel_bytes"]
+
+
+def cache_share(ranks_on_node: int) -> dict:
+    """What the default panel budget of one of ``ranks_on_node`` ranks on a node rests on.
+    Not collective (``distmm info``'s row; :func:`_default_panel_bytes` is its
+    ``panel_bytes``).
+
+    Returns
+    -------
+    dict
+        ``cache_bytes`` and ``cache_cpus`` (the last-level cache and the CPUs sharing it,
+        from sysfs; 0 where it does not say), ``ranks_sharing`` (the ranks counted on that
+        cache) and ``panel_bytes`` (the budget: half of the cache over those ranks, within
+        [1 MiB, 64 MiB]; 8 MiB where the cache is unknown).
+    """
     llc, sharing = _last_level_cache()
-    if llc <= 0:
-        return 8 * 2**20
     node = node_cpus()
     ranks = max(1, ranks_on_node)
     if 0 < sharing < node:  # the node has several caches: its ranks are spread over them
         ranks = max(1.0, ranks * sharing / node)
-    return int(min(max(llc / ranks // 2, 2**20), 64 * 2**20))
+    budget = (8 * 2**20 if llc <= 0
+              else int(min(max(llc / ranks // 2, 2**20), 64 * 2**20)))
+    return {"cache_bytes": llc, "cache_cpus": sharing, "ranks_sharing": ranks,
+            "panel_bytes": budget}
 
 
 class ReferenceModel(NodeModel):

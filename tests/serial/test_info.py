@@ -68,8 +68,16 @@ def test_collect_matches_what_this_process_sees():
         except importlib.metadata.PackageNotFoundError:
             installed = importlib.util.find_spec(module) is not None
         assert entry["installed"] == installed, module
+    from distmm.kernels import reference
+
+    budget = info["panel_budget"]
+    assert budget == reference.cache_share(info["rank_threads"]["ranks_on_node"])
+    assert budget["panel_bytes"] == reference._default_panel_bytes(
+        info["rank_threads"]["ranks_on_node"])
     text = format_text(info)
     assert distmm.__version__ in text and info["mpi"]["library"] in text
+    row = next(x for x in text.splitlines() if x.startswith("column-panel budget per rank"))
+    assert f"{budget['panel_bytes'] / 2**20:g} MiB" in row
     for entry in info["extras"].values():
         if not entry["installed"]:
             assert f"pip install distmm[{entry['extra']}]" in text
@@ -147,3 +155,15 @@ def test_info_reports_the_blas_thread_timeout():
     assert info["blas_threads"]["count"] == os.environ.get("OPENBLAS_NUM_THREADS")
     assert info["blas_threads"]["count_set_by"] == distmm.blas_threads.COUNT_STATE
     assert "OPENBLAS_NUM_THREADS" in format_text(info)
+
+
+def test_panel_budget_row_says_what_the_budget_rests_on():
+    from distmm.info import _budget_text
+
+    MiB = 2**20
+    assert _budget_text({"cache_bytes": 32 * MiB, "cache_cpus": 2, "ranks_sharing": 2,
+                         "panel_bytes": 8 * MiB}) == (
+        "8 MiB (half of a 32 MiB last-level cache shared by 2 CPUs, over 2 rank(s) on it)")
+    assert _budget_text({"cache_bytes": 0, "cache_cpus": 0, "ranks_sharing": 1,
+                         "panel_bytes": 8 * MiB}) == (
+        "8 MiB (the last-level cache's size is unknown here)")
