@@ -504,10 +504,11 @@ def _last_level_cache() -> tuple[int, int]:
     return best
 
 
-def _default_panel_bytes(ranks_on_node: int) -> int:
-    """The cache budget of one rank of ``ranks_on_node`` on its node: half of its share of the
-    last-level cache (the cache / the ranks that share it, counting the node's ranks as spread
-    evenly over its caches), within [1 MiB, 64 MiB]; 8 MiB where sysfs does not say.
+def cache_share(ranks_on_node: int) -> dict:
+    """The default cache budget of one of ``ranks_on_node`` ranks on a node, and what it rests
+    on: half of the rank's share of the last-level cache (the cache / the ranks that share it,
+    counting the node's ranks as spread evenly over its caches), within [1 MiB, 64 MiB]; 8 MiB
+    where sysfs does not say. Not collective (the kernels' plans and ``distmm info``'s row).
 
     The threads of one process sweep the panels in step and share the panel in cache; the
     other half is left for the streamed sparse structure, the output rows and the rows of the
@@ -517,22 +518,13 @@ def _default_panel_bytes(ranks_on_node: int) -> int:
     ran best with 16 MiB (docs/performance.md, "Column panels: a share of the cache per
     rank"). The share depends on the ranks, not on the threads, so that the thread count keeps
     changing no result's bits (docs/reliability.md).
-    """
-    return cache_share(ranks_on_node)["panel_bytes"]
-
-
-def cache_share(ranks_on_node: int) -> dict:
-    """What the default panel budget of one of ``ranks_on_node`` ranks on a node rests on.
-    Not collective (``distmm info``'s row; :func:`_default_panel_bytes` is its
-    ``panel_bytes``).
 
     Returns
     -------
     dict
         ``cache_bytes`` and ``cache_cpus`` (the last-level cache and the CPUs sharing it,
         from sysfs; 0 where it does not say), ``ranks_sharing`` (the ranks counted on that
-        cache) and ``panel_bytes`` (the budget: half of the cache over those ranks, within
-        [1 MiB, 64 MiB]; 8 MiB where the cache is unknown).
+        cache) and ``panel_bytes`` (the budget).
     """
     llc, sharing = _last_level_cache()
     node = node_cpus()
@@ -554,7 +546,7 @@ class ReferenceModel(NodeModel):
 
     ``panel_bytes`` is the cache budget for the gathered dense matrix: when that matrix is larger,
     the kernels sweep the block in column panels whose slice of it fits (default: half of this
-    rank's share of its node's last-level cache, :func:`_default_panel_bytes`). It changes speed
+    rank's share of its node's last-level cache, :func:`cache_share`). It changes speed
     only; results agree to rounding.
     """
 
@@ -571,13 +563,13 @@ class ReferenceModel(NodeModel):
     @property
     def panel_bytes(self) -> int:
         """The cache budget in force: the one given, else this rank's share of its node's
-        last-level cache (:func:`_default_panel_bytes`), with the ranks on the node as the
+        last-level cache (:func:`cache_share`), with the ranks on the node as the
         last :func:`~distmm.kernels.threads.settle` counted them (the launcher's count
         before any; one without either). Read when a call is planned."""
         if self._panel_bytes is not None:
             return self._panel_bytes
         ranks = STATE.get("ranks_on_node") or launcher_local_size() or 1
-        return _default_panel_bytes(ranks)
+        return cache_share(ranks)["panel_bytes"]
 
     def options(self) -> dict:
         """The constructor's options: ``panel_bytes`` as given, None for the default (whose

@@ -248,18 +248,18 @@ def test_default_panel_budget_is_half_the_rank_share_of_the_cache(monkeypatch):
     MiB = 2**20
     monkeypatch.setattr(reference, "node_cpus", lambda: 64)
     monkeypatch.setattr(reference, "_last_level_cache", lambda: (32 * MiB, 8))  # 8 caches
-    assert reference._default_panel_bytes(1) == 16 * MiB
-    assert reference._default_panel_bytes(8) == 16 * MiB  # one rank per cache
-    assert reference._default_panel_bytes(16) == 8 * MiB
-    assert reference._default_panel_bytes(64) == 2 * MiB
+    assert reference.cache_share(1)["panel_bytes"] == 16 * MiB
+    assert reference.cache_share(8)["panel_bytes"] == 16 * MiB  # one rank per cache
+    assert reference.cache_share(16)["panel_bytes"] == 8 * MiB
+    assert reference.cache_share(64)["panel_bytes"] == 2 * MiB
     monkeypatch.setattr(reference, "_last_level_cache", lambda: (32 * MiB, 64))  # one cache
-    assert reference._default_panel_bytes(2) == 8 * MiB
-    assert reference._default_panel_bytes(64) == MiB  # never below 1 MiB
+    assert reference.cache_share(2)["panel_bytes"] == 8 * MiB
+    assert reference.cache_share(64)["panel_bytes"] == MiB  # never below 1 MiB
     monkeypatch.setattr(reference, "_last_level_cache", lambda: (512 * MiB, 0))
-    assert reference._default_panel_bytes(1) == 64 * MiB  # never above 64 MiB
-    assert reference._default_panel_bytes(16) == 16 * MiB  # sharing unknown: the whole node
+    assert reference.cache_share(1)["panel_bytes"] == 64 * MiB  # never above 64 MiB
+    assert reference.cache_share(16)["panel_bytes"] == 16 * MiB  # sharing unknown: the whole node
     monkeypatch.setattr(reference, "_last_level_cache", lambda: (0, 0))
-    assert reference._default_panel_bytes(4) == 8 * MiB
+    assert reference.cache_share(4)["panel_bytes"] == 8 * MiB
     monkeypatch.setattr(reference, "_last_level_cache", lambda: (32 * MiB, 64))
     monkeypatch.setitem(threads.STATE, "ranks_on_node", 4)
     model, fixed = ReferenceModel(), ReferenceModel(panel_bytes=3 * MiB)
