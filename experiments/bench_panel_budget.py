@@ -34,14 +34,6 @@ import bench_end_to_end as e2e  # noqa: E402
 OPS = ("fusedmm_a", "spmm_a", "sddmm")
 
 
-def _call(S, op: str, A, B, out):
-    if op == "fusedmm_a":
-        return lambda: S.fusedmm_a(A, B, out=out)
-    if op == "spmm_a":
-        return lambda: S.spmm_a(B, out=out)
-    return lambda: S.sddmm(A, B, out=out)
-
-
 def measure(comm, objs: list, op: str, r: int, calls: int, MAX) -> list[list[float]]:
     """Per object, the slowest rank's seconds of each of ``calls`` rounds (collective)."""
     import distmm
@@ -50,7 +42,7 @@ def measure(comm, objs: list, op: str, r: int, calls: int, MAX) -> list[list[flo
     A = first.dense("a", r, fill=distmm.hashed_normal(1, 0.1))
     B = first.dense("b", r, fill=distmm.hashed_normal(2, 0.1))
     out = np.empty_like(first.values) if op == "sddmm" else first.dense("a", r)
-    fns = [_call(S, op, A, B, out) for S in objs]
+    fns = [e2e._distmm_calls(S, A, B, {op: out})[op] for S in objs]
     for fn in fns:
         fn()
         fn()  # the first call checks in full; the second is the one a loop repeats
