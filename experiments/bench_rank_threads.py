@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ps", default="2", help="rank counts, comma-separated (1 is a control)")
     args = ap.parse_args(argv)
     ps = [int(x) for x in args.ps.split(",")]
-    rows: dict[tuple, list[dict]] = {}
+    rows: dict[tuple, dict[str, list[dict]]] = {}
     for rnd in range(args.rounds):
         order = SETTINGS if rnd % 2 == 0 else SETTINGS[::-1]
         for p in ps:
