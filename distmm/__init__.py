@@ -2,8 +2,8 @@
 
 Typical use, under ``mpiexec -n P``::
 
+    import distmm                 # before mpi4py's MPI: see distmm.intranode
     from mpi4py import MPI
-    import distmm
     with distmm.distribute("graph.mtx", MPI.COMM_WORLD, c=2) as S:  # place S once
         A = S.scatter("a", A_global)            # this rank's block of A: a DenseBlock
         B = S.dense("b", 16, fill=distmm.hashed_normal(seed=0))  # r is per call
@@ -13,8 +13,9 @@ Typical use, under ``mpiexec -n P``::
 See docs/api.md.
 """
 
-# First, before anything imports numpy: OpenBLAS reads its thread timeout when it loads.
-from distmm import blas_threads  # noqa: F401
+# First, before anything imports numpy or mpi4py's MPI: OpenBLAS reads its thread timeout
+# when it loads, MPICH its single-copy switch when MPI is initialised.
+from distmm import blas_threads, intranode  # noqa: F401
 from distmm.api import ALGORITHMS, OPS, distribute
 from distmm.core.coo import CooShare
 from distmm.core.dense import DenseBlock, hashed_normal

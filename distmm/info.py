@@ -58,7 +58,9 @@ def collect() -> dict:
         default cache budget for a rank, with the ranks on the node counted as for the
         threads, :func:`distmm.kernels.reference.cache_share`), ``blas_threads`` (the
         ``OPENBLAS_THREAD_TIMEOUT`` and ``OPENBLAS_NUM_THREADS`` values in this process and who
-        set them, see :mod:`distmm.blas_threads`), ``packages`` (required package -> version)
+        set them, see :mod:`distmm.blas_threads`), ``intranode`` (MPICH's CMA switch, its
+        value, who set it and whether the MPI library is MPICH, see
+        :mod:`distmm.intranode`), ``packages`` (required package -> version)
         and ``extras`` (optional import name -> ``{"extra": name, "version": version or None}``).
     """
     import mpi4py
@@ -66,7 +68,7 @@ def collect() -> dict:
     from mpi4py import MPI
 
     import distmm
-    from distmm import blas_threads
+    from distmm import blas_threads, intranode
     from distmm.kernels import threads
     from distmm.kernels.reference import cache_share
 
@@ -104,6 +106,9 @@ def collect() -> dict:
                          "count_variable": blas_threads.COUNT_VARIABLE,
                          "count": os.environ.get(blas_threads.COUNT_VARIABLE),
                          "count_set_by": blas_threads.COUNT_STATE},
+        "intranode": {"variable": intranode.VARIABLE,
+                      "value": os.environ.get(intranode.VARIABLE),
+                      "set_by": intranode.STATE, "mpich": "MPICH" in library},
         "packages": {name: _version(name) for name in _REQUIRED},
         "extras": extras,
     }
@@ -127,6 +132,7 @@ def format_text(info: dict) -> str:
         ("column-panel budget per rank", _budget_text(info["panel_budget"])),
         (info["blas_threads"]["variable"], _blas_text(info["blas_threads"])),
         (info["blas_threads"]["count_variable"], _blas_count_text(info["blas_threads"])),
+        (info["intranode"]["variable"], _intranode_text(info["intranode"])),
         *((name, version or "not installed") for name, version in info["packages"].items()),
     ]
     for module, e in info["extras"].items():
@@ -173,6 +179,23 @@ def _blas_text(b: dict) -> str:
                                   "spinning its threads: export it in the job script "
                                   "(docs/guide.md)"}
     return f"{b['value']} ({why.get(b['set_by'], b['set_by'])})"
+
+
+def _intranode_text(c: dict) -> str:
+    """The ``MPIR_CVAR_CH4_CMA_ENABLE`` row: MPICH's single-copy path between the ranks of a
+    node, and who chose it."""
+    if not c["mpich"]:
+        return f"{c['value'] or 'not set'} (MPICH's switch: this MPI library ignores it)"
+    why = {"environment": "from the environment",
+           "distmm": "set by distmm before MPI was initialised: single-copy messages "
+                     "between the ranks of a node",
+           "distmm, after MPI": "set by distmm after this process had initialised MPI, which "
+                                "keeps its own setting: import distmm before mpi4py's MPI or "
+                                "export it in the job script (docs/guide.md)"}
+    state = c["set_by"]
+    if c["value"] is None and state.startswith("not set: "):
+        return f"not set (distmm left it: {state.removeprefix('not set: ')})"
+    return f"{c['value'] or 'not set'} ({why.get(state, state)})"
 
 
 def add_parser(parser: argparse.ArgumentParser, sub) -> argparse.ArgumentParser:

@@ -22,6 +22,14 @@ def main(argv: list[str]) -> int:
     allow_empty = "--allow-empty" in argv
     args = [arg for arg in argv if arg != "--allow-empty"]
 
+    # Like `python -m pytest`: the checkout is importable even without `pip install -e .`.
+    sys.path.insert(0, str(REPO))
+    # distmm before MPI, as its command line imports them: MPICH's single-copy path between
+    # the ranks of a node is then on where permitted (distmm.intranode), so the suite runs
+    # the transport users get
+    import distmm  # noqa: F401
+
+    # isort: split
     from mpi4py import MPI
 
     rank = MPI.COMM_WORLD.Get_rank()
@@ -31,8 +39,6 @@ def main(argv: list[str]) -> int:
         os.dup2(devnull, 1)
         os.close(devnull)
 
-    # Like `python -m pytest`: the checkout is importable even without `pip install -e .`.
-    sys.path.insert(0, str(REPO))
     import pytest
 
     code = int(pytest.main(["-p", "no:cacheprovider", *args]))
