@@ -573,3 +573,32 @@ def test_panel_budget_bench_times_every_budget_in_turns():
         best, median = (float(x) for x in cells[4].split(" / "))
         assert 0 < best <= median
     assert any(x.startswith("<!-- er-256 float64: budgets auto (") for x in lines)
+
+
+@pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
+def test_intranode_bench_runs_both_settings_in_turns(tmp_path):
+    """bench_intranode: jobs with MPICH's single-copy switch off and on in turns, each
+    job's records tagged with its setting and round, the switch reaching the ranks (their
+    MPI reads it from the environment, which distmm keeps), and a table row per message size
+    and case whose best times are those of the records."""
+    jsonl = tmp_path / "b.jsonl"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "experiments", "bench_intranode.py"),
+         "--matrices", "er-256", "--rs", "8", "--dtypes", "float64", "--ops", "spmm_a",
+         "--calls", "2", "--rounds", "2", "--threads", "1", "--jsonl", str(jsonl)],
+        capture_output=True, text=True, timeout=300, check=True,
+        env=dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1"))
+    recs = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    jobs = [(r["switch"], r["value"], r["state"]) for r in recs if r["kind"] == "job"]
+    assert jobs == [("0", "0", "environment"), ("1", "1", "environment"),
+                    ("1", "1", "environment"), ("0", "0", "environment")]
+    order = [(r["round"], r["switch"]) for r in recs if r["kind"] == "message"
+             and r["bytes"] == 1 << 16]
+    assert order == [(0, "0"), (0, "1"), (1, "1"), (1, "0")]
+    calls = [r for r in recs if r["kind"] == "call"]
+    assert len(calls) == 4 and all(0 < r["propagation"] < r["seconds"] for r in calls)
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| er-256 | float64 | 8 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    best_off = min(r["seconds"] for r in calls if r["switch"] == "0")
+    assert cells[4].startswith(f"{best_off * 1e3:.2f},")
+    assert sum(x.startswith("| ") and "MiB" in x for x in proc.stdout.splitlines()) == 4
