@@ -22,8 +22,10 @@ import MPI``), so this module sets the default as distmm is imported, where
   a security module may refuse the call; MPICH does not test for that).
 
 Where MPI was initialised before distmm was imported, the value only reaches processes started
-later (the ranks of a job that a driver launches), and :data:`STATE` says so: import distmm
-before mpi4py's ``MPI``, or export the variable in the job script (docs/guide.md). Other MPI
+later (the ranks of a job that a driver launches), and :data:`STATE` says so; where MPI (or
+anything else) has started threads by then, the probe is not run, since forking a process that
+runs threads may deadlock the child, and nothing is set. Import distmm before mpi4py's
+``MPI``, or export the variable in the job script (docs/guide.md). Other MPI
 libraries ignore MPICH's variables; Open MPI's shared-memory transport uses CMA by itself
 where it is permitted.
 """
