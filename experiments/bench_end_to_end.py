@@ -158,10 +158,13 @@ def _scipy_calls(Sd, rows, A, B) -> dict:
 
 
 def worker_distmm(args) -> None:
-    """Runs under mpiexec: the public API as a user calls it."""
+    """Runs under mpiexec: the public API as a user calls it (distmm imported before MPI, as
+    the README's example does, so MPICH's single-copy messages are on where permitted)."""
+    import distmm
+
+    # isort: split
     from mpi4py import MPI
 
-    import distmm
     from distmm.core.coo import CooShare
 
     comm = MPI.COMM_WORLD
@@ -205,7 +208,8 @@ def worker_distmm(args) -> None:
                               "rest": max(0.0, best - ph["compute"] - comm_s),
                               "phases": ph, "peak_rss": rss, "data_bytes": data,
                               "model_bytes": model,
-                              "permute": S.describe()["permute"]})
+                              "permute": S.describe()["permute"],
+                              "intranode": distmm.intranode.STATE})
 
 
 def worker_torch(args) -> None:
