@@ -6,11 +6,12 @@ Every rank builds the same small random graph here; real code passes a file path
 distributed generator to distmm.distribute instead.
 """
 
+import distmm  # first: it turns on MPICH's single-copy messages before MPI starts (guide.md)
+
+# isort: split
 import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
-
-import distmm
 
 comm = MPI.COMM_WORLD
 n, r = 1000, 16
