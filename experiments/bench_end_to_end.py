@@ -125,6 +125,39 @@ def _distmm_calls(S, A, B, outs) -> dict:
             "sddmm": lambda: S.sddmm(A, B, out=outs["sddmm"])}
 
 
+def api_case(S, r: int) -> tuple:
+    """(A, B, outs, calls) of width r on the distributed S: typed blocks from ``S.dense``
+    (the same values at any p), an ``out=`` buffer per operation, and each operation's call."""
+    import distmm
+
+    A = S.dense("a", r, fill=distmm.hashed_normal(1, 0.1))
+    B = S.dense("b", r, fill=distmm.hashed_normal(2, 0.1))
+    outs = {"fusedmm_a": S.dense("a", r), "spmm_a": S.dense("a", r),
+            "sddmm": np.empty_like(S.values)}
+    return A, B, outs, _distmm_calls(S, A, B, outs)
+
+
+def best_split(comm, S, fn, calls: int, keys: tuple) -> tuple[float, np.ndarray]:
+    """The best of ``calls`` calls of ``fn`` (each timed between barriers, the slowest rank's
+    seconds) and that call's seconds in each of the phases ``keys`` (the slowest rank's each).
+    Collective."""
+    from mpi4py import MPI
+
+    best, split = float("inf"), None
+    for _ in range(calls):
+        S.reset_stats()
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        dt = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        mine = np.array([S.stats.seconds.get(k, 0.0) for k in keys])
+        slowest = np.empty_like(mine)
+        comm.Allreduce(mine, slowest, op=MPI.MAX)
+        if dt < best:
+            best, split = dt, slowest
+    return best, split
+
+
 def _torch_calls(torch, St, A, B) -> dict:
     m, n = St.shape
     vals, Bt = St.values(), B.t()
@@ -173,30 +206,14 @@ def worker_distmm(args) -> None:
         share = CooShare.from_scipy(S_global, comm, root=0)
         with distmm.distribute(share, comm, dtype=dtype) as S:
             for r in args.rs:
-                A = S.dense("a", r, fill=distmm.hashed_normal(1, 0.1))
-                B = S.dense("b", r, fill=distmm.hashed_normal(2, 0.1))
-                outs = {"fusedmm_a": S.dense("a", r), "spmm_a": S.dense("a", r),
-                        "sddmm": np.empty_like(S.values)}
-                calls = _distmm_calls(S, A, B, outs)
+                A, B, outs, calls = api_case(S, r)
                 data_bytes = (S.values.nbytes * 3 + A.nbytes + B.nbytes
                               + outs["fusedmm_a"].nbytes)
                 for op in args.ops:
                     fn = calls[op]
                     fn()
                     keys = ("compute",) + COMM_PHASES
-                    best, phases = float("inf"), None
-                    for _ in range(args.calls):
-                        S.reset_stats()
-                        comm.Barrier()
-                        t0 = time.perf_counter()
-                        fn()
-                        dt = time.perf_counter() - t0
-                        mine = np.array([S.stats.seconds.get(ph, 0.0) for ph in keys])
-                        dt = comm.allreduce(dt, op=MPI.MAX)
-                        slowest = np.empty_like(mine)
-                        comm.Allreduce(mine, slowest, op=MPI.MAX)
-                        if dt < best:
-                            best, phases = dt, slowest
+                    best, phases = best_split(comm, S, fn, args.calls, keys)
                     rss = comm.allreduce(peak_rss_bytes(), op=MPI.MAX)
                     data = comm.allreduce(data_bytes, op=MPI.MAX)
                     model = comm.allreduce(S.memory_model(op, None, r).peak, op=MPI.MAX)

@@ -66,28 +66,13 @@ def worker(args) -> None:
             share = CooShare.from_scipy(S_global, comm, root=0)
             with distmm.distribute(share, comm, dtype=dtype) as S:
                 for r in args.rs:
-                    A = S.dense("a", r, fill=distmm.hashed_normal(1, 0.1))
-                    B = S.dense("b", r, fill=distmm.hashed_normal(2, 0.1))
-                    outs = {"fusedmm_a": S.dense("a", r), "spmm_a": S.dense("a", r),
-                            "sddmm": np.empty_like(S.values)}
-                    calls = e2e._distmm_calls(S, A, B, outs)
+                    calls = e2e.api_case(S, r)[3]
                     for op in args.ops:
                         fn = calls[op]
                         fn()
                         fn()
-                        best, split = float("inf"), None
-                        for _ in range(args.calls):
-                            S.reset_stats()
-                            comm.Barrier()
-                            t0 = time.perf_counter()
-                            fn()
-                            dt = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-                            mine = np.array([S.stats.seconds.get(k, 0.0)
-                                             for k in ("compute", "propagation")])
-                            slowest = np.empty_like(mine)
-                            comm.Allreduce(mine, slowest, op=MPI.MAX)
-                            if dt < best:
-                                best, split = dt, slowest
+                        best, split = e2e.best_split(comm, S, fn, args.calls,
+                                                     ("compute", "propagation"))
                         if rank == 0:
                             e2e.emit({"kind": "call", "matrix": matrix, "dtype": dtype,
                                       "r": r, "op": op, "seconds": best,
