@@ -57,12 +57,18 @@ def test_a_value_in_the_environment_is_kept():
 
 
 def test_after_mpi_the_state_says_so():
-    """mpi4py's MPI imported first: MPI read its variables already. Either the probe ran and
-    the state says the value came after MPI, or MPI's own threads stopped the probe."""
+    """mpi4py's MPI imported first: MPI read its variables already. Where CMA is permitted,
+    either the probe ran and the state says the value came after MPI, or MPI's own threads
+    kept the probe from running and nothing was set; where it is not, nothing is set and the
+    state gives the reason a fresh process finds (or the threads, which the probe meets
+    before it reads a child)."""
     value, state = _state("from mpi4py import MPI; " + SHOW)
-    assert (value, state) in (("1", "distmm, after MPI"),
-                              ("-", "not set: not tested (this process runs threads already)")) \
-        or (value == "-" and state.startswith("not set: "))
+    why = _state(ALONE + "print('-', repr(i.cma_permitted()[1]))")[1]
+    threads = ("-", "not set: not tested (this process runs threads already)")
+    if why == "":
+        assert (value, state) in (("1", "distmm, after MPI"), threads)
+    else:
+        assert (value, state) in (("-", f"not set: {why}"), threads)
 
 
 def test_yama_other_than_zero_is_refused(tmp_path):
@@ -120,6 +126,18 @@ def test_the_probe_reads_a_child_here():
                                                 "already)"):
         pytest.skip(f"not permitted here: {intranode.cma_permitted()[1]}")
     assert _state(ALONE + "print('-', repr(i._read_child_memory()))") == ("-", "")
+
+
+def test_info_reports_the_switch():
+    from distmm.info import collect, format_text
+
+    info = collect()
+    assert info["intranode"]["variable"] == VAR
+    assert info["intranode"]["value"] == os.environ.get(VAR)
+    assert info["intranode"]["set_by"] == intranode.STATE
+    assert info["intranode"]["mpich"] == ("MPICH" in info["mpi"]["library_version"])
+    row = next(x for x in format_text(info).splitlines() if x.startswith(VAR))
+    assert row.split(None, 1)[1] == _intranode_text(info["intranode"])
 
 
 def test_info_row():
