@@ -25,9 +25,9 @@ Where MPI was initialised before distmm was imported, the value only reaches pro
 later (the ranks of a job that a driver launches), and :data:`STATE` says so; where MPI (or
 anything else) has started threads by then, the probe is not run, since forking a process that
 runs threads may deadlock the child, and nothing is set. Import distmm before mpi4py's
-``MPI``, or export the variable in the job script (docs/guide.md). Other MPI
-libraries ignore MPICH's variables; Open MPI's shared-memory transport uses CMA by itself
-where it is permitted.
+``MPI``, or export the variable in the job script (docs/guide.md). MPI libraries not derived
+from MPICH ignore its variables (Open MPI's shared-memory transport uses CMA by itself where
+it is permitted); MPICH's derivatives (Cray MPICH, Intel MPI) were not tried.
 """
 
 from __future__ import annotations
