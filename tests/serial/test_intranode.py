@@ -90,6 +90,17 @@ def test_no_yama_or_scope_zero_goes_on_to_the_probe(tmp_path, monkeypatch):
     assert len(calls) == 2
 
 
+def test_a_probe_that_cannot_run_leaves_the_switch_alone(tmp_path, monkeypatch):
+    """An OS error inside the probe (/proc hidden, no file descriptors left) is a reason not
+    to set the switch, never an exception out of ``import distmm``."""
+    def no_proc(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(intranode.os, "listdir", no_proc)
+    assert intranode.cma_permitted(str(tmp_path / "no-yama")) == \
+        (False, "not tested (Permission denied)")
+
+
 def test_the_probe_does_not_fork_a_process_that_runs_threads():
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
