@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_end_to_end as e2e  # noqa: E402
 
-VARIABLE = "MPIR_CVAR_CH4_CMA_ENABLE"
+from distmm.intranode import VARIABLE  # noqa: E402
+
 SIZES = (1 << 16, 1 << 20, 1 << 23, 1 << 25)  # bytes per message
 
 
@@ -135,10 +136,10 @@ def table(records: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--matrices", default="er-65536,metis-mdual")
-    ap.add_argument("--rs", default="16,128")
-    ap.add_argument("--dtypes", default="float32,float64")
-    ap.add_argument("--ops", default="fusedmm_a,spmm_a")
+    ap.add_argument("--matrices", type=e2e.csv_list(str), default=["er-65536", "metis-mdual"])
+    ap.add_argument("--rs", type=e2e.csv_list(int), default=[16, 128])
+    ap.add_argument("--dtypes", type=e2e.csv_list(str), default=["float32", "float64"])
+    ap.add_argument("--ops", type=e2e.csv_list(str), default=["fusedmm_a", "spmm_a"])
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--p", type=int, default=2)
@@ -147,10 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jsonl", help="append every record here")
     ap.add_argument("--markdown", help="write the tables here")
     args = ap.parse_args(argv)
-    args.matrices = args.matrices.split(",")
-    args.rs = [int(x) for x in args.rs.split(",")]
-    args.dtypes = args.dtypes.split(",")
-    args.ops = args.ops.split(",")
     if args.worker:
         worker(args)
         return 0
