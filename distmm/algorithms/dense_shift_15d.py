@@ -20,8 +20,11 @@ Words per rank, for m = n and both multiples of p (Table III), counted by the wr
     FusedMM, no elision:            nr(2(c-1)/p + 2/c)
     FusedMM, replication reuse:     nr((c-1)/p + 2/c)
     FusedMM, local kernel fusion:   nr(2(c-1)/p + 1/c)
-Each op performs q shifts (the last returns Y to its owner, as in Algorithm 1); when c = p a
-layer has one rank, the shift is a local no-op and the 1/c terms vanish (see costmodel).
+Algorithm 1 shifts Y q times, the last returning it to its owner. distmm sends that last
+shift only where Y is the output (SpMMB, and the SpMMB of replication reuse): an input Y is read
+from the caller's block, which never moves, so a pass over an input sends q - 1 shifts and each
+such pass sends nr/p words and one message fewer than the table (``departure``). When c = p a
+layer has one rank, nothing shifts and the 1/c terms vanish (see costmodel).
 """
 
 from __future__ import annotations
@@ -136,6 +139,18 @@ class DenseShift15D(TwoOrientationAlgorithm):
         """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
         k = 1 if strategy == "fusion" else 2
         return p / c * k, n * r * k / c
+
+    @staticmethod
+    def departure(strategy: str, n: int, r: int, p: int, c: float,
+                  phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) of Table III's shifts that distmm does not send: the last shift
+        of each pass over an input Y block (two passes without elision, SDDMM's with
+        replication reuse, the fused kernel's one), which would only return to its owner a
+        block the owner never gave away. None where a layer has one rank (no shifts)."""
+        if p / c <= 1:
+            return 0.0, 0.0
+        k = 2 if strategy == "none" else 1
+        return k, k * n * r / p
 
     @staticmethod
     def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
@@ -270,12 +285,16 @@ class DenseShift15D(TwoOrientationAlgorithm):
             # (no copy into the shift buffers); from then on, from the buffer it arrived in.
             Yb = Y_loc if step == 0 and mode != "spmm_y" else cur[t]
             recv = result if mode == "spmm_y" and step == q - 1 else nxt[(t + 1) % q]
-            if overlap:
+            # Algorithm 1's last shift returns Y to its owner. An input Y never left its
+            # owner (the caller's block is only read), so that shift would move a copy no
+            # kernel reads: it is not sent (``departure``). An output Y must travel home.
+            sends = step < q - 1 or mode == "spmm_y"
+            if overlap and sends:
                 pending = self.layer.start_shift(Yb, recv, dest=left, source=right)
             self._kernel_step(o, t, mode, vals, T, Yb, out, first=step == 0)
-            if overlap:
+            if overlap and sends:
                 self.layer.finish(pending)
-            else:
+            elif sends:
                 self.layer.shift(Yb, recv, dest=left, source=right)
                 self._traced_shift(self.layer, Yb, recv, left, right)
             cur, nxt = nxt, cur
@@ -400,7 +419,8 @@ def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
         # FusedMMB is FusedMMA on the transposed problem (section IV-B).
         return dense_shift_15d_exact("fusedmm_a", n, m, r, p, c, strategy)
     a_blk, b_blk = m * r / p, n * r / p
-    shifts = q if q > 1 else 0
+    # A pass over an input Y sends q - 1 shifts, one that returns the output Y home q.
+    shifts, out_shifts = (q - 1, q) if q > 1 else (0, 0)
     repl = {"words": 0.0, "messages": 0}
     prop = {"words": 0.0, "messages": 0}
     red = {"words": 0.0, "messages": 0}
@@ -409,9 +429,12 @@ def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
         d["words"] += words
         d["messages"] += msgs
 
-    if op in ("sddmm", "spmm_b"):
+    if op == "sddmm":
         add(repl, (c - 1) * a_blk, c - 1)
         add(prop, shifts * b_blk, shifts)
+    elif op == "spmm_b":
+        add(repl, (c - 1) * a_blk, c - 1)
+        add(prop, out_shifts * b_blk, out_shifts)
     elif op == "spmm_a":
         add(prop, shifts * b_blk, shifts)
         add(red, (c - 1) * a_blk, c - 1)
@@ -421,7 +444,7 @@ def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
         add(red, (c - 1) * a_blk, c - 1)
     elif strategy == "reuse":
         add(repl, (c - 1) * b_blk, c - 1)
-        add(prop, 2 * shifts * a_blk, 2 * shifts)
+        add(prop, (shifts + out_shifts) * a_blk, shifts + out_shifts)
     elif strategy == "fusion":
         add(repl, (c - 1) * a_blk, c - 1)
         add(prop, shifts * b_blk, shifts)

@@ -13,7 +13,9 @@ a time) and S's values are not touched.
 Communication, on rank (u, v) with H heads of F features:
 
 * replication: all-gather of s_dst (H per row) over the fiber, the row superblock's scores;
-* propagation: q shifts of the B block [z | s_src] (H (F + 1) per row) around the layer;
+* propagation: q - 1 shifts of the B block [z | s_src] (H (F + 1) per row) around the layer
+  (Algorithm 1's last shift would only return a copy its owner never gave away, as in
+  :mod:`distmm.algorithms.dense_shift_15d`);
 * reduction: the c ranks of a fiber hold partial (m, l, acc) of the same rows over different
   columns; each sends every other member the partials of that member's rows (one all-to-all,
   H (F + 2) per row) and the owner merges them: M = max m_k, l = sum l_k exp(m_k - M),
@@ -21,7 +23,7 @@ Communication, on rank (u, v) with H heads of F features:
 
 :func:`fused_words` gives the exact count. The unfused layer (``S.sddmm_add``,
 ``S.edge_softmax``, one ``S.spmm_a`` per head) moves the per-node scores, two edge
-all-reduces and, per head, q shifts of width F and a reduce-scatter of width F.
+all-reduces and, per head, q - 1 shifts of width F and a reduce-scatter of width F.
 
 This reads the 1.5D dense shifting object's stored blocks and communicators directly; it
 belongs in :mod:`distmm.algorithms.dense_shift_15d` once that module takes new loop modes.
@@ -54,8 +56,8 @@ def fused_words(obj: DenseShift15D, heads: int, features: int, rank: int) -> dic
            "propagation": 0}
     if q > 1:
         width = heads * (features + 1)
-        # step s sends the block of layer position (u + s) mod q
-        out["propagation"] = sum(lay[(u + s) % q] for s in range(q)) * width
+        # step s < q - 1 sends the block of layer position (u + s) mod q
+        out["propagation"] = sum(lay[(u + s) % q] for s in range(q - 1)) * width
     return out
 
 
@@ -128,7 +130,7 @@ def fused_attention(obj: DenseShift15D, s_dst: np.ndarray, s_src: np.ndarray, Z:
                 for h in range(H):
                     kernel.spmm_a(blk, np.ascontiguousarray(p[:, h]),
                                   np.ascontiguousarray(Yb[:, h * F:(h + 1) * F]), acc[h])
-        if q > 1:
+        if step < q - 1:
             obj.layer.shift(cur[:lay[t]], nxt[:lay[(t + 1) % q]], dest=left, source=right)
             cur, nxt = nxt, cur
     # reduction: merge the fiber's partials of each member's rows on that member

@@ -93,7 +93,11 @@ PAPER = {
     "15d-dense-shift": (_dense_shift,
                         lambda st, n, r, p, c, phi: ((1 if st == "fusion" else 2) * p / c,
                                                      (1 if st == "fusion" else 2) * n * r / c),
-                        None),
+                        # a pass over an input Y does not send Algorithm 1's last shift,
+                        # which would return a block its owner never gave away
+                        lambda st, n, r, p, c, phi: ((0, 0) if p == c else
+                                                     (2, 2 * n * r / p) if st == "none" else
+                                                     (1, n * r / p))),
     "15d-sparse-shift": (_sparse_shift,
                          lambda st, n, r, p, c, phi: (2 * p / c, 6 * phi * n * r / c), None),
     "25d-dense-replicate": (_dense_replicate,

@@ -215,7 +215,7 @@ def test_numba_thread_count_between_repeats():
 
 
 # ----------------------------------------------------------------------------- replays
-# 1.5D dense shifting with c = 1 runs a call as q kernels on the caller's arrays and q shifts
+# 1.5D dense shifting with c = 1 runs a call as q kernels on the caller's arrays and the shifts
 # between its buffers (one kernel on one rank); from the third call with the same operands it
 # runs those steps alone (replay.py).
 
