@@ -348,8 +348,10 @@ def launch(variant: str, matrix: str, args) -> list[dict]:
     if variant.startswith("distmm"):
         p = int(variant.split("-p")[1])
         env = _rank_env(p, args)
-        cmd = [os.path.join(BIN, "mpiexec"), "-n", str(p), sys.executable, __file__,
-               "--worker", "distmm"] + common
+        # under mpi4py's runner, an exception on one rank aborts the job instead of leaving
+        # the other ranks waiting in a collective until the timeout
+        cmd = [os.path.join(BIN, "mpiexec"), "-n", str(p), sys.executable, "-m", "mpi4py",
+               __file__, "--worker", "distmm"] + common
     else:
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
         cmd = [sys.executable, __file__, "--worker", variant, "--threads",

@@ -85,7 +85,7 @@ def launch(switch: str, args) -> list[dict]:
     """One job with the switch set to ``switch``; its records, each tagged with it."""
     env = e2e._rank_env(args.p, args)
     env[VARIABLE] = switch
-    cmd = [os.path.join(e2e.BIN, "mpiexec"), "-n", str(args.p), sys.executable,
+    cmd = [os.path.join(e2e.BIN, "mpiexec"), "-n", str(args.p), sys.executable, "-m", "mpi4py",
            os.path.abspath(__file__), "--worker", "--matrices", ",".join(args.matrices),
            "--rs", ",".join(map(str, args.rs)), "--dtypes", ",".join(args.dtypes),
            "--ops", ",".join(args.ops), "--calls", str(args.calls)]

@@ -59,7 +59,7 @@ def setting_env(setting: str) -> dict:
 
 def fusedmm_call(matrix: str, r: int, calls: int, p: int, env: dict) -> dict:
     """Per-call microseconds of a FusedMMA loop (call, kernels, messages), under checks="once"."""
-    cmd = [os.path.join(apps.BIN, "mpiexec"), "-n", str(p), sys.executable,
+    cmd = [os.path.join(apps.BIN, "mpiexec"), "-n", str(p), sys.executable, "-m", "mpi4py",
            os.path.join(HERE, "bench_call_overhead.py"), "--matrix",
            os.path.join(apps.DATA, matrix + ".mtx.gz"), "--r", str(r), "--calls", str(calls),
            "--rounds", "2"]

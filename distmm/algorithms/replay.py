@@ -61,7 +61,7 @@ class CallReplay:
             return None
         # Written out: a training loop pays for this on every call, and it is most of what a
         # replayed call does besides its kernels.
-        for X, h in zip(operands, held, strict=True):
+        for X, h in zip(operands, held):  # noqa: B905 (one length per kind; a keyword costs)
             if h is None:
                 if X is not None:
                     return None
@@ -100,7 +100,8 @@ class CallReplay:
         """Note one cyclic shift of the traced call (``comm.shift`` with these arguments), if
         the call is traced."""
         if self._trace is not None:
-            self._trace.append((True, comm.shift, (sendbuf, recvbuf, dest, source), False))
+            self._trace.append((True, comm.prepared_shift(sendbuf, recvbuf, dest, source), (),
+                                False))
 
     def _keep_replay(self, kind: str, result, extra=None) -> None:
         """After a call of ``kind``: keep its steps for replay if every kernel was a kept

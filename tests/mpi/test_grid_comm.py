@@ -128,3 +128,37 @@ def test_nonblocking_shift_counts_like_blocking():
     cc.finish(cc.start_shift(send, recv, dest=left, source=right))
     assert (recv == right).all()
     assert stats.words("propagation") == (5 if P > 1 else 0)
+
+
+def test_prepared_shift_moves_counts_and_times_like_shift(monkeypatch):
+    """A prepared shift, called again and again, is :meth:`CountingComm.shift` each time:
+    the buffers' current contents move (blocks of different sizes around the ring), and the
+    counters equal those of as many plain shifts; while a watchdog runs it marks the phase."""
+    from distmm import watchdog
+
+    left, right = (RANK - 1) % P, (RANK + 1) % P
+    send = np.empty((RANK + 2, 3))
+    got = np.empty((right + 2, 3))
+    plain_stats, prepared_stats = CommStats(), CommStats()
+    plain, prepared = CountingComm(COMM, plain_stats), CountingComm(COMM, prepared_stats)
+    run = prepared.prepared_shift(send, got, dest=left, source=right)
+    for k in range(3):
+        send[...] = 10 * k + RANK  # read when it is called, not when it was prepared
+        run()
+        assert (got == 10 * k + right).all()
+        plain.shift(send, got, dest=left, source=right)
+    assert dict(prepared_stats.counts) == dict(plain_stats.counts)
+    assert prepared_stats.seconds["propagation"] > 0
+
+    marked = []
+
+    class Dog:
+        def watch(self, phase, inner):
+            marked.append(phase)
+            return inner
+
+    monkeypatch.setattr(watchdog, "ACTIVE", Dog())
+    run()
+    assert (got == 20 + right).all()
+    assert marked == ["propagation"]
+    assert prepared_stats.words("propagation", "messages_sent") == (4 if P > 1 else 0)

@@ -369,6 +369,11 @@ def test_launcher_dry_run():
                          capture_output=True, text=True, env=env, check=True).stdout
     assert "NUMBA_NUM_THREADS=3 OMP_NUM_THREADS=3" in out
     assert "mpiexec -n 4 -bind-to core:3 -l " in out and out.rstrip().endswith("distmm.cli info")
+    script = subprocess.run([launch, "-n", "2", "--launcher", "mpiexec", "--dry-run",
+                             "--script", "job.py", "--", "--x"], capture_output=True, text=True,
+                            env=env, check=True).stdout
+    # under mpi4py's runner, an exception on one rank aborts the job
+    assert script.rstrip().endswith("-m mpi4py job.py --x")
     bad = subprocess.run([launch, "-n", "0", "--", "info"], capture_output=True, text=True,
                          env=env)
     assert bad.returncode == 2 and "-n must be a positive integer" in bad.stderr
