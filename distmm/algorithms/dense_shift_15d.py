@@ -15,7 +15,7 @@ replication reuse replicates B and runs SpMMB on S^T, so the output travels home
 and no reduce-scatter is needed (orientation "b"). FusedMMB mirrors this. Orientation "b" is built
 on first use from orientation "a" (one all-to-all of the nonzeros, counted as "distribute").
 
-Words per rank, for m = n and both multiples of p (Table III), counted by the wrapper:
+Words per rank, for m = n and both multiples of p, as Table III prints them:
     SDDMM, SpMMA, SpMMB alone:      nr((c-1)/p + 1/c)
     FusedMM, no elision:            nr(2(c-1)/p + 2/c)
     FusedMM, replication reuse:     nr((c-1)/p + 2/c)
@@ -23,7 +23,8 @@ Words per rank, for m = n and both multiples of p (Table III), counted by the wr
 Algorithm 1 shifts Y q times, the last returning it to its owner. distmm sends that last
 shift only where Y is the output (SpMMB, and the SpMMB of replication reuse): an input Y is read
 from the caller's block, which never moves, so a pass over an input sends q - 1 shifts and each
-such pass sends nr/p words and one message fewer than the table (``departure``). When c = p a
+such pass sends nr/p words and one message fewer than the table (``departure``; the wrapper
+counts what is sent, :func:`dense_shift_15d_exact`). When c = p a
 layer has one rank, nothing shifts and the 1/c terms vanish (see costmodel).
 """
 

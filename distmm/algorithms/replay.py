@@ -97,8 +97,8 @@ class CallReplay:
 
     def _traced_shift(self, comm, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int,
                       source: int) -> None:
-        """Note one cyclic shift of the traced call (``comm.shift`` with these arguments), if
-        the call is traced."""
+        """Note one cyclic shift of the traced call (``comm.shift`` with these arguments, kept
+        as :meth:`~distmm.core.comm.CountingComm.prepared_shift`), if the call is traced."""
         if self._trace is not None:
             self._trace.append((True, comm.prepared_shift(sendbuf, recvbuf, dest, source), (),
                                 False))
