@@ -4,7 +4,8 @@ The "before" version is a source tree of distmm (for example ``git archive BASE 
 -C /tmp/base``) put first on ``PYTHONPATH`` of its workers, with a numba cache of its own; the
 "after" version is this checkout. Each round runs, per matrix, before and after at p = 1 and
 p = 2 and PyTorch, one process (or mpiexec job) each, so that every variant samples the same
-moments of a shared machine. One JSON line per measurement goes to ``--jsonl`` (the worker's
+moments of a shared machine (odd rounds in the reverse order, so that no variant always
+follows another). One JSON line per measurement goes to ``--jsonl`` (the worker's
 record plus ``variant``, ``matrix`` and ``round``); ``--markdown`` writes the table of the
 best over rounds: seconds before and after, their ratio, the share of the call outside the
 kernels and communication ("rest") before and after, and PyTorch's time over distmm's::
@@ -96,8 +97,11 @@ def main(argv=None) -> int:
     records = []
     out = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115
     for rnd in range(args.rounds):
+        # Odd rounds run the variants in reverse: on a large matrix the job that follows
+        # another measured up to 1.5x differently from the one that runs first.
+        order = args.variants if rnd % 2 == 0 else args.variants[::-1]
         for matrix in args.matrices:
-            for variant in args.variants:
+            for variant in order:
                 t0 = time.perf_counter()
                 for rec in run_variant(variant, matrix, args):
                     rec.update(variant=variant, matrix=matrix, round=rnd)
