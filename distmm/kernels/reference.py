@@ -82,6 +82,11 @@ _ROW_COST = 1
 # the dense widths with kernels specialised for them (compiled on first use, cached on disk);
 # every other width runs the generic kernels
 SPECIALISED_WIDTHS = (8, 16, 32, 64, 128)
+# (width, itemsize) pairs whose SpMM kernel takes a row's last entries in straight-line code
+# (see _spmm_kernel): float32 rows of 32, where the looped tail cost graphs of a few entries
+# per row up to a third of the kernel's time; elsewhere the two forms measured within noise
+# or the loop ahead (docs/performance.md, "SpMM's tail at width 32")
+_STRAIGHT_TAIL = frozenset({(32, 4)})
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,7 +223,7 @@ def _dots4(x, y0, y1, y2, y3, r, zero):
 
 
 @functools.cache
-def _spmm_kernel(width: int):
+def _spmm_kernel(width: int, straight_tail: bool = False):
     """The SpMM kernel for the dense width ``width`` (0: any width, read from ``out``).
 
     ``width`` is a closure constant, so each width is its own machine-code specialisation (numba
@@ -226,6 +231,12 @@ def _spmm_kernel(width: int):
     which LLVM fully unrolls into a few SIMD registers instead of a vector loop whose step is
     longer than a short row. Every specialisation sums a row's terms in the same order as the
     generic kernel, so the results are bitwise the same.
+
+    ``straight_tail`` writes a row's last (at most three) entries after its groups of four as
+    straight-line code instead of a loop. Where that loop is a short sum over entries, LLVM
+    vectorises it across entries (a gather per column), a path that the tail of a row never
+    enters but whose registers and checks slow every row (``_STRAIGHT_TAIL`` lists where
+    this was measured to matter). Same terms in the same order: bitwise the same results.
     """
 
     @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
@@ -277,12 +288,30 @@ def _spmm_kernel(width: int):
                             for k in range(r):
                                 acc[k] += v0 * x0[k] + v1 * x1[k] + v2 * x2[k] + v3 * x3[k]
                             t += 4
-                        while t < seg:
-                            v = vals[t]
-                            x = X[indices[t]]
-                            for k in range(r):
-                                acc[k] += v * x[k]
-                            t += 1
+                        if straight_tail:
+                            # fewer than four entries are left (the loop above took the rest)
+                            if t < seg:
+                                v = vals[t]
+                                x = X[indices[t]]
+                                for k in range(r):
+                                    acc[k] += v * x[k]
+                                if t + 1 < seg:
+                                    v = vals[t + 1]
+                                    x = X[indices[t + 1]]
+                                    for k in range(r):
+                                        acc[k] += v * x[k]
+                                    if t + 2 < seg:
+                                        v = vals[t + 2]
+                                        x = X[indices[t + 2]]
+                                        for k in range(r):
+                                            acc[k] += v * x[k]
+                        else:
+                            while t < seg:
+                                v = vals[t]
+                                x = X[indices[t]]
+                                for k in range(r):
+                                    acc[k] += v * x[k]
+                                t += 1
                         o = out[i]
                         if first:
                             for k in range(r):
@@ -629,8 +658,10 @@ class ReferenceModel(NodeModel):
         tail = (_num_chunks(rows), dist, panels, not accumulate)
         if op == "sddmm":
             kernel = _sddmm_kernel
+        elif op.startswith("spmm"):
+            kernel = _spmm_kernel(_width(r), (r, S.data.dtype.itemsize) in _STRAIGHT_TAIL)
         else:
-            kernel = (_spmm_kernel if op.startswith("spmm") else _fused_kernel)(_width(r))
+            kernel = _fused_kernel(_width(r))
         if not transposed:
             indptr, indices = S.indptr, _gather_indices(op, S.indices)
             return lambda vals, *dense: kernel(indptr, indices, vals, *dense, *tail)

@@ -1,6 +1,7 @@
 """The reference model's kernels specialised for a constant dense width against its generic ones.
 
-The specialisations (``SPECIALISED_WIDTHS``) must change speed only: every result is compared
+The specialisations (``SPECIALISED_WIDTHS``, and SpMM's straight-line tail where
+``_STRAIGHT_TAIL`` asks for it) must change speed only: every result is compared
 bit for bit with the generic kernel's (the width-0 kernel, which the model runs for every other
 width), for every operation, both dtypes, accumulate and write mode, with and without column
 panels and prefetch, on blocks with empty rows and rows shorter and longer than the kernels'
@@ -64,7 +65,9 @@ def test_specialised_kernels_are_bitwise_the_generic_ones(width, dtype, monkeypa
                 model = reference.ReferenceModel(panel_bytes=panel_bytes)
                 for op in OPS:
                     for accumulate in (True, False):
+                        # the generic kernel with its looped tail (no straight-line tail)
                         monkeypatch.setattr(reference, "_width", lambda r: 0)
+                        monkeypatch.setattr(reference, "_STRAIGHT_TAIL", frozenset())
                         want = _run(model, op, S, A, B, accumulate, seed=1)
                         monkeypatch.undo()
                         got = _run(model, op, S, A, B, accumulate, seed=1)
