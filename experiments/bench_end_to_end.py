@@ -29,10 +29,17 @@ Variants:
 
 For distmm every call is split into the local kernels (phase ``compute``), each communication
 phase, and the rest (the call's time minus those: checks, dispatch, buffers, copies). Each
-worker also reports its peak resident set (``ru_maxrss``, the worker's whole life: rank 0 also
-reads the matrix) beside the bytes of the rank's own data (S's local blocks and the dense blocks
-of the call) and the memory model's peak for the call (``model_bytes``, docs/memory.md); the
-tables show the fullest rank's peak and the model.
+case also reports each rank's memory for it (``peak_rss``): the peak resident set while its
+timed calls run (Linux's VmHWM, reset after the warm-up call) above the worker's baseline (the
+resident set after every kernel was loaded at every width, before S is placed; on rank 0 it
+includes the whole matrix read by scipy). It covers S's blocks, A, B, the one result buffer
+alive and what the calls keep or make, which is what the memory model's ``held`` + ``call``
+bytes for the call predict (``model_bytes``, docs/memory.md), plus what the worker keeps alive
+beyond the call's operands: A beside SpMMA, and the result buffers of the width's earlier
+operations, which the object holds for replaying them (docs/api.md); beside them, the bytes of the
+rank's own data (``data_bytes``: S's values, A, B and the result). The tables show the fullest
+rank's figure and the model. Where VmHWM cannot be reset (not Linux) the figure is the
+worker's whole life.
 
 Run from the repository root (it launches its own workers)::
 
@@ -125,16 +132,42 @@ def _distmm_calls(S, A, B, outs) -> dict:
             "sddmm": lambda: S.sddmm(A, B, out=outs["sddmm"])}
 
 
-def api_case(S, r: int) -> tuple:
-    """(A, B, outs, calls) of width r on the distributed S: typed blocks from ``S.dense``
-    (the same values at any p), an ``out=`` buffer per operation, and each operation's call."""
+def api_operands(S, r: int) -> tuple:
+    """(A, B) of width r on the distributed S: typed blocks from ``S.dense`` (the same values
+    at any p)."""
     import distmm
 
-    A = S.dense("a", r, fill=distmm.hashed_normal(1, 0.1))
-    B = S.dense("b", r, fill=distmm.hashed_normal(2, 0.1))
-    outs = {"fusedmm_a": S.dense("a", r), "spmm_a": S.dense("a", r),
-            "sddmm": np.empty_like(S.values)}
+    return (S.dense("a", r, fill=distmm.hashed_normal(1, 0.1)),
+            S.dense("b", r, fill=distmm.hashed_normal(2, 0.1)))
+
+
+def api_out(S, op: str, r: int) -> np.ndarray:
+    """The ``out=`` buffer of ``op`` at width r."""
+    return np.empty_like(S.values) if op == "sddmm" else S.dense("a", r)
+
+
+def api_case(S, r: int) -> tuple:
+    """(A, B, outs, calls) of width r on the distributed S: :func:`api_operands`, an ``out=``
+    buffer per operation, and each operation's call."""
+    A, B = api_operands(S, r)
+    outs = {op: api_out(S, op, r) for op in ("fusedmm_a", "spmm_a", "sddmm")}
     return A, B, outs, _distmm_calls(S, A, B, outs)
+
+
+def warm_kernels(comm, dtypes, rs, ops) -> None:
+    """Every operation at every dtype and width once on a small matrix of the same family and
+    p, so that the kernels' machine code (loaded per width and dtype) is resident before the
+    worker's memory baseline is taken. Collective."""
+    import distmm
+    from distmm.io.generate import erdos_renyi
+
+    for dtype in dtypes:
+        with distmm.distribute(erdos_renyi(64, 48, 3, 1, comm), comm, dtype=dtype) as T:
+            for r in rs:
+                A, B = api_operands(T, r)
+                calls = _distmm_calls(T, A, B, {op: api_out(T, op, r) for op in ops})
+                for op in ops:
+                    calls[op]()
 
 
 def best_split(comm, S, fn, calls: int, keys: tuple) -> tuple[float, np.ndarray]:
@@ -199,24 +232,43 @@ def worker_distmm(args) -> None:
     from mpi4py import MPI
 
     from distmm.core.coo import CooShare
+    from distmm.core.memory import current_rss, peak_rss, release_freed_memory, reset_peak_rss
 
     comm = MPI.COMM_WORLD
     S_global = load_matrix(args.matrix) if comm.rank == 0 else None
+    warm_kernels(comm, args.dtypes, args.rs, args.ops)
+    # the worker's baseline: interpreter, libraries, loaded kernels, rank 0's copy of the matrix
+    release_freed_memory()
+    base = current_rss()
     for dtype in args.dtypes:
         share = CooShare.from_scipy(S_global, comm, root=0)
         with distmm.distribute(share, comm, dtype=dtype) as S:
+            del share
             for r in args.rs:
-                A, B, outs, calls = api_case(S, r)
-                data_bytes = (S.values.nbytes * 3 + A.nbytes + B.nbytes
-                              + outs["fusedmm_a"].nbytes)
+                A, B = api_operands(S, r)
+                kept = 0  # bytes of earlier results at this width, kept by their replays
                 for op in args.ops:
-                    fn = calls[op]
+                    out = api_out(S, op, r)
+                    fn = _distmm_calls(S, A, B, {op: out})[op]
                     fn()
+                    release_freed_memory()
+                    reset_peak_rss()
                     keys = ("compute",) + COMM_PHASES
                     best, phases = best_split(comm, S, fn, args.calls, keys)
-                    rss = comm.allreduce(peak_rss_bytes(), op=MPI.MAX)
-                    data = comm.allreduce(data_bytes, op=MPI.MAX)
-                    model = comm.allreduce(S.memory_model(op, None, r).peak, op=MPI.MAX)
+                    # the resident set at the peak of the timed calls above the baseline: S's
+                    # blocks, A, B, the result and whatever the calls keep or make
+                    rss = comm.allreduce(peak_rss() - base, op=MPI.MAX)
+                    data = comm.allreduce(S.values.nbytes * 3 + A.nbytes + B.nbytes
+                                          + out.nbytes, op=MPI.MAX)
+                    # alive beyond the call's model: A where the call does not read it, and
+                    # the results of the width's earlier calls (each object keeps its last
+                    # replayed call's operands, docs/api.md)
+                    extra = kept + (A.nbytes if op == "spmm_a" else 0)
+                    model = S.memory_model(op, None, r)
+                    model = comm.allreduce(model.held + sum(model.call.values()) + extra,
+                                           op=MPI.MAX)
+                    kept += out.nbytes
+                    del fn, out
                     if comm.rank == 0:
                         ph = dict(zip(keys, (float(x) for x in phases), strict=True))
                         comm_s = sum(ph[k] for k in COMM_PHASES)
@@ -227,6 +279,7 @@ def worker_distmm(args) -> None:
                               "model_bytes": model,
                               "permute": S.describe()["permute"],
                               "intranode": distmm.intranode.STATE})
+                del A, B
 
 
 def worker_torch(args) -> None:
@@ -410,7 +463,9 @@ def markdown(best: dict, args) -> str:
         for dtype in args.dtypes:
             lines += [f"\n**{matrix}, {dtype}** (best seconds over rounds; distmm's split: "
                       "kernel / communication / rest, as a share of the call; memory: the "
-                      "fullest rank's peak resident set / the memory model's peak, MiB)\n",
+                      "fullest rank's peak resident set in the timed calls above the worker's "
+                      "baseline / the memory model's held + call bytes and the worker's other "
+                      "live buffers, MiB)\n",
                       "| op | r | distmm p=1 (s) | split p=1 | distmm p=2 (s) | split p=2 | "
                       "torch (s) | scipy (s) | torch / distmm p=1 | scipy / distmm p=1 | "
                       "memory p=1 | memory p=2 |",

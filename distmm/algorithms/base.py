@@ -31,7 +31,7 @@ from distmm.algorithms.replay import CallReplay
 from distmm.core.aligned import aligned_copy, aligned_empty
 from distmm.core.comm import CommStats, CountingComm, gather_report, mpi_type
 from distmm.core.coo import CooShare
-from distmm.core.dense import SIDES, DenseBlock
+from distmm.core.dense import FILL_CHUNK, SIDES, DenseBlock
 from distmm.core.grid import ProcessGrid15D, ProcessGrid25D, check_grid
 from distmm.core.layout import block_offsets
 from distmm.core.memory import Memory, held_bytes, release_freed_memory
@@ -773,7 +773,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
             A constant, or ``fill(rows, cols)`` returning the ``(len(rows), len(cols))``
             entries for the original row ids ``rows`` and global column indices ``cols`` of
             this rank's block (e.g. :func:`distmm.core.dense.hashed_normal`: the same matrix at
-            every rank count).
+            every rank count). It is called on consecutive runs of the block's rows of about
+            ``FILL_CHUNK`` entries each, so that its temporaries stay small beside the block;
+            an entry must depend only on its row id and column.
 
         Not collective (no communication), but meant to be called on every rank.
         """
@@ -783,11 +785,16 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         block = aligned_empty(self.local_shape(side, r), self.dtype)
         if callable(fill):
             cols = np.arange(r, dtype=np.int64)[self.dense_cols(side, self.rank, r)]
-            values = np.asarray(fill(self.local_rows(side), cols))
-            require(values.shape == block.shape,
-                    f"fill returned shape {values.shape}, expected {block.shape} (rows x "
-                    "columns of this rank's block)")
-            block[...] = values
+            rows = self.local_rows(side)
+            step = max(1, FILL_CHUNK // max(1, cols.size))
+            for lo in range(0, max(rows.size, 1), step):  # an empty block still checks fill
+                part = rows[lo:lo + step]
+                values = np.asarray(fill(part, cols))
+                require(values.shape == (part.size, cols.size),
+                        f"fill returned shape {values.shape} for {part.size} rows and "
+                        f"{cols.size} columns of this rank's block, expected "
+                        f"{(part.size, cols.size)}")
+                block[lo:lo + step] = values
         else:
             block.fill(fill)
         return self._block(side, r, block)

@@ -142,6 +142,11 @@ class DenseBlock(np.ndarray):
                 f"local_shape={self.shape}, dtype={self.dtype})\n{np.asarray(self)!r}")
 
 
+# Entries per call of a ``fill`` in ``S.dense``: each of a fill's float64 or uint64
+# temporaries (hashed_normal makes about ten) is then 512 KiB, whatever the block's size.
+FILL_CHUNK = 1 << 16
+
+
 def hashed_normal(seed: int = 0, scale: float = 1.0) -> Callable[[np.ndarray, np.ndarray],
                                                                  np.ndarray]:
     """A ``fill`` for ``S.dense``: standard normal entries (times ``scale``) that depend only on
@@ -177,4 +182,4 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return ((x >> np.uint64(11)).astype(np.float64) + 1.0) / float(2**53)
 
 
-__all__ = ["SIDES", "DenseBlock", "hashed_normal"]
+__all__ = ["FILL_CHUNK", "SIDES", "DenseBlock", "hashed_normal"]

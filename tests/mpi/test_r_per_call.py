@@ -134,6 +134,33 @@ def test_dense_fill_is_the_same_matrix_at_every_p(algorithm, c):
             assert obj2.dense("b").global_shape == (n, r)
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_dense_fill_runs_on_bounded_runs_of_rows(chunk, monkeypatch):
+    """The fill sees at most max(chunk, one row) entries a call and the block equals the
+    whole-matrix fill's rows (what happens to an operand of millions of rows, at any size)."""
+    import distmm.algorithms.base as base
+
+    monkeypatch.setattr(base, "FILL_CHUNK", chunk)
+    m, n, r = 23, 12, 4
+    S, _, _ = problem(m, n, 1, seed=6)
+    fill = hashed_normal(seed=2)
+    seen = []
+
+    def recording(rows, cols):
+        seen.append((rows.size, cols.size))
+        return fill(rows, cols)
+
+    with distmm.distribute(S, COMM, root=None, dtype=np.float64) as obj:
+        X = obj.dense("a", r, fill=recording)
+        want = fill(obj.local_rows("a"), np.arange(r)[obj.dense_cols("a", COMM.rank, r)])
+        np.testing.assert_array_equal(X, want)
+        assert sum(k for k, _ in seen) == X.shape[0]
+        assert all(k * w <= max(chunk, w) for k, w in seen), seen
+        bad = lambda rows, cols: np.zeros((rows.size + 1, cols.size))  # noqa: E731
+        with pytest.raises(InputError, match="fill returned shape"):
+            obj.dense("a", r, fill=bad)
+
+
 def test_hashed_normal_looks_normal():
     """Mean and spread of the hashed fill (not collective; the same on every rank)."""
     x = hashed_normal(seed=3)(np.arange(400), np.arange(50))
