@@ -27,6 +27,10 @@ Variants:
   ``distmm-p1``/``-p2`` (from the command's own JSON lines) but no memory figure, and a table
   of their own compares them with the API's calls.
 
+Each distmm worker also times every case as a bound call (``S.bind(op, ..., out=out)``, the
+same operands, right after the method's calls in the same process): records with
+``"call": "bound"``, the variants ``distmm-p1-bound`` and ``distmm-p2-bound`` in the tables.
+
 For distmm every call is split into the local kernels (phase ``compute``), each communication
 phase, and the rest (the call's time minus those: checks, dispatch, buffers, copies). Each
 case also reports each rank's memory for it (``peak_rss``): the peak resident set while its
@@ -130,6 +134,11 @@ def _distmm_calls(S, A, B, outs) -> dict:
     return {"fusedmm_a": lambda: S.fusedmm_a(A, B, out=outs["fusedmm_a"]),
             "spmm_a": lambda: S.spmm_a(B, out=outs["spmm_a"]),
             "sddmm": lambda: S.sddmm(A, B, out=outs["sddmm"])}
+
+
+def _bound_call(S, op: str, A, B, out):
+    """``op`` as a bound call (``S.bind``) on the same operands as :func:`_distmm_calls`."""
+    return S.bind(op, *((B,) if op == "spmm_a" else (A, B)), out=out)
 
 
 def api_operands(S, r: int) -> tuple:
@@ -268,18 +277,28 @@ def worker_distmm(args) -> None:
                     model = comm.allreduce(model.held + sum(model.call.values()) + extra,
                                            op=MPI.MAX)
                     kept += out.nbytes
-                    del fn, out
-                    if comm.rank == 0:
-                        ph = dict(zip(keys, (float(x) for x in phases), strict=True))
-                        comm_s = sum(ph[k] for k in COMM_PHASES)
-                        emit({"dtype": dtype, "r": r, "op": op, "seconds": best,
-                              "compute": ph["compute"], "comm": comm_s,
-                              "rest": max(0.0, best - ph["compute"] - comm_s),
-                              "phases": ph, "peak_rss": rss, "data_bytes": data,
-                              "model_bytes": model,
+                    common = {"dtype": dtype, "r": r, "op": op,
                               "permute": S.describe()["permute"],
-                              "intranode": distmm.intranode.STATE})
+                              "intranode": distmm.intranode.STATE}
+                    if comm.rank == 0:
+                        emit(dict(common, call="method", peak_rss=rss, data_bytes=data,
+                                  model_bytes=model, **_split_record(best, phases, keys)))
+                    # the same operation as a bound call, right after (same process)
+                    bound = _bound_call(S, op, A, B, out)
+                    bound()
+                    best, phases = best_split(comm, S, bound, args.calls, keys)
+                    if comm.rank == 0:
+                        emit(dict(common, call="bound", **_split_record(best, phases, keys)))
+                    del fn, bound, out
                 del A, B
+
+
+def _split_record(best: float, phases, keys: tuple) -> dict:
+    """A call's seconds split into the kernels, the communication phases and the rest."""
+    ph = dict(zip(keys, (float(x) for x in phases), strict=True))
+    comm_s = sum(ph[k] for k in COMM_PHASES)
+    return {"seconds": best, "compute": ph["compute"], "comm": comm_s,
+            "rest": max(0.0, best - ph["compute"] - comm_s), "phases": ph}
 
 
 def worker_torch(args) -> None:
@@ -510,6 +529,33 @@ def run_table(best: dict, args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def bound_table(best: dict, args) -> str:
+    """``S.bind``'s bound calls against the method calls: per matrix, dtype, operation and r,
+    each p's best time of both, bound / method, and each one's rest."""
+    ps = [v.split("-p")[1] for v in VARIANTS if v.startswith("distmm") and v in args.variants]
+    head = ["matrix", "dtype", "op", "r"]
+    for p in ps:
+        head += [f"method p={p} (s)", f"bound p={p} (s)", f"bound / method p={p}",
+                 f"rest p={p} method / bound"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for matrix in args.matrices:
+        for dtype in args.dtypes:
+            for op in args.ops:
+                for r in args.rs:
+                    cells = [matrix, dtype, op, str(r)]
+                    for p in ps:
+                        met = best.get((f"distmm-p{p}", matrix, dtype, r, op))
+                        bnd = best.get((f"distmm-p{p}-bound", matrix, dtype, r, op))
+                        both = met and bnd
+                        cells += [f"{met['seconds']:.4g}" if met else "-",
+                                  f"{bnd['seconds']:.4g}" if bnd else "-",
+                                  f"{bnd['seconds'] / met['seconds']:.2f}x" if both else "-",
+                                  f"{met['rest'] / met['seconds']:.0%} / "
+                                  f"{bnd['rest'] / bnd['seconds']:.0%}" if both else "-"]
+                    lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _range(xs: list[float], fmt: str, unit: str) -> str:
     """'lo-hi' of the values that exist, with ``unit`` after it ("-" when none)."""
     xs = [x for x in xs if x is not None]
@@ -536,7 +582,8 @@ def summary(best: dict, args) -> str:
                 if (x := rec(v, matrix, dt, r, op))]
 
     head = ["matrix", "op"] + [f"torch/distmm r={r}" for r in args.rs] + [
-        "torch/distmm float64", "scipy/distmm", "time p=2 / p=1", "rest p=1", "rest p=2"]
+        "torch/distmm float64", "scipy/distmm", "time p=2 / p=1", "rest p=1", "rest p=2",
+        "rest p=1 bound", "rest p=2 bound"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for matrix in args.matrices:
         for op in args.ops:
@@ -549,7 +596,9 @@ def summary(best: dict, args) -> str:
                 _range([ratio("distmm-p2", matrix, dt, r, op) for dt in args.dtypes
                         for r in args.rs], ".2f", "x"),
                 _range([100 * x for x in rest("distmm-p1", matrix, op)], ".0f", "%"),
-                _range([100 * x for x in rest("distmm-p2", matrix, op)], ".0f", "%")]
+                _range([100 * x for x in rest("distmm-p2", matrix, op)], ".0f", "%"),
+                _range([100 * x for x in rest("distmm-p1-bound", matrix, op)], ".0f", "%"),
+                _range([100 * x for x in rest("distmm-p2-bound", matrix, op)], ".0f", "%")]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -614,7 +663,9 @@ def main(argv=None) -> int:
             for variant in args.variants:
                 t0 = time.perf_counter()
                 for rec in launch(variant, matrix, args):
-                    rec.update(variant=variant, matrix=matrix, round=rnd, machine=info)
+                    # a bound call's records are a variant of their own ("distmm-p1-bound")
+                    name = variant + ("-bound" if rec.get("call") == "bound" else "")
+                    rec.update(variant=name, matrix=matrix, round=rnd, machine=info)
                     keep_best(best, rec)
                     if out:
                         out.write(json.dumps(rec) + "\n")
@@ -622,6 +673,10 @@ def main(argv=None) -> int:
                 print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
                       f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     table = "\n" + summary(best, args) + markdown(best, args)
+    if any(v.startswith("distmm") for v in args.variants):
+        table += ("\n**Bound calls against method calls** (best seconds over rounds; rest: the "
+                  "share of the call outside its kernels and messages)\n\n"
+                  + bound_table(best, args))
     if any(v in args.variants for v in RUN_VARIANTS):
         table += "\n**distmm run against the API** (best seconds over rounds)\n\n" + run_table(
             best, args)

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from distmm.errors import InputError
+
 
 class CallReplay:
     """Mixin of :class:`~distmm.algorithms.base.DistributedAlgorithm`: replayed calls.
@@ -70,13 +72,61 @@ class CallReplay:
                 return None
         if self.kernel.plan_state() != self._plan_state:
             return None
+        self._run_steps(steps)
+        return result
+
+    def _run_steps(self, steps: tuple) -> None:
+        """Run a kept replay's steps: each kernel's prepared call (its seconds added to
+        "compute") and each shift, in order. Collective where the steps shift."""
         seconds = self.stats.seconds
         for fn, args, timed in steps:
             if timed:
                 seconds["compute"] += fn(*args)
             else:
                 fn(*args)
-        return result
+
+    def bind(self, op: str, *operands, out, **options) -> BoundCall:
+        """``op``'s call on fixed operands, as a callable for a loop: ``call()`` is
+        ``getattr(S, op)(*operands, out=out, **options)``, minus the checks of a repeat.
+
+        Parameters
+        ----------
+        op : {"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b"}
+            The operation.
+        *operands
+            Its dense operands, as the method takes them (``B`` for spmm_a, ``A, B`` for
+            sddmm and FusedMM).
+        out : DenseBlock or ndarray
+            The result buffer, written by every call (required: a bound call never allocates).
+        **options
+            The method's other keywords (``values``, FusedMM's ``strategy``).
+
+        Returns
+        -------
+        BoundCall
+            ``call()`` returns the result (``out``). Collective, like the method: every rank
+            of the object calls it, in the same order as its other collective calls.
+
+        Where the method's repeated call is replayed (replay.py: 1.5D dense shifting with
+        c = 1 and no overlap, under ``checks="once"``), a bound call's repeat runs the kept
+        steps without comparing its operands with the traced ones: it checks only that the
+        object still keeps the replay its own last call left (no other call of ``op``, no
+        :meth:`set_values`, named-vector change or :meth:`close` came between) and that the
+        node model's plan state is unchanged. Otherwise, and in every other family, it makes
+        the method call in full, checks included. The operands' contents may change between
+        calls; their shapes, dtypes and memory layout must not (they are not looked at again;
+        an array reshaped in place would be read with its old shape). Not collective (binding
+        only remembers the arguments; the first call checks them, on every rank).
+        """
+        self._require_open()
+        method = getattr(self, op, None) if op in BOUND_OPS else None
+        if method is None:
+            raise InputError(f"bind: unknown operation {op!r}; choose one of "
+                             f"{', '.join(BOUND_OPS)}")
+        if out is None:
+            raise InputError("bind needs out=: a bound call writes the same buffer every time")
+        return BoundCall(self, op, method, operands, dict(options, out=out))
+
 
     def _start_trace(self, kind: str, has_out: bool) -> None:
         """Begin tracing the steps of a call of ``kind`` that is not replayed (called by
@@ -127,3 +177,34 @@ class CallReplay:
         """Drop every kept replay. Not collective."""
         self._replays.clear()
         self._trace = None
+
+
+BOUND_OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
+
+
+class BoundCall:
+    """One operation of a distributed object on fixed operands (:meth:`CallReplay.bind`).
+
+    ``call()`` is collective, like the method it stands for."""
+
+    __slots__ = ("_obj", "_kind", "_method", "_args", "_kwargs", "_kept")
+
+    def __init__(self, obj, kind: str, method, args: tuple, kwargs: dict) -> None:
+        self._obj, self._kind, self._method = obj, kind, method
+        self._args, self._kwargs = args, kwargs
+        self._kept = None  # the replay this call's last full call left, if any
+
+    def __call__(self):
+        obj = self._obj
+        kept = obj._replays.get(self._kind)
+        if (kept is not None and kept is self._kept
+                and obj.kernel.plan_state() == obj._plan_state):
+            obj._run_steps(kept[2])
+            return kept[3]
+        result = self._method(*self._args, **self._kwargs)
+        # after this call the object keeps no replay of the kind, or one of these operands
+        self._kept = obj._replays.get(self._kind)
+        return result
+
+    def __repr__(self) -> str:
+        return f"BoundCall({self._kind}, replaying={self._kept is not None})"

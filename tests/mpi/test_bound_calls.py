@@ -1,0 +1,147 @@
+"""Bound calls (``S.bind``, distmm/algorithms/replay.py): a callable for one operation on fixed
+operands, which repeats the method's call without comparing the operands again where the
+method's repeats are replayed, and makes the method call in full everywhere else.
+
+Against the method itself (checked against scipy in test_prepared_calls.py and the family
+oracle tests): bitwise the same results and the same counted words and messages, every family
+and valid c, every operation and FusedMM strategy; and against scipy where the operands, S's
+values or the object's other calls change between two bound calls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from oracle import check, problem
+
+import distmm
+from distmm.errors import DistmmError, InputError
+from distmm.perf import costmodel
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P, 19)]
+REPEATS = 4
+
+
+def _setup(algorithm, c, seed=3):
+    S, A, B = problem(30, 27, 19, seed=seed)
+    obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, dtype=np.float64, root=None)
+    return obj, S, A, B, obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
+
+
+def _cases(obj, A_loc, B_loc, r=19):
+    """(name, op, operands, options, out) of every operation and strategy."""
+    out_a, out_b, vals = obj.dense("a", r), obj.dense("b", r), np.empty_like(obj.values)
+    cases = [("sddmm", "sddmm", (A_loc, B_loc), {}, vals),
+             ("spmm_a", "spmm_a", (B_loc,), {}, out_a),
+             ("spmm_b", "spmm_b", (A_loc,), {}, out_b)]
+    for s in obj.strategies:
+        cases.append((f"fusedmm_a {s}", "fusedmm_a", (A_loc, B_loc), {"strategy": s}, out_a))
+        cases.append((f"fusedmm_b {s}", "fusedmm_b", (A_loc, B_loc), {"strategy": s}, out_b))
+    return cases
+
+
+def _counts(obj) -> dict:
+    """Words and messages per phase, and kernel calls, flops and bytes per operation."""
+    comm = {ph: dict(c) for ph, c in obj.stats.counts.items() if any(c.values())}
+    kern = {op: (st["calls"], st["flops"], st["bytes"])
+            for op, st in obj.kernel.stats.as_dict().items()}
+    return {"comm": comm, "kernel": kern}
+
+
+def _gathered(obj, op, res):
+    return obj.gather_values(res) if op == "sddmm" else obj.gather(op[-1], res)
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_bound_calls_match_the_method_bitwise_and_count_the_same(algorithm, c):
+    obj, S, A, B, A_loc, B_loc = _setup(algorithm, c)
+    for name, op, operands, options, out in _cases(obj, A_loc, B_loc):
+        method = getattr(obj, op)
+        method(*operands, out=out, **options)
+        obj.reset_stats()
+        for _ in range(REPEATS):
+            want = np.array(method(*operands, out=out, **options), copy=True)
+        by_method = _counts(obj)
+        call = obj.bind(op, *operands, out=out, **options)
+        obj.reset_stats()
+        for _ in range(REPEATS):
+            out[...] = np.nan  # every call writes the whole result
+            got = call()
+            assert got is out or (isinstance(got, distmm.DenseBlock) and got.base is out
+                                  or np.shares_memory(got, out)), name
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        assert _counts(obj) == by_method, name
+        check(op.replace("_", "-"), _gathered(obj, op, got), S, A, B, rtol=1e-10)
+    obj.close()
+
+
+def test_repeats_skip_the_checks_and_the_loop(monkeypatch):
+    """In the family that replays (1.5D dense shifting, c = 1), a bound call's repeats neither
+    compare operands (the method's _replay) nor run the family's loop, for every call that
+    the method replays (one kernel per step: not FusedMM's "none" and "reuse", whose SDDMM
+    result feeds a second loop)."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    for name, op, operands, options, out in _cases(obj, A_loc, B_loc):
+        if options.get("strategy") in ("none", "reuse"):
+            continue
+        call = obj.bind(op, *operands, out=out, **options)
+        for _ in range(3):  # the first call, the traced second, then a replay
+            call()
+        with monkeypatch.context() as m:
+            def refuse(*args, name=name, **kwargs):
+                raise AssertionError(f"{name}: a repeat of a bound call went through "
+                                     "the method")
+
+            m.setattr(obj, "_replay", refuse)
+            m.setattr(obj, "_propagate", refuse)
+            res = call()
+        check(op.replace("_", "-"), _gathered(obj, op, res), S, A, B, rtol=1e-10)
+    obj.close()
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_changes_between_bound_calls_reach_the_next(algorithm, c):
+    """New operand contents, new values of S, a call of the same operation on other operands
+    in between, a new numba plan state: each bound call still computes the right result."""
+    obj, S, A, B, A_loc, B_loc = _setup(algorithm, c)
+    out, other = obj.dense("a", 19), obj.dense("a", 19)
+    call = obj.bind("fusedmm_a", A_loc, B_loc, out=out)
+    for _ in range(3):
+        call()
+    A_loc[...] *= 2.0  # in place: the same object, new contents
+    check("fusedmm-a", obj.gather("a", call()), S, 2.0 * A, B, rtol=1e-10)
+    A_loc[...] /= 2.0
+    B2_loc = obj.scatter("b", B + 1.0, root=None)
+    for _ in range(3):
+        obj.fusedmm_a(A_loc, B2_loc, out=other)  # the object's replay is now for B2
+    check("fusedmm-a", obj.gather("a", call()), S, A, B, rtol=1e-10)
+    check("fusedmm-a", obj.gather("a", other), S, A, B + 1.0, rtol=1e-10)
+    rows, cols = obj.value_coordinates()
+    obj.set_values(np.sin(obj.row_perm[rows] + 2.0 * obj.col_perm[cols]) + 2.0)
+    got = obj.gather("a", call())
+    S2 = S.tocoo()
+    S2.sum_duplicates()
+    S2.data = np.sin(S2.row + 2.0 * S2.col) + 2.0
+    check("fusedmm-a", got, S2.tocsr(), A, B, rtol=1e-10)
+    obj._plan_state = ("a plan state that no longer holds",)
+    check("fusedmm-a", obj.gather("a", call()), S2.tocsr(), A, B, rtol=1e-10)
+    obj.close()
+    with pytest.raises(DistmmError):
+        call()
+
+
+def test_bind_refuses_unknown_operations_and_a_missing_out():
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    with pytest.raises(InputError, match="unknown operation 'gather'"):
+        obj.bind("gather", A_loc, out=obj.dense("a", 19))
+    with pytest.raises(InputError, match="needs out="):
+        obj.bind("spmm_a", B_loc, out=None)
+    # a bad operand is refused by the first call, as the method refuses it, on every rank
+    call = obj.bind("spmm_a", A_loc, out=obj.dense("a", 19))
+    with pytest.raises(InputError):
+        call()
+    obj.close()
+    with pytest.raises(DistmmError):
+        obj.bind("spmm_a", B_loc, out=np.empty((3, 19)))
