@@ -40,7 +40,8 @@ includes the whole matrix read by scipy). It covers S's blocks, A, B, the one re
 alive and what the calls keep or make, which is what the memory model's ``held`` + ``call``
 bytes for the call predict (``model_bytes``, docs/memory.md), plus what the worker keeps alive
 beyond the call's operands: A beside SpMMA, and the result buffers of the width's earlier
-operations, which the object holds for replaying them (docs/api.md); beside them, the bytes of the
+operations, which the object holds for replaying them (docs/api.md; each width starts with
+``S.release_buffers()``, so nothing of the width before is held); beside them, the bytes of the
 rank's own data (``data_bytes``: S's values, A, B and the result). The tables show the fullest
 rank's figure and the model. Where VmHWM cannot be reset (not Linux) the figure is the
 worker's whole life.
@@ -254,6 +255,8 @@ def worker_distmm(args) -> None:
         with distmm.distribute(share, comm, dtype=dtype) as S:
             del share
             for r in args.rs:
+                # the last width's buffers, and its operands that replays kept, are let go
+                S.release_buffers()
                 A, B = api_operands(S, r)
                 kept = 0  # bytes of earlier results at this width, kept by their replays
                 for op in args.ops:

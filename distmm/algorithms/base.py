@@ -428,6 +428,22 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         self._prepared.clear()
         self._forget_replays()
 
+    def release_buffers(self) -> None:
+        """Free what the object keeps between calls to make the next call cheaper: the
+        scratch buffers of every width used so far (replication, shifts, reduction), the
+        prepared kernel calls, and the kept replays with the operands and ``out=`` buffers
+        they hold. S's blocks, its cached transposes and named vectors stay.
+
+        For a loop that moves on to another width or other operands: the object keeps each
+        width's buffers and each operation's last replayed operands until then, so a sweep
+        over r holds the buffers of every width it visited. The next call of each kind
+        allocates and prepares again, as the first did. Not collective (local state only);
+        call it between calls, on any ranks.
+        """
+        self._require_open()
+        self._scratch.clear()
+        self._forget_prepared()
+
     # ----------------------------------------------------------------- placing S
     def _place(self, name: str, owners: np.ndarray, rows: np.ndarray, cols: np.ndarray,
                vals: np.ndarray, layout: callable) -> Orientation:

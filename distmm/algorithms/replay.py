@@ -20,6 +20,11 @@ are local in the families that replay). A call without ``out=`` writes a new arr
 never traced, so never replayed (its kernels still reuse the prepared calls of the call
 before, which serve any result array of the same shape and layout).
 
+A bound call (:meth:`CallReplay.bind`, :class:`BoundCall`) fixes one operation's operands for a
+loop: once its own call has left a replay, its repeats run the kept steps without comparing
+the operands again (the caller promises that their shapes, dtypes and layout stay as they
+are), as long as the object still keeps that very replay and the plan state is unchanged.
+
 A kept replay holds its arguments (views of the operands and buffers) until the next call of
 its kind that cannot be replayed, :meth:`~DistributedAlgorithm.set_values`, a change of named
 vectors or :meth:`~DistributedAlgorithm.close`. Only under ``checks="once"`` (the default): a
@@ -126,7 +131,6 @@ class CallReplay:
         if out is None:
             raise InputError("bind needs out=: a bound call writes the same buffer every time")
         return BoundCall(self, op, method, operands, dict(options, out=out))
-
 
     def _start_trace(self, kind: str, has_out: bool) -> None:
         """Begin tracing the steps of a call of ``kind`` that is not replayed (called by

@@ -83,9 +83,9 @@ _ROW_COST = 1
 # every other width runs the generic kernels
 SPECIALISED_WIDTHS = (8, 16, 32, 64, 128)
 # (width, itemsize) pairs whose SpMM kernel takes a row's last entries in straight-line code
-# (see _spmm_kernel): float32 rows of 32, where the looped tail cost graphs of a few entries
-# per row up to a third of the kernel's time; elsewhere the two forms measured within noise
-# or the loop ahead (docs/performance.md, "SpMM's tail at width 32")
+# (see _spmm_kernel): float32 rows of 32, where the looped tail slowed graphs with a few
+# entries per row; elsewhere the two forms measured within noise or the loop ahead
+# (experiments/bench_spmm_tail.py, docs/performance.md)
 _STRAIGHT_TAIL = frozenset({(32, 4)})
 
 

@@ -373,3 +373,53 @@ def test_ranks_need_not_agree_on_replaying():
         if k >= 2:
             assert ("fusedmm_a" in obj._replays) == (COMM.rank == 0)
     obj.close()
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_release_buffers_frees_what_calls_keep(algorithm, c):
+    """After calls at two widths, release_buffers lets the caller's dropped out= buffers go
+    (no replay holds them), frees the scratch of both widths (the object holds what it held
+    before its first call, plus what first calls build for good: S^T, moved values), and
+    the next calls give bitwise the results they gave before."""
+    import gc
+    import weakref
+
+    from distmm.core.memory import held_bytes
+
+    obj, S, A, B, A_loc, B_loc = _setup(algorithm, c)
+    before_calls = held_bytes(obj)
+    wants = {}
+    for r in (8, 19):
+        A_r = obj.scatter("a", A[:, :r].copy(), root=None)
+        B_r = obj.scatter("b", B[:, :r].copy(), root=None)
+        for name, call in _calls(obj, A_r, B_r, r):
+            for _ in range(3):
+                res = call()
+            wants[(r, name)] = np.array(res, copy=True)
+    out = obj.dense("a", 19)
+    for _ in range(3):
+        obj.spmm_a(B_loc, out=out)
+    gone = weakref.ref(out)
+    used = held_bytes(obj)
+    obj.release_buffers()
+    del out, res, call, A_r, B_r
+    gc.collect()
+    assert gone() is None
+    # what stays beyond the blocks is what the first calls built for good: S^T and its
+    # values (where a family stores them), never a buffer of a width
+    built = held_bytes(obj) - before_calls
+    assert 0 <= built < used - before_calls or used == before_calls
+    fresh, *_ = _setup(algorithm, c)  # the same calls, once each
+    for r in (8, 19):
+        for _, call in _calls(fresh, fresh.scatter("a", A[:, :r].copy(), root=None),
+                              fresh.scatter("b", B[:, :r].copy(), root=None), r):
+            call()
+    fresh.release_buffers()
+    assert held_bytes(obj) == held_bytes(fresh)
+    fresh.close()
+    for r in (8, 19):
+        A_r = obj.scatter("a", A[:, :r].copy(), root=None)
+        B_r = obj.scatter("b", B[:, :r].copy(), root=None)
+        for name, call in _calls(obj, A_r, B_r, r):
+            np.testing.assert_array_equal(call(), wants[(r, name)], err_msg=f"{name} r={r}")
+    obj.close()
