@@ -375,7 +375,8 @@ def test_ranks_need_not_agree_on_replaying():
     obj.close()
 
 
-@pytest.mark.parametrize("algorithm,c", CASES)
+# one c per family: the buffers are the family's, the release is the same code for every c
+@pytest.mark.parametrize("algorithm,c", list({a: (a, c) for a, c in reversed(CASES)}.values()))
 def test_release_buffers_frees_what_calls_keep(algorithm, c):
     """After calls at two widths, release_buffers lets the caller's dropped out= buffers go
     (no replay holds them), frees the scratch of both widths (the object holds what it held
