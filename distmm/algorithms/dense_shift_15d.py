@@ -196,7 +196,8 @@ class DenseShift15D(TwoOrientationAlgorithm):
         first use), their cached transposes where the call runs SpMMB on them, the replicated
         superblock T and the superblock accumulator (c > 1), two shift buffers of the largest
         Y block (q > 1; the same two with or without overlap: a shift always receives into the
-        second); the caller's dense blocks; the SDDMM result a FusedMM without fusion passes
+        second; one at q = 2 where no pass has an output Y, see :meth:`_shift_views`); the
+        caller's dense blocks; the SDDMM result a FusedMM without fusion passes
         to its SpMM. Without ``local`` (:meth:`memory_counts`), the largest blocks of any rank
         and nnz/p nonzeros per rank."""
         q, it = p // c, np.dtype(dtype).itemsize
@@ -225,8 +226,9 @@ class DenseShift15D(TwoOrientationAlgorithm):
             if c > 1 and mode in ("spmm_x", "fused_x"):
                 parts["reduction"] = sup
                 call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(sup, c)
-            if q > 1:
-                parts["shift"] = 2 * k[f"ymax_{o}"] * r * it
+            if q > 1:  # at q = 2 an input pass uses one buffer (_shift_views)
+                held = 2 if q > 2 or any(md == "spmm_y" for oo, md in used if oo == o) else 1
+                parts["shift"] = held * k[f"ymax_{o}"] * r * it
             if mode == "sddmm" and op.startswith("fusedmm"):
                 call["SDDMM result"] = k[f"nnz_{o}"] * it
         return two_orientation_memory(parts, call, k, used, op, r, it, k["zmax_a"], k["zmax_b"])
@@ -271,7 +273,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         u, q = self.grid.u, self.q
         if q == 1:  # one rank per layer: nothing shifts, the kernel reads Y (or writes it) in place
             return self._local_step(o, mode, vals, T, Y_loc, r, out, result)
-        cur, nxt = self._shift_views(self._frames(name)[1], r)
+        cur, nxt = self._shift_views(self._frames(name)[1], r, both=mode == "spmm_y")
         left, right = (u - 1) % q, (u + 1) % q
         # Overlap (the paper's future work, section VII): send the Y block on while the kernel
         # reads it. Impossible when Y is the output (spmm_y): it must be finished first.
@@ -301,16 +303,26 @@ class DenseShift15D(TwoOrientationAlgorithm):
             cur, nxt = nxt, cur
         return result if mode == "spmm_y" else None
 
-    def _shift_views(self, ys: str, r: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def _shift_views(self, ys: str, r: int, both: bool) -> tuple[list, list]:
         """The two shift buffers of Y blocks of side ``ys`` and width r, as their views sized
         for the Y block of each layer position t (kept with the buffers, so that every call
-        hands the kernels the same objects)."""
-        key = ("shift views", ys, r)
+        hands the kernels the same objects).
+
+        A pass over an input Y at q = 2 receives one block and sends nothing more (its last
+        shift is not sent), so it uses the second buffer only: unless the pass needs ``both``
+        (an output Y), the first is then not allocated and its views are None. A later pass
+        that needs it allocates it."""
+        both = both or self.q > 2
+        key = ("shift views", ys, r, both)
         views = self._scratch.get(key)
         if views is None:
             sizes = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
-            bufs = [self._buffer(role, (int(sizes.max()), r)) for role in ("cur", "nxt")]
-            views = self._scratch[key] = tuple([buf[:int(k)] for k in sizes] for buf in bufs)
+            roles = ("cur", "nxt") if both else ("nxt",)
+            bufs = [self._buffer(role, (int(sizes.max()), r)) for role in roles]
+            lists = [[buf[:int(k)] for k in sizes] for buf in bufs]
+            if not both:
+                lists.insert(0, [None] * sizes.size)
+            views = self._scratch[key] = tuple(lists)
         return views
 
     def _local_step(self, o, mode: str, vals, T, Y_loc, r: int, out, result):
