@@ -506,14 +506,15 @@ def markdown(best: dict, args) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_table(best: dict, args) -> str:
-    """``distmm run`` against the API's calls: per matrix, dtype, operation and r, each p's
-    best time of both, run / API, and the share of run's call outside its kernels and
-    messages."""
-    ps = [v.split("-p")[1] for v in RUN_VARIANTS if v in args.variants]
+def _pair_table(best: dict, args, ps: list[str], names: tuple[str, str, str],
+                variants: tuple[str, str], rest) -> str:
+    """Per matrix, dtype, operation and r, for each p: the best time of a base variant and of
+    another (``variants``, formatted with p), other / base, and ``rest(base, other)``; column
+    names from ``names`` (base, other, the rest column)."""
     head = ["matrix", "dtype", "op", "r"]
     for p in ps:
-        head += [f"API p={p} (s)", f"run p={p} (s)", f"run / API p={p}", f"run rest p={p}"]
+        head += [f"{names[0]} p={p} (s)", f"{names[1]} p={p} (s)",
+                 f"{names[1]} / {names[0]} p={p}", f"{names[2]} p={p}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for matrix in args.matrices:
         for dtype in args.dtypes:
@@ -521,42 +522,37 @@ def run_table(best: dict, args) -> str:
                 for r in args.rs:
                     cells = [matrix, dtype, op, str(r)]
                     for p in ps:
-                        api = best.get((f"distmm-p{p}", matrix, dtype, r, op))
-                        run = best.get((f"run-p{p}", matrix, dtype, r, op))
-                        cells += [f"{api['seconds']:.4g}" if api else "-",
-                                  f"{run['seconds']:.4g}" if run else "-",
-                                  f"{run['seconds'] / api['seconds']:.2f}x"
-                                  if api and run else "-",
-                                  f"{run['rest'] / run['seconds']:.0%}" if run else "-"]
+                        base, other = (best.get((v.format(p=p), matrix, dtype, r, op))
+                                       for v in variants)
+                        cells += [f"{base['seconds']:.4g}" if base else "-",
+                                  f"{other['seconds']:.4g}" if other else "-",
+                                  f"{other['seconds'] / base['seconds']:.2f}x"
+                                  if base and other else "-",
+                                  rest(base, other)]
                     lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _rest(rec) -> str:
+    return f"{rec['rest'] / rec['seconds']:.0%}"
+
+
+def run_table(best: dict, args) -> str:
+    """``distmm run`` against the API's calls: per matrix, dtype, operation and r, each p's
+    best time of both, run / API, and the share of run's call outside its kernels and
+    messages."""
+    ps = [v.split("-p")[1] for v in RUN_VARIANTS if v in args.variants]
+    return _pair_table(best, args, ps, ("API", "run", "run rest"), ("distmm-p{p}", "run-p{p}"),
+                       lambda api, run: _rest(run) if run else "-")
 
 
 def bound_table(best: dict, args) -> str:
     """``S.bind``'s bound calls against the method calls: per matrix, dtype, operation and r,
     each p's best time of both, bound / method, and each one's rest."""
     ps = [v.split("-p")[1] for v in VARIANTS if v.startswith("distmm") and v in args.variants]
-    head = ["matrix", "dtype", "op", "r"]
-    for p in ps:
-        head += [f"method p={p} (s)", f"bound p={p} (s)", f"bound / method p={p}",
-                 f"rest p={p} method / bound"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for matrix in args.matrices:
-        for dtype in args.dtypes:
-            for op in args.ops:
-                for r in args.rs:
-                    cells = [matrix, dtype, op, str(r)]
-                    for p in ps:
-                        met = best.get((f"distmm-p{p}", matrix, dtype, r, op))
-                        bnd = best.get((f"distmm-p{p}-bound", matrix, dtype, r, op))
-                        both = met and bnd
-                        cells += [f"{met['seconds']:.4g}" if met else "-",
-                                  f"{bnd['seconds']:.4g}" if bnd else "-",
-                                  f"{bnd['seconds'] / met['seconds']:.2f}x" if both else "-",
-                                  f"{met['rest'] / met['seconds']:.0%} / "
-                                  f"{bnd['rest'] / bnd['seconds']:.0%}" if both else "-"]
-                    lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return _pair_table(best, args, ps, ("method", "bound", "rest method / bound"),
+                       ("distmm-p{p}", "distmm-p{p}-bound"),
+                       lambda met, bnd: f"{_rest(met)} / {_rest(bnd)}" if met and bnd else "-")
 
 
 def _range(xs: list[float], fmt: str, unit: str) -> str:

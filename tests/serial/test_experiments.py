@@ -528,8 +528,20 @@ def test_distmm_run_variant_beside_the_api(tmp_path, capsys):
     for rec in runs.values():
         assert 0 < rec["compute"] <= rec["seconds"] and rec["comm"] == 0
         assert rec["permute"] == "none"  # the default on one rank
-    table = capsys.readouterr().out.split("**distmm run against the API**")[1]
+    out = capsys.readouterr().out
+    table = out.split("**distmm run against the API**")[1]
     assert "| er-64 | float64 | spmm_a | 8 |" in table and "x |" in table
+    # every API case also as a bound call, and a memory figure beside the model's
+    api = {rec["op"]: rec for rec in records if rec["variant"] == "distmm-p1"}
+    bound = {rec["op"]: rec for rec in records if rec["variant"] == "distmm-p1-bound"}
+    assert sorted(api) == sorted(bound) == ["sddmm", "spmm_a"]
+    for rec in bound.values():
+        assert rec["call"] == "bound" and 0 < rec["compute"] <= rec["seconds"]
+    for rec in api.values():
+        assert rec["call"] == "method" and isinstance(rec["peak_rss"], int)
+        assert rec["model_bytes"] > 0
+    bound_table = out.split("**Bound calls against method calls**")[1]
+    assert "| er-64 | float64 | sddmm | 8 |" in bound_table
 
 
 @pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
