@@ -11,23 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mpi4py import MPI
-from oracle import check, problem
+from oracle import check
+from test_prepared_calls import CASES, _setup  # the same problem and family cases
 
 import distmm
 from distmm.errors import DistmmError, InputError
-from distmm.perf import costmodel
 
-COMM = MPI.COMM_WORLD
-P = COMM.Get_size()
-CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P, 19)]
 REPEATS = 4
-
-
-def _setup(algorithm, c, seed=3):
-    S, A, B = problem(30, 27, 19, seed=seed)
-    obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, dtype=np.float64, root=None)
-    return obj, S, A, B, obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
 
 
 def _cases(obj, A_loc, B_loc, r=19):
