@@ -209,6 +209,13 @@ def _dots4(x, y0, y1, y2, y3, r, zero):
     return (s0, s1, s2, s3)
 
 
+@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
+def _add_scaled(acc, v, x, r):
+    """acc[:r] += v * x[:r]: one stored entry's term of an SpMM row."""
+    for k in range(r):
+        acc[k] += v * x[k]
+
+
 # --------------------------------------------------------------------------------------------
 # kernels
 #
@@ -291,26 +298,14 @@ def _spmm_kernel(width: int, straight_tail: bool = False):
                         if straight_tail:
                             # fewer than four entries are left (the loop above took the rest)
                             if t < seg:
-                                v = vals[t]
-                                x = X[indices[t]]
-                                for k in range(r):
-                                    acc[k] += v * x[k]
+                                _add_scaled(acc, vals[t], X[indices[t]], r)
                                 if t + 1 < seg:
-                                    v = vals[t + 1]
-                                    x = X[indices[t + 1]]
-                                    for k in range(r):
-                                        acc[k] += v * x[k]
+                                    _add_scaled(acc, vals[t + 1], X[indices[t + 1]], r)
                                     if t + 2 < seg:
-                                        v = vals[t + 2]
-                                        x = X[indices[t + 2]]
-                                        for k in range(r):
-                                            acc[k] += v * x[k]
+                                        _add_scaled(acc, vals[t + 2], X[indices[t + 2]], r)
                         else:
                             while t < seg:
-                                v = vals[t]
-                                x = X[indices[t]]
-                                for k in range(r):
-                                    acc[k] += v * x[k]
+                                _add_scaled(acc, vals[t], X[indices[t]], r)
                                 t += 1
                         o = out[i]
                         if first:
