@@ -227,8 +227,8 @@ class DenseShift15D(TwoOrientationAlgorithm):
                 parts["reduction"] = sup
                 call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(sup, c)
             if q > 1:  # at q = 2 an input pass uses one buffer (_shift_views)
-                held = 2 if q > 2 or any(md == "spmm_y" for oo, md in used if oo == o) else 1
-                parts["shift"] = held * k[f"ymax_{o}"] * r * it
+                bufs = 2 if q > 2 or any(md == "spmm_y" for oo, md in used if oo == o) else 1
+                parts["shift"] = bufs * k[f"ymax_{o}"] * r * it
             if mode == "sddmm" and op.startswith("fusedmm"):
                 call["SDDMM result"] = k[f"nnz_{o}"] * it
         return two_orientation_memory(parts, call, k, used, op, r, it, k["zmax_a"], k["zmax_b"])

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from distmm.core.memory import OPS
 from distmm.errors import InputError
 
 
@@ -124,10 +125,9 @@ class CallReplay:
         only remembers the arguments; the first call checks them, on every rank).
         """
         self._require_open()
-        method = getattr(self, op, None) if op in BOUND_OPS else None
+        method = getattr(self, op, None) if op in OPS else None
         if method is None:
-            raise InputError(f"bind: unknown operation {op!r}; choose one of "
-                             f"{', '.join(BOUND_OPS)}")
+            raise InputError(f"bind: unknown operation {op!r}; choose one of {', '.join(OPS)}")
         if out is None:
             raise InputError("bind needs out=: a bound call writes the same buffer every time")
         return BoundCall(self, op, method, operands, dict(options, out=out))
@@ -181,9 +181,6 @@ class CallReplay:
         """Drop every kept replay. Not collective."""
         self._replays.clear()
         self._trace = None
-
-
-BOUND_OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
 
 
 class BoundCall:
