@@ -558,7 +558,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         ndarray
             This rank's R in value order (``out`` when given).
         """
-        values = self._named_or(values)
+        if isinstance(values, str):  # not a call: this runs before every replay
+            values = self.named_values(values)
         if (done := self._replay("sddmm", (A_loc, B_loc, values, out))) is not None:
             return done
         dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
@@ -588,7 +589,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         DenseBlock
             This rank's side-"a" block of the result (``out`` when given).
         """
-        values = self._named_or(values)
+        if isinstance(values, str):  # not a call: this runs before every replay
+            values = self.named_values(values)
         if (done := self._replay("spmm_a", (B_loc, values, out))) is not None:
             return done
         dense = (("b", B_loc, "B"),)
@@ -620,7 +622,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         DenseBlock
             This rank's side-"b" block of the result (``out`` when given).
         """
-        values = self._named_or(values)
+        if isinstance(values, str):  # not a call: this runs before every replay
+            values = self.named_values(values)
         if (done := self._replay("spmm_b", (A_loc, values, out))) is not None:
             return done
         dense = (("a", A_loc, "A"),)
@@ -672,11 +675,12 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
 
     def _fused_call(self, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
         strategy = strategy or self.strategies[-1]
-        self._check_strategy(strategy)
         kind = "fusedmm_a" if side == "a" else "fusedmm_b"
-        resolved = self._named_or(values)
+        resolved = self.named_values(values) if isinstance(values, str) else values
+        # a replay was kept only for a valid strategy, so the check waits for the full call
         if (done := self._replay(kind, (A_loc, B_loc, resolved, out), strategy)) is not None:
             return done
+        self._check_strategy(strategy)
         dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
         r = self._begin(kind, dense, resolved, out, side)
         # A name travels on as it is, so that the family finds the vector's copy in the

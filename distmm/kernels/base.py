@@ -60,6 +60,11 @@ class OpStats:
     fallback_calls: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
+    def add_extra(self, extra: dict[str, float]) -> None:
+        """Add a call's model counters."""
+        for k, v in extra.items():
+            self.extra[k] = self.extra.get(k, 0.0) + v
+
     def as_dict(self) -> dict:
         d = {
             "calls": self.calls,
@@ -88,8 +93,7 @@ class KernelStats:
         s.bytes += nbytes
         s.fallback_calls += int(fallback)
         if extra:
-            for k, v in extra.items():
-                s.extra[k] = s.extra.get(k, 0.0) + v
+            s.add_extra(extra)
 
     def reset(self) -> None:
         """Zero every counter. The counters are zeroed in place rather than dropped: a loop
@@ -180,12 +184,12 @@ class NodeModel:
         """The model's configuration as a JSON-ready dict (recorded in run reports)."""
         return {}
 
-    def plan_state(self) -> object:
-        """What the calls of :meth:`prepare` depend on besides their operands: a call prepared
-        under another state must be prepared again. Here the numba thread count (the CPU
-        kernels cut their rows into one chunk per thread); models that plan on more override
-        this. Not collective."""
-        return thread_count()
+    # What the calls of :meth:`prepare` depend on besides their operands, read on every
+    # distributed call: a call prepared under another state must be prepared again. Here the
+    # numba thread count (the CPU kernels cut their rows into one chunk per thread), as the
+    # function itself (a method wrapping it would cost a frame per call); models that plan on
+    # more override it with a method. Not collective.
+    plan_state = staticmethod(thread_count)
 
     # public entry points: timing, accounting and fallback live here, once
     def prepare(self, op: str, S: CSRBlock, vals: np.ndarray, X: np.ndarray,
@@ -226,7 +230,12 @@ class NodeModel:
                               S.nnz if op == "sddmm" else 0, accumulate)
         impl, fallback = self._implementer(op)
         kernel = impl._bind(op, S, r, bool(accumulate))
-        record, clock = self.stats.record, time.perf_counter
+        clock = time.perf_counter
+        # The operation's counters, added to here as :meth:`KernelStats.record` does (written
+        # out: a replayed call is mostly this wrapper). The object lives as long as the
+        # stats: a reset zeroes it in place.
+        counters = self.stats.ops[op]
+        fallbacks = int(fallback)
 
         def run(*operands) -> float:
             if impl._pending:
@@ -234,10 +243,15 @@ class NodeModel:
             t0 = clock()
             kernel(*operands)
             dt = clock() - t0
+            counters.calls += 1
+            counters.seconds += dt
+            counters.flops += flops
+            counters.bytes += nbytes
+            counters.fallback_calls += fallbacks
             extra = impl._pending
             if extra:
                 impl._pending = {}
-            record(op, dt, flops, nbytes, fallback, extra)
+                counters.add_extra(extra)
             return dt
 
         return run
