@@ -117,3 +117,34 @@ def test_no_tests_collected_is_an_error_unless_allowed(tmp_path):
     assert proc.stderr.count("no tests collected") == 1, show(proc)
     proc = run_case("case_pass.py", "-k", "no_such_test", "--allow-empty", tmpdir=tmp_path)
     assert proc.returncode == 0, show(proc)
+
+
+
+def test_application_modules_are_left_out_above_four_ranks_unless_asked(tmp_path):
+    """On 5 ranks a module named like an application module (test_tune.py) in a directory
+    being collected is left out, and the run says so; DISTMM_TEST_EVERY_RANK_COUNT=1 runs it."""
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    # the harness cases' conftest (the real harness), pointed at this checkout's
+    harness = (CASES / "conftest.py").read_text()
+    (cases / "conftest.py").write_text(harness.replace(
+        'Path(__file__).resolve().parent.parent / "mpi"', f"Path({str(REPO / 'tests' / 'mpi')!r})"))
+    (cases / "test_tune.py").write_text("def test_application():\n    pass\n")
+    (cases / "test_engine.py").write_text("def test_engine():\n    pass\n")
+
+    def run(every: str):
+        cmd = [str(MPIEXEC), "-n", "5", sys.executable, str(REPO / "tests" / "mpi_pytest.py"),
+               str(cases), "-q"]
+        env = mpi_env(TMPDIR=str(tmp_path), DISTMM_TEST_EVERY_RANK_COUNT=every)
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=120)
+        proc.elapsed = 0.0  # for show()
+        assert proc.returncode == 0, show(proc)
+        return proc
+
+    left_out = run("")
+    assert "1 passed" in left_out.stdout, show(left_out)
+    assert "on 5 ranks the application modules are not run" in left_out.stderr, show(left_out)
+    asked = run("1")
+    assert "2 passed" in asked.stdout, show(asked)
+    assert "application modules are not run" not in asked.stderr, show(asked)
