@@ -47,16 +47,16 @@ def run_variant(variant: str, matrix: str, args) -> list[dict]:
 
 
 def table(records: list[dict]) -> str:
-    """Markdown table of the best over rounds per (matrix, op, r)."""
+    """Markdown table of the best over rounds per (matrix, dtype, op, r)."""
     best: dict = {}
     for rec in records:
-        key = (rec["matrix"], rec["op"], rec["r"], rec["variant"])
+        key = (rec["matrix"], rec["dtype"], rec["op"], rec["r"], rec["variant"])
         if key not in best or rec["seconds"] < best[key]["seconds"]:
             best[key] = rec
-    lines = ["| matrix | op | r | p=1 before (s) | p=1 after (s) | after / before "
+    lines = ["| matrix | dtype | op | r | p=1 before (s) | p=1 after (s) | after / before "
              "| rest p=1 before, after | p=2 before (s) | p=2 after (s) "
              "| rest p=2 before, after | torch (s) | torch / p=1 after |",
-             "|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|"]
 
     def secs(x):
         return f"{x['seconds']:.3g}" if x else "-"
@@ -64,11 +64,11 @@ def table(records: list[dict]) -> str:
     def rest(x):
         return f"{100 * x['rest'] / x['seconds']:.0f}%" if x else "-"
 
-    for matrix, op, r in sorted({k[:3] for k in best}, key=lambda k: (k[0], k[1], k[2])):
-        b1, a1, b2, a2, t = (best.get((matrix, op, r, v)) for v in VARIANTS)
+    for case in sorted({k[:4] for k in best}):
+        b1, a1, b2, a2, t = (best.get((*case, v)) for v in VARIANTS)
         ratio = f"{a1['seconds'] / b1['seconds']:.2f}" if a1 and b1 else "-"
         vs = f"{t['seconds'] / a1['seconds']:.2f}x" if t and a1 else "-"
-        lines.append(f"| {matrix} | {op} | {r} | {secs(b1)} | {secs(a1)} | {ratio} "
+        lines.append(f"| {' | '.join(map(str, case))} | {secs(b1)} | {secs(a1)} | {ratio} "
                      f"| {rest(b1)}, {rest(a1)} | {secs(b2)} | {secs(a2)} "
                      f"| {rest(b2)}, {rest(a2)} | {secs(t)} | {vs} |")
     return "\n".join(lines) + "\n"
