@@ -41,6 +41,7 @@ from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid15D, fits_15d
 from distmm.core.layout import block_of, block_offsets, block_range
 from distmm.core.memory import (
+    OPS,
     Memory,
     ceil_div,
     csr_bytes,
@@ -415,9 +416,6 @@ class DenseShift15D(TwoOrientationAlgorithm):
         return self._spmm_y_in(other, None, R, r, T=T, out=out)
 
 
-DENSE_SHIFT_OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
-
-
 def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
                           strategy: str = "none") -> dict[str, dict[str, float]]:
     """Words and messages sent per rank, per phase, by :class:`DenseShift15D` for one op.
@@ -425,7 +423,7 @@ def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
     Assumes p divides m and n (otherwise these are averages). Returns
     ``{phase: {"words": w, "messages": k}}`` for replication, propagation and reduction.
     """
-    require(op in DENSE_SHIFT_OPS, f"unknown op {op!r}")
+    require(op in OPS, f"unknown op {op!r}")
     require(p % c == 0, f"c={c} does not divide p={p}")
     q = p // c
     if op == "fusedmm_b":

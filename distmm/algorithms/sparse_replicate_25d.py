@@ -103,6 +103,7 @@ from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid25D, fits_25d
 from distmm.core.layout import block_of, block_offsets, block_range
 from distmm.core.memory import (
+    OPS,
     Memory,
     ceil_div,
     csr_bytes,
@@ -116,7 +117,6 @@ from distmm.core.memory import (
 from distmm.errors import require
 
 STRATEGIES = ("none",)
-OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
 
 
 class SparseReplicate25D(DistributedAlgorithm):

@@ -94,6 +94,7 @@ from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid15D, fits_15d
 from distmm.core.layout import block_of, block_offsets, block_range
 from distmm.core.memory import (
+    OPS,
     Memory,
     ceil_div,
     csr_bytes,
@@ -108,7 +109,6 @@ from distmm.core.memory import (
 from distmm.errors import require
 
 STRATEGIES = ("none", "reuse")
-OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
 
 
 @dataclass

@@ -44,8 +44,7 @@ COO_ENTRY = 24
 # and run starts, the sorted rows and columns, the summed values, the unique rows and columns
 # (int64 each), and the finished int32 indices.
 FROM_COO_SCRATCH = 8 * 7 + _IDX
-# The modes (what the local kernel computes in one propagation loop) of each operation, per
-# orientation of S: X is the replicated operand, Y the propagated one.
+# The distributed operations, by the names of their methods (every family has all five).
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
 
 
