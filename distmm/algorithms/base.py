@@ -159,15 +159,18 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         self._last_r: int | None = None
         self._closed = False
         self._scratch: dict[tuple, np.ndarray] = {}
-        # key -> (the step's operand objects, weakly, with their shapes; the prepared kernel
-        # call), and the node model's plan state they were prepared under (_run_kernel)
-        self._prepared: dict[tuple, tuple] = {}
+        # key -> [(the step's operand objects, weakly, with their shapes; the prepared kernel
+        # call), ...] newest first, and the node model's plan state they were prepared under
+        # (_run_kernel)
+        self._prepared: dict[tuple, list] = {}
         self._plan_state = None
         self._kind: str | None = None
         # kind -> the kept replay of its last call, and the kernels of the call being traced
         # (replay.py)
         self._replays: dict[str, tuple] = {}
         self._trace: list | None = None
+        # the bound calls made by bind, each keeping a replay of its own (replay.py)
+        self._bound_calls: weakref.WeakSet = weakref.WeakSet()
         self._col_cache: dict[int, np.ndarray] = {}
         self._rows_cache: dict[str, int] = {}
         # Communicators created on this object by other modules (distmm.ops) are registered
@@ -395,27 +398,35 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         the one it was prepared with (then the checks would pass again and the plan is the
         same): the very same objects, or new ones such as the new result array of each call
         without ``out=``. Only a call on the very same objects counts as a hit for replays
-        (replay.py): a new result array must not be replaced by the last call's. ``key=None``
-        prepares every time. Kept calls are dropped when S's values or a named vector are
-        replaced, when the node model's plan state (the numba thread count) changes
+        (replay.py): a new result array must not be replaced by the last call's. The key
+        remembers the last ``PREPARED_SOURCES`` sets of sources it served, so that calls on
+        several sets of operands made in turns (bound calls per attention head) hit too.
+        ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
+        vector are replaced, when the node model's plan state (the numba thread count) changes
         (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
         sources are held weakly: a kept call keeps no array alive."""
-        kept = self._prepared.get(key) if key is not None else None
-        hit = kept is not None
-        if hit:
-            for (ref, like), x in zip(kept[0], sources, strict=True):
-                if ref() is not x or (x is not None and x.shape != like[0]):
-                    hit = False
-                    break
-            if not hit:
-                if all(_alike(x, like) for (_, like), x in zip(kept[0], sources, strict=True)):
-                    kept = self._prepared[key] = (_source_refs(sources), kept[1])
+        entries = self._prepared.get(key) if key is not None else None
+        kept, hit = None, False
+        if entries is not None:
+            for entry in entries:
+                for (ref, like), x in zip(entry[0], sources, strict=True):
+                    if ref() is not x or (x is not None and x.shape != like[0]):
+                        break
                 else:
-                    kept = None
+                    kept, hit = entry, True
+                    break
+            if kept is None:
+                first = entries[0]
+                if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
+                    # the same prepared call serves these sources too; they get an entry of
+                    # their own, so that calls on several sets of operands in turns all hit
+                    kept = (_source_refs(sources), first[1])
+                    entries.insert(0, kept)
+                    del entries[PREPARED_SOURCES:]
         if kept is None:
             kept = (_source_refs(sources), self.kernel.prepare(op, S, vals, X, Y, out, accumulate))
             if key is not None and self.checks != "always":
-                self._prepared[key] = kept
+                self._prepared[key] = [kept]
         run = kept[1]
         args = (vals, X, out) if Y is None else (vals, X, Y, out)
         self.stats.seconds["compute"] += run(*args)
@@ -1011,7 +1022,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         self.__dict__["_extra_comms"] = []
         self.__dict__.get("_scratch", {}).clear()
         self.__dict__.get("_prepared", {}).clear()
-        self.__dict__.get("_replays", {}).clear()
+        if "_replays" in self.__dict__:
+            self._forget_replays()
 
     @property
     def closed(self) -> bool:
@@ -1023,6 +1035,11 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# How many sets of sources one prepared kernel call remembers (_run_kernel): the bound calls
+# of one operation that a loop can make in turns and still have each replayed.
+PREPARED_SOURCES = 8
 
 
 def _no_operand() -> None:

@@ -21,15 +21,19 @@ never traced, so never replayed (its kernels still reuse the prepared calls of t
 before, which serve any result array of the same shape and layout).
 
 A bound call (:meth:`CallReplay.bind`, :class:`BoundCall`) fixes one operation's operands for a
-loop: once its own call has left a replay, its repeats run the kept steps without comparing
-the operands again (the caller promises that their shapes, dtypes and layout stay as they
-are), as long as the object still keeps that very replay and the plan state is unchanged.
+loop: once its own call has left a replay, the bound call keeps that replay itself, and its
+repeats run the kept steps without comparing the operands again (the caller promises that
+their shapes, dtypes and layout stay as they are) while the plan state is unchanged. Calls
+of the same operation on other operands in between (another bound call, a method call) do not
+take it away: each bound call has its own, so several bound calls of one operation (the heads
+of a multi-head attention layer, say) all replay.
 
-A kept replay holds its arguments (views of the operands and buffers) until the next call of
-its kind that cannot be replayed, :meth:`~DistributedAlgorithm.set_values`, a change of named
-vectors or :meth:`~DistributedAlgorithm.close`. Only under ``checks="once"`` (the default): a
-call under ``"always"`` is checked in full every time, and one under ``"off"`` is not
-remembered.
+The object's replay of a kind holds its arguments (views of the operands and buffers) until
+the next call of its kind that cannot be replayed; every replay, the bound calls' included, is
+dropped by :meth:`~DistributedAlgorithm.set_values`, a change of named vectors,
+:meth:`~DistributedAlgorithm.release_buffers`, a change of the plan state and
+:meth:`~DistributedAlgorithm.close`. Only under ``checks="once"`` (the default): a call under
+``"always"`` is checked in full every time, and one under ``"off"`` is not remembered.
 """
 
 from __future__ import annotations
@@ -119,12 +123,14 @@ class CallReplay:
             of the object calls it, in the same order as its other collective calls.
 
         Where the method's repeated call is replayed (replay.py: 1.5D dense shifting with
-        c = 1 and no overlap, under ``checks="once"``), a bound call's repeat runs the kept
-        steps without comparing its operands with the traced ones: it checks only that the
-        object still keeps the replay its own last call left (no other call of ``op``, no
-        :meth:`set_values`, named-vector change or :meth:`close` came between) and that the
-        node model's plan state is unchanged. Otherwise, and in every other family, it makes
-        the method call in full, checks included. The operands' contents may change between
+        c = 1 and no overlap, under ``checks="once"``), the bound call keeps the replay its
+        own call left, and its repeats run the kept steps without comparing its operands with
+        the traced ones, as long as the node model's plan state is unchanged and no
+        :meth:`set_values`, named-vector change, :meth:`release_buffers` or :meth:`close`
+        dropped the object's replays. Other calls of ``op`` on other operands in between do
+        not matter. Otherwise, and in every other family, it makes the method call in full,
+        checks included. The kept replay holds views of the operands and of the object's
+        buffers until it is dropped or the bound call is. The operands' contents may change between
         calls; their shapes, dtypes and memory layout must not (they are not looked at again;
         an array reshaped in place would be read with its old shape). Not collective (binding
         only remembers the arguments; the first call checks them, on every rank).
@@ -135,7 +141,9 @@ class CallReplay:
             raise InputError(f"bind: unknown operation {op!r}; choose one of {', '.join(OPS)}")
         if out is None:
             raise InputError("bind needs out=: a bound call writes the same buffer every time")
-        return BoundCall(self, op, method, operands, dict(options, out=out))
+        call = BoundCall(self, op, method, operands, dict(options, out=out))
+        self._bound_calls.add(call)
+        return call
 
     def _start_trace(self, kind: str, has_out: bool) -> None:
         """Begin tracing the steps of a call of ``kind`` that is not replayed (called by
@@ -183,9 +191,11 @@ class CallReplay:
             self._replays.pop(kind, None)
 
     def _forget_replays(self) -> None:
-        """Drop every kept replay. Not collective."""
+        """Drop every kept replay, the bound calls' included. Not collective."""
         self._replays.clear()
         self._trace = None
+        for call in self._bound_calls:
+            call._kept = None
 
 
 class BoundCall:
@@ -193,18 +203,19 @@ class BoundCall:
 
     ``call()`` is collective, like the method it stands for."""
 
-    __slots__ = ("_obj", "_kind", "_method", "_args", "_kwargs", "_kept")
+    __slots__ = ("_obj", "_kind", "_method", "_args", "_kwargs", "_kept", "__weakref__")
 
     def __init__(self, obj, kind: str, method, args: tuple, kwargs: dict) -> None:
         self._obj, self._kind, self._method = obj, kind, method
         self._args, self._kwargs = args, kwargs
-        self._kept = None  # the replay this call's last full call left, if any
+        # the replay this call's last full call left, if any: its own, until the object
+        # drops every replay (CallReplay._forget_replays)
+        self._kept = None
 
     def __call__(self):
         obj = self._obj
-        kept = obj._replays.get(self._kind)
-        if (kept is not None and kept is self._kept
-                and obj.kernel.plan_state() == obj._plan_state):
+        kept = self._kept
+        if kept is not None and obj.kernel.plan_state() == obj._plan_state:
             obj._run_steps(kept[2])
             return kept[3]
         result = self._method(*self._args, **self._kwargs)

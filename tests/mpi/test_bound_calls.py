@@ -91,6 +91,47 @@ def test_repeats_skip_the_checks_and_the_loop(monkeypatch):
     obj.close()
 
 
+def test_bound_calls_of_one_operation_on_other_operands_each_replay(monkeypatch):
+    """Two bound calls of one operation on different operands (and a method call of it on
+    a third set) made in turns: each bound call keeps its own replay, so after their first
+    calls neither goes through the method again; every result is right. release_buffers
+    and set_values drop the bound calls' replays (their next calls run the family's loop)."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    B2 = B + 1.0
+    B2_loc = obj.scatter("b", B2, root=None)
+    out1, out2, out3 = obj.dense("a", 19), obj.dense("a", 19), obj.dense("a", 19)
+    first = obj.bind("fusedmm_a", A_loc, B_loc, out=out1)
+    second = obj.bind("fusedmm_a", A_loc, B2_loc, out=out2)
+    for _ in range(3):  # the first calls, the traced seconds, then replays
+        first()
+        second()
+        obj.fusedmm_a(A_loc, B_loc, out=out3)
+    loops = []
+    with monkeypatch.context() as m:
+        def refuse(*args, **kwargs):
+            raise AssertionError("a repeat of a bound call went through the method")
+
+        m.setattr(obj, "_replay", refuse)
+        m.setattr(obj, "_propagate", refuse)
+        for _ in range(2):
+            res1, res2 = first(), second()
+    check("fusedmm-a", obj.gather("a", res1), S, A, B, rtol=1e-10)
+    check("fusedmm-a", obj.gather("a", res2), S, A, B2, rtol=1e-10)
+    propagate = obj._propagate
+    monkeypatch.setattr(obj, "_propagate", lambda *a, **k: loops.append(1) or propagate(*a, **k))
+    obj.release_buffers()
+    check("fusedmm-a", obj.gather("a", first()), S, A, B, rtol=1e-10)
+    assert loops, "release_buffers left a bound call's replay"
+    for _ in range(2):
+        second()
+    del loops[:]
+    rows, cols = obj.value_coordinates()
+    obj.set_values(obj.values * 2.0)
+    check("fusedmm-a", obj.gather("a", second()), 2.0 * S, A, B2, rtol=1e-10)
+    assert loops, "set_values left a bound call's replay"
+    obj.close()
+
+
 @pytest.mark.parametrize("algorithm,c", CASES)
 def test_changes_between_bound_calls_reach_the_next(algorithm, c):
     """New operand contents, new values of S, a call of the same operation on other operands
