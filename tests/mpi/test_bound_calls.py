@@ -125,7 +125,6 @@ def test_bound_calls_of_one_operation_on_other_operands_each_replay(monkeypatch)
     for _ in range(2):
         second()
     del loops[:]
-    rows, cols = obj.value_coordinates()
     obj.set_values(obj.values * 2.0)
     check("fusedmm-a", obj.gather("a", second()), 2.0 * S, A, B2, rtol=1e-10)
     assert loops, "set_values left a bound call's replay"
