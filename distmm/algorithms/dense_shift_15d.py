@@ -344,7 +344,9 @@ class DenseShift15D(TwoOrientationAlgorithm):
         output is zero-filled first; SDDMM always writes (every step fills its own block's
         values)."""
         S, sv = o.blocks[t], o.block_values(vals, t)
-        key = (self._kind, o.name, t, mode, first)
+        # per width too: calls of two widths made in turns (the layers of a GAT) each keep
+        # their prepared calls instead of replacing the other's
+        key = (self._kind, o.name, t, mode, first, Yb.shape[1])
         if mode == "sddmm":
             self._run_kernel(key, (vals, T, Yb, out), "sddmm", S, sv, T, Yb,
                              o.block_values(out, t), accumulate=False)

@@ -131,6 +131,31 @@ def test_bound_calls_of_one_operation_on_other_operands_each_replay(monkeypatch)
     obj.close()
 
 
+def test_bound_calls_of_two_widths_in_turns_each_replay(monkeypatch):
+    """Bound calls of one operation at two widths made in turns (the layers of a GAT): the
+    prepared kernel calls are kept per width, so neither width's calls replace the other's
+    and both bound calls replay; every result is right."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    A7, B7 = np.ascontiguousarray(A[:, :7]), np.ascontiguousarray(B[:, :7] - 0.5)
+    A7_loc, B7_loc = obj.scatter("a", A7, root=None), obj.scatter("b", B7, root=None)
+    wide = obj.bind("spmm_a", B_loc, out=obj.dense("a", 19))
+    narrow = obj.bind("sddmm", A7_loc, B7_loc, out=np.empty_like(obj.values))
+    narrow_spmm = obj.bind("spmm_a", B7_loc, out=obj.dense("a", 7))
+    for _ in range(3):
+        wide(), narrow(), narrow_spmm()
+    with monkeypatch.context() as m:
+        def refuse(*args, **kwargs):
+            raise AssertionError("a repeat of a bound call went through the method")
+
+        m.setattr(obj, "_replay", refuse)
+        m.setattr(obj, "_propagate", refuse)
+        res = [wide(), narrow(), narrow_spmm()]
+    check("spmm-a", obj.gather("a", res[0]), S, None, B, rtol=1e-10)
+    check("sddmm", obj.gather_values(res[1]), S, A7, B7, rtol=1e-10)
+    check("spmm-a", obj.gather("a", res[2]), S, None, B7, rtol=1e-10)
+    obj.close()
+
+
 @pytest.mark.parametrize("algorithm,c", CASES)
 def test_changes_between_bound_calls_reach_the_next(algorithm, c):
     """New operand contents, new values of S, a call of the same operation on other operands

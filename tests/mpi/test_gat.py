@@ -106,6 +106,47 @@ def test_gat_matches_reference(c, permute, self_loops, dropout):
 
 
 @pytest.mark.parametrize("c", CS)
+def test_repeated_steps_replay_the_head_calls_and_match_the_reference(c, monkeypatch):
+    """Training steps in a row (forward with dropout, backward, inference forward) reuse each
+    head's bound calls (DistGAT.heads): every step's logits and gradients match the serial
+    reference, and from the third step on (c = 1, where calls replay) no head's SpMM or
+    SDDMM goes through the family's loop."""
+    A, X, y, layers, dst, src = _problem(True)
+    obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=2)
+    gat = DistGAT(obj, _model(layers))
+    X_loc = X[gat.nodes]
+    train = np.zeros(N, bool)
+    train[[0, 2, 5, 8, 12]] = True
+    for step in range(4):
+        drop = Dropout(0.4, 0.3, seed=3, step=step)
+        with monkeypatch.context() as m:
+            if step >= 2 and c == 1:
+                def refuse(*args, **kwargs):
+                    raise AssertionError("a head's call ran the family's loop again")
+
+                m.setattr(obj, "_propagate", refuse)
+            logits, caches = gat.forward(X_loc, drop)
+            loss, dlog = cross_entropy(logits, y[gat.nodes], train[gat.nodes],
+                                       int(train.sum()))
+            grads = gat.backward(dlog, caches)
+            plain = gat.forward(X_loc, None)[0]
+        xm, am = _ref_masks(X, layers, dst, src, drop)
+        want, rc = ref.model_forward(X, dst, src, layers, xm, am)
+        want_d = ref.cross_entropy(want, y, np.flatnonzero(train))[1]
+        want_grads = ref.model_backward(want_d, dst, src, layers, rc)
+        got, got_plain = obj.gather("a", logits), obj.gather("a", plain)
+        if COMM.rank == 0:
+            np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+            np.testing.assert_allclose(got_plain, ref.model_forward(X, dst, src, layers)[0],
+                                       rtol=1e-11, atol=1e-12)
+        for k in range(len(layers)):
+            for name in PARAMS:
+                np.testing.assert_allclose(grads[k][name], want_grads[k][name], rtol=1e-9,
+                                           atol=1e-12, err_msg=f"step {step} layer {k} {name}")
+    obj.close()
+
+
+@pytest.mark.parametrize("c", CS)
 def test_gradient_allreduce_words(c):
     A, X, y, layers, *_ = _problem(True)
     obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=1)

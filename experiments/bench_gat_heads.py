@@ -1,0 +1,100 @@
+"""GAT training steps with the heads' calls bound (what DistGAT does) against method calls on
+new contiguous copies of each head's slices (what it did before), taking turns in one process.
+
+One step is what ``distmm gat train`` does per epoch: a forward pass with dropout, the
+backward pass and an inference forward pass, on Cora (``--data``: ../shared/data) with the
+GAT paper's model (2 layers, ``--heads`` heads of 8, 7 classes). The two ways differ only in
+how :class:`distmm.apps.gat.HeadCalls` makes a head's call; every other part of the step is
+the same code. Each round times ``--steps`` steps of each way (after two untimed ones, which
+make the bound calls' replays), the ways taking turns round by round, and prints the median
+step of each round and the ratios; run it under ``mpiexec`` for p > 1::
+
+    .venv/bin/python experiments/bench_gat_heads.py --rounds 6
+    .venv/bin/mpiexec -n 2 .venv/bin/python experiments/bench_gat_heads.py --rounds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import time
+
+import distmm  # noqa: F401  (before numpy loads OpenBLAS: distmm sets its thread spin)
+
+# isort: split
+import numpy as np
+import scipy.io
+import scipy.sparse as sp
+from mpi4py import MPI
+
+from distmm.apps.gat import DistGAT, Dropout, HeadCalls, cross_entropy, distribute_graph
+from distmm.apps.gat_model import GATModel
+
+BOUND = HeadCalls.__call__
+
+
+def method_call(self: HeadCalls, h: int, *operands: np.ndarray, values=None) -> np.ndarray:
+    """Head ``h``'s call as DistGAT made it before it bound them: the method, on new
+    contiguous copies of the head's slices (never replayed: new objects every call)."""
+    call = self.calls[h]
+    vals = self.values[h] if values is None else np.ascontiguousarray(values)
+    return getattr(call._obj, call._kind)(*(np.ascontiguousarray(x) for x in operands),
+                                           values=vals)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=os.environ.get("DISTMM_DATA", "../shared/data"))
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--steps", type=int, default=15, help="timed steps per way and round")
+    ap.add_argument("--rounds", type=int, default=6)
+    args = ap.parse_args(argv)
+
+    comm = MPI.COMM_WORLD
+    dtype = np.dtype(args.dtype)
+    obj = distribute_graph(os.path.join(args.data, "cora-adjacency.mtx.gz"), comm,
+                           dtype=dtype)
+    with gzip.open(os.path.join(args.data, "cora-features.mtx.gz")) as fh:
+        features = sp.csr_matrix(scipy.io.mmread(fh))
+    labels = np.loadtxt(os.path.join(args.data, "cora-labels.txt"), dtype=np.int64)
+    X = features[obj.local_rows("a")].astype(dtype).tocsr()
+    y = labels[obj.local_rows("a")]
+    train = np.zeros(y.size, dtype=bool)
+    train[::20] = True
+    gat = DistGAT(obj, GATModel.init(X.shape[1], 8, args.heads, int(labels.max()) + 1, 1, 2,
+                                     0, dtype))
+
+    def step(k: int) -> None:
+        logits, caches = gat.forward(X, Dropout(0.6, 0.6, 0, k))
+        dlog = cross_entropy(logits, y, train, comm.allreduce(int(train.sum())))[1]
+        gat.backward(dlog, caches)
+        gat.forward(X, None)
+
+    medians: dict[str, list[float]] = {"bound": [], "method": []}
+    for rnd in range(args.rounds):
+        ways = ("bound", "method") if rnd % 2 == 0 else ("method", "bound")
+        for way in ways:
+            HeadCalls.__call__ = BOUND if way == "bound" else method_call
+            step(0)
+            step(1)
+            times = []
+            for k in range(args.steps):
+                comm.Barrier()
+                t0 = time.perf_counter()
+                step(k)
+                times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+            medians[way].append(float(np.median(times)))
+    HeadCalls.__call__ = BOUND
+    obj.close()
+    if comm.rank == 0:
+        b, m = np.array(medians["bound"]), np.array(medians["method"])
+        print(f"Cora GAT step, p = {comm.size}, {args.heads} heads, {dtype}: median over "
+              f"rounds bound {np.median(b) * 1e3:.2f} ms, method {np.median(m) * 1e3:.2f} ms; "
+              f"bound / method per round {' '.join(f'{x:.2f}' for x in b / m)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
