@@ -218,18 +218,54 @@ class _Timer:
         self.compute = 0.0
         self.words = 0
 
-    def fusedmm(self, side: str, A_loc, B_loc, strategy: str) -> np.ndarray:
+    def fusedmm(self, call: Callable[[], np.ndarray]) -> np.ndarray:
+        """``call()`` (a FusedMM), its seconds and words added to this timer's."""
         stats = self.obj.stats
         sec = stats.seconds
         c0 = sum(sec.get(ph, 0.0) for ph in COMM_PHASES)
         k0 = sec.get("compute", 0.0)
         w0 = stats.words()
-        f = self.obj.fusedmm_a if side == "a" else self.obj.fusedmm_b
-        out = f(A_loc, B_loc, strategy)
+        out = call()
         self.comm += sum(sec.get(ph, 0.0) for ph in COMM_PHASES) - c0
         self.compute += sec.get("compute", 0.0) - k0
         self.words += stats.words() - w0
         return out
+
+
+class SideCalls:
+    """One side's half-step calls as bound calls (:meth:`~distmm.algorithms.replay.CallReplay.
+    bind`) on buffers kept from epoch to epoch: the FusedMM of CG's search direction with the
+    fixed factor, into ``Y``, and the right-hand side's SpMM with the ratings, into ``rhs``.
+
+    Method calls without ``out=`` would each allocate their result and be checked and planned
+    in full; bound on the same arrays every time, the calls from the third on replay their
+    kept kernels and shifts where the family replays (replay.py), with the same results.
+    ``P`` is CG's search direction (the FusedMM's operand on this side): :func:`half_step`
+    works in it. Construction is not collective.
+
+    Parameters
+    ----------
+    obj : DistributedAlgorithm
+    side : {"a", "b"}
+        The side whose factor block ``X`` the half-step updates.
+    X, other : ndarray
+        This side's factor block and the fixed factor's block (the very arrays every epoch
+        updates in place).
+    ratings : ndarray
+        The training ratings in ``obj``'s value order.
+    strategy : str
+        The FusedMM strategy.
+    """
+
+    def __init__(self, obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.ndarray,
+                 ratings: np.ndarray, strategy: str) -> None:
+        self.P, self.Y, self.rhs = np.empty_like(X), np.empty_like(X), np.empty_like(X)
+        if side == "a":
+            self.fusedmm = obj.bind("fusedmm_a", self.P, other, out=self.Y, strategy=strategy)
+            self.spmm = obj.bind("spmm_a", other, values=ratings, out=self.rhs)
+        else:
+            self.fusedmm = obj.bind("fusedmm_b", other, self.P, out=self.Y, strategy=strategy)
+            self.spmm = obj.bind("spmm_b", other, values=ratings, out=self.rhs)
 
 
 def _count_active(obj: DistributedAlgorithm, active: np.ndarray) -> int:
@@ -243,24 +279,28 @@ def _count_active(obj: DistributedAlgorithm, active: np.ndarray) -> int:
 
 def half_step(obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.ndarray,
               ratings: np.ndarray, lam_rows: np.ndarray, has: np.ndarray, cfg: ALSConfig,
-              strategy: str, timer: _Timer) -> int:
+              strategy: str, timer: _Timer, calls: SideCalls | None = None) -> int:
     """Update the factor block ``X`` of ``side`` in place by batched CG; returns iterations.
 
     Collective over ``obj.comm``. ``other`` is the fixed factor's block, ``lam_rows`` the
     per-row lambda and ``has`` the mask of rows with at least one training rating (rows
-    outside it never move)."""
+    outside it never move). ``calls`` are the side's bound calls on these ``X``, ``other``,
+    ``ratings`` and ``strategy``, kept by the caller from epoch to epoch (None: made here)."""
+    if calls is None:
+        calls = SideCalls(obj, side, X, other, ratings, strategy)
+    P = calls.P
 
-    def apply(P: np.ndarray) -> np.ndarray:
-        Y = (timer.fusedmm("a", P, other, strategy) if side == "a"
-             else timer.fusedmm("b", other, P, strategy))
+    def apply(V: np.ndarray) -> np.ndarray:
+        if V is not P:
+            np.copyto(P, V)
+        Y = timer.fusedmm(calls.fusedmm)
         Y += lam_rows[:, None] * P
         return Y
 
-    rhs = (obj.spmm_a(other, values=ratings) if side == "a"
-           else obj.spmm_b(other, values=ratings))
+    rhs = calls.spmm()
     R = rhs - apply(X)
     R[~has] = 0
-    P = R.copy()
+    np.copyto(P, R)
     tmp = np.empty_like(P)
     rr = row_dot(obj, side, R, R)
     limit = cfg.cg_tol ** 2 * row_dot(obj, side, rhs, rhs)
@@ -293,11 +333,12 @@ def epoch_row_dot_words(obj: DistributedAlgorithm, iterations: tuple[int, int]) 
                for side, it in zip("ab", iterations, strict=True))
 
 
-def _rmse(obj: DistributedAlgorithm, A_loc, B_loc, ratings: np.ndarray, ones: np.ndarray
+def _rmse(obj: DistributedAlgorithm, predict: Callable[[], np.ndarray], ratings: np.ndarray
           ) -> float:
-    """Root mean squared error at the object's nonzeros (collective: one SDDMM and a counted
-    all-reduce of two words)."""
-    pred = obj.sddmm(A_loc, B_loc, values=ones)
+    """Root mean squared error at the object's nonzeros of the predictions ``predict()``
+    (collective: ``predict``, a bound SDDMM of the factors, and a counted all-reduce of two
+    words)."""
+    pred = predict()
     err = pred.astype(np.float64) - ratings
     local = np.array([float(err @ err), float(err.size)])
     total = np.empty_like(local)
@@ -486,24 +527,34 @@ def _run(result: ALSResult, start, callback: Callable[[dict, ALSResult], None]) 
     has = {s: counts[s] > 0 for s in "ab"}
     lam = {s: (cfg.lam * (counts[s] if cfg.weighted else np.ones_like(counts[s])))
            .astype(obj.dtype) for s in "ab"}
+    calls = {"a": SideCalls(obj, "a", result.A_loc, result.B_loc, result.ratings,
+                            cfg.strategy),
+             "b": SideCalls(obj, "b", result.B_loc, result.A_loc, result.ratings,
+                            cfg.strategy)}
+    # the factors at every nonzero: S's pattern with values 1, one SDDMM per rating set
     ones = np.ones_like(obj.values)
-    test_ones = None if result.test_obj is None else np.ones_like(result.test_obj.values)
+    train_pred = obj.bind("sddmm", result.A_loc, result.B_loc, values=ones,
+                          out=np.empty_like(ones))
+    test_pred = None
+    if result.test_obj is not None:
+        test_ones = np.ones_like(result.test_obj.values)
+        test_pred = result.test_obj.bind("sddmm", result.A_loc, result.B_loc, values=test_ones,
+                                         out=np.empty_like(test_ones))
     for epoch in range(done + 1, cfg.epochs + 1):
         timer = _Timer(obj)
         words0 = obj.stats.words()
         obj.comm.Barrier()
         t0 = time.perf_counter()
         it_a = half_step(obj, "a", result.A_loc, result.B_loc, result.ratings, lam["a"],
-                         has["a"], cfg, cfg.strategy, timer)
+                         has["a"], cfg, cfg.strategy, timer, calls["a"])
         it_b = half_step(obj, "b", result.B_loc, result.A_loc, result.ratings, lam["b"],
-                         has["b"], cfg, cfg.strategy, timer)
+                         has["b"], cfg, cfg.strategy, timer, calls["b"])
         seconds = time.perf_counter() - t0
         words = obj.stats.words() - words0
         t1 = time.perf_counter()
-        train = _rmse(obj, result.A_loc, result.B_loc, result.ratings, ones)
-        test = (None if result.test_obj is None else
-                _rmse(result.test_obj, result.A_loc, result.B_loc, result.test_ratings,
-                      test_ones))
+        train = _rmse(obj, train_pred, result.ratings)
+        test = (None if test_pred is None else
+                _rmse(result.test_obj, test_pred, result.test_ratings))
         eval_seconds = time.perf_counter() - t1
         # Sums over ranks (one counted all-reduce of six words): times become means.
         local = np.array([seconds, timer.comm, timer.compute, eval_seconds, timer.words,

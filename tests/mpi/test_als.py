@@ -109,6 +109,33 @@ def test_few_cg_iterations_equal_serial_cg(algorithm, c, strategy, weighted, cg_
             assert min(min(h["cg_iterations"]) for h in history) < 3
 
 
+def test_epochs_after_the_second_replay_every_kernel_call():
+    """ALS binds its calls (als.SideCalls, the RMSE's SDDMMs): on 1.5D dense shifting with
+    c = 1, from the third epoch on no FusedMM, SpMM or SDDMM of the training or the test
+    object runs the family's loop again (each replays its kept kernels and shifts); the
+    factors still equal the serial CG's."""
+    S = planted(m=23, n=31, per_row=7, seed=9)
+    loops = []
+
+    def watch(record, res):
+        if record["epoch"] == 2:  # from here on, count every call that runs the loop
+            for obj in (res.obj, res.test_obj):
+                loop = obj._propagate
+                obj._propagate = (lambda loop: lambda *a, **k: loops.append(1) or loop(*a, **k)
+                                  )(loop)
+
+    res = als.fit(S, COMM, rank=R, lam=0.05, epochs=4, cg_iters=3, test_fraction=0.2,
+                  seed=4, callback=watch)
+    F = res.factors()
+    res.close()
+    assert not loops, f"{len(loops)} calls ran the family's loop after the second epoch"
+    train, _ = split(S, 0.2, 4)
+    A, B = scipy_cg_als(train, *init(*S.shape, R, 4), 0.05, 4, 3, 0.0, False)
+    if COMM.rank == 0:
+        _close(F[0], A)
+        _close(F[1], B)
+
+
 def test_default_cg_test_rmse_within_one_percent_of_exact():
     S = planted(m=120, n=90, rank=4, per_row=30, seed=2, noise=0.1, empty=False)
     _, history = _fit_and_gather(S, rank=4, lam=0.1, epochs=8, cg_iters=3,
