@@ -117,12 +117,16 @@ def test_epochs_after_the_second_replay_every_kernel_call():
     S = planted(m=23, n=31, per_row=7, seed=9)
     loops = []
 
+    def counted(loop):
+        def run(*args, **kwargs):
+            loops.append(1)
+            return loop(*args, **kwargs)
+        return run
+
     def watch(record, res):
         if record["epoch"] == 2:  # from here on, count every call that runs the loop
             for obj in (res.obj, res.test_obj):
-                loop = obj._propagate
-                obj._propagate = (lambda loop: lambda *a, **k: loops.append(1) or loop(*a, **k)
-                                  )(loop)
+                obj._propagate = counted(obj._propagate)
 
     res = als.fit(S, COMM, rank=R, lam=0.05, epochs=4, cg_iters=3, test_fraction=0.2,
                   seed=4, callback=watch)
