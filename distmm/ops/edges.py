@@ -35,6 +35,7 @@ from distmm.errors import require
 from distmm.ops.checks import agree_width, block_side, columns, full_check_due
 from distmm.ops.groups import row_group
 from distmm.ops.holders import SIDE_OF_DIM, holders
+from distmm.ops.segment_reduce import segment_reduce
 
 PLAN_PHASE = "plan"
 REDUCE_PHASE = {"row": "row_reduce", "col": "col_reduce"}
@@ -135,10 +136,10 @@ class Segments:
         return out
 
     def reduce(self, ufunc, xs: np.ndarray) -> np.ndarray:
-        """Per-segment reduction of grouped ``xs``."""
+        """Per-segment reduction of grouped ``xs`` (``ufunc.reduceat``, bitwise)."""
         if self.starts.size == 0:
             return np.empty((0,) + xs.shape[1:], dtype=xs.dtype)
-        return ufunc.reduceat(xs, self.starts, axis=0)
+        return segment_reduce(ufunc, xs, self.starts)
 
     def repeat(self, per_segment: np.ndarray) -> np.ndarray:
         """Each segment's value at each of its (grouped) entries."""

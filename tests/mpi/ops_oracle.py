@@ -10,10 +10,12 @@ plain loops that follow the documented rules (not the library's vectorised plan)
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from mpi4py import MPI
 
 import distmm
+from distmm.ops import segment_reduce
 from distmm.ops.edges import EdgeSizes
 from distmm.perf import costmodel
 
@@ -101,3 +103,10 @@ def counted(obj, phase: str) -> dict[str, int]:
     """Words this rank sent and received under ``phase``."""
     return {"words_sent": obj.stats.words(phase),
             "words_received": obj.stats.words(phase, "words_received")}
+
+
+@pytest.fixture
+def compiled_segment_reduce(monkeypatch):
+    """The compiled per-segment reductions at every size: these problems are small enough for
+    numpy's reduceat otherwise (the GAT tests keep the default, and so that path)."""
+    monkeypatch.setattr(segment_reduce, "MIN_PARALLEL_VALUES", 0)

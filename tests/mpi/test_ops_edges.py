@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mpi4py import MPI
-from ops_oracle import (
+from ops_oracle import (  # noqa: F401  (compiled_segment_reduce: a fixture)
+    compiled_segment_reduce,
     counted,
     edge_fn,
     edge_problem,
@@ -38,6 +39,7 @@ from distmm.ops.softmax import edge_softmax
 from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
+pytestmark = pytest.mark.usefixtures("compiled_segment_reduce")
 SIDE = {"row": "a", "col": "b"}
 
 

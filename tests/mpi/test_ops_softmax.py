@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 import scipy.special
 from mpi4py import MPI
-from ops_oracle import counted, edge_fn, edge_problem, expected_sizes, local_coords, objects
+from ops_oracle import (  # noqa: F401  (compiled_segment_reduce: a fixture)
+    compiled_segment_reduce,
+    counted,
+    edge_fn,
+    edge_problem,
+    expected_sizes,
+    local_coords,
+    objects,
+)
 
 import distmm
 from distmm.ops.softmax import (
@@ -23,6 +31,7 @@ from distmm.ops.softmax import (
 )
 
 COMM = MPI.COMM_WORLD
+pytestmark = pytest.mark.usefixtures("compiled_segment_reduce")
 
 
 def scores(i, j, h, masked_row):
