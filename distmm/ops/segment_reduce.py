@@ -13,6 +13,8 @@ pairwise sum's accuracy.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit, prange
 
@@ -58,39 +60,37 @@ def _pairwise_sum(xs, lo, n, k):
     return _pairwise_sum(xs, lo, n2, k) + _pairwise_sum(xs, lo + n2, n - n2, k)
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _segment_sum(xs, starts, out):
-    n, h = xs.shape
-    nseg = starts.shape[0]
-    for s in prange(nseg):
-        lo = starts[s]
-        hi = starts[s + 1] if s + 1 < nseg else n
-        for k in range(h):
-            # reduceat: the segment's first entry, then its loop adds the rest
-            out[s, k] = xs[lo, k]
-            if hi - lo > 1:
-                out[s, k] += _pairwise_sum(xs, lo + 1, hi - lo - 1, k)
+@functools.cache
+def _segment_kernel(maximum: bool):
+    """The per-segment sum (``maximum`` false) or maximum kernel: ``kernel(xs, starts, out)``
+    for (n, h) ``xs``. ``maximum`` is a closure constant (one compiled kernel each)."""
 
-
-@njit(parallel=True, cache=True, nogil=True)
-def _segment_max(xs, starts, out):
-    n, h = xs.shape
-    nseg = starts.shape[0]
-    for s in prange(nseg):
-        lo = starts[s]
-        hi = starts[s + 1] if s + 1 < nseg else n
-        for k in range(h):
-            out[s, k] = xs[lo, k]
-        for j in range(lo + 1, hi):
+    @njit(parallel=True, cache=True, nogil=True)
+    def kernel(xs, starts, out):
+        n, h = xs.shape
+        nseg = starts.shape[0]
+        for s in prange(nseg):
+            lo = starts[s]
+            hi = starts[s + 1] if s + 1 < nseg else n
+            # reduceat: the segment's first entry, then its loop takes in the rest
             for k in range(h):
-                a = out[s, k]
-                v = xs[j, k]
-                # np.maximum: the first operand when it is >= or NaN, else the second
-                if not (a >= v or a != a):
-                    out[s, k] = v
+                out[s, k] = xs[lo, k]
+            if maximum:  # entry by entry, all columns at once (the order is immaterial)
+                for j in range(lo + 1, hi):
+                    for k in range(h):
+                        a = out[s, k]
+                        v = xs[j, k]
+                        # np.maximum: the first operand when it is >= or NaN, else the second
+                        if not (a >= v or a != a):
+                            out[s, k] = v
+            elif hi - lo > 1:  # column by column, in numpy's order
+                for k in range(h):
+                    out[s, k] += _pairwise_sum(xs, lo + 1, hi - lo - 1, k)
+
+    return kernel
 
 
-_KERNELS = {np.add: _segment_sum, np.maximum: _segment_max}
+_MAXIMUM = {np.add: False, np.maximum: True}
 
 
 def segment_reduce(ufunc: np.ufunc, xs: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -114,12 +114,12 @@ def segment_reduce(ufunc: np.ufunc, xs: np.ndarray, starts: np.ndarray) -> np.nd
     Not collective. Float32 and float64 C-contiguous arrays of at least
     ``MIN_PARALLEL_VALUES`` values take the compiled kernels; the rest ``reduceat``.
     """
-    kernel = _KERNELS.get(ufunc)
-    if (kernel is None or xs.dtype not in _FLOATS or xs.ndim not in (1, 2)
+    maximum = _MAXIMUM.get(ufunc)
+    if (maximum is None or xs.dtype not in _FLOATS or xs.ndim not in (1, 2)
             or xs.size < MIN_PARALLEL_VALUES or not xs.flags.c_contiguous
             or starts.dtype != np.int64 or not starts.size or starts[-1] >= xs.shape[0]):
         return ufunc.reduceat(xs, starts, axis=0)
     grid = xs.reshape(xs.shape[0], -1)
     out = np.empty((starts.size, grid.shape[1]), dtype=xs.dtype)
-    kernel(grid, starts, out)
+    _segment_kernel(maximum)(grid, starts, out)
     return out.reshape((starts.size,) + xs.shape[1:])
