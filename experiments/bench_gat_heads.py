@@ -4,7 +4,7 @@ new contiguous copies of each head's slices (what it did before), taking turns i
 One step is what ``distmm gat train`` does per epoch: a forward pass with dropout, the
 backward pass and an inference forward pass, on Cora (``--data``: ../shared/data) with the
 GAT paper's model (2 layers, ``--heads`` heads of 8, 7 classes). The two ways differ only in
-how :class:`distmm.apps.gat.HeadCalls` makes a head's call; every other part of the step is
+how :class:`distmm.apps.gat.HeadCall` makes a head's call; every other part of the step is
 the same code. Each round times ``--steps`` steps of each way (after two untimed ones, which
 make the bound calls' replays), the ways taking turns round by round, and prints the median
 step of each round and the ratios; run it under ``mpiexec`` for p > 1::
@@ -28,19 +28,18 @@ import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from distmm.apps.gat import DistGAT, Dropout, HeadCalls, cross_entropy, distribute_graph
+from distmm.apps.gat import DistGAT, Dropout, HeadCall, cross_entropy, distribute_graph
 from distmm.apps.gat_model import GATModel
 
-BOUND = HeadCalls.__call__
+BOUND = HeadCall.__call__
 
 
-def method_call(self: HeadCalls, h: int, *operands: np.ndarray, values=None) -> np.ndarray:
-    """Head ``h``'s call as DistGAT made it before it bound them: the method, on new
-    contiguous copies of the head's slices (never replayed: new objects every call)."""
-    call = self.calls[h]
-    vals = self.values[h] if values is None else np.ascontiguousarray(values)
-    return getattr(call._obj, call._kind)(*(np.ascontiguousarray(x) for x in operands),
-                                           values=vals)
+def method_call(self: HeadCall, *operands: np.ndarray, values=None) -> np.ndarray:
+    """A head's call as DistGAT made it before it bound them: the method, on new contiguous
+    copies of the head's slices (never replayed: new objects every call)."""
+    vals = self.values if values is None else np.ascontiguousarray(values)
+    return getattr(self.call._obj, self.call._kind)(
+        *(np.ascontiguousarray(x) for x in operands), values=vals)
 
 
 def main(argv=None) -> int:
@@ -76,7 +75,7 @@ def main(argv=None) -> int:
     for rnd in range(args.rounds):
         ways = ("bound", "method") if rnd % 2 == 0 else ("method", "bound")
         for way in ways:
-            HeadCalls.__call__ = BOUND if way == "bound" else method_call
+            HeadCall.__call__ = BOUND if way == "bound" else method_call
             step(0)
             step(1)
             times = []
@@ -86,7 +85,7 @@ def main(argv=None) -> int:
                 step(k)
                 times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
             medians[way].append(float(np.median(times)))
-    HeadCalls.__call__ = BOUND
+    HeadCall.__call__ = BOUND
     obj.close()
     if comm.rank == 0:
         b, m = np.array(medians["bound"]), np.array(medians["method"])

@@ -15,10 +15,10 @@ GATConv's semantics (torch_geometric.nn.GATConv):
 The SpMM loops over heads: the public SpMM takes one value vector per call, and the words a
 loop moves equal those of one call of width heads * out_channels (only the message count grows
 by the factor heads); a kernel taking several value vectors at once would need a new node-model
-method. The per-head calls are bound calls on buffers of their own (:class:`HeadCalls`), so
-that from the third step on they replay (distmm/algorithms/replay.py). A node with no in-edges
-(self-loops off) aggregates over nothing: its output is 0 before the bias (as in PyG), never
-NaN.
+method. A layer's per-head calls of an operation are one bound call on buffers the heads' slices
+are copied into (:class:`HeadCall`), so that from the third call on they replay
+(distmm/algorithms/replay.py). A node with no in-edges (self-loops off) aggregates over nothing:
+its output is 0 before the bias (as in PyG), never NaN.
 
 Layout and communication. The layer input X (node features) is S's B side (columns) and the
 output is the A side (rows). The per-node scores reach the edges with the additive SDDMM
@@ -149,17 +149,18 @@ def feature_mask(X, node_ids: np.ndarray, rate: float, seed: int, step: int, lay
 
 
 # ---------------------------------------------------------------------------------- the model
-class HeadCalls:
-    """One operation of one layer as a bound call per attention head (:meth:`~distmm.algorithms.
-    replay.CallReplay.bind`), each on contiguous buffers of its own.
+class HeadCall:
+    """One operation of one layer, made once per attention head, as one bound call
+    (:meth:`~distmm.algorithms.replay.CallReplay.bind`) on contiguous buffers that each head's
+    operands are copied into.
 
     A head's operands are strided slices of the layer's (nodes, heads, features) arrays. Passed
     as new contiguous copies each time, a call is checked and planned in full (nothing to
-    replay: the objects differ every call). Copied into the head's own buffers instead, every
-    call after the first two replays its kept kernels and shifts (replay.py): the same
-    results, bitwise, for a fraction of the Python. The buffers cost one more copy of the
-    layer's per-head operands and results. Construction is not collective; :meth:`__call__`
-    is, like the operation.
+    replay: the objects differ every call). Copied into the same buffers for every head and
+    step instead, the calls from the third on replay their kept kernels and shifts
+    (replay.py): the same results, bitwise, for a fraction of the Python, whatever the number
+    of heads. The buffers hold one head's operands and result. Construction is not
+    collective; :meth:`__call__` is, like the operation.
 
     Parameters
     ----------
@@ -167,39 +168,33 @@ class HeadCalls:
         The object the calls run on.
     op : {"sddmm", "spmm_a", "spmm_b"}
         The operation.
-    heads : int
-        Number of heads.
     operands : tuple of tuple
         The shape of one head's block of each dense operand, in the method's order.
     out_shape : tuple
         The shape of one head's result.
     values : bool
-        Whether each call passes the head's values of S (copied into a buffer per head);
-        else every call uses ``fixed_values``.
+        Whether each call passes the head's values of S (copied into a buffer); else every
+        call uses ``fixed_values``.
     fixed_values : ndarray, optional
         S's values for every call when ``values`` is false (None: S's own).
     """
 
-    def __init__(self, obj, op: str, heads: int, operands: tuple, out_shape: tuple,
-                 values: bool, fixed_values: np.ndarray | None = None) -> None:
+    def __init__(self, obj, op: str, operands: tuple, out_shape: tuple, values: bool,
+                 fixed_values: np.ndarray | None = None) -> None:
         dt = obj.dtype
-        nnz = obj.values.shape[0]
-        self.inputs = [[np.empty(shape, dtype=dt) for shape in operands] for _ in range(heads)]
-        self.values = [np.empty(nnz, dtype=dt) if values else fixed_values
-                       for _ in range(heads)]
-        self.outs = [np.empty(out_shape, dtype=dt) for _ in range(heads)]
-        self.calls = [obj.bind(op, *self.inputs[h], values=self.values[h], out=self.outs[h])
-                      for h in range(heads)]
+        self.inputs = [np.empty(shape, dtype=dt) for shape in operands]
+        self.values = np.empty(obj.values.shape[0], dtype=dt) if values else fixed_values
+        self.out = np.empty(out_shape, dtype=dt)
+        self.call = obj.bind(op, *self.inputs, values=self.values, out=self.out)
 
-    def __call__(self, h: int, *operands: np.ndarray, values: np.ndarray | None = None
-                 ) -> np.ndarray:
-        """Head ``h``'s result (its own buffer, overwritten by its next call) on ``operands``
-        (one head's slices) and ``values`` (copied into the head's buffers). Collective."""
-        for buf, X in zip(self.inputs[h], operands, strict=True):
+    def __call__(self, *operands: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        """The result on ``operands`` (one head's slices) and ``values`` (copied into the
+        buffers): the result buffer, overwritten by the next call. Collective."""
+        for buf, X in zip(self.inputs, operands, strict=True):
             np.copyto(buf, X)
         if values is not None:
-            np.copyto(self.values[h], values)
-        return self.calls[h]()
+            np.copyto(self.values, values)
+        return self.call()
 
 
 class DistGAT:
@@ -235,21 +230,22 @@ class DistGAT:
         self.edge_keys = obj.row_perm[rows] * obj.shape[1] + obj.col_perm[cols]
         self.dtype = obj.dtype
         self._ones = np.ones(rows.size, dtype=self.dtype)
-        self._head_calls: dict[tuple, HeadCalls] = {}
+        self._head_calls: dict[tuple, HeadCall] = {}
 
-    def heads(self, k: int, op: str, H: int, F: int) -> HeadCalls:
-        """Layer ``k``'s per-head bound calls of ``op`` (made on first use). Not collective."""
-        key = (k, op, H, F)
-        calls = self._head_calls.get(key)
-        if calls is None:
+    def head_call(self, k: int, op: str, F: int) -> HeadCall:
+        """Layer ``k``'s bound call of ``op`` for its heads of width ``F`` (made on first
+        use). Not collective."""
+        key = (k, op, F)
+        call = self._head_calls.get(key)
+        if call is None:
             n = self.nodes.size
             if op == "sddmm":  # d alpha_h = dout_h . z_h on each edge
-                calls = HeadCalls(self.obj, op, H, ((n, F), (n, F)), (self._ones.size,),
-                                  values=False, fixed_values=self._ones)
+                call = HeadCall(self.obj, op, ((n, F), (n, F)), (self._ones.size,),
+                                values=False, fixed_values=self._ones)
             else:  # out_h = S(alpha_h) z_h (spmm_a), d z_h = S(alpha_h)^T dout_h (spmm_b)
-                calls = HeadCalls(self.obj, op, H, ((n, F),), (n, F), values=True)
-            self._head_calls[key] = calls
-        return calls
+                call = HeadCall(self.obj, op, ((n, F),), (n, F), values=True)
+            self._head_calls[key] = call
+        return call
 
     # ---------------------------------------------------------------- forward
     def layer_forward(self, k: int, layer: GATLayer, X, drop: Dropout | None):
@@ -282,9 +278,9 @@ class DistGAT:
                                drop.attention, self.dtype)
             ad = alpha * amask
         out = np.empty_like(Z)
-        spmm = self.heads(k, "spmm_a", H, F)
+        spmm = self.head_call(k, "spmm_a", F)
         for h in range(H):
-            out[:, h] = spmm(h, Z[:, h], values=ad[:, h])
+            out[:, h] = spmm(Z[:, h], values=ad[:, h])
         cache = dict(k=k, Xd=Xd, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out, xmask=xmask,
                      amask=amask)
         return self._combine(layer, out), cache
@@ -325,11 +321,11 @@ class DistGAT:
         dad = np.empty_like(ad)
         dZ = np.empty_like(Z)
         k = cache["k"]
-        sddmm, spmm_b = self.heads(k, "sddmm", H, F), self.heads(k, "spmm_b", H, F)
+        sddmm, spmm_b = self.head_call(k, "sddmm", F), self.head_call(k, "spmm_b", F)
         for h in range(H):
             # d alpha_ij = dout_i . z_j (SDDMM); d z_j += sum_i alpha_ij dout_i (SpMM on S^T)
-            dad[:, h] = sddmm(h, dout[:, h], Z[:, h])
-            dZ[:, h] = spmm_b(h, dout[:, h], values=ad[:, h])
+            dad[:, h] = sddmm(dout[:, h], Z[:, h])
+            dZ[:, h] = spmm_b(dout[:, h], values=ad[:, h])
         dalpha = dad if cache["amask"] is None else dad * cache["amask"]
         # Softmax backward, d e_ij = alpha_ij (d alpha_ij - t_i) with t_i = sum_k alpha_ik
         # d alpha_ik: since d alpha_ik = mask_ik dout_i . z_k, t_i = dout_i . out_i, a local

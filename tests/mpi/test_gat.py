@@ -31,7 +31,7 @@ CS = [c for c in (1, 2, 3, 4, 8) if P % c == 0]
 N, FIN, CLASSES = 13, 5, 3
 
 
-def _problem(self_loops: bool, seed: int = 5):
+def _problem(self_loops: bool, seed: int = 5, heads: tuple[int, int] = (3, 2)):
     rng = np.random.default_rng(seed)
     A = (rng.random((N, N)) < 0.25).astype(float)
     A[3] = 0.0                      # node 3 has no in-edges (unless self-loops are added)
@@ -39,7 +39,7 @@ def _problem(self_loops: bool, seed: int = 5):
     X = rng.standard_normal((N, FIN))
     X[rng.random((N, FIN)) < 0.3] = 0.0
     y = rng.integers(0, CLASSES, N)
-    layers = ref.random_layers(rng, [FIN, 2, CLASSES], heads=[3, 2], concat=[True, False])
+    layers = ref.random_layers(rng, [FIN, 2, CLASSES], heads=list(heads), concat=[True, False])
     pat = A != 0
     np.fill_diagonal(pat, self_loops)
     dst, src = np.nonzero(pat)
@@ -105,13 +105,14 @@ def test_gat_matches_reference(c, permute, self_loops, dropout):
             np.testing.assert_allclose(logits[row[0]], layers[1]["bias"], atol=1e-14)
 
 
-@pytest.mark.parametrize("c", CS)
-def test_repeated_steps_replay_the_head_calls_and_match_the_reference(c, monkeypatch):
-    """Training steps in a row (forward with dropout, backward, inference forward) reuse each
-    head's bound calls (DistGAT.heads): every step's logits and gradients match the serial
-    reference, and from the third step on (c = 1, where calls replay) no head's SpMM or
-    SDDMM goes through the family's loop."""
-    A, X, y, layers, dst, src = _problem(True)
+@pytest.mark.parametrize("c,heads", [(c, (3, 2)) for c in CS] + [(1, (12, 9))])
+def test_repeated_steps_replay_the_head_calls_and_match_the_reference(c, heads, monkeypatch):
+    """Training steps in a row (forward with dropout, backward, inference forward) make the
+    heads' calls through one bound call per layer and operation (DistGAT.head_call): every
+    step's logits and gradients match the serial reference, and from the third step on
+    (c = 1, where calls replay) no head's SpMM or SDDMM goes through the family's loop, with
+    more heads than a kernel keeps prepared operand sets (base.PREPARED_SOURCES) too."""
+    A, X, y, layers, dst, src = _problem(True, heads=heads)
     obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=2)
     gat = DistGAT(obj, _model(layers))
     X_loc = X[gat.nodes]
