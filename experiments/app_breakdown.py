@@ -31,8 +31,9 @@ largest; the parts add up to its wall time), from the phases the counting commun
 * ``app_local``: everything else, the application's local work (CG vector updates; X W^T and
   the other dense GEMMs, LeakyReLU, exp and the loss) and its Python.
 
-The kernel calls are timed by wrapping the object's public kernel methods (and the fused
-attention) for the measurement; every phase second comes from :class:`distmm.core.comm.CommStats`.
+The kernel calls are timed by wrapping the object's public kernel methods, its bound calls
+(the applications bind theirs) and the fused attention for the measurement; every phase second
+comes from :class:`distmm.core.comm.CommStats`.
 Records also hold ``phase_seconds`` (max over ranks of each timed phase), words and messages
 per phase (max and mean over ranks) and the model's words per phase for the kernels (and ALS's
 row dot products); ALS's ``model.fusedmm_seconds`` is the planner's time of its FusedMM calls.
@@ -133,6 +134,7 @@ class KernelClock:
         self.depth = 0
         self.wall = 0.0
         self.inside: dict[str, float] = defaultdict(float)
+        self._bound_call = None
 
     def wrap(self, fn):
         @functools.wraps(fn)
@@ -152,9 +154,27 @@ class KernelClock:
         return timed
 
     def wrap_methods(self, obj) -> None:
-        """Time every public kernel method of ``obj`` (instance attributes shadow the class's)."""
+        """Time every public kernel method of ``obj`` (instance attributes shadow the class's)
+        and its bound calls (``S.bind``, which the applications make: a replayed bound call
+        does not go through the method). :meth:`unwrap` puts the bound calls' class back."""
+        from distmm.algorithms.replay import BoundCall
+
         for name in KERNEL_METHODS:
             setattr(obj, name, self.wrap(getattr(obj, name)))
+        original = self._bound_call = BoundCall.__call__
+        timed = self.wrap(original)
+
+        def call(bound):
+            return timed(bound) if bound._obj is obj else original(bound)
+
+        BoundCall.__call__ = call
+
+    def unwrap(self) -> None:
+        """Undo :meth:`wrap_methods`' change to the bound calls' class."""
+        from distmm.algorithms.replay import BoundCall
+
+        if self._bound_call is not None:
+            BoundCall.__call__, self._bound_call = self._bound_call, None
 
 
 class Window:
@@ -249,9 +269,14 @@ def measure_als(cfg: dict, source, comm, machine) -> dict | None:
         if record["epoch"] <= cfg["repeat"]:
             state["window"].start()
 
-    res = als.fit(source, comm, rank=cfg["r"], epochs=1 + cfg["repeat"], cg_iters=k,
-                  test_fraction=0.0, seed=cfg["seed"], algorithm=cfg["algorithm"], c=cfg["c"],
-                  strategy=cfg["strategy"], dtype=cfg["dtype"], callback=after_epoch)
+    try:
+        res = als.fit(source, comm, rank=cfg["r"], epochs=1 + cfg["repeat"], cg_iters=k,
+                      test_fraction=0.0, seed=cfg["seed"], algorithm=cfg["algorithm"],
+                      c=cfg["c"], strategy=cfg["strategy"], dtype=cfg["dtype"],
+                      callback=after_epoch)
+    finally:
+        if "window" in state:
+            state["window"].clock.unwrap()
     obj = res.obj
     nnz = int(comm.allreduce(obj.values.size))
     row_dot = comm.allreduce(als.epoch_row_dot_words(obj, tuple(state["iterations"]))) / obj.p
@@ -320,6 +345,7 @@ def measure_gat(cfg: dict, source, comm, machine) -> dict | None:
             reps.append(window.stop())
     finally:
         gat_mod.fused_attention = original
+        clock.unwrap()
     nnz = int(comm.allreduce(obj.values.size))
     if fused:
         per_rank = [fused_words(obj, H, F, k) for k in range(obj.p)]
