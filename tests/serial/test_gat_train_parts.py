@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from distmm.apps.gat import feature_mask, keep_scale, uniform_hash
+from distmm.apps.gat import dropout_factors, feature_mask, keep_scale, uniform_hash
 from distmm.apps.gat_model import Adam, GATModel
 from distmm.apps.gat_train import standard_split
 from distmm.errors import InputError
@@ -45,6 +45,23 @@ def test_dropout_hash_is_uniform_and_keyed():
     a = feature_mask(X, ids, 0.5, 0, 1, 0, np.float64)
     b = feature_mask(X[::-1], ids[::-1], 0.5, 0, 1, 0, np.float64)
     np.testing.assert_array_equal(a, b[::-1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_dropout_factors_equal_the_numpy_hash(dtype):
+    """dropout_factors (one compiled pass, what training uses) is bitwise keep_scale of
+    uniform_hash (the numpy definition) for any keys, stream and rate, 1-D or 2-D keys."""
+    rng = np.random.default_rng(4)
+    keys = np.concatenate([np.arange(5000), rng.integers(0, 2**62, 5000)]).reshape(-1, 4)
+    for stream in ((), (0,), (3, 9, 1, 0), (2**40, 7)):
+        u = uniform_hash(keys, *stream)
+        for rate in (0.0, 0.3, 0.6, 0.999999):  # rates in [0, 1), as the CLI requires
+            want = keep_scale(u, rate, dtype)
+            got = dropout_factors(keys, rate, dtype, *stream)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(dropout_factors(keys[:, 1], rate, dtype, *stream),
+                                          want[:, 1])
 
 
 def test_adam_step_matches_formula():
