@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from distmm.apps.gat import dropout_factors, feature_mask, keep_scale, uniform_hash
+from distmm.apps.gat import dropout_factors, elu, feature_mask, keep_scale, uniform_hash
 from distmm.apps.gat_model import Adam, GATModel
 from distmm.apps.gat_train import standard_split
 from distmm.errors import InputError
@@ -62,6 +62,24 @@ def test_compiled_dropout_factors_equal_the_numpy_hash(dtype):
             np.testing.assert_array_equal(got, want)
             np.testing.assert_array_equal(dropout_factors(keys[:, 1], rate, dtype, *stream),
                                           want[:, 1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_elu_is_numpys_bit_for_bit(dtype):
+    """elu (compiled, expm1 only where used) against numpy's expression, over six decades of
+    magnitude and the special values (signed zeros, infinities, NaN, subnormals)."""
+    rng = np.random.default_rng(6)
+    Y = np.concatenate([rng.standard_normal(20000) * s for s in (1e-6, 1e-3, 0.1, 1, 10, 100)])
+    Y[:10] = [0.0, -0.0, np.inf, -np.inf, np.nan, -1e-45, 1e-45, -88.0, -104.0, 5.0]
+    Y = Y.astype(dtype).reshape(-1, 40)
+    want = np.where(Y > 0, Y, np.expm1(np.minimum(Y, 0)))
+    got = elu(Y)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(bits), want[~nan].view(bits))
+    np.testing.assert_array_equal(elu(Y[:, ::3]), want[:, ::3])  # a strided input
 
 
 def test_adam_step_matches_formula():

@@ -1,16 +1,23 @@
-"""GAT training steps with the heads' calls bound (what DistGAT does) against method calls on
-new contiguous copies of each head's slices (what it did before), taking turns in one process.
+"""GAT training steps with one part of DistGAT made the way it is against the way it was
+before, taking turns in one process.
 
 One step is what ``distmm gat train`` does per epoch: a forward pass with dropout, the
 backward pass and an inference forward pass, on Cora (``--data``: ../shared/data) with the
-GAT paper's model (2 layers, ``--heads`` heads of 8, 7 classes). The two ways differ only in
-how :class:`distmm.apps.gat.HeadCall` makes a head's call; every other part of the step is
-the same code. Each round times ``--steps`` steps of each way (after two untimed ones, which
-make the bound calls' replays), the ways taking turns round by round, and prints the median
-step of each round and the ratios; run it under ``mpiexec`` for p > 1::
+GAT paper's model (2 layers, ``--heads`` heads of 8, 7 classes). ``--part`` picks what differs:
 
-    .venv/bin/python experiments/bench_gat_heads.py --rounds 6
-    .venv/bin/mpiexec -n 2 .venv/bin/python experiments/bench_gat_heads.py --rounds 6
+* ``heads``: a layer's per-head calls through one bound call on shared buffers
+  (:class:`distmm.apps.gat.HeadCall`) against method calls on new contiguous copies of each
+  head's slices (never replayed);
+* ``elu``: the compiled :func:`distmm.apps.gat.elu` against numpy's
+  ``np.where(Y > 0, Y, np.expm1(np.minimum(Y, 0)))``.
+
+Every other part of the step is the same code. Each round times ``--steps`` steps of each way
+(after two untimed ones, which make the bound calls' replays), the ways taking turns round by
+round (the order reversed every other round), and prints the median step of each round and
+the ratios; run it under ``mpiexec`` for p > 1::
+
+    .venv/bin/python experiments/bench_gat_step.py --part heads --rounds 10 --steps 20
+    .venv/bin/mpiexec -n 2 .venv/bin/python experiments/bench_gat_step.py --part elu
 """
 
 from __future__ import annotations
@@ -28,10 +35,12 @@ import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
 
+import distmm.apps.gat as gat_module
 from distmm.apps.gat import DistGAT, Dropout, HeadCall, cross_entropy, distribute_graph
 from distmm.apps.gat_model import GATModel
 
 BOUND = HeadCall.__call__
+COMPILED_ELU = gat_module.elu
 
 
 def method_call(self: HeadCall, *operands: np.ndarray, values=None) -> np.ndarray:
@@ -42,8 +51,22 @@ def method_call(self: HeadCall, *operands: np.ndarray, values=None) -> np.ndarra
         *(np.ascontiguousarray(x) for x in operands), values=vals)
 
 
+def numpy_elu(Y: np.ndarray) -> np.ndarray:
+    """The ELU as DistGAT computed it before the compiled one."""
+    return np.where(Y > 0, Y, np.expm1(np.minimum(Y, 0)))
+
+
+def use(part: str, new: bool) -> None:
+    """Make ``part`` the current (``new``) or the former way."""
+    if part == "heads":
+        HeadCall.__call__ = BOUND if new else method_call
+    else:
+        gat_module.elu = COMPILED_ELU if new else numpy_elu
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", choices=["heads", "elu"], default="heads")
     ap.add_argument("--data", default=os.environ.get("DISTMM_DATA", "../shared/data"))
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
@@ -71,11 +94,11 @@ def main(argv=None) -> int:
         gat.backward(dlog, caches)
         gat.forward(X, None)
 
-    medians: dict[str, list[float]] = {"bound": [], "method": []}
+    medians: dict[str, list[float]] = {"new": [], "old": []}
     for rnd in range(args.rounds):
-        ways = ("bound", "method") if rnd % 2 == 0 else ("method", "bound")
+        ways = ("new", "old") if rnd % 2 == 0 else ("old", "new")
         for way in ways:
-            HeadCall.__call__ = BOUND if way == "bound" else method_call
+            use(args.part, way == "new")
             step(0)
             step(1)
             times = []
@@ -85,13 +108,13 @@ def main(argv=None) -> int:
                 step(k)
                 times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
             medians[way].append(float(np.median(times)))
-    HeadCall.__call__ = BOUND
+    use(args.part, True)
     obj.close()
     if comm.rank == 0:
-        b, m = np.array(medians["bound"]), np.array(medians["method"])
-        print(f"Cora GAT step, p = {comm.size}, {args.heads} heads, {dtype}: median over "
-              f"rounds bound {np.median(b) * 1e3:.2f} ms, method {np.median(m) * 1e3:.2f} ms; "
-              f"bound / method per round {' '.join(f'{x:.2f}' for x in b / m)}")
+        b, m = np.array(medians["new"]), np.array(medians["old"])
+        print(f"Cora GAT step, {args.part}, p = {comm.size}, {args.heads} heads, {dtype}: median "
+              f"over rounds now {np.median(b) * 1e3:.2f} ms, before {np.median(m) * 1e3:.2f} ms; "
+              f"now / before per round {' '.join(f'{x:.2f}' for x in b / m)}")
     return 0
 
 
