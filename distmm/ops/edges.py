@@ -200,6 +200,15 @@ class EdgePlan:
             serve=int(np.count_nonzero(serve)), block_rows=int(self.block_rows),
             chunk_rows=int(self.chunk.stop - self.chunk.start),
             group_size=int(self.group.size))
+        # Where no rank sends a partial or a per-node value to another (one rank; the rows of
+        # 1.5D dense shifting at c = 1), the all-to-alls of combine, to_rows and spread move
+        # nothing: they are skipped, on every rank alike, as this all-reduce agrees.
+        crossing = np.array([self.sizes.to_others + self.sizes.from_others,
+                             self.sizes.remote + self.sizes.serve], dtype=np.int64)
+        total = np.empty_like(crossing)
+        obj.world.allreduce(crossing, total, phase=PLAN_PHASE)
+        self.private_rows = int(total[0]) == 0
+        self.private_values = int(total[1]) == 0
 
     # ----------------------------------------------------------------- pieces
     def partial(self, values: np.ndarray, op: str) -> np.ndarray:
@@ -208,6 +217,10 @@ class EdgePlan:
 
     def combine(self, world, partial: np.ndarray, op: str, phase: str) -> np.ndarray:
         """Send partials to the combiners; returns the combined (targets, h) rows here."""
+        if self.private_rows:  # every partial is its row's only one, and combined here
+            combined = np.empty_like(partial)
+            combined[self.cinv] = partial[self.send_order]
+            return combined
         h = partial.shape[1]
         recv = np.empty((int(self.recvcounts.sum()), h), dtype=partial.dtype)
         world.alltoallv(np.ascontiguousarray(partial[self.send_order]), self.sendcounts * h,
@@ -240,17 +253,20 @@ class EdgePlan:
         """All-reduce of grouped (``seg.sort``-ed) values over the ranks sharing each row:
         (distinct rows, h) totals in :attr:`seg` order."""
         partial = self.seg.reduce(REDUCE_OPS[op][0], grouped)
+        if self.private_rows:  # each row's partial is its total (combine, to_rows: identity)
+            return partial
         return self.to_rows(world, self.combine(world, partial, op, phase), phase)
 
     def spread(self, world, X: np.ndarray, phase: str) -> np.ndarray:
         """(nnz, h) values of per-node (block_rows, h) ``X`` at each local nonzero."""
         h = X.shape[1]
-        recv = np.empty((self.remote_uniq.size, h), dtype=X.dtype)
-        world.alltoallv(np.ascontiguousarray(X[self.serve_pos]), self.serve_counts * h, recv,
-                        self.remote_counts * h, phase=phase)
         per_row = np.empty((self.seg.starts.size, h), dtype=X.dtype)
         per_row[self.local_uniq] = X[self.local_pos]
-        per_row[self.remote_uniq] = recv
+        if not self.private_values:  # values from and to other ranks
+            recv = np.empty((self.remote_uniq.size, h), dtype=X.dtype)
+            world.alltoallv(np.ascontiguousarray(X[self.serve_pos]), self.serve_counts * h,
+                            recv, self.remote_counts * h, phase=phase)
+            per_row[self.remote_uniq] = recv
         return self.values_of(per_row)
 
     def values_of(self, per_row: np.ndarray) -> np.ndarray:
