@@ -143,10 +143,25 @@ def _dropout_kernel(keys, base, rate, scale, out):
 
 
 def dropout_factors(keys: np.ndarray, rate: float, dtype, *stream: int) -> np.ndarray:
-    """``keep_scale(uniform_hash(keys, *stream), rate, dtype)`` in one compiled pass, bitwise
-    the same (the same integer hash, the same float conversion and comparison): a dropout
-    mask costs about twenty numpy passes over its keys otherwise. ``rate`` in [0, 1). Not
-    collective."""
+    """Inverted-dropout factors of ``keys``: ``keep_scale(uniform_hash(keys, *stream), rate,
+    dtype)`` in one compiled pass, bitwise the same (the same integer hash, float conversion
+    and comparison; numpy takes about twenty passes over the keys). Not collective.
+
+    Parameters
+    ----------
+    keys : ndarray of non-negative integers, any shape
+        One key per factor (a feature entry's or an edge's original ids, see the callers).
+    rate : float
+        The dropout rate, in [0, 1).
+    dtype : numpy dtype
+        The factors' dtype.
+    *stream : int
+        The stream (seed, step, layer, kind), as :func:`uniform_hash` takes it.
+
+    Returns
+    -------
+    ndarray, the shape of ``keys``: 0 or 1 / (1 - rate).
+    """
     base = np.zeros(1, dtype=np.uint64)
     for part in stream:
         base = _mix(base + np.asarray([part], dtype=np.uint64) + _GOLDEN)
@@ -196,7 +211,16 @@ def _elu_kernel(y, out):
 def elu(Y: np.ndarray) -> np.ndarray:
     """ELU, ``np.where(Y > 0, Y, np.expm1(np.minimum(Y, 0)))`` bitwise, in one compiled pass
     that evaluates expm1 only where it is used (numpy's float32 expm1 is a scalar loop over
-    every element, most of a Cora layer's activation time). Not collective."""
+    every element, most of a Cora layer's activation time). Not collective.
+
+    Parameters
+    ----------
+    Y : ndarray of float32 or float64, any shape
+
+    Returns
+    -------
+    ndarray, a new C-contiguous array of Y's shape and dtype.
+    """
     Y = np.ascontiguousarray(Y)
     out = np.empty_like(Y)
     _elu_kernel(Y.reshape(-1), out.reshape(-1))
