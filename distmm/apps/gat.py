@@ -55,6 +55,11 @@ from distmm.core.coo import CooShare
 from distmm.errors import require
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+# splitmix64's finaliser multipliers, and the scale of a 53-bit draw to [0, 1) (_mix,
+# uniform_hash and their compiled form in _dropout_kernel)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_UNIT = 1.0 / (1 << 53)
 FEATURE, ATTENTION = 0, 1
 
 
@@ -105,20 +110,25 @@ def distribute_graph(S, comm: MPI.Comm = MPI.COMM_WORLD, add_self_loops: bool = 
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
     x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x * _MIX1
     x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
+    x = x * _MIX2
     return x ^ (x >> np.uint64(31))
+
+
+def _stream_base(stream: tuple[int, ...]) -> np.uint64:
+    """The hash's offset for a stream (seed, step, layer, kind): each part mixed in turn."""
+    base = np.zeros(1, dtype=np.uint64)
+    for part in stream:
+        base = _mix(base + np.asarray([part], dtype=np.uint64) + _GOLDEN)
+    return base[0]
 
 
 def uniform_hash(keys: np.ndarray, *stream: int) -> np.ndarray:
     """Uniform [0, 1) numbers, a pure function of each non-negative integer key and of the
     stream (e.g. seed, step, layer, kind). Not collective."""
-    base = np.zeros(1, dtype=np.uint64)
-    for part in stream:
-        base = _mix(base + np.asarray([part], dtype=np.uint64) + _GOLDEN)
-    x = _mix(np.asarray(keys, dtype=np.int64).astype(np.uint64) * _GOLDEN + base)
-    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    x = _mix(np.asarray(keys, dtype=np.int64).astype(np.uint64) * _GOLDEN + _stream_base(stream))
+    return (x >> np.uint64(11)).astype(np.float64) * _UNIT
 
 
 def keep_scale(u: np.ndarray, rate: float, dtype) -> np.ndarray:
@@ -130,15 +140,14 @@ def keep_scale(u: np.ndarray, rate: float, dtype) -> np.ndarray:
 def _dropout_kernel(keys, base, rate, scale, out):
     """out[i] = scale where the uniform draw of keys[i] is >= rate, else 0 (see
     :func:`dropout_factors`)."""
-    golden = np.uint64(0x9E3779B97F4A7C15)
     for i in prange(keys.shape[0]):
-        x = np.uint64(keys[i]) * golden + base
-        x = x ^ (x >> np.uint64(30))
-        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = np.uint64(keys[i]) * _GOLDEN + base
+        x = x ^ (x >> np.uint64(30))  # _mix, on one element
+        x = x * _MIX1
         x = x ^ (x >> np.uint64(27))
-        x = x * np.uint64(0x94D049BB133111EB)
+        x = x * _MIX2
         x = x ^ (x >> np.uint64(31))
-        u = np.float64(x >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+        u = np.float64(x >> np.uint64(11)) * _UNIT
         out[i] = scale if u >= rate else 0.0
 
 
@@ -162,12 +171,10 @@ def dropout_factors(keys: np.ndarray, rate: float, dtype, *stream: int) -> np.nd
     -------
     ndarray, the shape of ``keys``: 0 or 1 / (1 - rate).
     """
-    base = np.zeros(1, dtype=np.uint64)
-    for part in stream:
-        base = _mix(base + np.asarray([part], dtype=np.uint64) + _GOLDEN)
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     out = np.empty(keys.shape, dtype=dtype)
-    _dropout_kernel(keys.reshape(-1), base[0], float(rate), 1.0 / (1.0 - rate), out.reshape(-1))
+    _dropout_kernel(keys.reshape(-1), _stream_base(stream), float(rate), 1.0 / (1.0 - rate),
+                    out.reshape(-1))
     return out
 
 
