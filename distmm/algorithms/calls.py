@@ -85,11 +85,14 @@ class CallChecks:
     # ----------------------------------------------------------------- repeated operands
     def _recall(self, kind: str, dense, values, out) -> int | None:
         """r of the last cheap-checked call of ``kind`` if this call passes the very same
-        operand objects, unchanged in shape, strides and dtype (None otherwise). Not collective.
+        operand objects, unchanged (None otherwise). Not collective.
 
-        The cheap checks depend on nothing else (an ndarray object's data and flags cannot
-        change without its shape or strides changing), so they would pass again: a loop that
-        calls one operation with the same buffers pays for them once."""
+        Unchanged: a plain array of the same shape, strides and dtype (its data and flags
+        cannot change without its shape or strides changing); a typed block with the same
+        layout token (:meth:`DenseBlock.layout_token`: nothing assigned to it since, so
+        neither its layout nor its side or owner changed). The cheap checks depend on nothing
+        else, so they would pass again: a loop that calls one operation with the same buffers
+        pays for them once."""
         memo = self._memo.get(kind)
         if memo is None:
             return None
@@ -102,8 +105,13 @@ class CallChecks:
         for _, X, _ in dense:
             held = kept[k]
             k += 1
-            if (held is None or held[0]() is not X or X.shape != held[1]
-                    or X.strides != held[2] or (X.dtype is not held[3] and X.dtype != held[3])):
+            if held is None or held[0]() is not X:
+                return None
+            if held[4] is not None:
+                if X._layout is not held[4]:
+                    return None
+            elif (X.shape != held[1] or X.strides != held[2]
+                  or (X.dtype is not held[3] and X.dtype != held[3])):
                 return None
         for X in (values, out):
             held = kept[k]
@@ -111,8 +119,14 @@ class CallChecks:
             if X is None:
                 if held is not None:
                     return None
-            elif (held is None or held[0]() is not X or X.shape != held[1]
-                  or X.strides != held[2] or (X.dtype is not held[3] and X.dtype != held[3])):
+                continue
+            if held is None or held[0]() is not X:
+                return None
+            if held[4] is not None:
+                if X._layout is not held[4]:
+                    return None
+            elif (X.shape != held[1] or X.strides != held[2]
+                  or (X.dtype is not held[3] and X.dtype != held[3])):
                 return None
         return r
 
@@ -125,7 +139,9 @@ class CallChecks:
         typed = any(isinstance(X, DenseBlock) and X.typed for _, X, _ in dense)
         if self.splits_r and not typed:
             return
-        kept = tuple(None if X is None else (weakref.ref(X), X.shape, X.strides, X.dtype)
+        kept = tuple(None if X is None else
+                     (weakref.ref(X), X.shape, X.strides, X.dtype,
+                      X.layout_token() if isinstance(X, DenseBlock) else None)
                      for X in (*[X for _, X, _ in dense], values, out))
         self._memo[kind] = (r, kept)
 

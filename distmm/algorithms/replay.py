@@ -7,8 +7,10 @@ c = 1 and no overlap: nothing replicated, reduced or copied; on one rank a singl
 :meth:`DistributedAlgorithm._replayable`), the second such call is traced: if every kernel ran
 through a prepared call kept from the call before (:meth:`DistributedAlgorithm._run_kernel`),
 the steps (each kernel's prepared call and arguments, each shift's buffers and partners) are
-kept, and every later call that passes the very same operands (the same objects, shapes,
-strides and dtypes, as :meth:`CallChecks._recall` checks them), the same strategy and the
+kept, and every later call that passes the very same operands, unchanged (as
+:meth:`CallChecks._recall` checks them: the same objects, plain arrays with the same shapes,
+strides and dtypes, typed blocks with the same layout token, which any assignment to the
+block drops: :meth:`~distmm.core.dense.DenseBlock.layout_token`), the same strategy and the
 same node-model plan state runs those steps directly, skipping the checks and the family's
 loop. Its result is bitwise the same, it sends the same messages in the same order, and its
 statistics are the same (the kernels' own seconds in "compute", the node model's
@@ -63,7 +65,7 @@ class CallReplay:
 
         ``operands`` are the call's dense operands in the public method's order, then its
         values (None or an array) and its ``out``. A repeat passes the very objects of the
-        traced call, unchanged in shape, strides and dtype (as :meth:`_recall` checks them),
+        traced call, unchanged (as :meth:`_recall` checks them),
         under the same ``extra`` (FusedMM's strategy) and node-model plan state."""
         kept = self._replays.get(kind)
         if kept is None:
@@ -72,7 +74,9 @@ class CallReplay:
         if ext != extra:
             return None
         # Written out (with an index, cheaper than zip): a training loop pays for this on
-        # every call, and it is most of what a replayed call does besides its kernels.
+        # every call, and it is most of what a replayed call does besides its kernels. A typed
+        # block's layout is checked by its token (DenseBlock.layout_token): one attribute
+        # read, where shape, strides and dtype are three, two of them new tuples each time.
         i = 0
         for h in held:
             X = operands[i]
@@ -81,9 +85,14 @@ class CallReplay:
                 if X is not None:
                     return None
                 continue
-            obj, shape, strides, dtype = h
-            if (X is not obj or X.shape != shape or X.strides != strides
-                    or (X.dtype is not dtype and X.dtype != dtype)):
+            obj, token, shape, strides, dtype = h
+            if X is not obj:
+                return None
+            if token is not None:
+                if X._layout is not token:
+                    return None
+            elif (X.shape != shape or X.strides != strides
+                  or (X.dtype is not dtype and X.dtype != dtype)):
                 return None
         if self.kernel.plan_state() != self._plan_state:
             return None
@@ -183,7 +192,7 @@ class CallReplay:
         held = None
         if (trace and memo is not None and any(timed for *_, timed in trace)
                 and all(hit for hit, *_ in trace)):
-            held = tuple(None if h is None else (h[0](), *h[1:]) for h in memo[1])
+            held = tuple(None if h is None else _held_operand(*h) for h in memo[1])
         if held is not None and all(h is None or h[0] is not None for h in held):
             steps = tuple((fn, args, timed) for _, fn, args, timed in trace)
             self._replays[kind] = (held, extra, steps, result)
@@ -196,6 +205,18 @@ class CallReplay:
         self._trace = None
         for call in self._bound_calls:
             call._kept = None
+
+
+def _held_operand(ref, shape, strides, dtype, token) -> tuple:
+    """What a replay keeps of one operand that the call's checks remembered (``_remember``: a
+    weak reference, the layout that passed, and a typed block's layout token, see
+    :meth:`~distmm.core.dense.DenseBlock.layout_token`): (object, token, shape, strides,
+    dtype), the object None if it is gone or no longer as it was checked."""
+    X = ref()
+    if X is None or (X._layout is not token if token is not None else
+                     X.shape != shape or X.strides != strides or X.dtype != dtype):
+        return (None, token, shape, strides, dtype)
+    return (X, token, shape, strides, dtype)
 
 
 class BoundCall:

@@ -48,24 +48,56 @@ class DenseBlock(np.ndarray):
     side: str | None
     global_shape: tuple[int, int] | None
     owner: Any
+    # The block's layout token (layout_token): absent (None) until a replayed call asks for
+    # one, and dropped by any attribute assignment (__setattr__, resize, __setstate__).
+    _layout: object | None = None
 
     def __new__(cls, array: np.ndarray, side: str, global_shape: tuple[int, int],
                 owner: Any) -> DenseBlock:
         obj = np.asarray(array).view(cls)
-        obj.side = side
-        obj.global_shape = (int(global_shape[0]), int(global_shape[1]))
-        obj.owner = owner
-        obj._block_shape = obj.shape
+        # written to the instance dict: __setattr__ is for what callers assign
+        meta = obj.__dict__
+        meta["side"] = side
+        meta["global_shape"] = (int(global_shape[0]), int(global_shape[1]))
+        meta["owner"] = owner
+        meta["_block_shape"] = obj.shape
         return obj
 
     def __array_finalize__(self, obj: np.ndarray | None) -> None:
         # A view or copy of the same shape (X.copy(), X[...], X.astype(...)) keeps the
         # metadata; a new shape (a slice, a transpose) is no longer a block of the layout.
         same = isinstance(obj, DenseBlock) and obj.shape == self.shape
-        self.side = obj.side if same else None
-        self.global_shape = obj.global_shape if same else None
-        self.owner = obj.owner if same else None
-        self._block_shape = obj._block_shape if same else None
+        meta = self.__dict__
+        meta["side"] = obj.side if same else None
+        meta["global_shape"] = obj.global_shape if same else None
+        meta["owner"] = obj.owner if same else None
+        meta["_block_shape"] = obj._block_shape if same else None
+
+    # ------------------------------------------------------------------ layout token
+    def layout_token(self) -> object:
+        """An object that stays this block's token while nothing is assigned to the block.
+
+        Any attribute assignment (``X.shape = ...``, ``X.dtype = ...``, ``X.strides = ...``,
+        ``X.side = ...``, anything) and ``X.resize`` or ``X.__setstate__`` drop it, and the next
+        call makes a new one. A replayed call (distmm/algorithms/replay.py) compares a block's
+        token with the one it traced instead of reading its shape, strides and dtype on every
+        call: those are changed in place only by such assignments. Not collective."""
+        token = self.__dict__.get("_layout")
+        if token is None:
+            token = self.__dict__["_layout"] = object()
+        return token
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__.pop("_layout", None)
+        super().__setattr__(name, value)
+
+    def resize(self, *args, **kwargs) -> None:
+        self.__dict__.pop("_layout", None)
+        super().resize(*args, **kwargs)
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.pop("_layout", None)
+        super().__setstate__(state)
 
     @property
     def typed(self) -> bool:

@@ -7,6 +7,8 @@ the operands as they are at the call, never a stale replay after a failed call."
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -299,6 +301,53 @@ def test_an_operand_changed_in_layout_is_not_replayed():
     with pytest.raises(distmm.InputError, match="dtype"):
         obj.spmm_a(B_loc, out=out)
     B_loc.dtype = np.float64
+    check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
+    obj.close()
+
+
+def test_a_block_assigned_to_is_checked_again():
+    """A replay knows a typed block's layout by its token (DenseBlock.layout_token), not by
+    reading shape, strides and dtype: any assignment to the block, a resize or a
+    __setstate__ drops the token, so the next call is checked in full (and refused where the
+    block no longer fits) instead of replayed through the old views."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    out = obj.dense("a", 19)
+
+    def settle():  # the first call, the traced second, then replays
+        for _ in range(3):
+            obj.spmm_a(B_loc, out=out)
+        return B_loc.layout_token()
+
+    token = settle()
+    assert B_loc.layout_token() is token  # kept while nothing is assigned
+    B_loc.side = "a"  # the wrong side for SpMMA's operand: only a full check can see it
+    with pytest.raises(distmm.InputError, match="side"):
+        obj.spmm_a(B_loc, out=out)
+    B_loc.side = "b"
+    assert settle() is not token
+    # an in-place strides assignment (deprecated by NumPy), even of the same strides
+    token = B_loc.layout_token()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        B_loc.strides = B_loc.strides
+    assert B_loc.layout_token() is not token
+    check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
+    # resize in place: numpy refuses it for an operand the calls remember (they hold a weak
+    # reference to it), even without refcheck; a block nobody remembers loses its token
+    own = B_loc.copy()
+    for _ in range(3):
+        obj.spmm_a(own, out=out)
+    with pytest.raises(ValueError, match="resize"):
+        own.resize((own.shape[0] + 1, 19), refcheck=False)
+    spare = B_loc.copy()
+    token = spare.layout_token()
+    spare.resize((spare.shape[0] + 1, 19), refcheck=False)
+    assert spare.layout_token() is not token
+    # __setstate__ replaces the whole array in place
+    state = B_loc.copy().view(np.ndarray).__reduce__()[2]
+    token = settle()
+    B_loc.__setstate__(state)
+    assert B_loc.layout_token() is not token
     check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
     obj.close()
 
