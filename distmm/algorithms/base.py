@@ -162,7 +162,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         # key -> [(the step's operand objects, weakly, with their shapes; the prepared kernel
         # call), ...] newest first, and the node model's plan state they were prepared under
         # (_run_kernel)
-        self._prepared: dict[tuple, list] = {}
+        self._prepared: dict[tuple, dict] = {}
         self._plan_state = None
         self._kind: str | None = None
         # kind -> the kept replay of its last call, and the kernels of the call being traced
@@ -404,29 +404,38 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
         vector are replaced, when the node model's plan state (the numba thread count) changes
         (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
-        sources are held weakly: a kept call keeps no array alive."""
+        sources are held weakly: a kept call keeps no array alive.
+
+        The entries of a key are found by the sources' ids (then checked by identity, as an
+        id can be reused once its object is gone): a call whose result is a new array each
+        time (no ``out=``, the PyTorch functions) misses every entry, and comparing its
+        sources with each entry in turn was a good part of such a call on a small graph."""
         entries = self._prepared.get(key) if key is not None else None
         kept, hit = None, False
         if entries is not None:
-            for entry in entries:
-                for (ref, like), x in zip(entry[0], sources, strict=True):
+            ids = tuple(map(id, sources))
+            kept = entries.get(ids)
+            if kept is not None:
+                for (ref, like), x in zip(kept[0], sources, strict=True):
                     if ref() is not x or (x is not None and x.shape != like[0]):
+                        kept = None
                         break
                 else:
-                    kept, hit = entry, True
-                    break
+                    hit = True
             if kept is None:
-                first = entries[0]
+                first = next(iter(entries.values()))  # every entry's sources are alike
                 if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
                     # the same prepared call serves these sources too; they get an entry of
                     # their own, so that calls on several sets of operands in turns all hit
                     kept = (_source_refs(sources), first[1])
-                    entries.insert(0, kept)
-                    del entries[PREPARED_SOURCES:]
+                    entries.pop(ids, None)  # a dead entry under a reused id
+                    entries[ids] = kept
+                    if len(entries) > PREPARED_SOURCES:
+                        del entries[next(iter(entries))]  # the oldest
         if kept is None:
             kept = (_source_refs(sources), self.kernel.prepare(op, S, vals, X, Y, out, accumulate))
             if key is not None and self.checks != "always":
-                self._prepared[key] = [kept]
+                self._prepared[key] = {tuple(map(id, sources)): kept}
         run = kept[1]
         args = (vals, X, out) if Y is None else (vals, X, Y, out)
         self.stats.seconds["compute"] += run(*args)
