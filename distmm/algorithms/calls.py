@@ -46,6 +46,32 @@ from distmm.errors import InputError
 CHECKS = ("always", "once", "off")
 
 
+def unchanged(X: np.ndarray, held: tuple | None) -> bool:
+    """Whether ``X`` is a remembered operand, unchanged. Not collective.
+
+    Parameters
+    ----------
+    X : ndarray or DenseBlock
+        An operand of this call.
+    held : tuple or None
+        What :meth:`CallChecks._remember` kept of the operand in X's place: (weak reference,
+        shape, strides, dtype, layout token or None); None if there was none.
+
+    Returns
+    -------
+    bool
+        True if X is that very object and, for a typed block, still has that layout token
+        (nothing assigned to it since, :meth:`DenseBlock.layout_token`), or, for a plain
+        array, the same shape, strides and dtype.
+    """
+    if held is None or held[0]() is not X:
+        return False
+    if held[4] is not None:
+        return X._layout is held[4]
+    return (X.shape == held[1] and X.strides == held[2]
+            and (X.dtype is held[3] or X.dtype == held[3]))
+
+
 class CallChecks:
     """Mixin of :class:`~distmm.algorithms.base.DistributedAlgorithm`: the per-call checks.
 
@@ -99,34 +125,18 @@ class CallChecks:
         r, kept = memo
         if len(kept) != len(dense) + 2:
             return None
-        # Written out rather than looped over one list: a training loop pays for this on every
-        # call that is not replayed (replay.py checks a replay's operands the same way).
         k = 0
         for _, X, _ in dense:
-            held = kept[k]
+            if not unchanged(X, kept[k]):
+                return None
             k += 1
-            if held is None or held[0]() is not X:
-                return None
-            if held[4] is not None:
-                if X._layout is not held[4]:
-                    return None
-            elif (X.shape != held[1] or X.strides != held[2]
-                  or (X.dtype is not held[3] and X.dtype != held[3])):
-                return None
         for X in (values, out):
             held = kept[k]
             k += 1
             if X is None:
                 if held is not None:
                     return None
-                continue
-            if held is None or held[0]() is not X:
-                return None
-            if held[4] is not None:
-                if X._layout is not held[4]:
-                    return None
-            elif (X.shape != held[1] or X.strides != held[2]
-                  or (X.dtype is not held[3] and X.dtype != held[3])):
+            elif not unchanged(X, held):
                 return None
         return r
 

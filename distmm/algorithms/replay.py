@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from distmm.algorithms.calls import unchanged
 from distmm.core.memory import OPS
 from distmm.errors import InputError
 
@@ -192,7 +193,7 @@ class CallReplay:
         held = None
         if (trace and memo is not None and any(timed for *_, timed in trace)
                 and all(hit for hit, *_ in trace)):
-            held = tuple(None if h is None else _held_operand(*h) for h in memo[1])
+            held = tuple(None if h is None else _held_operand(h) for h in memo[1])
         if held is not None and all(h is None or h[0] is not None for h in held):
             steps = tuple((fn, args, timed) for _, fn, args, timed in trace)
             self._replays[kind] = (held, extra, steps, result)
@@ -207,16 +208,12 @@ class CallReplay:
             call._kept = None
 
 
-def _held_operand(ref, shape, strides, dtype, token) -> tuple:
-    """What a replay keeps of one operand that the call's checks remembered (``_remember``: a
-    weak reference, the layout that passed, and a typed block's layout token, see
-    :meth:`~distmm.core.dense.DenseBlock.layout_token`): (object, token, shape, strides,
-    dtype), the object None if it is gone or no longer as it was checked."""
-    X = ref()
-    if X is None or (X._layout is not token if token is not None else
-                     X.shape != shape or X.strides != strides or X.dtype != dtype):
-        return (None, token, shape, strides, dtype)
-    return (X, token, shape, strides, dtype)
+def _held_operand(held: tuple) -> tuple:
+    """What a replay keeps of one operand that the call's checks remembered
+    (:meth:`CallChecks._remember`): (object, token, shape, strides, dtype), the object None if
+    it is gone or no longer as it was checked (:func:`~distmm.algorithms.calls.unchanged`)."""
+    X = held[0]()
+    return (X if X is not None and unchanged(X, held) else None, held[4], *held[1:4])
 
 
 class BoundCall:

@@ -75,13 +75,19 @@ class DenseBlock(np.ndarray):
 
     # ------------------------------------------------------------------ layout token
     def layout_token(self) -> object:
-        """An object that stays this block's token while nothing is assigned to the block.
+        """This block's layout token, made on first use. Not collective.
 
         Any attribute assignment (``X.shape = ...``, ``X.dtype = ...``, ``X.strides = ...``,
         ``X.side = ...``, anything) and ``X.resize`` or ``X.__setstate__`` drop it, and the next
-        call makes a new one. A replayed call (distmm/algorithms/replay.py) compares a block's
-        token with the one it traced instead of reading its shape, strides and dtype on every
-        call: those are changed in place only by such assignments. Not collective."""
+        call makes a new one. A repeated call (distmm/algorithms/calls.py, replay.py) compares
+        a block's token with the one its checks remembered instead of reading its shape,
+        strides and dtype every time: those change in place only through such assignments.
+
+        Returns
+        -------
+        object
+            The same object on every call until something is assigned to the block.
+        """
         token = self.__dict__.get("_layout")
         if token is None:
             token = self.__dict__["_layout"] = object()
