@@ -159,9 +159,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         self._last_r: int | None = None
         self._closed = False
         self._scratch: dict[tuple, np.ndarray] = {}
-        # key -> [(the step's operand objects, weakly, with their shapes; the prepared kernel
-        # call), ...] newest first, and the node model's plan state they were prepared under
-        # (_run_kernel)
+        # key -> {the step's operands' ids: (the operands, weakly, with their shapes; the
+        # prepared kernel call)}, oldest first, and the node model's plan state they were
+        # prepared under (_run_kernel)
         self._prepared: dict[tuple, dict] = {}
         self._plan_state = None
         self._kind: str | None = None
