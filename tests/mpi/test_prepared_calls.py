@@ -308,8 +308,8 @@ def test_an_operand_changed_in_layout_is_not_replayed():
 def test_a_block_assigned_to_is_checked_again():
     """A replay knows a typed block's layout by its token (DenseBlock.layout_token), not by
     reading shape, strides and dtype: any assignment to the block, a resize or a
-    __setstate__ drops the token, so the next call is checked in full (and refused where the
-    block no longer fits) instead of replayed through the old views."""
+    __setstate__ drops the token, so the next call checks the block again (and refuses it
+    where it no longer fits) instead of replaying through the old views."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     out = obj.dense("a", 19)
 
