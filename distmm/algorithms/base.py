@@ -412,8 +412,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         sources with each entry in turn was a good part of such a call on a small graph."""
         entries = self._prepared.get(key) if key is not None else None
         kept, hit = None, False
+        ids = tuple(map(id, sources))
         if entries is not None:
-            ids = tuple(map(id, sources))
             kept = entries.get(ids)
             if kept is not None:
                 for (ref, like), x in zip(kept[0], sources, strict=True):
@@ -435,7 +435,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         if kept is None:
             kept = (_source_refs(sources), self.kernel.prepare(op, S, vals, X, Y, out, accumulate))
             if key is not None and self.checks != "always":
-                self._prepared[key] = {tuple(map(id, sources)): kept}
+                self._prepared[key] = {ids: kept}
         run = kept[1]
         args = (vals, X, out) if Y is None else (vals, X, Y, out)
         self.stats.seconds["compute"] += run(*args)

@@ -86,7 +86,7 @@ class CallReplay:
                 if X is not None:
                     return None
                 continue
-            obj, token, shape, strides, dtype = h
+            obj, shape, strides, dtype, token = h
             if X is not obj:
                 return None
             if token is not None:
@@ -210,10 +210,11 @@ class CallReplay:
 
 def _held_operand(held: tuple) -> tuple:
     """What a replay keeps of one operand that the call's checks remembered
-    (:meth:`CallChecks._remember`): (object, token, shape, strides, dtype), the object None if
-    it is gone or no longer as it was checked (:func:`~distmm.algorithms.calls.unchanged`)."""
+    (:meth:`CallChecks._remember`: a weak reference, shape, strides, dtype and a typed block's
+    layout token): the same with the object itself in the reference's place, None if it is
+    gone or no longer as it was checked (:func:`~distmm.algorithms.calls.unchanged`)."""
     X = held[0]()
-    return (X if X is not None and unchanged(X, held) else None, held[4], *held[1:4])
+    return (X if X is not None and unchanged(X, held) else None, *held[1:])
 
 
 class BoundCall:
