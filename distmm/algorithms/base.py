@@ -154,6 +154,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         # (collective; distmm/kernels/threads.py).
         threads.settle(comm)
         self._checked: set[str] = set()
+        # the dense widths r that passed the rank-independent rule (r_rule; calls.py)
+        self._widths_passed: set[int] = set()
         # kind -> (r, the operands of the last cheap-checked call, weakly; calls.py)
         self._memo: dict[str, tuple] = {}
         self._last_r: int | None = None

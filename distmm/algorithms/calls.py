@@ -94,17 +94,24 @@ class CallChecks:
         if state != self._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
             self._forget_prepared()
             self._plan_state = state
-        self._start_trace(kind, out is not None)
+        self._start_trace(kind)
+        repeat = False
         if self.checks == "off":
             r = self._unchecked_r(dense)
         elif self.checks == "always" or kind not in self._checked:
             r = self._full_check(dense, values, out, out_side)
             self._checked.add(kind)
+            if self.checks == "once":  # the full checks include the cheap ones
+                self._remember(kind, dense, values, out, r)
         else:
             r = self._recall(kind, dense, values, out)
-            if r is None:
-                r = self._cheap_check(dense, values, out, out_side)
+            repeat = r is not None
+            if not repeat:
+                r = self._quick_r(dense, values, out, out_side)
+                if r is None:
+                    r = self._cheap_check(dense, values, out, out_side)
                 self._remember(kind, dense, values, out, r)
+        self._trace_if_repeated(out is not None, repeat)
         self._last_r = r
         return r
 
@@ -139,6 +146,86 @@ class CallChecks:
             elif not unchanged(X, held):
                 return None
         return r
+
+    def _quick_r(self, dense, values, out, out_side) -> int | None:
+        """The call's r when every operand plainly passes the cheap checks, else None (then
+        :meth:`_cheap_check` looks again and words the problem). Not collective.
+
+        The cheap checks' rules for the common case only: each dense operand a typed block of
+        this very object (not a reshaped view) on its side, or a plain 2-D ndarray, with this
+        rank's rows, the object's dtype, C layout and one local width that is this rank's
+        share of r; ``values`` a plain 1-D array of the stored nonzeros in the dtype; ``out``
+        the same as an operand of its side (C-contiguous values for an SDDMM result) sharing
+        no memory with the inputs. r from a typed operand, else the local width where the
+        family keeps whole rows; a call that needs the width agreed across ranks is not
+        quick. Called for every call whose operands are new objects (a loop that builds new
+        arrays, the PyTorch functions): the cheap checks' general form, with its messages,
+        was a large part of such a call on a small graph."""
+        dtype = self.dtype
+        width = typed_r = None
+        for side, X, _ in dense:
+            if type(X) is DenseBlock:
+                meta = X.__dict__
+                if meta["owner"] is not self or meta["side"] != side:
+                    return None
+                if X.shape != meta["_block_shape"]:
+                    return None
+                if typed_r is None:
+                    typed_r = meta["global_shape"][1]
+                elif meta["global_shape"][1] != typed_r:
+                    return None
+            elif type(X) is not np.ndarray or X.ndim != 2:
+                return None
+            shape = X.shape
+            if (shape[0] != self._local_rows(side) or (X.dtype is not dtype and X.dtype != dtype)
+                    or not X.flags.c_contiguous):
+                return None
+            if width is None:
+                width = shape[1]
+            elif shape[1] != width:
+                return None
+        if typed_r is not None:
+            r = typed_r
+        elif self.splits_r or width is None:
+            return None
+        else:
+            r = width
+        if out is not None:
+            if out_side == "values":
+                if not self._quick_values(out) or not out.flags.c_contiguous:
+                    return None
+            else:
+                if type(out) is DenseBlock:
+                    meta = out.__dict__
+                    if (meta["owner"] is not self or meta["side"] != out_side
+                            or out.shape != meta["_block_shape"] or meta["global_shape"][1] != r):
+                        return None
+                elif type(out) is not np.ndarray or out.ndim != 2:
+                    return None
+                if (out.shape[0] != self._local_rows(out_side) or out.shape[1] != width
+                        or (out.dtype is not dtype and out.dtype != dtype)
+                        or not out.flags.c_contiguous):
+                    return None
+            for _, X, _ in dense:
+                if np.may_share_memory(out, X):
+                    return None
+            if values is not None and np.may_share_memory(out, values):
+                return None
+        if values is not None and not self._quick_values(values):
+            return None
+        if r not in self._widths_passed:
+            if self._r_problem(r) is not None:
+                return None
+            self._widths_passed.add(r)
+        if not self.splits_r:
+            return r if width == r else None
+        return r if width == self.local_width(r) else None
+
+    def _quick_values(self, values) -> bool:
+        """Whether ``values`` plainly passes the values checks (:meth:`_quick_r`)."""
+        return (type(values) is np.ndarray and values.ndim == 1
+                and values.size == self.values.size
+                and (values.dtype is self.dtype or values.dtype == self.dtype))
 
     def _remember(self, kind: str, dense, values, out, r: int) -> None:
         """Keep (weakly) the operands that passed the cheap checks of a ``kind`` call.

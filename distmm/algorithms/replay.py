@@ -4,7 +4,9 @@ A training loop calls one operation many times with the same operand objects and
 buffer. Where the family's whole call is then a fixed sequence of local kernels on the
 caller's arrays and cyclic shifts between the object's buffers (1.5D dense shifting with
 c = 1 and no overlap: nothing replicated, reduced or copied; on one rank a single kernel;
-:meth:`DistributedAlgorithm._replayable`), the second such call is traced: if every kernel ran
+:meth:`DistributedAlgorithm._replayable`), the second such call is traced (only a call that
+passes the very operands of the call before, or a bound call's, is traced: a loop on new
+operands builds no replay it would not use): if every kernel ran
 through a prepared call kept from the call before (:meth:`DistributedAlgorithm._run_kernel`),
 the steps (each kernel's prepared call and arguments, each shift's buffers and partners) are
 kept, and every later call that passes the very same operands, unchanged (as
@@ -52,6 +54,9 @@ class CallReplay:
 
     Uses the object's ``checks``, ``kernel``, ``stats``, ``_plan_state``, ``_memo`` and
     :meth:`_recall` (calls.py), and the family hook :meth:`_replayable`."""
+
+    # set while a bound call makes its method call in full (BoundCall.__call__)
+    _binding = False
 
     def _replayable(self) -> bool:
         """Whether a call with an ``out=`` buffer is local kernels on the caller's arrays and
@@ -155,16 +160,26 @@ class CallReplay:
         self._bound_calls.add(call)
         return call
 
-    def _start_trace(self, kind: str, has_out: bool) -> None:
-        """Begin tracing the steps of a call of ``kind`` that is not replayed (called by
-        ``_begin``, before the call remembers its operands): its replay is dropped first, so
-        that a call that fails before :meth:`_keep_replay` leaves none behind. A call without
-        an ``out=`` buffer (``has_out`` false) is not traced: its result is a new array, and
-        a replay would write the last call's array again (where the new array only receives
-        a shift, as SpMMB's result does at q > 1, every kernel is a kept call)."""
+    def _start_trace(self, kind: str) -> None:
+        """Start a call of ``kind`` that is not replayed (called by ``_begin``, before its
+        checks): its replay is dropped, so that a call that fails before
+        :meth:`_keep_replay` leaves none behind, and nothing is traced yet
+        (:meth:`_trace_if_repeated` decides)."""
         self._replays.pop(kind, None)
-        self._trace = ([] if has_out and self.checks == "once" and self._replayable()
-                       else None)
+        self._trace = None
+
+    def _trace_if_repeated(self, has_out: bool, repeat: bool) -> None:
+        """Trace the steps of the call that ``_begin`` just checked if a repeat of it may be
+        replayed: it passes the very operands of the last call of its kind (``repeat``:
+        :meth:`_recall` knew them) or is a bound call's (:meth:`BoundCall.__call__`, whose
+        next calls take its replay whatever other calls come between). A loop that passes
+        new operands every time builds no replay it would never use. A call without an
+        ``out=`` buffer (``has_out`` false) is not traced: its result is a new array, and a
+        replay would write the last call's array again (where the new array only receives a
+        shift, as SpMMB's result does at q > 1, every kernel is a kept call)."""
+        if ((repeat or self._binding) and has_out and self.checks == "once"
+                and self._replayable()):
+            self._trace = []
 
     def _traced(self, hit: bool, run, args: tuple) -> None:
         """Note one kernel of the traced call (the caller checks that a call is traced):
@@ -237,7 +252,11 @@ class BoundCall:
         if kept is not None and obj.kernel.plan_state() == obj._plan_state:
             obj._run_steps(kept[2])
             return kept[3]
-        result = self._method(*self._args, **self._kwargs)
+        obj._binding = True  # trace this call even if another's operands came before
+        try:
+            result = self._method(*self._args, **self._kwargs)
+        finally:
+            obj._binding = False
         # after this call the object keeps no replay of the kind, or one of these operands
         self._kept = obj._replays.get(self._kind)
         return result

@@ -83,6 +83,57 @@ def test_cheap_checks_still_refuse_side_and_dtype_everywhere(algorithm, c):
     obj.close()
 
 
+def _quick_cases(obj, A_loc, B_loc):
+    """(label, dense, values, out, out_side, quick expected) for the quick path's test:
+    well-formed calls it must take, and calls with one thing wrong that only the cheap
+    checks may judge. The wrong ones are wrong on every rank (typed blocks: r is known
+    locally, so no cheap check communicates)."""
+    r = A_loc.r
+    vals = obj.values.copy()
+    outa, outv = obj.dense("a", r), np.empty(obj.values.size)
+    whole = not obj.splits_r  # a plain array gives r only where blocks keep whole rows
+    strided = np.repeat(np.asarray(A_loc), 2, axis=1)[:, ::2]  # every rank has >= 2 rows
+    return [
+        ("typed", (("b", B_loc, "B"),), None, None, None, True),
+        ("typed, values and out", (("b", B_loc, "B"),), vals, outa, "a", True),
+        ("sddmm into values", (("a", A_loc, "A"), ("b", B_loc, "B")), None, outv, "values",
+         True),
+        ("plain arrays", (("a", np.asarray(A_loc), "A"), ("b", np.asarray(B_loc), "B")), None,
+         None, None, whole),
+        ("wrong side", (("b", A_loc, "B"),), None, None, None, False),
+        ("wrong dtype", (("b", B_loc.astype(np.float32), "B"),), None, None, None, False),
+        ("not C-contiguous", (("a", strided, "A"), ("b", B_loc, "B")), None, None, None, False),
+        ("values too long", (("b", B_loc, "B"),), np.ones(vals.size + 1), None, None, False),
+        ("values of another dtype", (("b", B_loc, "B"),), vals.astype(np.float32), None, None,
+         False),
+        ("out of another width", (("b", B_loc, "B"),), None, obj.dense("a", r + 1), "a", False),
+        ("out on the wrong side", (("b", B_loc, "B"),), None, obj.dense("b", r), "a", False),
+        ("out is an input", (("a", A_loc, "A"), ("b", B_loc, "B")), None, A_loc, "a", False),
+        ("out shares the values", (("b", B_loc, "B"),), vals, vals, "values", False),
+    ] + ([  # a view of a block in another shape is a plain array, of width 1 here
+        ("untyped view", (("b", B_loc.reshape(-1, 1)[:B_loc.shape[0]], "B"),), None, None,
+         None, True)] if whole else [])
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_the_quick_path_agrees_with_the_cheap_checks(algorithm, c):
+    """The quick path of a call with new operands (_quick_r) gives the cheap checks' r where
+    it answers, answers for the well-formed calls a loop makes, and leaves every call with
+    something wrong to the cheap checks (which raise)."""
+    obj, S, A, B, A_loc, B_loc = make(algorithm, c, "once")
+    for label, dense, values, out, out_side, quick in _quick_cases(obj, A_loc, B_loc):
+        got = obj._quick_r(dense, values, out, out_side)
+        try:
+            want = obj._cheap_check(dense, values, out, out_side)
+        except InputError:
+            want = None
+        assert (want is not None) == (label in ("typed", "typed, values and out",
+                                                "sddmm into values", "plain arrays",
+                                                "untyped view")), label
+        assert got == (want if quick else None), label
+    obj.close()
+
+
 @pytest.mark.parametrize("algorithm,c", CASES)
 def test_repeated_operands_are_checked_once_and_changes_still_refused(algorithm, c):
     """A loop that passes the same buffers skips the cheap checks after the first of them
