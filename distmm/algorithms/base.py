@@ -399,10 +399,12 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         while every source is an array of the same shape, strides, dtype and writability as
         the one it was prepared with (then the checks would pass again and the plan is the
         same): the very same objects, or new ones such as the new result array of each call
-        without ``out=``. Only a call on the very same objects counts as a hit for replays
-        (replay.py): a new result array must not be replaced by the last call's. The key
-        remembers the last ``PREPARED_SOURCES`` sets of sources it served, so that calls on
-        several sets of operands made in turns (bound calls per attention head) hit too.
+        without ``out=`` or an intermediate array made per call. A traced call (replay.py)
+        notes whether each kernel was such a kept call; the replay itself checks the operands
+        by identity, keeps running the traced call's own intermediates, and writes a call
+        without ``out=`` into a new array. The key remembers the last ``PREPARED_SOURCES``
+        sets of sources it served, so that calls on several sets of operands made in turns
+        (bound calls per attention head) find theirs by id.
         ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
         vector are replaced, when the node model's plan state (the numba thread count) changes
         (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
@@ -413,7 +415,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         time (no ``out=``, the PyTorch functions) misses every entry, and comparing its
         sources with each entry in turn was a good part of such a call on a small graph."""
         entries = self._prepared.get(key) if key is not None else None
-        kept, hit = None, False
+        kept = None
         ids = tuple(map(id, sources))
         if entries is not None:
             kept = entries.get(ids)
@@ -422,8 +424,6 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
                     if ref() is not x or (x is not None and x.shape != like[0]):
                         kept = None
                         break
-                else:
-                    hit = True
             if kept is None:
                 first = next(iter(entries.values()))  # every entry's sources are alike
                 if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
@@ -434,6 +434,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
                     entries[ids] = kept
                     if len(entries) > PREPARED_SOURCES:
                         del entries[next(iter(entries))]  # the oldest
+        reused = kept is not None
         if kept is None:
             kept = (_source_refs(sources), self.kernel.prepare(op, S, vals, X, Y, out, accumulate))
             if key is not None and self.checks != "always":
@@ -442,7 +443,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         args = (vals, X, out) if Y is None else (vals, X, Y, out)
         self.stats.seconds["compute"] += run(*args)
         if self._trace is not None:
-            self._traced(hit, run, args)
+            self._traced(reused, run, args)
 
     def _forget_prepared(self) -> None:
         """Drop the kept kernel calls (see :meth:`_run_kernel`) and the replays built on them

@@ -1,13 +1,13 @@
 """Replaying a call that repeats the last call of its kind: its kernels and shifts alone.
 
-A training loop calls one operation many times with the same operand objects and an ``out=``
-buffer. Where the family's whole call is then a fixed sequence of local kernels on the
-caller's arrays and cyclic shifts between the object's buffers (1.5D dense shifting with
+A training loop calls one operation many times with the same operand objects, often with an
+``out=`` buffer. Where the family's whole call is then a fixed sequence of local kernels on
+the caller's arrays and cyclic shifts between the object's buffers (1.5D dense shifting with
 c = 1 and no overlap: nothing replicated, reduced or copied; on one rank a single kernel;
 :meth:`DistributedAlgorithm._replayable`), the second such call is traced (only a call that
 passes the very operands of the call before, or a bound call's, is traced: a loop on new
-operands builds no replay it would not use): if every kernel ran
-through a prepared call kept from the call before (:meth:`DistributedAlgorithm._run_kernel`),
+operands builds no replay it would not use): if every kernel ran through a prepared call
+kept from an earlier call (:meth:`DistributedAlgorithm._run_kernel`),
 the steps (each kernel's prepared call and arguments, each shift's buffers and partners) are
 kept, and every later call that passes the very same operands, unchanged (as
 :meth:`CallChecks._recall` checks them: the same objects, plain arrays with the same shapes,
@@ -20,9 +20,13 @@ per-operation counts, every shift counted and timed in "propagation").
 
 Ranks need not agree on replaying: a rank that replays makes the very MPI calls that the full
 call would make, and the full call of a kind after its first makes no other (its cheap checks
-are local in the families that replay). A call without ``out=`` writes a new array: it is
-never traced, so never replayed (its kernels still reuse the prepared calls of the call
-before, which serve any result array of the same shape and layout).
+are local in the families that replay). An array the call makes for itself in between (the
+SDDMM values of FusedMM's "none" strategy) is the traced call's own in every replay: each
+replay writes it before reading it. A call without ``out=`` returns a new array every time:
+its replay makes one as the full call does and puts it where the traced call's result stood
+in the kernels' arguments (its result is then never held by the replay). Where that result
+travels in a shift instead (SpMMB's at q > 1, and FusedMM's "reuse" strategy there), such a
+call is not replayed.
 
 A bound call (:meth:`CallReplay.bind`, :class:`BoundCall`) fixes one operation's operands for a
 loop: once its own call has left a replay, the bound call keeps that replay itself, and its
@@ -45,6 +49,8 @@ from __future__ import annotations
 import numpy as np
 
 from distmm.algorithms.calls import unchanged
+from distmm.core.aligned import aligned_empty, padding
+from distmm.core.dense import DenseBlock
 from distmm.core.memory import OPS
 from distmm.errors import InputError
 
@@ -57,6 +63,8 @@ class CallReplay:
 
     # set while a bound call makes its method call in full (BoundCall.__call__)
     _binding = False
+    # whether the call being traced has an out= buffer (_trace_if_repeated)
+    _trace_out = True
 
     def _replayable(self) -> bool:
         """Whether a call with an ``out=`` buffer is local kernels on the caller's arrays and
@@ -76,7 +84,7 @@ class CallReplay:
         kept = self._replays.get(kind)
         if kept is None:
             return None
-        held, ext, steps, result = kept
+        held, ext, steps, result, fresh = kept
         if ext != extra:
             return None
         # Written out (with an index, cheaper than zip): a training loop pays for this on
@@ -102,8 +110,25 @@ class CallReplay:
                 return None
         if self.kernel.plan_state() != self._plan_state:
             return None
+        if fresh is not None:
+            return self._replay_into_new(steps, fresh)
         self._run_steps(steps)
         return result
+
+    def _replay_into_new(self, steps: tuple, fresh: tuple):
+        """Run a kept replay of a call without ``out=``: its steps with a new result array
+        (made as the full call makes it) in the places the traced call's result had, and that
+        array returned as the full call returns it. Collective where the steps shift."""
+        slots, shape, dtype, aligned, block = fresh
+        new = aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
+        steps = list(steps)
+        for i, j, part in slots:
+            fn, args, timed = steps[i]
+            args = list(args)
+            args[j] = new if part is None else new[part[0]:part[1]]
+            steps[i] = (fn, tuple(args), timed)
+        self._run_steps(steps)
+        return new if block is None else DenseBlock(new, block[0], block[1], self)
 
     def _run_steps(self, steps: tuple) -> None:
         """Run a kept replay's steps: each kernel's prepared call (its seconds added to
@@ -174,18 +199,17 @@ class CallReplay:
         :meth:`_recall` knew them) or is a bound call's (:meth:`BoundCall.__call__`, whose
         next calls take its replay whatever other calls come between). A loop that passes
         new operands every time builds no replay it would never use. A call without an
-        ``out=`` buffer (``has_out`` false) is not traced: its result is a new array, and a
-        replay would write the last call's array again (where the new array only receives a
-        shift, as SpMMB's result does at q > 1, every kernel is a kept call)."""
-        if ((repeat or self._binding) and has_out and self.checks == "once"
-                and self._replayable()):
+        ``out=`` buffer (``has_out`` false) is traced too: its replay makes a new result
+        array each time (:meth:`_keep_replay`)."""
+        self._trace_out = has_out
+        if (repeat or self._binding) and self.checks == "once" and self._replayable():
             self._trace = []
 
-    def _traced(self, hit: bool, run, args: tuple) -> None:
+    def _traced(self, reused: bool, run, args: tuple) -> None:
         """Note one kernel of the traced call (the caller checks that a call is traced):
-        whether its prepared call was kept from the call before (``hit``), the call and its
-        arguments."""
-        self._trace.append((hit, run, args, True))
+        whether its prepared call was kept from an earlier call (``reused``), the call and
+        its arguments."""
+        self._trace.append((reused, run, args, True, args))
 
     def _traced_shift(self, comm, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int,
                       source: int) -> None:
@@ -193,7 +217,7 @@ class CallReplay:
         as :meth:`~distmm.core.comm.CountingComm.prepared_shift`), if the call is traced."""
         if self._trace is not None:
             self._trace.append((True, comm.prepared_shift(sendbuf, recvbuf, dest, source), (),
-                                False))
+                                False, (sendbuf, recvbuf)))
 
     def _keep_replay(self, kind: str, result, extra=None) -> None:
         """After a call of ``kind``: keep its steps for replay if every kernel was a kept
@@ -202,18 +226,27 @@ class CallReplay:
 
         The replay holds the operand objects themselves (it holds views of their data in its
         steps' arguments already, so this keeps no more memory alive), so that a repeat is
-        recognised by identity without dereferencing the memo's weak references."""
+        recognised by identity without dereferencing the memo's weak references.
+
+        A call without ``out=`` made its result array itself: its replay keeps where that
+        array (or a slice of it, an SDDMM block's values) stood in the kernels' arguments,
+        and holds neither it nor the result, so each replay writes and returns a new array
+        and no earlier result is written again. Such a call is kept only where the result is
+        the kernels' output alone (not a shift's buffer: SpMMB's result at q > 1 arrives by
+        a shift, and is then never replayed)."""
         trace, self._trace = self._trace, None
         memo = self._memo.get(kind)
-        held = None
-        if (trace and memo is not None and any(timed for *_, timed in trace)
-                and all(hit for hit, *_ in trace)):
+        kept = None
+        if (trace and memo is not None and any(step[3] for step in trace)
+                and all(step[0] for step in trace)):
+            kept = ((tuple(step[1:4] for step in trace), result, None) if self._trace_out
+                    else _fresh_steps(trace, result))
+        if kept is not None:
             held = tuple(None if h is None else _held_operand(h) for h in memo[1])
-        if held is not None and all(h is None or h[0] is not None for h in held):
-            steps = tuple((fn, args, timed) for _, fn, args, timed in trace)
-            self._replays[kind] = (held, extra, steps, result)
-        else:
-            self._replays.pop(kind, None)
+            if all(h is None or h[0] is not None for h in held):
+                self._replays[kind] = (held, extra, *kept)
+                return
+        self._replays.pop(kind, None)
 
     def _forget_replays(self) -> None:
         """Drop every kept replay, the bound calls' included. Not collective."""
@@ -221,6 +254,45 @@ class CallReplay:
         self._trace = None
         for call in self._bound_calls:
             call._kept = None
+
+
+def _fresh_steps(trace: list, result) -> tuple | None:
+    """(steps, None, fresh) of a traced call without ``out=`` whose new ``result`` array
+    (a typed block's or a values array's) stands in the kernels' arguments only, with those
+    places emptied; None if it cannot be replayed so.
+
+    ``fresh`` is (slots, shape, dtype, aligned, block): each slot (step, argument, None for
+    the array itself or (start, stop) for a slice of a 1-D result), how to make the array
+    again, and (side, global shape) to type it as a block (None for a values array)."""
+    block = None
+    if isinstance(result, DenseBlock):
+        block = (result.side, result.global_shape)
+        result = result.base
+    if type(result) is not np.ndarray or not result.flags.c_contiguous or result.ndim > 2:
+        return None
+    start = result.__array_interface__["data"][0]
+    size = result.itemsize
+    slots, steps = [], []
+    for i, (_, fn, args, timed, touched) in enumerate(trace):
+        args = list(args)
+        for j, x in enumerate(touched):
+            if not isinstance(x, np.ndarray) or not np.may_share_memory(x, result):
+                continue
+            if not timed:
+                return None  # the result is a shift's buffer
+            if x is result:
+                slots.append((i, j, None))
+            elif result.ndim == 1 and x.ndim == 1 and x.base is result and x.flags.c_contiguous:
+                lo = (x.__array_interface__["data"][0] - start) // size
+                slots.append((i, j, (lo, lo + x.size)))
+            else:
+                return None
+            args[j] = None
+        steps.append((fn, tuple(args), timed))
+    if not slots:
+        return None
+    aligned = padding(result.base) > 0 if result.base is not None else False
+    return tuple(steps), None, (tuple(slots), result.shape, result.dtype, aligned, block)
 
 
 def _held_operand(held: tuple) -> tuple:

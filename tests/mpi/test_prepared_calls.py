@@ -234,7 +234,8 @@ def _count_loops(obj, monkeypatch) -> list[int]:
 
 
 def _single_kernel(name: str) -> bool:
-    """Whether the call is one kernel of the family (the others are two)."""
+    """Whether the call is one loop of the family (the others, FusedMM's "none" and
+    "reuse" strategies, are an SDDMM loop and an SpMM loop)."""
     return not name.startswith("fusedmm") or name.endswith("fusion")
 
 
@@ -250,11 +251,8 @@ def test_repeats_run_their_kernels_and_shifts_alone(monkeypatch):
         loops[0] = 0
         for _ in range(4):
             check(*_gathered(obj, name, call()), S, A, B, rtol=1e-10)
-        loops_run = loops[0]
-        if _single_kernel(name):
-            assert loops_run == 2, name  # the first call, and the traced second
-        else:
-            assert loops_run >= 4, name
+        # the first call and the traced second run the family's loop(s); the rest replay
+        assert loops[0] == (2 if _single_kernel(name) else 4), name
     obj.close()
 
 
@@ -279,6 +277,23 @@ def test_a_replay_reads_the_operands_as_they_are_now():
     assert res is other
     np.testing.assert_array_equal(out, kept)
     check("spmm-a", obj.gather("a", other), S2, A, 2.0 * B, rtol=1e-10)
+    obj.close()
+
+
+def test_every_replay_reads_the_operands_as_they_are_now():
+    """Every operation and strategy, with and without out=: after replays, operands scaled
+    in place reach the next replay (the intermediates a call makes, such as FusedMM's SDDMM
+    values, are written again by every replay)."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    ka = kb = 1.0
+    for name, call in _calls(obj, A_loc, B_loc, 19) + _no_out_calls(obj, A_loc, B_loc):
+        for _ in range(3):
+            call()
+        A_loc[...] *= 2.0
+        B_loc[...] *= 1.5  # so that A B^T changes too
+        ka, kb = 2.0 * ka, 1.5 * kb
+        res = np.array(call(), copy=True) if name.startswith("sddmm") else call().copy()
+        check(*_gathered(obj, name, res), S, ka * A, kb * B, rtol=1e-9)
     obj.close()
 
 
@@ -388,6 +403,47 @@ def test_a_replay_keeps_to_its_strategy_and_ends_with_close():
 
 def _words(obj) -> dict:
     return {ph: dict(c) for ph, c in obj.stats.counts.items() if ph != "distribute"}
+
+
+def test_calls_without_out_are_replayed_into_new_arrays(monkeypatch):
+    """Repeats of a one-kernel call without out= are replayed too: each writes and returns
+    a new array, bitwise the full call's, with the full call's messages and kernel counts;
+    the replay holds no earlier result (a dropped result is freed). SpMMB's result arrives
+    by a shift at q > 1 and is then never replayed."""
+    import gc
+    import weakref
+
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    loops = _count_loops(obj, monkeypatch)
+    for name, call in _no_out_calls(obj, A_loc, B_loc):
+        first = call()
+        check(*_gathered(obj, name, first), S, A, B, rtol=1e-10)
+        obj.reset_stats()
+        loops[0] = 0
+        second = call()  # in full, traced
+        full_words, full_kernels = _words(obj), _kernel_counts(obj)
+        results = []
+        for _ in range(3):
+            obj.reset_stats()
+            results.append(call())
+            assert _words(obj) == full_words, name
+            assert _kernel_counts(obj) == full_kernels, name
+        travels = name == "spmm_b" or name.endswith("reuse")  # the result is shifted
+        replayed = P == 1 or not travels
+        assert loops[0] == (1 if _single_kernel(name) else 2) * (1 if replayed else 4), name
+        for res in results:
+            assert type(res) is type(second), name
+            np.testing.assert_array_equal(res, second, err_msg=name)
+            assert not np.shares_memory(res, second) and not np.shares_memory(res, first)
+            if name != "sddmm":
+                assert res.side == second.side and res.global_shape == second.global_shape
+        assert not any(np.shares_memory(x, y) for i, x in enumerate(results)
+                       for y in results[i + 1:]), name
+        gone = weakref.ref(results[-1])
+        del results, res
+        gc.collect()
+        assert gone() is None, name
+    obj.close()
 
 
 def test_a_replay_sends_what_the_full_call_sends():
