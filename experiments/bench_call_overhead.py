@@ -10,7 +10,9 @@ For each policy (taken in turns, A B C A B C ..., so that each samples the same 
 shared machine) S is distributed once, typed blocks of width r are made with ``S.dense``,
 two untimed calls warm up (JIT, S^T built on first use, the first call's full checks), then
 ``--calls`` FusedMMA calls run back to back into one ``out=`` buffer (with ``--no-out``:
-without one, each call returning a new array, as ``y = S.fusedmm_a(A, B)`` in a loop). Per
+without one, each call returning a new array, as ``y = S.fusedmm_a(A, B)`` in a loop; with
+``--new-operands K``: each call on the next of K copies of A and B, in turns, as a loop that
+makes new operand arrays every step passes objects the last call did not see). Per
 rank, the call time is the loop's wall time / calls; the phases are the object's per-phase
 seconds (``S.report()``: compute = the local kernels; replication, propagation, reduction =
 the paper's communication); checks = the time spent in the call's validation (the object's
@@ -28,6 +30,7 @@ Prints a Markdown table (rank 0) and, with
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 
@@ -58,12 +61,17 @@ def measure(share, comm, args, checks: str) -> dict:
                 spent[0] += time.perf_counter() - t
 
         S._begin = timed_begin
+        k = max(1, args.new_operands)
+        pairs = [(A, B)] + [(A.copy(), B.copy()) for _ in range(k - 1)]
+        turn = itertools.cycle(pairs)
         if args.no_out:
             def call():
-                return S.fusedmm_a(A, B, args.strategy)
+                X, Y = next(turn)
+                return S.fusedmm_a(X, Y, args.strategy)
         else:
             def call():
-                return S.fusedmm_a(A, B, args.strategy, out=out)
+                X, Y = next(turn)
+                return S.fusedmm_a(X, Y, args.strategy, out=out)
         for _ in range(2):
             call()
         S.reset_stats()
@@ -99,6 +107,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-out", action="store_true",
                     help="call without an out= buffer (a new result array per call)")
+    ap.add_argument("--new-operands", type=int, default=1, metavar="K",
+                    help="each call on the next of K copies of the operands (default 1: "
+                         "the same operands every call)")
     ap.add_argument("--jsonl", help="append one JSON line per policy here")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
@@ -124,7 +135,9 @@ def main() -> None:
     print(f"{label}: nnz={nnz}, r={args.r}, p={p}, {best['once']['algorithm']} "
           f"c={best['once']['c']} {best['once']['strategy']}, {args.calls} calls, minimum of "
           f"{args.rounds} rounds per column (slowest rank); microseconds per call"
-          f"{', no out= buffer' if args.no_out else ''}")
+          f"{', no out= buffer' if args.no_out else ''}"
+          + (f", operands in turns from {args.new_operands} copies"
+             if args.new_operands > 1 else ""))
     print("| checks | call | compute | communication | checks | rest | overhead | "
           "checks / compute | overhead / compute |")
     print("|---|---|---|---|---|---|---|---|---|")

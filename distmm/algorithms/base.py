@@ -428,7 +428,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
                 first = next(iter(entries.values()))  # every entry's sources are alike
                 if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
                     # the same prepared call serves these sources too; they get an entry of
-                    # their own, so that calls on several sets of operands in turns all hit
+                    # their own, so that calls on several sets of operands in turns find it by id
                     kept = (_source_refs(sources), first[1])
                     entries.pop(ids, None)  # a dead entry under a reused id
                     entries[ids] = kept
@@ -1049,8 +1049,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         self.close()
 
 
-# How many sets of sources one prepared kernel call remembers (_run_kernel): the bound calls
-# of one operation that a loop can make in turns and still have each replayed.
+# How many sets of sources one prepared kernel call remembers by id (_run_kernel): the
+# operand sets of one operation that a loop can use in turns and have their kernel found by
+# one dict access (the others compare layouts first; every one of them still replays).
 PREPARED_SOURCES = 8
 
 

@@ -131,6 +131,30 @@ def test_bound_calls_of_one_operation_on_other_operands_each_replay(monkeypatch)
     obj.close()
 
 
+def test_more_operand_sets_than_kept_by_id_all_replay(monkeypatch):
+    """More bound calls of one operation in turns than a kernel keeps operand sets by id
+    (base.PREPARED_SOURCES): each still keeps a replay of its own, and every result is
+    right."""
+    from distmm.algorithms.base import PREPARED_SOURCES
+
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    k = PREPARED_SOURCES + 3
+    Bs = [B + j for j in range(k)]
+    calls = [obj.bind("spmm_a", obj.scatter("b", Bj, root=None), out=obj.dense("a", 19))
+             for Bj in Bs]
+    for _ in range(3):
+        for call in calls:
+            call()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a repeat of a bound call went through the family's loop")
+
+    monkeypatch.setattr(obj, "_propagate", refuse)
+    for call, Bj in zip(calls, Bs, strict=True):
+        check("spmm-a", obj.gather("a", call()), S, A, Bj, rtol=1e-10)
+    obj.close()
+
+
 def test_bound_calls_of_two_widths_in_turns_each_replay(monkeypatch):
     """Bound calls of one operation at two widths made in turns (the layers of a GAT): the
     prepared kernel calls are kept per width, so neither width's calls replace the other's
