@@ -171,6 +171,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         # (replay.py)
         self._replays: dict[str, tuple] = {}
         self._trace: list | None = None
+        # whether the call under way repeats the last call's operands or is a bound call's
+        # (calls.py, _begin)
+        self._repeat = False
         # the bound calls made by bind, each keeping a replay of its own (replay.py)
         self._bound_calls: weakref.WeakSet = weakref.WeakSet()
         self._col_cache: dict[int, np.ndarray] = {}
@@ -427,13 +430,17 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
             if kept is None:
                 first = next(iter(entries.values()))  # every entry's sources are alike
                 if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
-                    # the same prepared call serves these sources too; they get an entry of
-                    # their own, so that calls on several sets of operands in turns find it by id
-                    kept = (_source_refs(sources), first[1])
-                    entries.pop(ids, None)  # a dead entry under a reused id
-                    entries[ids] = kept
-                    if len(entries) > PREPARED_SOURCES:
-                        del entries[next(iter(entries))]  # the oldest
+                    # the same prepared call serves these sources too. A repeated or bound
+                    # call's sources get an entry of their own, so that calls on several sets
+                    # of operands in turns find it by id; a call on operands the last call did
+                    # not pass (new arrays each time) gets none it would not use again
+                    kept = first
+                    if self._repeat:
+                        kept = (_source_refs(sources), first[1])
+                        entries.pop(ids, None)  # a dead entry under a reused id
+                        entries[ids] = kept
+                        if len(entries) > PREPARED_SOURCES:
+                            del entries[next(iter(entries))]  # the oldest
         reused = kept is not None
         if kept is None:
             kept = (_source_refs(sources), self.kernel.prepare(op, S, vals, X, Y, out, accumulate))

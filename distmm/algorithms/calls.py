@@ -111,7 +111,8 @@ class CallChecks:
                 if r is None:
                     r = self._cheap_check(dense, values, out, out_side)
                 self._remember(kind, dense, values, out, r)
-        self._trace_if_repeated(out is not None, repeat)
+        self._repeat = repeat or self._binding
+        self._trace_if_repeated(out is not None, self._repeat)
         self._last_r = r
         return r
 
@@ -233,14 +234,13 @@ class CallChecks:
         Only where r came from the operands on this rank alone: where the cheap checks agree
         on r by an all-gather, every rank must keep doing it, and a rank whose operands
         changed would otherwise wait in it for ranks that skipped it."""
-        typed = any(isinstance(X, DenseBlock) and X.typed for _, X, _ in dense)
-        if self.splits_r and not typed:
+        if self.splits_r and not any(isinstance(X, DenseBlock) and X.typed
+                                     for _, X, _ in dense):
             return
-        kept = tuple(None if X is None else
-                     (weakref.ref(X), X.shape, X.strides, X.dtype,
-                      X.layout_token() if isinstance(X, DenseBlock) else None)
-                     for X in (*[X for _, X, _ in dense], values, out))
-        self._memo[kind] = (r, kept)
+        kept = [_held(X) for _, X, _ in dense]
+        kept.append(None if values is None else _held(values))
+        kept.append(None if out is None else _held(out))
+        self._memo[kind] = (r, tuple(kept))
 
     def _require_open(self) -> None:
         if self._closed:
@@ -437,6 +437,12 @@ class CallChecks:
                         f"columns is {expect} (dense blocks disagree on r across ranks, or "
                         "the block is not in this distribution)")
         return None
+
+
+def _held(X: np.ndarray) -> tuple:
+    """What :meth:`CallChecks._remember` keeps of one operand (see :func:`unchanged`)."""
+    token = X.layout_token() if isinstance(X, DenseBlock) else None
+    return weakref.ref(X), X.shape, X.strides, X.dtype, token
 
 
 def _layout_key(obj) -> tuple:

@@ -195,14 +195,14 @@ class CallReplay:
 
     def _trace_if_repeated(self, has_out: bool, repeat: bool) -> None:
         """Trace the steps of the call that ``_begin`` just checked if a repeat of it may be
-        replayed: it passes the very operands of the last call of its kind (``repeat``:
-        :meth:`_recall` knew them) or is a bound call's (:meth:`BoundCall.__call__`, whose
+        replayed (``repeat``): it passes the very operands of the last call of its kind
+        (:meth:`_recall` knew them) or is a bound call's (:meth:`BoundCall.__call__`, whose
         next calls take its replay whatever other calls come between). A loop that passes
         new operands every time builds no replay it would never use. A call without an
         ``out=`` buffer (``has_out`` false) is traced too: its replay makes a new result
         array each time (:meth:`_keep_replay`)."""
         self._trace_out = has_out
-        if (repeat or self._binding) and self.checks == "once" and self._replayable():
+        if repeat and self.checks == "once" and self._replayable():
             self._trace = []
 
     def _traced(self, reused: bool, run, args: tuple) -> None:
