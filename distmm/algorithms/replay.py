@@ -67,9 +67,9 @@ class CallReplay:
     _trace_out = True
 
     def _replayable(self) -> bool:
-        """Whether a call with an ``out=`` buffer is local kernels on the caller's arrays and
-        shifts between the object's buffers and nothing else, always the same steps for the
-        same operands, so that a repeat may run those steps alone. Families override it."""
+        """Whether a call is local kernels on the caller's arrays (and its result) and shifts
+        between the object's buffers and nothing else, always the same steps for the same
+        operands, so that a repeat may run those steps alone. Families override it."""
         return False
 
     def _replay(self, kind: str, operands: tuple, extra=None):
