@@ -477,6 +477,14 @@ def test_ranks_need_not_agree_on_replaying():
         check("fusedmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
         if k >= 2:
             assert ("fusedmm_a" in obj._replays) == (COMM.rank == 0)
+    # the same without out=: rank 0 passes the same blocks (and replays into new arrays), the
+    # others new copies of them every time
+    for k in range(5):
+        B_now = B_loc if COMM.rank == 0 else B_loc.copy()
+        res = obj.spmm_a(B_now)
+        check("spmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
+        if k >= 2:
+            assert ("spmm_a" in obj._replays) == (COMM.rank == 0)
     obj.close()
 
 
