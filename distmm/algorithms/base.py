@@ -461,8 +461,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
     def release_buffers(self) -> None:
         """Free what the object keeps between calls to make the next call cheaper: the
         scratch buffers of every width used so far (replication, shifts, reduction), the
-        prepared kernel calls, and the kept replays with the operands and ``out=`` buffers
-        they hold. S's blocks, its cached transposes and named vectors stay.
+        prepared kernel calls, and the kept replays with the operands, ``out=`` buffers and
+        intermediates they hold. S's blocks, its cached transposes and named vectors stay.
 
         For a loop that moves on to another width or other operands: the object keeps each
         width's buffers and each operation's last replayed operands until then, so a sweep
