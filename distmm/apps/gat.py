@@ -49,6 +49,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 from numba import njit, prange
 
+from distmm.apps.gat_features import SparseFeatures
 from distmm.apps.gat_fused import fused_attention
 from distmm.apps.gat_model import PARAMS, GATLayer, GATModel
 from distmm.core.coo import CooShare
@@ -317,6 +318,8 @@ class DistGAT:
         self.dtype = obj.dtype
         self._ones = np.ones(rows.size, dtype=self.dtype)
         self._head_calls: dict[tuple, HeadCall] = {}
+        # the sparse features of the last forward, as a block for the SpMM kernels
+        self._features: SparseFeatures | None = None
 
     def head_call(self, k: int, op: str, F: int) -> HeadCall:
         """Layer ``k``'s bound call of ``op`` for its heads of width ``F`` (made on first
@@ -340,15 +343,25 @@ class DistGAT:
         H, F = layer.heads, layer.out_channels
         xmask = amask = None
         Xd = X
+        feats = SparseFeatures.of(X, self.dtype, self._features)
+        if feats is not None:
+            self._features = feats
         if drop is not None and drop.features > 0:
             xmask = feature_mask(X, self.nodes, drop.features, drop.seed, drop.step, k,
                                  self.dtype)
-            if sp.issparse(X):
+            if feats is not None:
+                Xd = X.data * xmask  # the values of X's stored entries, masked
+            elif sp.issparse(X):
                 Xd = X.copy()
                 Xd.data = Xd.data * xmask
             else:
                 Xd = X * xmask
-        Z = np.ascontiguousarray(Xd @ layer.weight.T, dtype=self.dtype).reshape(-1, H, F)
+        elif feats is not None:
+            Xd = X.data
+        if feats is not None:  # X's entries' values in Xd
+            Z = feats.times_t(Xd, layer.weight).reshape(-1, H, F)
+        else:
+            Z = np.ascontiguousarray(Xd @ layer.weight.T, dtype=self.dtype).reshape(-1, H, F)
         s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
         s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)
         if self.fused and drop is None:
@@ -367,8 +380,8 @@ class DistGAT:
         spmm = self.head_call(k, "spmm_a", F)
         for h in range(H):
             out[:, h] = spmm(Z[:, h], values=ad[:, h])
-        cache = dict(k=k, Xd=Xd, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out, xmask=xmask,
-                     amask=amask)
+        cache = dict(k=k, Xd=Xd, feats=feats, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out,
+                     xmask=xmask, amask=amask)
         return self._combine(layer, out), cache
 
     @staticmethod
@@ -424,7 +437,9 @@ class DistGAT:
         d_src = obj.col_sum(dpre)
         dZ += d_dst[:, :, None] * layer.att_dst[None] + d_src[:, :, None] * layer.att_src[None]
         dZ2 = dZ.reshape(n, H * F)
-        grads = {"weight": np.asarray((Xd.T @ dZ2).T, dtype=self.dtype),
+        feats = cache["feats"]
+        XtdZ = feats.t_times(Xd, dZ2) if feats is not None else Xd.T @ dZ2
+        grads = {"weight": np.asarray(XtdZ.T, dtype=self.dtype),
                  "att_src": np.einsum("nh,nhf->hf", d_src, Z),
                  "att_dst": np.einsum("nh,nhf->hf", d_dst, Z),
                  "bias": dY.sum(axis=0)}
