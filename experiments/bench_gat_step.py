@@ -9,7 +9,9 @@ GAT paper's model (2 layers, ``--heads`` heads of 8, 7 classes). ``--part`` pick
   (:class:`distmm.apps.gat.HeadCall`) against method calls on new contiguous copies of each
   head's slices (never replayed);
 * ``elu``: the compiled :func:`distmm.apps.gat.elu` against numpy's
-  ``np.where(Y > 0, Y, np.expm1(np.minimum(Y, 0)))``.
+  ``np.where(Y > 0, Y, np.expm1(np.minimum(Y, 0)))``;
+* ``features``: the first layer's products with the sparse features through the SpMM kernels
+  (:class:`distmm.apps.gat_features.SparseFeatures`) against scipy's.
 
 Every other part of the step is the same code. Each round times ``--steps`` steps of each way
 (after two untimed ones, which make the bound calls' replays), the ways taking turns round by
@@ -41,6 +43,7 @@ from distmm.apps.gat_model import GATModel
 
 BOUND = HeadCall.__call__
 COMPILED_ELU = gat_module.elu
+SPARSE_FEATURES = gat_module.SparseFeatures.of
 
 
 def method_call(self: HeadCall, *operands: np.ndarray, values=None) -> np.ndarray:
@@ -60,13 +63,16 @@ def use(part: str, new: bool) -> None:
     """Make ``part`` the current (``new``) or the former way."""
     if part == "heads":
         HeadCall.__call__ = BOUND if new else method_call
-    else:
+    elif part == "elu":
         gat_module.elu = COMPILED_ELU if new else numpy_elu
+    else:  # scipy's products: no input is taken as SparseFeatures
+        gat_module.SparseFeatures.of = (SPARSE_FEATURES if new
+                                        else staticmethod(lambda *args, **kwargs: None))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=["heads", "elu"], default="heads")
+    ap.add_argument("--part", choices=["heads", "elu", "features"], default="heads")
     ap.add_argument("--data", default=os.environ.get("DISTMM_DATA", "../shared/data"))
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
