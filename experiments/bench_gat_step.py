@@ -11,7 +11,9 @@ GAT paper's model (2 layers, ``--heads`` heads of 8, 7 classes). ``--part`` pick
 * ``elu``: the compiled :func:`distmm.apps.gat.elu` against numpy's
   ``np.where(Y > 0, Y, np.expm1(np.minimum(Y, 0)))``;
 * ``features``: the first layer's products with the sparse features through the SpMM kernels
-  (:class:`distmm.apps.gat_features.SparseFeatures`) against scipy's.
+  (:class:`distmm.apps.gat_features.SparseFeatures`) against scipy's;
+* ``leaky``: the compiled :func:`distmm.apps.gat.leaky_relu` and its backward against numpy's
+  ``np.where`` expressions.
 
 Every other part of the step is the same code. Each round times ``--steps`` steps of each way
 (after two untimed ones, which make the bound calls' replays), the ways taking turns round by
@@ -44,6 +46,17 @@ from distmm.apps.gat_model import GATModel
 BOUND = HeadCall.__call__
 COMPILED_ELU = gat_module.elu
 SPARSE_FEATURES = gat_module.SparseFeatures.of
+COMPILED_LEAKY = (gat_module.leaky_relu, gat_module.leaky_relu_backward)
+
+
+def numpy_leaky(X: np.ndarray, slope: float) -> np.ndarray:
+    """LeakyReLU as DistGAT computed it before the compiled one."""
+    return np.where(X > 0, X, slope * X)
+
+
+def numpy_leaky_backward(G: np.ndarray, X: np.ndarray, slope: float) -> np.ndarray:
+    """Its gradient as DistGAT computed it before."""
+    return G * np.where(X > 0, 1.0, slope).astype(G.dtype)
 
 
 def method_call(self: HeadCall, *operands: np.ndarray, values=None) -> np.ndarray:
@@ -65,6 +78,9 @@ def use(part: str, new: bool) -> None:
         HeadCall.__call__ = BOUND if new else method_call
     elif part == "elu":
         gat_module.elu = COMPILED_ELU if new else numpy_elu
+    elif part == "leaky":
+        gat_module.leaky_relu, gat_module.leaky_relu_backward = (
+            COMPILED_LEAKY if new else (numpy_leaky, numpy_leaky_backward))
     else:  # scipy's products: no input is taken as SparseFeatures
         gat_module.SparseFeatures.of = (SPARSE_FEATURES if new
                                         else staticmethod(lambda *args, **kwargs: None))
@@ -72,7 +88,7 @@ def use(part: str, new: bool) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=["heads", "elu", "features"], default="heads")
+    ap.add_argument("--part", choices=["heads", "elu", "features", "leaky"], default="heads")
     ap.add_argument("--data", default=os.environ.get("DISTMM_DATA", "../shared/data"))
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])

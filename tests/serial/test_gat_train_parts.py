@@ -7,7 +7,15 @@ import h5py
 import numpy as np
 import pytest
 
-from distmm.apps.gat import dropout_factors, elu, feature_mask, keep_scale, uniform_hash
+from distmm.apps.gat import (
+    dropout_factors,
+    elu,
+    feature_mask,
+    keep_scale,
+    leaky_relu,
+    leaky_relu_backward,
+    uniform_hash,
+)
 from distmm.apps.gat_model import Adam, GATModel
 from distmm.apps.gat_train import standard_split
 from distmm.errors import InputError
@@ -80,6 +88,30 @@ def test_compiled_elu_is_numpys_bit_for_bit(dtype):
     np.testing.assert_array_equal(np.isnan(got), nan)
     np.testing.assert_array_equal(got[~nan].view(bits), want[~nan].view(bits))
     np.testing.assert_array_equal(elu(Y[:, ::3]), want[:, ::3])  # a strided input
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("slope", [0.2, 0.01, 1.0 / 3.0])
+def test_compiled_leaky_relu_is_numpys_bit_for_bit(dtype, slope):
+    """leaky_relu and its backward (compiled) against the numpy expressions they replace,
+    over six decades of magnitude and the special values."""
+    rng = np.random.default_rng(7)
+    X = np.concatenate([rng.standard_normal(20000) * s for s in (1e-6, 1e-3, 0.1, 1, 10, 100)])
+    X[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, -1e-45, 1e-45, -3e38]
+    X = X.astype(dtype).reshape(-1, 8)
+    G = rng.standard_normal(X.shape).astype(dtype)
+    G[:2] = [np.inf, -0.0, np.nan, 1e-45, -1e-45, 0.0, 3e38, -3e38]
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    for got, want in [(leaky_relu(X, slope), np.where(X > 0, X, slope * X)),
+                      (leaky_relu_backward(G, X, slope),
+                       G * np.where(X > 0, 1.0, slope).astype(dtype))]:
+        assert got.dtype == want.dtype == dtype and got.shape == want.shape
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan].view(bits), want[~nan].view(bits))
+    strided = X[:, ::3]  # a strided input
+    np.testing.assert_array_equal(leaky_relu(strided, slope),
+                                  np.where(strided > 0, strided, slope * strided))
 
 
 def test_adam_step_matches_formula():
