@@ -13,7 +13,9 @@ GAT paper's model (2 layers, ``--heads`` heads of 8, 7 classes). ``--part`` pick
 * ``features``: the first layer's products with the sparse features through the SpMM kernels
   (:class:`distmm.apps.gat_features.SparseFeatures`) against scipy's;
 * ``leaky``: the compiled :func:`distmm.apps.gat.leaky_relu` and its backward against numpy's
-  ``np.where`` expressions.
+  ``np.where`` expressions;
+* ``gather``: the edge primitives' compiled gathers (:mod:`distmm.ops.gather`: the additive
+  SDDMM's scores, the expands) against numpy's fancy indexing.
 
 Every other part of the step is the same code. Each round times ``--steps`` steps of each way
 (after two untimed ones, which make the bound calls' replays), the ways taking turns round by
@@ -40,6 +42,7 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import distmm.apps.gat as gat_module
+import distmm.ops.edges as edges_module
 from distmm.apps.gat import DistGAT, Dropout, HeadCall, cross_entropy, distribute_graph
 from distmm.apps.gat_model import GATModel
 
@@ -47,6 +50,12 @@ BOUND = HeadCall.__call__
 COMPILED_ELU = gat_module.elu
 SPARSE_FEATURES = gat_module.SparseFeatures.of
 COMPILED_LEAKY = (gat_module.leaky_relu, gat_module.leaky_relu_backward)
+COMPILED_GATHERS = (edges_module.gather_add, edges_module.gather_rows)
+
+
+def numpy_gathers() -> tuple:
+    """The gathers as numpy's fancy indexing."""
+    return (lambda u, iu, v, iv: u[iu] + v[iv]), (lambda x, ix: x[ix])
 
 
 def numpy_leaky(X: np.ndarray, slope: float) -> np.ndarray:
@@ -78,6 +87,9 @@ def use(part: str, new: bool) -> None:
         HeadCall.__call__ = BOUND if new else method_call
     elif part == "elu":
         gat_module.elu = COMPILED_ELU if new else numpy_elu
+    elif part == "gather":
+        edges_module.gather_add, edges_module.gather_rows = (
+            COMPILED_GATHERS if new else numpy_gathers())
     elif part == "leaky":
         gat_module.leaky_relu, gat_module.leaky_relu_backward = (
             COMPILED_LEAKY if new else (numpy_leaky, numpy_leaky_backward))
@@ -88,7 +100,8 @@ def use(part: str, new: bool) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=["heads", "elu", "features", "leaky"], default="heads")
+    ap.add_argument("--part", choices=["heads", "elu", "features", "leaky", "gather"],
+                    default="heads")
     ap.add_argument("--data", default=os.environ.get("DISTMM_DATA", "../shared/data"))
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])

@@ -33,6 +33,7 @@ import numpy as np
 from distmm.core.layout import block_offsets
 from distmm.errors import require
 from distmm.ops.checks import agree_width, block_side, columns, full_check_due
+from distmm.ops.gather import gather_add, gather_rows
 from distmm.ops.groups import row_group
 from distmm.ops.holders import SIDE_OF_DIM, holders
 from distmm.ops.segment_reduce import segment_reduce
@@ -209,6 +210,10 @@ class EdgePlan:
         obj.world.allreduce(crossing, total, phase=PLAN_PHASE)
         self.private_rows = int(total[0]) == 0
         self.private_values = int(total[1]) == 0
+        # Where every node's value is this rank's own, the row of this rank's per-node block
+        # that each nonzero reads: a spread is then one gather (:meth:`source`).
+        self.direct = (self.local_pos[self.inv].astype(np.int64) if self.private_values
+                       else None)
 
     # ----------------------------------------------------------------- pieces
     def partial(self, values: np.ndarray, op: str) -> np.ndarray:
@@ -259,15 +264,30 @@ class EdgePlan:
 
     def spread(self, world, X: np.ndarray, phase: str) -> np.ndarray:
         """(nnz, h) values of per-node (block_rows, h) ``X`` at each local nonzero."""
+        if self.private_values:
+            return gather_rows(X, self.direct)
+        return self.values_of(self._per_row(world, X, phase))
+
+    def source(self, world, X: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, index) such that ``rows[index]`` is :meth:`spread`'s result, without
+        making it: per-node ``X`` itself and each nonzero's row of it where every value is
+        this rank's own, else the (distinct rows, h) values after the exchange and
+        :attr:`inv`. Collective as :meth:`spread` (the same messages)."""
+        if self.private_values:
+            return X, self.direct
+        return self._per_row(world, X, phase), self.inv
+
+    def _per_row(self, world, X: np.ndarray, phase: str) -> np.ndarray:
+        """(distinct rows, h) values of per-node ``X``: this rank's own, and the others'
+        through one all-to-all (only where some rank's values cross: not private_values)."""
         h = X.shape[1]
         per_row = np.empty((self.seg.starts.size, h), dtype=X.dtype)
         per_row[self.local_uniq] = X[self.local_pos]
-        if not self.private_values:  # values from and to other ranks
-            recv = np.empty((self.remote_uniq.size, h), dtype=X.dtype)
-            world.alltoallv(np.ascontiguousarray(X[self.serve_pos]), self.serve_counts * h,
-                            recv, self.remote_counts * h, phase=phase)
-            per_row[self.remote_uniq] = recv
-        return self.values_of(per_row)
+        recv = np.empty((self.remote_uniq.size, h), dtype=X.dtype)
+        world.alltoallv(np.ascontiguousarray(X[self.serve_pos]), self.serve_counts * h,
+                        recv, self.remote_counts * h, phase=phase)
+        per_row[self.remote_uniq] = recv
+        return per_row
 
     def values_of(self, per_row: np.ndarray) -> np.ndarray:
         """(nnz, h) values in value order from (distinct rows, h) per-row values."""
@@ -407,6 +427,6 @@ def sddmm_add(obj, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     mv, wv = columns(v, nv, obj.dtype, "v", scan=scan)
     msg = mu or mv or (None if wu == wv else "u and v have different shapes (heads)")
     agree_width(obj, msg, wu if wu == wv else -1, call="sddmm_add")
-    eu = edge_plan(obj, "row").spread(obj.world, _as2d(np.asarray(u)), SDDMM_ADD_PHASE)
-    ev = edge_plan(obj, "col").spread(obj.world, _as2d(np.asarray(v)), SDDMM_ADD_PHASE)
-    return _shaped(eu + ev, u)
+    pu, iu = edge_plan(obj, "row").source(obj.world, _as2d(np.asarray(u)), SDDMM_ADD_PHASE)
+    pv, iv = edge_plan(obj, "col").source(obj.world, _as2d(np.asarray(v)), SDDMM_ADD_PHASE)
+    return _shaped(gather_add(pu, iu, pv, iv), u)
