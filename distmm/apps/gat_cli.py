@@ -159,6 +159,9 @@ def _read_features(path: str, nodes: np.ndarray, n: int, comm: MPI.Comm, dtype, 
         if normalise:
             s = np.asarray(X.sum(axis=1)).ravel()
             X = (sp.diags(1.0 / np.where(s != 0, s, 1.0)) @ X).astype(dtype).tocsr()
+        # sorted column indices, no duplicates: the layer's products then run on the SpMM
+        # kernels (distmm.apps.gat_features); the dropout masks are keyed by column, not slot
+        X.sum_duplicates()
     else:
         X = np.ascontiguousarray(X, dtype=dtype)
         if normalise:
