@@ -288,16 +288,19 @@ def half_step(obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.nda
     ``ratings`` and ``strategy``, kept by the caller from epoch to epoch (None: made here)."""
     if calls is None:
         calls = SideCalls(obj, side, X, other, ratings, strategy)
-    P = calls.P
+    # The arithmetic runs on plain views of the blocks (the same memory): elementwise
+    # operations on typed blocks go through DenseBlock.__array_ufunc__, a Python layer per
+    # operation that was a good part of a CG iteration on small factor blocks.
+    X, P = np.asarray(X), np.asarray(calls.P)
 
     def apply(V: np.ndarray) -> np.ndarray:
         if V is not P:
             np.copyto(P, V)
-        Y = timer.fusedmm(calls.fusedmm)
+        Y = np.asarray(timer.fusedmm(calls.fusedmm))
         Y += lam_rows[:, None] * P
         return Y
 
-    rhs = calls.spmm()
+    rhs = np.asarray(calls.spmm())
     R = rhs - apply(X)
     R[~has] = 0
     np.copyto(P, R)
