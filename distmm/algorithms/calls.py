@@ -162,28 +162,19 @@ class CallChecks:
         quick. Called for every call whose operands are new objects (a loop that builds new
         arrays, the PyTorch functions): the cheap checks' general form, with its messages,
         was a large part of such a call on a small graph."""
-        dtype = self.dtype
         width = typed_r = None
         for side, X, _ in dense:
-            if type(X) is DenseBlock:
-                meta = X.__dict__
-                if meta["owner"] is not self or meta["side"] != side:
-                    return None
-                if X.shape != meta["_block_shape"]:
-                    return None
+            t = self._quick_block(X, side)
+            if t is None:
+                return None
+            if t:
                 if typed_r is None:
-                    typed_r = meta["global_shape"][1]
-                elif meta["global_shape"][1] != typed_r:
+                    typed_r = t
+                elif t != typed_r:
                     return None
-            elif type(X) is not np.ndarray or X.ndim != 2:
-                return None
-            shape = X.shape
-            if (shape[0] != self._local_rows(side) or (X.dtype is not dtype and X.dtype != dtype)
-                    or not X.flags.c_contiguous):
-                return None
             if width is None:
-                width = shape[1]
-            elif shape[1] != width:
+                width = X.shape[1]
+            elif X.shape[1] != width:
                 return None
         if typed_r is not None:
             r = typed_r
@@ -196,16 +187,8 @@ class CallChecks:
                 if not self._quick_values(out) or not out.flags.c_contiguous:
                     return None
             else:
-                if type(out) is DenseBlock:
-                    meta = out.__dict__
-                    if (meta["owner"] is not self or meta["side"] != out_side
-                            or out.shape != meta["_block_shape"] or meta["global_shape"][1] != r):
-                        return None
-                elif type(out) is not np.ndarray or out.ndim != 2:
-                    return None
-                if (out.shape[0] != self._local_rows(out_side) or out.shape[1] != width
-                        or (out.dtype is not dtype and out.dtype != dtype)
-                        or not out.flags.c_contiguous):
+                t = self._quick_block(out, out_side)
+                if t is None or (t and t != r) or out.shape[1] != width:
                     return None
             for _, X, _ in dense:
                 if np.may_share_memory(out, X):
@@ -221,6 +204,26 @@ class CallChecks:
         if not self.splits_r:
             return r if width == r else None
         return r if width == self.local_width(r) else None
+
+    def _quick_block(self, X, side: str) -> int | None:
+        """For :meth:`_quick_r`: X's global r if it is a typed block of this very object on
+        ``side`` (not a reshaped view), 0 if it is a plain 2-D ndarray, either with this
+        rank's rows, the object's dtype and C layout; else None."""
+        if type(X) is DenseBlock:
+            meta = X.__dict__
+            if (meta["owner"] is not self or meta["side"] != side
+                    or X.shape != meta["_block_shape"]):
+                return None
+            typed = meta["global_shape"][1]
+        elif type(X) is np.ndarray and X.ndim == 2:
+            typed = 0
+        else:
+            return None
+        dtype = self.dtype
+        if (X.shape[0] != self._local_rows(side) or (X.dtype is not dtype and X.dtype != dtype)
+                or not X.flags.c_contiguous):
+            return None
+        return typed
 
     def _quick_values(self, values) -> bool:
         """Whether ``values`` plainly passes the values checks (:meth:`_quick_r`)."""

@@ -397,25 +397,21 @@ class DistGAT:
         obj = self.obj
         H, F = layer.heads, layer.out_channels
         xmask = amask = None
-        Xd = X
-        feats = SparseFeatures.of(X, self.dtype, self._features)
-        if feats is not None:
-            self._features = feats
         if drop is not None and drop.features > 0:
             xmask = feature_mask(X, self.nodes, drop.features, drop.seed, drop.step, k,
                                  self.dtype)
-            if feats is not None:
-                Xd = X.data * xmask  # the values of X's stored entries, masked
-            elif sp.issparse(X):
-                Xd = X.copy()
-                Xd.data = Xd.data * xmask
-            else:
-                Xd = X * xmask
-        elif feats is not None:
-            Xd = X.data
-        if feats is not None:  # X's entries' values in Xd
+        feats = SparseFeatures.of(X, self.dtype, self._features)
+        if feats is not None:  # Xd: the values of X's stored entries, masked
+            self._features = feats
+            Xd = X.data if xmask is None else X.data * xmask
             Z = feats.times_t(Xd, layer.weight).reshape(-1, H, F)
         else:
+            Xd = X
+            if xmask is not None and sp.issparse(X):
+                Xd = X.copy()
+                Xd.data = Xd.data * xmask
+            elif xmask is not None:
+                Xd = X * xmask
             Z = np.ascontiguousarray(Xd @ layer.weight.T, dtype=self.dtype).reshape(-1, H, F)
         s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
         s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)

@@ -264,9 +264,7 @@ class EdgePlan:
 
     def spread(self, world, X: np.ndarray, phase: str) -> np.ndarray:
         """(nnz, h) values of per-node (block_rows, h) ``X`` at each local nonzero."""
-        if self.private_values:
-            return gather_rows(X, self.direct)
-        return self.values_of(self._per_row(world, X, phase))
+        return gather_rows(*self.source(world, X, phase))
 
     def source(self, world, X: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
         """(rows, index) such that ``rows[index]`` is :meth:`spread`'s result, without
@@ -288,12 +286,6 @@ class EdgePlan:
                         recv, self.remote_counts * h, phase=phase)
         per_row[self.remote_uniq] = recv
         return per_row
-
-    def values_of(self, per_row: np.ndarray) -> np.ndarray:
-        """(nnz, h) values in value order from (distinct rows, h) per-row values."""
-        if self.seg.order is None:
-            return self.seg.repeat(per_row)
-        return per_row[self.inv]
 
 
 def edge_plan(obj, dim: str) -> EdgePlan:
