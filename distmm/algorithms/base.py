@@ -1216,6 +1216,9 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
             return entry[name]
         if name == "a":
             return values
+        # a copy (at p > 1 an exchange) outside the kernels and shifts: a replay of this call
+        # would run on this call's copy, stale once the caller changes ``values`` in place
+        self._not_replayable()
         moved = np.empty(o.nnz, dtype=self.dtype)
         self._move_values(self._b_plan(), values, moved)
         return moved

@@ -66,6 +66,13 @@ def unchanged(X: np.ndarray, held: tuple | None) -> bool:
     """
     if held is None or held[0]() is not X:
         return False
+    return same_layout(X, held)
+
+
+def same_layout(X: np.ndarray, held: tuple) -> bool:
+    """Whether ``X`` is laid out as when ``held`` (see :func:`unchanged`) was taken of it: the
+    same layout token for a typed block, else the same shape, strides and dtype. Not
+    collective."""
     if held[4] is not None:
         return X._layout is held[4]
     return (X.shape == held[1] and X.strides == held[2]
@@ -95,7 +102,7 @@ class CallChecks:
             self._forget_prepared()
             self._plan_state = state
         self._start_trace(kind)
-        repeat = False
+        repeat = alike = False
         if self.checks == "off":
             r = self._unchecked_r(dense)
         elif self.checks == "always" or kind not in self._checked:
@@ -110,9 +117,11 @@ class CallChecks:
                 r = self._quick_r(dense, values, out, out_side)
                 if r is None:
                     r = self._cheap_check(dense, values, out, out_side)
+                # new arrays laid out as the last call's: a replay may swap the next ones in
+                alike = self._like_last(kind, dense, values, out)
                 self._remember(kind, dense, values, out, r)
         self._repeat = repeat or self._binding
-        self._trace_if_repeated(out is not None, self._repeat)
+        self._trace_if_repeated(out is not None, self._repeat or alike)
         self._last_r = r
         return r
 
@@ -147,6 +156,27 @@ class CallChecks:
             elif not unchanged(X, held):
                 return None
         return r
+
+    def _like_last(self, kind: str, dense, values, out) -> bool:
+        """Whether this call's operands (new objects: :meth:`_recall` did not know them) are
+        laid out as those of the last cheap-checked call of ``kind`` were: each present in
+        both or in neither, with the same shape, strides and dtype. A loop that makes new
+        arrays every step (each PyTorch function call does) is then traced, and its next
+        calls may replay with their own arrays swapped in (replay.py). Not collective."""
+        memo = self._memo.get(kind)
+        if memo is None or len(memo[1]) != len(dense) + 2:
+            return False
+        kept = memo[1]
+        k = 0
+        for X in (*(X for _, X, _ in dense), values, out):
+            held = kept[k]
+            k += 1
+            if X is None or held is None:
+                if X is not held:
+                    return False
+            elif X.shape != held[1] or X.strides != held[2] or X.dtype != held[3]:
+                return False
+        return True
 
     def _quick_r(self, dense, values, out, out_side) -> int | None:
         """The call's r when every operand plainly passes the cheap checks, else None (then

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distmm.algorithms.calls import unchanged
+from distmm.algorithms.calls import _held, same_layout, unchanged
 from distmm.core.aligned import aligned_empty, padding
 from distmm.core.dense import DenseBlock
 from distmm.core.memory import OPS
@@ -84,7 +84,7 @@ class CallReplay:
         kept = self._replays.get(kind)
         if kept is None:
             return None
-        held, ext, steps, result, fresh = kept
+        held, ext, steps, result, fresh, swaps = kept
         if ext != extra:
             return None
         # Written out (with an index, cheaper than zip): a training loop pays for this on
@@ -101,7 +101,7 @@ class CallReplay:
                 continue
             obj, shape, strides, dtype, token = h
             if X is not obj:
-                return None
+                return self._replay_alike(kind, kept, operands)
             if token is not None:
                 if X._layout is not token:
                     return None
@@ -110,6 +110,84 @@ class CallReplay:
                 return None
         if self.kernel.plan_state() != self._plan_state:
             return None
+        if fresh is not None:
+            return self._replay_into_new(steps, fresh)
+        self._run_steps(steps)
+        return result
+
+    def _replay_alike(self, kind: str, kept: tuple, operands: tuple):
+        """:meth:`_replay` for a call that passes new operand objects laid out as the traced
+        call's: the kept steps with each new operand in the places its predecessor had in the
+        kernels' arguments, or None when this call is not such a call (then it runs in full).
+
+        A new operand must be what the traced one was: a plain array, or a typed block of this
+        object of the same side and global shape, of the same shape, strides, dtype and
+        writeability, and ``out`` must share no memory with the inputs: then it passes the
+        cheap checks, and the prepared kernel calls serve it (:meth:`_run_kernel`). An operand
+        that a shift sends, or that the kernels read through a view other than itself (or a
+        slice of a values array), is never swapped (``swaps``, :func:`_swap_slots`). The kept
+        replay then holds the new operands and steps in place of the old ones, so that the
+        next call on the same objects is an ordinary repeat and no earlier operand is kept
+        alive. Collective where the steps shift."""
+        held, ext, steps, result, fresh, swaps = kept
+        if swaps is None:
+            return None
+        slots, wrap = swaps
+        now = list(held)
+        new = []
+        for k, h in enumerate(held):
+            X = operands[k]
+            if h is None:
+                if X is not None:
+                    return None
+                continue
+            obj, shape, strides, dtype, token = h
+            if X is obj:
+                if not same_layout(X, h):
+                    return None
+                continue
+            like = slots[k]
+            if (like is None or type(X) is not type(obj) or X.shape != shape
+                    or X.strides != strides or (X.dtype is not dtype and X.dtype != dtype)
+                    or X.flags.writeable != like[1]):
+                return None
+            if like[2] is not None:  # a typed block: this object's, on the traced side
+                meta = X.__dict__
+                if (meta["owner"] is not self or (meta["side"], meta["global_shape"]) != like[2]
+                        or meta["_block_shape"] != shape):
+                    return None
+                token = X.layout_token()
+                plain = X.view(np.ndarray)
+            else:
+                plain = X
+            now[k] = (X, shape, strides, dtype, token)
+            new.append((like[0], plain))
+        out = operands[-1]
+        if out is not None:
+            for X in operands[:-1]:
+                if X is not None and np.may_share_memory(out, X):
+                    return None
+        if self.kernel.plan_state() != self._plan_state:
+            return None
+        # the checks remember the new operands, as a full call's would (_recall, _like_last)
+        memo = self._memo.get(kind)
+        if memo is not None:
+            remembered = list(memo[1])
+            for k, h in enumerate(now):
+                if h is not held[k]:
+                    remembered[k] = _held(h[0])
+            self._memo[kind] = (memo[0], tuple(remembered))
+        steps = list(steps)
+        for places, plain in new:
+            for i, j, part in places:
+                fn, args, timed = steps[i]
+                args = list(args)
+                args[j] = plain if part is None else plain[part[0]:part[1]]
+                steps[i] = (fn, tuple(args), timed)
+        steps = tuple(steps)
+        if fresh is None and held[-1] is not None and out is not held[-1][0]:
+            result = out if wrap is None else DenseBlock(out, wrap[0], wrap[1], self)
+        self._replays[kind] = (tuple(now), ext, steps, result, fresh, swaps)
         if fresh is not None:
             return self._replay_into_new(steps, fresh)
         self._run_steps(steps)
@@ -205,6 +283,12 @@ class CallReplay:
         if repeat and self.checks == "once" and self._replayable():
             self._trace = []
 
+    def _not_replayable(self) -> None:
+        """Called by a family during a call that does work besides its kernels and shifts
+        (moves or copies the caller's data): the call is not traced, so it leaves no replay
+        (:meth:`_keep_replay`). Not collective."""
+        self._trace = None
+
     def _traced(self, reused: bool, run, args: tuple) -> None:
         """Note one kernel of the traced call (the caller checks that a call is traced):
         whether its prepared call was kept from an earlier call (``reused``), the call and
@@ -244,7 +328,8 @@ class CallReplay:
         if kept is not None:
             held = tuple(None if h is None else _held_operand(h) for h in memo[1])
             if all(h is None or h[0] is not None for h in held):
-                self._replays[kind] = (held, extra, *kept)
+                swaps = _swap_slots(trace, held, result, self._trace_out)
+                self._replays[kind] = (held, extra, *kept, swaps)
                 return
         self._replays.pop(kind, None)
 
@@ -293,6 +378,75 @@ def _fresh_steps(trace: list, result) -> tuple | None:
         return None
     aligned = padding(result.base) > 0 if result.base is not None else False
     return tuple(steps), None, (tuple(slots), result.shape, result.dtype, aligned, block)
+
+
+def _swap_slots(trace: list, held: tuple, result, has_out: bool) -> tuple | None:
+    """Where a replay may put new operands in place of the traced call's (``held``, in the
+    public method's order, ``out`` last): (slots, wrap), or None if no operand may be swapped
+    (two operands share memory, so a place would belong to both).
+
+    ``slots[k]`` is None where operand k cannot be swapped (absent; sent or received by a
+    shift; read by the kernels through a view other than the array itself or, for a 1-D
+    array, a slice of it), else (places, writeable, typed): each place (step, argument, None
+    or (start, stop) of a slice), the operand's writeability, and (side, global shape) for a
+    typed block (None for a plain array). ``wrap`` types a new ``out`` as the full call
+    returns it: None where the result is ``out`` itself, (side, global shape) where it is a
+    typed block over ``out``'s memory. See :meth:`CallReplay._replay_alike`."""
+    objs = [None if h is None else h[0] for h in held]
+    present = [x for x in objs if x is not None]
+    for a in range(len(present)):
+        for b in range(a):
+            if np.may_share_memory(present[a], present[b]):
+                return None
+    slots = [_places(trace, obj) for obj in objs]
+    wrap = None
+    out = objs[-1] if has_out else None
+    if out is not None and slots[-1] is not None and result is not out:
+        if (isinstance(result, DenseBlock) and result.shape == out.shape
+                and _address(result) == _address(out)):
+            wrap = (result.side, result.global_shape)
+        else:
+            slots[-1] = None
+    if all(x is None for x in slots):
+        return None
+    return tuple(slots), wrap
+
+
+def _places(trace: list, obj) -> tuple | None:
+    """For :func:`_swap_slots`: operand ``obj``'s places in the traced steps, with its
+    writeability and typed-block layout; None if it cannot be swapped."""
+    if obj is None:
+        return None
+    typed = None
+    if type(obj) is DenseBlock:
+        if obj.side is None:
+            return None
+        typed = (obj.side, obj.global_shape)
+    elif type(obj) is not np.ndarray:
+        return None
+    start = _address(obj)
+    places = []
+    for i, (*_, timed, touched) in enumerate(trace):
+        for j, x in enumerate(touched):
+            if not isinstance(x, np.ndarray) or not np.may_share_memory(x, obj):
+                continue
+            if not timed:
+                return None  # a shift's buffer
+            if x.shape == obj.shape and x.strides == obj.strides and _address(x) == start:
+                places.append((i, j, None))
+            elif (obj.ndim == 1 and x.ndim == 1 and x.strides == obj.strides
+                  and obj.flags.c_contiguous):
+                lo = (_address(x) - start) // obj.itemsize
+                places.append((i, j, (lo, lo + x.size)))
+            else:
+                return None
+    if not places:
+        return None  # the kernels do not read it as it is: never swapped
+    return tuple(places), obj.flags.writeable, typed
+
+
+def _address(x: np.ndarray) -> int:
+    return x.__array_interface__["data"][0]
 
 
 def _held_operand(held: tuple) -> tuple:

@@ -369,9 +369,11 @@ def test_a_block_assigned_to_is_checked_again():
 
 def test_a_call_that_fails_leaves_no_replay(monkeypatch):
     """A call that remembers new operands and then fails must not leave the old replay to
-    run for them: the next call with those operands writes its own out= buffer."""
+    run for them: the next call with those operands writes its own out= buffer. (``other``
+    is a plain array where the replay's ``out`` was a typed block, so that the failing call
+    is not replayed with it swapped in, replay.py's _replay_alike, but runs in full.)"""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
-    out, other = obj.dense("a", 19), obj.dense("a", 19)
+    out, other = obj.dense("a", 19), np.asarray(obj.dense("a", 19))
     for _ in range(3):
         obj.spmm_a(B_loc, out=out)
     real = obj._spmm_a
@@ -384,9 +386,10 @@ def test_a_call_that_fails_leaves_no_replay(monkeypatch):
         obj.spmm_a(B_loc, out=other)
     monkeypatch.setattr(obj, "_spmm_a", real)
     before = np.array(out, copy=True)
-    assert obj.spmm_a(B_loc, out=other) is other
+    res = obj.spmm_a(B_loc, out=other)
+    assert np.shares_memory(res, other)
     np.testing.assert_array_equal(out, before)
-    check("spmm-a", obj.gather("a", other), S, A, B, rtol=1e-10)
+    check("spmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
     obj.close()
 
 
@@ -446,6 +449,126 @@ def test_calls_without_out_are_replayed_into_new_arrays(monkeypatch):
     obj.close()
 
 
+def _op_call(obj, name: str, A_now, B_now, **kw):
+    """Operation ``name`` (as :func:`_calls` names them) on these operands."""
+    op, _, strategy = name.partition(" ")
+    if op == "sddmm":
+        return obj.sddmm(A_now, B_now, **kw)
+    if op == "spmm_a":
+        return obj.spmm_a(B_now, **kw)
+    if op == "spmm_b":
+        return obj.spmm_b(A_now, **kw)
+    return getattr(obj, op)(A_now, B_now, strategy, **kw)
+
+
+def test_values_changed_in_place_reach_every_repeat():
+    """Repeats that pass the same values array, changed in place between calls, compute with
+    its contents at the call, in every operation and strategy. (A FusedMM strategy with a
+    kernel on S^T moves the values into S^T's order at each call: such a call leaves no
+    replay, which would run on the traced call's copy.)"""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    for name, _ in _calls(obj, A_loc, B_loc, 19):
+        v = np.array(obj.values)
+        side = name.split()[0][-1]
+        out = np.empty_like(v) if name == "sddmm" else obj.dense(side, 19)
+        for k in range(4):
+            res = _op_call(obj, name, A_loc, B_loc, values=v, out=out)
+            check(*_gathered(obj, name, res), S * 2.0**k, A, B, rtol=1e-9)
+            v *= 2.0
+    obj.close()
+
+
+def _alike_call(obj, name: str, k: int, A_loc, B_loc, plain: bool, with_out: bool,
+                with_values: bool):
+    """Call ``k`` of a loop that passes new operands every time, laid out alike: copies of
+    the blocks scaled by call (typed blocks, or plain arrays when ``plain``), a new ``out=``
+    of the same kind when ``with_out`` and new values when ``with_values``. Returns the
+    result and the (A, B, values) scales the oracle needs."""
+    ka, kb, kv = 1.0 + k, 1.0 + 0.5 * k, 2.0 - 0.25 * k
+    new = (lambda X: np.array(X)) if plain else (lambda X: X.copy())
+    A_now, B_now = new(A_loc) * ka, new(B_loc) * kb
+    kw = {}
+    if with_values:
+        kw["values"] = obj.values * kv
+    op = name.split()[0]
+    if with_out:
+        if op == "sddmm":
+            kw["out"] = np.empty_like(obj.values)
+        else:
+            kw["out"] = new(obj.dense("a" if op.endswith("_a") else "b", 19))
+    res = _op_call(obj, name, A_now, B_now, **kw)
+    if with_out:
+        assert np.shares_memory(res, kw["out"]), name
+        if op != "sddmm":
+            assert res.side == op[-1] and res.global_shape[1] == 19, name
+    return res, (ka, kb, kv if with_values else 1.0)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["typed", "plain"])
+@pytest.mark.parametrize("with_out", [True, False], ids=["out", "no-out"])
+def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, with_out):
+    """A loop that passes new arrays every call, laid out as the last call's (what a numpy
+    loop that makes its operands, and every distmm.torch function, does): from the third
+    call, on one rank, each call replays the traced steps with its own arrays swapped in
+    (replay.py, _replay_alike). Every result is the oracle's for the operands of its own
+    call (each call scales them differently, so a replay that read an earlier call's arrays
+    fails), with the full call's messages and kernel counts, and the replay holds the last
+    call's arrays only (an earlier one is freed once dropped)."""
+    import gc
+    import weakref
+
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    loops = _count_loops(obj, monkeypatch)
+    for name, _ in _calls(obj, A_loc, B_loc, 19):
+        for with_values in (False, True):
+            loops[0] = 0
+            words = kernels = None
+            for k in range(5):
+                obj.reset_stats()
+                res, (ka, kb, kv) = _alike_call(obj, name, k, A_loc, B_loc, plain, with_out,
+                                                with_values)
+                S_now = S * kv
+                check(*_gathered(obj, name, res), S_now, ka * A, kb * B, rtol=1e-9)
+                if k == 1:
+                    words, kernels = _words(obj), _kernel_counts(obj)
+                elif k > 1:
+                    assert _words(obj) == words, name
+                    assert _kernel_counts(obj) == kernels, name
+            per_call = 1 if _single_kernel(name) else 2
+            # a FusedMM that runs a kernel on S^T (FusedMMA "reuse", FusedMMB "none" and
+            # "fusion") moves given values into S^T's order in each call: never replayed
+            moved = with_values and name.startswith("fusedmm") and (
+                name.startswith("fusedmm_a") == name.endswith("reuse"))
+            if moved:
+                assert loops[0] == 5 * per_call, name
+            elif P == 1:  # a shift sends B (and at q > 1 the result) otherwise: run in full
+                assert loops[0] == 2 * per_call, (name, with_values)
+            kind = name.split()[0]
+            held = ([h[0] for h in obj._replays[kind][0] if h is not None]
+                    if P == 1 and not moved else [])
+            gone = [weakref.ref(x) for x in held]
+            del res, held
+            _alike_call(obj, name, 5, A_loc, B_loc, plain, with_out, with_values)
+            gc.collect()
+            assert all(ref() is None for ref in gone), name
+    obj.close()
+
+
+def test_an_alike_out_sharing_memory_with_an_input_is_refused():
+    """A new out= laid out as the last call's but overlapping an input is not replayed with
+    it swapped in: the call's checks refuse it, as they refuse it in any call."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    if obj.shape[0] != obj.shape[1]:
+        obj.close()
+        pytest.skip("needs A and out blocks of one shape")
+    for k in range(4):
+        res, scales = _alike_call(obj, "fusedmm_a fusion", k, A_loc, B_loc, False, True, False)
+    A_now = A_loc.copy()
+    with pytest.raises(distmm.InputError, match="shares memory"):
+        obj.fusedmm_a(A_now, B_loc.copy(), "fusion", out=A_now)
+    obj.close()
+
+
 def test_a_replay_sends_what_the_full_call_sends():
     """Per call, a replayed call sends and receives the words and messages of the full call
     (the counts that the exact formulas are tested against), and times its shifts."""
@@ -464,27 +587,47 @@ def test_a_replay_sends_what_the_full_call_sends():
     obj.close()
 
 
-def test_ranks_need_not_agree_on_replaying():
+def _count_begins(obj, monkeypatch, kinds: tuple) -> list[int]:
+    """Counts the calls of ``kinds`` run in full (CallChecks._begin), in a one-item list."""
+    count, real = [0], obj._begin
+
+    def counted(kind, *args, **kwargs):
+        count[0] += kind in kinds
+        return real(kind, *args, **kwargs)
+
+    monkeypatch.setattr(obj, "_begin", counted)
+    return count
+
+
+def test_ranks_need_not_agree_on_replaying(monkeypatch):
     """Rank 0 repeats its operands (and replays) while the other ranks pass a new out= block
-    every time (and run the call in full): the same messages flow, nothing waits, and every
-    result is right."""
+    every time, a typed block and a plain array in turns, so that no call is laid out as the
+    one before it (and each runs in full): the same messages flow, nothing waits, and every
+    result is right. Then the same with rank 0 replaying new blocks swapped in."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    full = _count_begins(obj, monkeypatch, ("fusedmm_a", "spmm_a"))
     out = obj.dense("a", 19)
     for k in range(5):
-        target = out if COMM.rank == 0 else obj.dense("a", 19)
+        full[0] = 0
+        target = obj.dense("a", 19)
+        if COMM.rank == 0:
+            target = out
+        elif k % 2:
+            target = np.asarray(target)
         res = obj.fusedmm_a(A_loc, B_loc, out=target)
-        assert res is target
+        assert np.shares_memory(res, target)
         check("fusedmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
         if k >= 2:
-            assert ("fusedmm_a" in obj._replays) == (COMM.rank == 0)
-    # the same without out=: rank 0 passes the same blocks (and replays into new arrays), the
-    # others new copies of them every time
+            assert full[0] == (COMM.rank != 0)
+    # without out=: rank 0 passes new copies of the blocks (replayed with them swapped in),
+    # the others the same blocks and copies as plain arrays in turns
     for k in range(5):
-        B_now = B_loc if COMM.rank == 0 else B_loc.copy()
+        full[0] = 0
+        B_now = B_loc.copy() if COMM.rank == 0 else (np.array(B_loc) if k % 2 else B_loc)
         res = obj.spmm_a(B_now)
         check("spmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
         if k >= 2:
-            assert ("spmm_a" in obj._replays) == (COMM.rank == 0)
+            assert full[0] == (COMM.rank != 0 or P > 1)  # at q > 1 B is shifted: in full
     obj.close()
 
 
