@@ -171,6 +171,13 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         # (replay.py)
         self._replays: dict[str, tuple] = {}
         self._trace: list | None = None
+        # When a call on new operands is traced so that later ones replay with theirs swapped
+        # in (calls.py, _begin; replay.py): per kind, bit k set where a traced call's operand
+        # k could not be swapped, the positions of new operands in its last call run in full,
+        # and whether its last attempt to swap failed
+        self._swap_blocked: dict[str, int] = {}
+        self._last_new: dict[str, int | None] = {}
+        self._swap_failed: set[str] = set()
         # whether the call under way repeats the last call's operands or is a bound call's
         # (calls.py, _begin)
         self._repeat = False

@@ -131,6 +131,7 @@ class CallReplay:
         alive. Collective where the steps shift."""
         held, ext, steps, result, fresh, swaps = kept
         if swaps is None:
+            self._swap_failed.add(kind)
             return None
         slots, wrap = swaps
         now = list(held)
@@ -147,7 +148,10 @@ class CallReplay:
                     return None
                 continue
             like = slots[k]
-            if (like is None or type(X) is not type(obj) or X.shape != shape
+            if like is None:  # sent by a shift, say: noted for the checks (_begin)
+                self._swap_failed.add(kind)
+                return None
+            if (type(X) is not type(obj) or X.shape != shape
                     or X.strides != strides or (X.dtype is not dtype and X.dtype != dtype)
                     or X.flags.writeable != like[1]):
                 return None
@@ -185,6 +189,7 @@ class CallReplay:
                 args[j] = plain if part is None else plain[part[0]:part[1]]
                 steps[i] = (fn, tuple(args), timed)
         steps = tuple(steps)
+        self._swap_failed.discard(kind)
         if fresh is None and held[-1] is not None and out is not held[-1][0]:
             result = out if wrap is None else DenseBlock(out, wrap[0], wrap[1], self)
         self._replays[kind] = (tuple(now), ext, steps, result, fresh, swaps)
@@ -288,6 +293,7 @@ class CallReplay:
         (moves or copies the caller's data): the call is not traced, so it leaves no replay
         (:meth:`_keep_replay`). Not collective."""
         self._trace = None
+        self._swap_blocked[self._kind] = -1  # every position
 
     def _traced(self, reused: bool, run, args: tuple) -> None:
         """Note one kernel of the traced call (the caller checks that a call is traced):
@@ -325,11 +331,17 @@ class CallReplay:
                 and all(step[0] for step in trace)):
             kept = ((tuple(step[1:4] for step in trace), result, None) if self._trace_out
                     else _fresh_steps(trace, result))
+            if kept is None:  # the new result travels in a shift: never replayed
+                self._swap_blocked[kind] = -1
         if kept is not None:
             held = tuple(None if h is None else _held_operand(h) for h in memo[1])
             if all(h is None or h[0] is not None for h in held):
                 swaps = _swap_slots(trace, held, result, self._trace_out)
                 self._replays[kind] = (held, extra, *kept, swaps)
+                # where a new operand cannot be swapped in, tracing its calls gains nothing
+                self._swap_blocked[kind] = sum(
+                    1 << k for k, h in enumerate(held)
+                    if h is not None and (swaps is None or swaps[0][k] is None))
                 return
         self._replays.pop(kind, None)
 
@@ -337,6 +349,8 @@ class CallReplay:
         """Drop every kept replay, the bound calls' included. Not collective."""
         self._replays.clear()
         self._trace = None
+        self._swap_blocked.clear()
+        self._swap_failed.clear()
         for call in self._bound_calls:
             call._kept = None
 

@@ -554,6 +554,37 @@ def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, 
     obj.close()
 
 
+def test_new_operands_in_turns_are_traced_only_while_it_pays(monkeypatch):
+    """Two calls of one kind in turns on new arrays (FusedMM's backward in distmm.torch: an
+    SDDMM of (G, B) and one of (A, B), each with new views): on one rank each swaps its
+    arrays into the other's replay; at q > 1, where B is shifted and cannot be swapped, the
+    calls stop being traced (a trace there prepares every shift again) after the first."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    traced, real = [0], obj._trace_if_repeated
+
+    def counted(*args):
+        real(*args)
+        traced[0] += obj._trace is not None
+
+    monkeypatch.setattr(obj, "_trace_if_repeated", counted)
+    full = _count_begins(obj, monkeypatch, ("sddmm",))
+    v = np.array(obj.values)  # one array for every call, as the backward's ones
+    G_loc = obj.scatter("a", 0.5 * A, root=None)
+    for k in range(12):
+        B_now = np.array(B_loc)
+        first = obj.sddmm(np.array(G_loc) * (k + 1), B_now, values=v)
+        second = obj.sddmm(np.array(A_loc), B_now, values=v)
+        check("sddmm", obj.gather_values(first), S, 0.5 * (k + 1) * A, B, rtol=1e-9)
+        check("sddmm", obj.gather_values(second), S, A, B, rtol=1e-9)
+        if k == 3:
+            full[0] = traced[0] = 0
+    if P == 1:
+        assert full[0] == 0  # all replayed
+    else:
+        assert traced[0] == 0 and full[0] == 16
+    obj.close()
+
+
 def test_an_alike_out_sharing_memory_with_an_input_is_refused():
     """A new out= laid out as the last call's but overlapping an input is not replayed with
     it swapped in: the call's checks refuse it, as they refuse it in any call."""
