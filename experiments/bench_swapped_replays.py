@@ -1,0 +1,145 @@
+"""Calls on new arrays with and without swapped replays, in one process, taking turns.
+
+A loop that makes new operand arrays every call (a numpy loop that builds its operands, and
+every ``distmm.torch`` function, which passes new numpy views of its tensors) is traced once
+its operands are laid out as the last call's, and its next calls replay the kept steps with
+their own arrays swapped in (distmm/algorithms/replay.py, ``_replay_alike``). This benchmark
+runs the same calls with that on and off (off: no call on new operands is traced, as before
+swapped replays existed; patched in this process only), in alternating rounds so that a
+shared machine's slow phases hit both alike, and reports each side's 10th percentile of the
+per-call seconds (the median over rounds) and the on/off ratio per round.
+
+Cases: ``distmm.torch`` SpMMA, SDDMM, FusedMMA (forward only) and FusedMMA forward plus
+backward (tensors requiring gradients); numpy SpMMA and FusedMMA on new arrays each call
+(four sets in turn) without ``out=``. The matrix from ../shared/data (bench_end_to_end's
+names) or an Erdos-Renyi one. Run under mpiexec for p > 1 (each rank its own blocks)::
+
+    python experiments/bench_swapped_replays.py --matrix cora-adjacency --rs 16,64
+    mpiexec -n 2 python experiments/bench_swapped_replays.py --matrix cora-adjacency --rs 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_end_to_end as e2e  # noqa: E402
+
+
+def cases(S, r: int, dtype) -> dict:
+    """name -> call, on this rank's blocks of width r."""
+    import distmm.torch as dt
+    from distmm.torch import torch
+
+    rng = np.random.default_rng(S.rank)
+    A, G = ((rng.standard_normal(S.local_shape("a", r)) * 0.1).astype(dtype) for _ in range(2))
+    B = (rng.standard_normal(S.local_shape("b", r)) * 0.1).astype(dtype)
+    At, Bt, Gt = map(torch.from_numpy, (A, B, G))
+    Ag, Bg = At.clone().requires_grad_(), Bt.clone().requires_grad_()
+    As, Bs = [A.copy() for _ in range(4)], [B.copy() for _ in range(4)]
+    turn = [0]
+
+    def forward_backward():
+        Ag.grad = Bg.grad = None
+        dt.fusedmm_a(S, Ag, Bg).backward(Gt)
+
+    def numpy_spmm():
+        turn[0] += 1
+        return S.spmm_a(Bs[turn[0] % 4])
+
+    def numpy_fused():
+        turn[0] += 1
+        return S.fusedmm_a(As[turn[0] % 4], Bs[turn[0] % 4])
+
+    return {"torch spmm_a": lambda: dt.spmm_a(S, Bt),
+            "torch sddmm": lambda: dt.sddmm(S, At, Bt),
+            "torch fusedmm_a": lambda: dt.fusedmm_a(S, At, Bt),
+            "torch fusedmm_a forward+backward": forward_backward,
+            "numpy spmm_a, new arrays": numpy_spmm,
+            "numpy fusedmm_a, new arrays": numpy_fused}
+
+
+def swaps(S, on: bool, real: tuple) -> None:
+    """Swapped replays on (distmm as it is) or off (no call on new operands traced)."""
+    from distmm.algorithms.calls import CallChecks
+    from distmm.algorithms.replay import CallReplay
+
+    CallChecks._like_last = real[0] if on else (lambda self, *args: None)
+    CallReplay._replay_alike = real[1] if on else (lambda self, *args: None)
+    S.release_buffers()  # each side starts from no replay
+
+
+def p10(comm, fn, calls: int) -> float:
+    """The 10th percentile of ``calls`` calls' seconds (slowest rank's each), after five
+    untimed ones. Collective."""
+    from mpi4py import MPI
+
+    for _ in range(5):
+        fn()
+    seconds = []
+    for _ in range(calls):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        seconds.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    return float(np.percentile(seconds, 10))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--matrix", default="cora-adjacency")
+    ap.add_argument("--rs", type=e2e.csv_list(int), default=[16, 64])
+    ap.add_argument("--dtypes", type=e2e.csv_list(str), default=["float32"])
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--calls", type=int, default=200, help="timed calls per case and round")
+    ap.add_argument("--threads", type=int, default=2, help="PyTorch's intra-op threads")
+    args = ap.parse_args(argv)
+    import distmm
+
+    # isort: split
+    from mpi4py import MPI
+
+    from distmm.algorithms.calls import CallChecks
+    from distmm.algorithms.replay import CallReplay
+    from distmm.core.coo import CooShare
+    from distmm.torch import torch
+
+    torch.set_num_threads(args.threads)
+    comm = MPI.COMM_WORLD
+    real = (CallChecks._like_last, CallReplay._replay_alike)
+    S_global = e2e.load_matrix(args.matrix) if comm.rank == 0 else None
+    for dtype in args.dtypes:
+        share = CooShare.from_scipy(S_global, comm, root=0)
+        with distmm.distribute(share, comm, dtype=dtype) as S:
+            for r in args.rs:
+                calls = cases(S, r, dtype)
+                times = {k: {"on": [], "off": []} for k in calls}
+                for rnd in range(args.rounds):
+                    for side in ("on", "off") if rnd % 2 == 0 else ("off", "on"):
+                        swaps(S, side == "on", real)
+                        for name, fn in calls.items():
+                            n = max(10, args.calls // 4) if "backward" in name else args.calls
+                            times[name][side].append(p10(comm, fn, n))
+                swaps(S, True, real)
+                if comm.rank == 0:
+                    for name, t in times.items():
+                        ratios = [a / b for a, b in zip(t["on"], t["off"], strict=True)]
+                        print(json.dumps({
+                            "matrix": args.matrix, "p": comm.size, "dtype": dtype, "r": r,
+                            "case": name, "off_s": float(np.median(t["off"])),
+                            "on_s": float(np.median(t["on"])),
+                            "on_over_off_median": float(np.median(ratios)),
+                            "on_over_off_min": min(ratios), "on_over_off_max": max(ratios),
+                            "rounds": args.rounds}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
