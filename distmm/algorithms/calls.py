@@ -283,9 +283,9 @@ class CallChecks:
         if self.splits_r and not any(isinstance(X, DenseBlock) and X.typed
                                      for _, X, _ in dense):
             return
-        kept = [_held(X) for _, X, _ in dense]
-        kept.append(None if values is None else _held(values))
-        kept.append(None if out is None else _held(out))
+        kept = [remembered(X) for _, X, _ in dense]
+        kept.append(None if values is None else remembered(values))
+        kept.append(None if out is None else remembered(out))
         self._memo[kind] = (r, tuple(kept))
 
     def _require_open(self) -> None:
@@ -485,7 +485,7 @@ class CallChecks:
         return None
 
 
-def _held(X: np.ndarray) -> tuple:
+def remembered(X: np.ndarray) -> tuple:
     """What :meth:`CallChecks._remember` keeps of one operand (see :func:`unchanged`)."""
     token = X.layout_token() if isinstance(X, DenseBlock) else None
     return weakref.ref(X), X.shape, X.strides, X.dtype, token

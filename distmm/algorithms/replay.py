@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distmm.algorithms.calls import _held, same_layout, unchanged
+from distmm.algorithms.calls import remembered, same_layout, unchanged
 from distmm.core.aligned import aligned_empty, padding
 from distmm.core.dense import DenseBlock
 from distmm.core.memory import OPS
@@ -176,11 +176,11 @@ class CallReplay:
         # the checks remember the new operands, as a full call's would (_recall, _like_last)
         memo = self._memo.get(kind)
         if memo is not None:
-            remembered = list(memo[1])
+            ops = list(memo[1])
             for k, h in enumerate(now):
                 if h is not held[k]:
-                    remembered[k] = _held(h[0])
-            self._memo[kind] = (memo[0], tuple(remembered))
+                    ops[k] = remembered(h[0])
+            self._memo[kind] = (memo[0], tuple(ops))
         steps = list(steps)
         for places, plain in new:
             for i, j, part in places:
@@ -450,7 +450,9 @@ def _places(trace: list, obj) -> tuple | None:
                 places.append((i, j, None))
             elif (obj.ndim == 1 and x.ndim == 1 and x.strides == obj.strides
                   and obj.flags.c_contiguous):
-                lo = (_address(x) - start) // obj.itemsize
+                lo, rem = divmod(_address(x) - start, obj.itemsize)
+                if rem or lo < 0 or lo + x.size > obj.size:
+                    return None  # overlaps it without being a slice of it
                 places.append((i, j, (lo, lo + x.size)))
             else:
                 return None
