@@ -134,6 +134,10 @@ class DenseBlock(np.ndarray):
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs, **kwargs):
         """Run the ufunc on plain arrays; wrap an elementwise result of the block's shape."""
+        if method == "__call__" and (not kwargs or (len(kwargs) == 1 and "out" in kwargs)):
+            done = _plain_call(ufunc, inputs, kwargs.get("out"))
+            if done is not None:
+                return done
         meta, mixed = None, False
         for x in inputs + tuple(kwargs.get("out", ())):
             if isinstance(x, DenseBlock) and x.typed:
@@ -178,6 +182,48 @@ class DenseBlock(np.ndarray):
             return super().__repr__()
         return (f"DenseBlock(side={self.side!r}, global_shape={self.global_shape}, "
                 f"local_shape={self.shape}, dtype={self.dtype})\n{np.asarray(self)!r}")
+
+
+def _plain_call(ufunc: np.ufunc, inputs: tuple, outs: tuple | None):
+    """:meth:`DenseBlock.__array_ufunc__` for its common case, a plain call of a one-output
+    ufunc (``X * 2``, ``X + Y``, ``np.exp(X)``, ``X -= Y``: ``out=`` one array) whose typed
+    blocks are all of one side, owner and global shape: the result, typed like them where it
+    has their shape (an ``out=`` block itself, as numpy returns it); None for anything else
+    (the general path decides, and words a side mismatch). Written out because a training
+    loop's elementwise arithmetic on blocks pays for it at every operation."""
+    if ufunc.nout != 1 or (outs is not None and len(outs) != 1):
+        return None
+    like = None
+    args = []
+    for x in inputs if outs is None else (*inputs, outs[0]):
+        if type(x) is DenseBlock:
+            d = x.__dict__
+            if d["side"] is None or x.shape != d["_block_shape"]:
+                return None  # an untyped view: the general path treats it as plain
+            if like is None:
+                like = d
+            elif d is not like and (d["side"] != like["side"] or d["owner"] is not like["owner"]
+                                    or d["global_shape"] != like["global_shape"]):
+                return None
+            args.append(x.view(np.ndarray))
+        elif isinstance(x, DenseBlock):
+            return None
+        else:
+            args.append(x)
+    if outs is not None:
+        out = args.pop()
+        result = ufunc(*args, out=out)
+        return outs[0] if isinstance(outs[0], DenseBlock) else result
+    result = ufunc(*args)
+    if like is None or type(result) is not np.ndarray or result.shape != like["_block_shape"]:
+        return result
+    block = result.view(DenseBlock)
+    meta = block.__dict__
+    meta["side"] = like["side"]
+    meta["global_shape"] = like["global_shape"]
+    meta["owner"] = like["owner"]
+    meta["_block_shape"] = result.shape
+    return block
 
 
 # Entries per call of a ``fill`` in ``S.dense``: each of a fill's float64 or uint64
