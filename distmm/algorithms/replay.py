@@ -369,7 +369,7 @@ def _fresh_steps(trace: list, result) -> tuple | None:
         result = result.base
     if type(result) is not np.ndarray or not result.flags.c_contiguous or result.ndim > 2:
         return None
-    start = result.__array_interface__["data"][0]
+    start = _address(result)
     size = result.itemsize
     slots, steps = [], []
     for i, (_, fn, args, timed, touched) in enumerate(trace):
@@ -382,7 +382,7 @@ def _fresh_steps(trace: list, result) -> tuple | None:
             if x is result:
                 slots.append((i, j, None))
             elif result.ndim == 1 and x.ndim == 1 and x.base is result and x.flags.c_contiguous:
-                lo = (x.__array_interface__["data"][0] - start) // size
+                lo = (_address(x) - start) // size
                 slots.append((i, j, (lo, lo + x.size)))
             else:
                 return None
@@ -462,6 +462,7 @@ def _places(trace: list, obj) -> tuple | None:
 
 
 def _address(x: np.ndarray) -> int:
+    """The address of ``x``'s first element."""
     return x.__array_interface__["data"][0]
 
 

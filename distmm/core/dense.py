@@ -54,14 +54,8 @@ class DenseBlock(np.ndarray):
 
     def __new__(cls, array: np.ndarray, side: str, global_shape: tuple[int, int],
                 owner: Any) -> DenseBlock:
-        obj = np.asarray(array).view(cls)
-        # written to the instance dict: __setattr__ is for what callers assign
-        meta = obj.__dict__
-        meta["side"] = side
-        meta["global_shape"] = (int(global_shape[0]), int(global_shape[1]))
-        meta["owner"] = owner
-        meta["_block_shape"] = obj.shape
-        return obj
+        return _typed(np.asarray(array).view(cls), side,
+                      (int(global_shape[0]), int(global_shape[1])), owner)
 
     def __array_finalize__(self, obj: np.ndarray | None) -> None:
         # A view or copy of the same shape (X.copy(), X[...], X.astype(...)) keeps the
@@ -217,13 +211,18 @@ def _plain_call(ufunc: np.ufunc, inputs: tuple, outs: tuple | None):
     result = ufunc(*args)
     if like is None or type(result) is not np.ndarray or result.shape != like["_block_shape"]:
         return result
-    block = result.view(DenseBlock)
-    meta = block.__dict__
-    meta["side"] = like["side"]
-    meta["global_shape"] = like["global_shape"]
-    meta["owner"] = like["owner"]
-    meta["_block_shape"] = result.shape
-    return block
+    return _typed(result.view(DenseBlock), like["side"], like["global_shape"], like["owner"])
+
+
+def _typed(view: DenseBlock, side: str, global_shape: tuple[int, int], owner) -> DenseBlock:
+    """``view`` (a fresh DenseBlock view of an array) given a block's metadata, as is. The
+    metadata is written to the instance dict: ``__setattr__`` is for what callers assign."""
+    meta = view.__dict__
+    meta["side"] = side
+    meta["global_shape"] = global_shape
+    meta["owner"] = owner
+    meta["_block_shape"] = view.shape
+    return view
 
 
 # Entries per call of a ``fill`` in ``S.dense``: each of a fill's float64 or uint64
