@@ -5,7 +5,10 @@ collectives the counts follow the bandwidth-optimal algorithms the paper's cost 
 (section V, citing Chan et al.): a ring all-gather or reduce-scatter among c ranks moves c - 1
 messages per rank, and each rank sends its own block to the c - 1 others (all-gather) or its
 contribution to the c - 1 other blocks (reduce-scatter). A cyclic shift is one message each way.
-A communicator of one rank moves nothing and counts nothing.
+A communicator of one rank moves nothing and counts nothing. Blocks of ``PAIRWISE_BYTES`` or
+more are sent exactly so, as c - 1 pairwise exchanges; smaller ones go through MPI's
+all-gather and reduce-scatter, whose own algorithms may route them otherwise (the counts are
+then the model's, for the same words delivered).
 
 Each phase is also timed: ``replication`` (all-gather of an input along the fiber),
 ``propagation`` (cyclic shifts inside a layer), ``reduction`` (reduce-scatter of an output along
@@ -133,6 +136,27 @@ def _displs(counts: Sequence[int]) -> np.ndarray:
     return d
 
 
+#: Block size from which :meth:`CountingComm.allgatherv` and :meth:`CountingComm.reduce_scatter`
+#: exchange blocks pairwise instead of calling MPI's collective: the largest block's bytes.
+#: Below it MPI's algorithms, which take fewer steps, were as fast or faster on the
+#: development machine; from it on the exchanges were faster (docs/performance.md).
+PAIRWISE_BYTES = 256 * 1024
+_TAG_GATHER, _TAG_REDUCE = 19, 20
+
+
+def _pairwise(counts: list[int], itemsize: int) -> bool:
+    """Whether a collective over blocks of ``counts`` elements exchanges them pairwise (the
+    same answer on every rank: counts are the same everywhere)."""
+    return max(counts) * itemsize >= PAIRWISE_BYTES
+
+
+def _flat(buf: np.ndarray) -> np.ndarray:
+    """A 1-D view of a C-contiguous buffer (never a copy, which would lose what MPI writes)."""
+    if not buf.flags.c_contiguous:
+        raise ValueError("communication buffers must be C-contiguous")
+    return buf.reshape(-1)
+
+
 class CountingComm:
     """A communicator wrapper that counts and times what passes through it.
 
@@ -213,7 +237,11 @@ class CountingComm:
 
     def allgatherv(self, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
                    phase: str = "replication") -> None:
-        """All-gather blocks of ``counts[k]`` elements into ``recvbuf`` in rank order."""
+        """All-gather blocks of ``counts[k]`` elements into ``recvbuf`` in rank order.
+
+        ``counts`` must be the same on every rank (as MPI requires); ``sendbuf`` holds at
+        least this rank's count, ``recvbuf`` (C-contiguous) their sum. Blocks of
+        :data:`PAIRWISE_BYTES` or more move as pairwise exchanges (:meth:`_pairwise`)."""
         counts = [int(x) for x in counts]
         own, total, c = counts[self.rank], sum(counts), self.size
         with self._phase(phase):
@@ -221,12 +249,23 @@ class CountingComm:
                 recvbuf.reshape(-1)[:own] = sendbuf.reshape(-1)[:own]
                 return
             t = mpi_type(recvbuf.dtype)
-            self.comm.Allgatherv([sendbuf, own, t], [recvbuf, (counts, _displs(counts)), t])
+            displs = _displs(counts)
+            if _pairwise(counts, recvbuf.itemsize):
+                self._pairwise_allgatherv(_flat(sendbuf)[:own], _flat(recvbuf), counts,
+                                          displs, t)
+            else:
+                self.comm.Allgatherv([sendbuf, own, t], [recvbuf, (counts, displs), t])
         self.stats.add(phase, own * (c - 1), total - own, c - 1, c - 1)
 
     def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
                        phase: str = "reduction") -> None:
-        """Sum ``sendbuf`` over ranks and leave block k (``counts[k]`` elements) on rank k."""
+        """Sum ``sendbuf`` over ranks and leave block k (``counts[k]`` elements) on rank k.
+
+        ``counts`` must be the same on every rank; ``sendbuf`` (C-contiguous) holds their sum,
+        ``recvbuf`` at least this rank's count. Blocks of :data:`PAIRWISE_BYTES` or more move as
+        pairwise exchanges (:meth:`_pairwise`), which overwrite this rank's own block of
+        ``sendbuf`` (the running sum) when the communicator has more than two ranks: treat
+        ``sendbuf`` as scratch."""
         counts = [int(x) for x in counts]
         own, total, c = counts[self.rank], sum(counts), self.size
         with self._phase(phase):
@@ -234,8 +273,49 @@ class CountingComm:
                 recvbuf.reshape(-1)[:own] = sendbuf.reshape(-1)[:own]
                 return
             t = mpi_type(recvbuf.dtype)
-            self.comm.Reduce_scatter([sendbuf, total, t], [recvbuf, own, t], counts, op=MPI.SUM)
+            if _pairwise(counts, recvbuf.itemsize):
+                self._pairwise_reduce_scatter(_flat(sendbuf), _flat(recvbuf)[:own], counts,
+                                              _displs(counts), t)
+            else:
+                self.comm.Reduce_scatter([sendbuf, total, t], [recvbuf, own, t], counts,
+                                         op=MPI.SUM)
         self.stats.add(phase, total - own, own * (c - 1), c - 1, c - 1)
+
+    # Pairwise exchanges: in step k = 1 .. c-1, rank i sends to i + k and receives from i - k
+    # (mod c), one Sendrecv each, so every rank sends and receives exactly the words and the
+    # c - 1 messages counted above, the counts of the bandwidth-optimal algorithms of the
+    # paper's cost model (section V). On a node, MPICH's point-to-point messages take its
+    # single-copy path (distmm.intranode) where its large all-gather and reduce-scatter
+    # copied through shared memory at a fraction of that speed, and slowed down by far more
+    # than point-to-point messages with MPIR_CVAR_ENABLE_HEAVY_YIELD
+    # (docs/performance.md, "Replication and reduction as pairwise exchanges").
+    def _pairwise_allgatherv(self, mine: np.ndarray, flat: np.ndarray, counts: list[int],
+                             displs: np.ndarray, t: MPI.Datatype) -> None:
+        me, c = self.rank, self.size
+        lo = int(displs[me])
+        slot = flat[lo:lo + counts[me]]
+        if not np.shares_memory(slot, mine):
+            slot[...] = mine
+        for k in range(1, c):
+            dest, source = (me + k) % c, (me - k) % c
+            lo = int(displs[source])
+            self.comm.Sendrecv([mine, counts[me], t], dest, _TAG_GATHER,
+                               [flat[lo:lo + counts[source]], counts[source], t], source,
+                               _TAG_GATHER)
+
+    def _pairwise_reduce_scatter(self, flat: np.ndarray, out: np.ndarray, counts: list[int],
+                                 displs: np.ndarray, t: MPI.Datatype) -> None:
+        # The sum of block i is its own part plus the parts of ranks i - 1, i - 2, ... in that
+        # order: the same on every run (docs/reliability.md, "Determinism").
+        me, c = self.rank, self.size
+        lo = int(displs[me])
+        acc = flat[lo:lo + counts[me]]
+        for k in range(1, c):
+            dest, source = (me + k) % c, (me - k) % c
+            lo = int(displs[dest])
+            self.comm.Sendrecv([flat[lo:lo + counts[dest]], counts[dest], t], dest,
+                               _TAG_REDUCE, [out, counts[me], t], source, _TAG_REDUCE)
+            np.add(acc, out, out=out if k == c - 1 else acc)
 
     def alltoallv(self, sendbuf: np.ndarray, sendcounts: Sequence[int], recvbuf: np.ndarray,
                   recvcounts: Sequence[int], phase: str = "distribute") -> None:

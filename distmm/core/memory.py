@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 import numpy as np
 from mpi4py import MPI
 
+from distmm.core import comm
 from distmm.core.aligned import padding
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE
 from distmm.errors import InputError
@@ -131,8 +132,12 @@ def build_transpose_bytes(parts: Mapping[str, int], nnz_a: int, nnz_b: int, max_
 def mpi_reduce_scatter_bytes(nbytes: int, c: int) -> int:
     """Scratch MPI allocates inside a reduce-scatter of ``nbytes`` over ``c`` ranks: MPICH's
     algorithms for commutative sums receive the partner's (c-1)/c of the buffer into a
-    temporary (none when c = 1, where distmm skips the collective)."""
-    return int(nbytes * (c - 1) // c) if c > 1 else 0
+    temporary. None when c = 1, where distmm skips the collective, and none for blocks of
+    :data:`distmm.core.comm.PAIRWISE_BYTES` or more (about ``nbytes / c`` each), which
+    distmm exchanges pairwise, summing in its own buffers."""
+    if c == 1 or -(-nbytes // c) >= comm.PAIRWISE_BYTES:
+        return 0
+    return int(nbytes * (c - 1) // c)
 
 
 def modes(op: str, strategy: str) -> list[tuple[str, str]]:

@@ -3,8 +3,8 @@
 * alpha and beta: a ping-pong between world ranks 0 and 1 (half the round trip, messages of 1
   to 2^22 words), fitted as t = alpha + beta * words by least squares on the relative error,
   so small and large messages both count. The all-gather and reduce-scatter the algorithms use
-  are timed too (all ranks, blocks of 2^18 words), and reported as seconds per word received,
-  for comparison.
+  (the counting communicator's) are timed too (all ranks, blocks of 2^18 words), and reported
+  as seconds per word received, for comparison.
 * bulk betas, which the planner uses when present: seconds per word of a cyclic shift, an
   all-gather and a reduce-scatter of 2^21 words per rank into fresh buffers, all ranks at
   once, as the algorithms move their blocks (propagation, replication, reduction). On a
@@ -28,7 +28,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from distmm.core.comm import mpi_type
+from distmm.core.comm import CommStats, CountingComm, mpi_type
 from distmm.core.sparse import CSRBlock
 from distmm.cores import node_cpus
 from distmm.errors import require
@@ -55,18 +55,20 @@ def _pingpong(comm: MPI.Comm, words: int, dtype, reps: int) -> float:
 
 
 def _collective(comm: MPI.Comm, words: int, dtype, reps: int, which: str) -> float:
+    """Seconds per word received of distmm's all-gather or reduce-scatter (the counting
+    communicator's, which exchanges large blocks pairwise) of ``words`` words per rank."""
     p = comm.Get_size()
+    cc = CountingComm(comm, CommStats())
     send = np.ones(words * (p if which == "reduce_scatter" else 1), dtype=dtype)
     recv = np.empty(words * (p if which == "allgather" else 1), dtype=dtype)
-    t = mpi_type(np.dtype(dtype))
     best = float("inf")
     for _ in range(reps):
         comm.Barrier()
         t0 = MPI.Wtime()
         if which == "allgather":
-            comm.Allgather([send, t], [recv, t])
+            cc.allgatherv(send, recv, [words] * p)
         else:
-            comm.Reduce_scatter_block([send, t], [recv, t], op=MPI.SUM)
+            cc.reduce_scatter(send, recv, [words] * p)
         best = min(best, comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
     return best / (words * (p - 1))
 
@@ -75,12 +77,13 @@ def measure_bulk_betas(comm: MPI.Comm, dtype, words: int = 1 << 21, reps: int = 
                        ) -> dict[str, float]:
     """Seconds per word of the three kinds of transfer the algorithms make, as they make them
     (collective): a cyclic shift (every rank sends to its successor and receives from its
-    predecessor at once, ``Sendrecv``), an all-gather and a reduce-scatter, with ``words``
-    words per rank and a freshly allocated receive buffer each time (the algorithms allocate
-    their buffers per call, so the first touch of those pages is part of the cost). Slowest
-    rank, best of ``reps``; per word sent by one rank."""
+    predecessor at once, ``Sendrecv``), and the counting communicator's all-gather and
+    reduce-scatter, with ``words`` words per rank and a freshly allocated receive buffer each
+    time (the algorithms allocate their buffers per call, so the first touch of those pages
+    is part of the cost). Slowest rank, best of ``reps``; per word sent by one rank."""
     p, rank = comm.Get_size(), comm.Get_rank()
     t = mpi_type(np.dtype(dtype))
+    cc = CountingComm(comm, CommStats())
     send = np.ones(words, dtype=dtype)
     big = np.ones(words * p, dtype=dtype)
     out = {}
@@ -95,10 +98,10 @@ def measure_bulk_betas(comm: MPI.Comm, dtype, words: int = 1 << 21, reps: int = 
                               source=(rank - 1) % p, recvtag=5)
             elif name == "allgather":
                 recv = np.empty(words * p, dtype=dtype)
-                comm.Allgather([send, t], [recv, t])
+                cc.allgatherv(send, recv, [words] * p)
             else:
                 recv = np.empty(words, dtype=dtype)
-                comm.Reduce_scatter_block([big, t], [recv, t], op=MPI.SUM)
+                cc.reduce_scatter(big, recv, [words] * p)
             best = min(best, comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
         sent = words if name == "shift" else words * (p - 1)
         out[name] = best / sent

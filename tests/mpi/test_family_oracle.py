@@ -171,3 +171,30 @@ def test_dense_layout_and_values_cover_everything_once(name, c):
         np.testing.assert_array_equal(got[0], coo.row[order])
         np.testing.assert_array_equal(got[1], coo.col[order])
         np.testing.assert_allclose(got[2], coo.data[order], rtol=1e-15)
+
+
+REPLICATED = [(name, c) for name, c in FAMILY_C if c > 1]
+
+
+@pytest.mark.skipif(not REPLICATED, reason="no family replicates at this p")
+@pytest.mark.parametrize("name,c", REPLICATED)
+def test_pairwise_replication_and_reduction_match_scipy(monkeypatch, name, c):
+    """With every fiber all-gather and reduce-scatter moved as pairwise exchanges (the path of
+    large blocks, forced here at any size), every op and strategy still matches scipy, also
+    when called again, and the counted words equal those of MPI's collectives."""
+    from distmm.core import comm as comm_mod
+
+    r = width(name, c, "odd")
+    S, A, B = problem(29, 41, r, seed=3, empty_rows=True)
+    counted = {}
+    for limit in (1 << 60, 0):
+        monkeypatch.setattr(comm_mod, "PAIRWISE_BYTES", limit)
+        obj = build(name, S, c, r, dtype=np.float64, root=0)
+        A_loc, B_loc = scattered(obj, A, B)
+        obj.reset_stats()
+        for op, strategy in runs(name) * 2:  # twice: the sums overwrite scratch buffers
+            check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
+        counted[limit] = {ph: obj.stats.words(ph) for ph in ("replication", "reduction")}
+        obj.close()
+    assert counted[0] == counted[1 << 60]
+    assert counted[0]["replication"] + counted[0]["reduction"] > 0

@@ -119,6 +119,63 @@ def test_counted_collectives_uneven_blocks():
         assert rep is None
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pairwise_collectives_equal_mpis(monkeypatch, dtype):
+    """Large blocks move as pairwise exchanges (comm.PAIRWISE_BYTES): the same gathered
+    blocks and sums as MPI's Allgatherv and Reduce_scatter, with identical counters, on
+    uneven blocks with an empty one, in both dtypes. The values are small integers, so every
+    summation order gives the same bits; random values sum to float64's within rounding, and
+    to the same bits on every run."""
+    from distmm.core import comm as comm_mod
+
+    counts = [(3 * k + 2) % 7 for k in range(P)]  # 2, 5, 1, 4, 0, 3, 6, 2 elements
+    total = sum(counts)
+    lo = sum(counts[:RANK])
+    results = {}
+    for name, limit in (("mpi", 1 << 60), ("pairwise", 0)):
+        monkeypatch.setattr(comm_mod, "PAIRWISE_BYTES", limit)
+        stats = CommStats()
+        cc = CountingComm(COMM, stats)
+        mine = np.arange(counts[RANK], dtype=dtype) + 100 * RANK
+        gathered = np.full(total, -1, dtype=dtype)
+        cc.allgatherv(mine, gathered, counts)
+        send = ((np.arange(total) * (RANK + 1)) % 11).astype(dtype)
+        summed = np.full(counts[RANK], -1, dtype=dtype)
+        cc.reduce_scatter(send, summed, counts)
+        results[name] = (gathered, summed, {ph: dict(v) for ph, v in stats.counts.items()})
+    expect = np.concatenate([np.arange(n) + 100 * k for k, n in enumerate(counts)])
+    for gathered, summed, _ in results.values():
+        np.testing.assert_array_equal(gathered, expect.astype(dtype))
+        parts = [(np.arange(total) * (k + 1)) % 11 for k in range(P)]
+        np.testing.assert_array_equal(summed, sum(parts)[lo:lo + counts[RANK]].astype(dtype))
+    assert results["pairwise"][2] == results["mpi"][2]
+
+    # Random values: the pairwise sums equal float64's to rounding, and run twice, bitwise.
+    monkeypatch.setattr(comm_mod, "PAIRWISE_BYTES", 0)
+    rng = np.random.default_rng(RANK)
+    send = rng.standard_normal(total).astype(dtype)
+    parts = np.array(COMM.allgather(send), dtype=np.float64)
+    twice = []
+    for _ in range(2):
+        got = np.empty(counts[RANK], dtype=dtype)
+        CountingComm(COMM, CommStats()).reduce_scatter(send.copy(), got, counts)
+        twice.append(got)
+    np.testing.assert_array_equal(twice[0], twice[1])
+    np.testing.assert_allclose(twice[0], parts.sum(axis=0)[lo:lo + counts[RANK]],
+                               rtol=0, atol=P * 4 * np.finfo(dtype).eps * np.abs(parts).max())
+
+
+def test_pairwise_collectives_refuse_strided_buffers(monkeypatch):
+    from distmm.core import comm as comm_mod
+
+    if P == 1:
+        pytest.skip("one rank moves nothing")
+    monkeypatch.setattr(comm_mod, "PAIRWISE_BYTES", 0)
+    cc = CountingComm(COMM, CommStats())
+    with pytest.raises(ValueError, match="C-contiguous"):
+        cc.allgatherv(np.ones(2), np.empty((2 * P, 2))[:, 0], [2] * P)
+
+
 def test_nonblocking_shift_counts_like_blocking():
     stats = CommStats()
     cc = CountingComm(COMM, stats)

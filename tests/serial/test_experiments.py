@@ -593,6 +593,35 @@ def test_panel_budget_bench_times_every_budget_in_turns():
 
 
 @pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
+def test_fiber_collectives_bench_times_both_paths_in_turns(tmp_path):
+    """bench_fiber_collectives at p = 2: one line per family with c = 2 and op, each path's
+    median-round call with its replication and reduction seconds, one ratio per round, and
+    the table's row from those numbers."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", MPIR_CVAR_ENABLE_HEAVY_YIELD="1")
+    script = os.path.join(ROOT, "experiments", "bench_fiber_collectives.py")
+    proc = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", "2", sys.executable,
+         script, "--matrices", "er-2048", "--rs", "128", "--dtypes", "float64",
+         "--ops", "spmm_a,sddmm", "--rounds", "2", "--calls", "1"],
+        capture_output=True, text=True, timeout=300, env=env, check=True)
+    recs = [json.loads(x) for x in proc.stdout.splitlines()]
+    families = ("15d-dense-shift", "25d-dense-replicate")
+    assert [(d["family"], d["c"], d["op"]) for d in recs] == [
+        (f, 2, op) for f in families for op in ("spmm_a", "sddmm")]
+    for d in recs:
+        assert len(d["ratios"]) == 2 and d["pairwise_bytes"] == 256 * 1024
+        moved = "reduction" if d["op"] == "spmm_a" else "replication"
+        for path in ("mpi", "pairwise"):
+            assert 0 < d[path][moved] < d[path]["seconds"]
+    (tmp_path / "run.jsonl").write_text(proc.stdout)
+    out = subprocess.run([sys.executable, script, "--table", str(tmp_path / "run.jsonl")],
+                         capture_output=True, text=True, check=True).stdout
+    d = recs[0]
+    row = next(x for x in out.splitlines() if x.startswith("| er-2048 | 15d-dense-shift, 2 |"))
+    assert f"{d['mpi']['seconds'] * 1e3:.1f} -> {d['pairwise']['seconds'] * 1e3:.1f}" in row
+
+
+@pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
 def test_intranode_bench_runs_both_settings_in_turns(tmp_path):
     """bench_intranode: jobs with MPICH's single-copy switch off and on in turns, each
     job's records tagged with its setting and round, the switch reaching the ranks (their
