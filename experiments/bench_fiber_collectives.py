@@ -80,24 +80,24 @@ def taking_turns(comm, S, call, limits: dict, rounds: int, calls: int) -> dict:
 
 
 def table(path: str) -> str:
-    """A markdown table of the JSON lines in ``path``: per case the whole call and its
-    replication + reduction seconds through MPI and pairwise, and the pairwise/MPI ratio of
-    the whole call (median over rounds, with the rounds' range)."""
-    rows = ["| matrix | family, c | dtype | r | op | call, MPI -> pairwise (ms) | "
-            "replication + reduction (ms) | ratio |", "|---|---|---|---|---|---|---|---|"]
-    for line in open(path):
-        d = json.loads(line)
-        mpi, pair = d["mpi"], d["pairwise"]
-
-        def ms(x: dict, *keys: str) -> float:
-            return 1e3 * sum(x[k] for k in keys)
-
-        rows.append(
-            f"| {d['matrix']} | {d['family']}, {d['c']} | {d['dtype']} | {d['r']} | {d['op']} | "
-            f"{ms(mpi, 'seconds'):.1f} -> {ms(pair, 'seconds'):.1f} | "
-            f"{ms(mpi, 'replication', 'reduction'):.1f} -> "
-            f"{ms(pair, 'replication', 'reduction'):.1f} | {np.median(d['ratios']):.2f} "
-            f"({min(d['ratios']):.2f}-{max(d['ratios']):.2f}) |")
+    """A markdown table of the JSON lines in ``path``: a row per matrix, family, c, dtype and
+    r, a column per operation with its whole call through MPI's collectives and pairwise
+    (median rounds, ms) and the pairwise/MPI ratio (median over rounds, and the rounds'
+    range)."""
+    recs = [json.loads(line) for line in open(path)]
+    ops = list(dict.fromkeys(d["op"] for d in recs))
+    cases: dict = {}
+    for d in recs:
+        key = (d["matrix"], f"{d['family']}, {d['c']}", d["dtype"], d["r"])
+        ratios = d["ratios"]
+        cases.setdefault(key, {})[d["op"]] = (
+            f"{1e3 * d['mpi']['seconds']:.1f} -> {1e3 * d['pairwise']['seconds']:.1f}: "
+            f"{np.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+    rows = ["| matrix | family, c | dtype | r | " + " | ".join(ops) + " |",
+            "|---|---|---|---|" + "---|" * len(ops)]
+    for key, cells in cases.items():
+        rows.append("| " + " | ".join(map(str, key)) + " | "
+                    + " | ".join(cells.get(op, "") for op in ops) + " |")
     return "\n".join(rows)
 
 

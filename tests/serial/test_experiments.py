@@ -617,8 +617,9 @@ def test_fiber_collectives_bench_times_both_paths_in_turns(tmp_path):
     out = subprocess.run([sys.executable, script, "--table", str(tmp_path / "run.jsonl")],
                          capture_output=True, text=True, check=True).stdout
     d = recs[0]
-    row = next(x for x in out.splitlines() if x.startswith("| er-2048 | 15d-dense-shift, 2 |"))
-    assert f"{d['mpi']['seconds'] * 1e3:.1f} -> {d['pairwise']['seconds'] * 1e3:.1f}" in row
+    row = next(x for x in out.splitlines()
+               if x.startswith("| er-2048 | 15d-dense-shift, 2 | float64 | 128 |"))
+    assert f"| {d['mpi']['seconds'] * 1e3:.1f} -> {d['pairwise']['seconds'] * 1e3:.1f}: " in row
 
 
 @pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
