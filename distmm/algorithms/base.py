@@ -178,6 +178,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         self._swap_blocked: dict[str, int] = {}
         self._last_new: dict[str, int | None] = {}
         self._swap_failed: set[str] = set()
+        # kind -> the last result a replay without out= made, kept to be written again once
+        # the caller holds it no more (replay.py, _replay_into_new)
+        self._spare: dict[str, list] = {}
         # whether the call under way repeats the last call's operands or is a bound call's
         # (calls.py, _begin)
         self._repeat = False

@@ -46,6 +46,8 @@ dropped by :meth:`~DistributedAlgorithm.set_values`, a change of named vectors,
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from distmm.algorithms.calls import remembered, same_layout, unchanged
@@ -111,7 +113,7 @@ class CallReplay:
         if self.kernel.plan_state() != self._plan_state:
             return None
         if fresh is not None:
-            return self._replay_into_new(steps, fresh)
+            return self._replay_into_new(kind, steps, fresh)
         self._run_steps(steps)
         return result
 
@@ -194,24 +196,41 @@ class CallReplay:
             result = out if wrap is None else DenseBlock(out, wrap[0], wrap[1], self)
         self._replays[kind] = (tuple(now), ext, steps, result, fresh, swaps)
         if fresh is not None:
-            return self._replay_into_new(steps, fresh)
+            return self._replay_into_new(kind, steps, fresh)
         self._run_steps(steps)
         return result
 
-    def _replay_into_new(self, steps: tuple, fresh: tuple):
-        """Run a kept replay of a call without ``out=``: its steps with a new result array
-        (made as the full call makes it) in the places the traced call's result had, and that
-        array returned as the full call returns it. Collective where the steps shift."""
+    def _replay_into_new(self, kind: str, steps: tuple, fresh: tuple):
+        """Run a kept replay of a call without ``out=``: its steps with a result array (made
+        as the full call makes it) in the places the traced call's result had, and that array
+        returned as the full call returns it. Collective where the steps shift.
+
+        The array is new, or the one the last such call of ``kind`` returned if nothing
+        outside the object refers to it any more (no name, view, buffer export or tensor of
+        the caller's: :func:`_unreferenced`); the object keeps that last result for this
+        (``_spare``, dropped with the replays). A loop that lets each result go then writes
+        one array again and again, as with ``out=``, instead of allocating and faulting in a
+        new one per call; a result the caller keeps is never written again."""
+        spare = self._spare.get(kind)
+        if spare is not None and _unreferenced(spare):
+            if spare[2] is not steps:  # other operands swapped in since: place it anew
+                spare[2], spare[3] = steps, _filled(steps, fresh[0], spare[1])
+            self._run_steps(spare[3])
+            return spare[0]
         slots, shape, dtype, aligned, block = fresh
         new = aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
-        steps = list(steps)
-        for i, j, part in slots:
-            fn, args, timed = steps[i]
-            args = list(args)
-            args[j] = new if part is None else new[part[0]:part[1]]
-            steps[i] = (fn, tuple(args), timed)
-        self._run_steps(steps)
-        return new if block is None else DenseBlock(new, block[0], block[1], self)
+        filled = _filled(steps, slots, new)
+        self._run_steps(filled)
+        result = new if block is None else DenseBlock(new, block[0], block[1], self)
+        if not EXACT_REFCOUNTS:
+            return result
+        # (result, the plain array, the steps it was placed in, those steps with it, the
+        # reference counts of result and its bases while only this list refers to them)
+        spare = [result, new, steps, filled, None]
+        del result, new, filled
+        spare[4] = _ref_counts(spare[0])
+        self._spare[kind] = spare
+        return spare[0]
 
     def _run_steps(self, steps: tuple) -> None:
         """Run a kept replay's steps: each kernel's prepared call (its seconds added to
@@ -346,13 +365,51 @@ class CallReplay:
         self._replays.pop(kind, None)
 
     def _forget_replays(self) -> None:
-        """Drop every kept replay, the bound calls' included. Not collective."""
+        """Drop every kept replay, the bound calls' included, and the results kept for
+        replays without ``out=``. Not collective."""
         self._replays.clear()
+        self._spare.clear()
         self._trace = None
         self._swap_blocked.clear()
         self._swap_failed.clear()
         for call in self._bound_calls:
             call._kept = None
+
+
+# Whether sys.getrefcount counts every reference (CPython with its GIL): elsewhere a result
+# is never written again (free-threaded CPython defers and splits counts; PyPy has none).
+EXACT_REFCOUNTS = (sys.implementation.name == "cpython"
+                   and getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+def _ref_counts(result: np.ndarray) -> tuple[int, ...]:
+    """The reference counts of ``result`` and of each array under it (its ``base`` chain).
+
+    Every view, buffer export (memoryview, torch.from_numpy) or name of the caller's holds a
+    reference to one of these objects, so counts equal to those taken while only the object
+    held them prove the caller holds none."""
+    counts = []
+    x = result
+    while x is not None:
+        counts.append(sys.getrefcount(x))
+        x = x.base if isinstance(x, np.ndarray) else None
+    return tuple(counts)
+
+
+def _unreferenced(spare: list) -> bool:
+    """Whether the kept result ``spare[0]`` has no reference besides the object's own."""
+    return _ref_counts(spare[0]) == spare[4]
+
+
+def _filled(steps: tuple, slots: tuple, new: np.ndarray) -> tuple:
+    """``steps`` with ``new`` (or a slice of it) in each of the result's ``slots``."""
+    steps = list(steps)
+    for i, j, part in slots:
+        fn, args, timed = steps[i]
+        args = list(args)
+        args[j] = new if part is None else new[part[0]:part[1]]
+        steps[i] = (fn, tuple(args), timed)
+    return tuple(steps)
 
 
 def _fresh_steps(trace: list, result) -> tuple | None:

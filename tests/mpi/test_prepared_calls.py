@@ -410,9 +410,10 @@ def _words(obj) -> dict:
 
 def test_calls_without_out_are_replayed_into_new_arrays(monkeypatch):
     """Repeats of a one-kernel call without out= are replayed too: each writes and returns
-    a new array, bitwise the full call's, with the full call's messages and kernel counts;
-    the replay holds no earlier result (a dropped result is freed). SpMMB's result arrives
-    by a shift at q > 1 and is then never replayed."""
+    a new array while the caller holds the earlier ones, bitwise the full call's, with the
+    full call's messages and kernel counts; a dropped last result is written again and
+    returned by the next replay, and freed with the replays. SpMMB's result arrives by a
+    shift at q > 1 and is then never replayed."""
     import gc
     import weakref
 
@@ -442,10 +443,57 @@ def test_calls_without_out_are_replayed_into_new_arrays(monkeypatch):
                 assert res.side == second.side and res.global_shape == second.global_shape
         assert not any(np.shares_memory(x, y) for i, x in enumerate(results)
                        for y in results[i + 1:]), name
-        gone = weakref.ref(results[-1])
+        last = weakref.ref(results[-1])
         del results, res
+        again = call()
+        assert (again is last()) == replayed, name
+        np.testing.assert_array_equal(again, second, err_msg=name)
+        del again
+        obj.release_buffers()  # drops the replays and the result kept for them
         gc.collect()
-        assert gone() is None, name
+        assert last() is None, name
+    obj.close()
+
+
+def _holders():
+    """Ways a caller keeps a result (or only its memory) alive."""
+    holders = [("name", lambda x: x), ("view", lambda x: x[:1]),
+               ("plain view", lambda x: x.view(np.ndarray)),
+               ("base", lambda x: x.base if x.base is not None else x),
+               ("memoryview", memoryview), ("asarray", np.asarray)]
+    try:
+        import torch
+    except ImportError:
+        return holders
+    return holders + [("tensor", lambda x: torch.from_numpy(np.asarray(x)))]
+
+
+def test_a_result_the_caller_still_holds_is_never_written_again():
+    """A replay without out= writes the last result again only when nothing of the caller's
+    refers to it: a name, a view, a plain view, its base, a memoryview, a plain array over
+    it, a torch tensor over it (each held while the operands change between calls, so a
+    result written again would change); dropped, it is written and returned again."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    for name, call in _no_out_calls(obj, A_loc, B_loc):
+        if P > 1 and (name == "spmm_b" or name.endswith("reuse")):
+            continue  # its result arrives by a shift: never replayed
+        for _ in range(3):
+            call()
+        for how, hold in _holders():
+            res = call()
+            kept = hold(res)
+            snapshot = np.array(np.asarray(kept), copy=True)
+            del res
+            A_loc *= 1.5
+            B_loc *= 0.5
+            nxt = call()
+            np.testing.assert_array_equal(np.asarray(kept), snapshot, err_msg=f"{name}, {how}")
+            assert not np.shares_memory(nxt, np.asarray(kept)), (name, how)
+            del kept, nxt
+        first = call()
+        ident = id(first)
+        del first
+        assert id(call()) == ident, name  # nothing held: the same array, written again
     obj.close()
 
 
