@@ -1,21 +1,26 @@
-"""Calls on new arrays with and without swapped replays, in one process, taking turns.
+"""Calls on new arrays and calls without ``out=``, with and without a replay feature, in one
+process, taking turns.
 
-A loop that makes new operand arrays every call (a numpy loop that builds its operands, and
-every ``distmm.torch`` function, which passes new numpy views of its tensors) is traced once
-its operands are laid out as the last call's, and its next calls replay the kept steps with
-their own arrays swapped in (distmm/algorithms/replay.py, ``_replay_alike``). This benchmark
-runs the same calls with that on and off (off: no call on new operands is traced, as before
-swapped replays existed; patched in this process only), in alternating rounds so that a
-shared machine's slow phases hit both alike, and reports each side's 10th percentile of the
-per-call seconds (the median over rounds) and the on/off ratio per round.
+``--toggle swaps`` (default): a loop that makes new operand arrays every call (a numpy loop
+that builds its operands, and every ``distmm.torch`` function, which passes new numpy views
+of its tensors) is traced once its operands are laid out as the last call's, and its next
+calls replay the kept steps with their own arrays swapped in (distmm/algorithms/replay.py,
+``_replay_alike``); off: no call on new operands is traced, as before swapped replays
+existed. ``--toggle reuse``: a replayed call without ``out=`` writes its last result again
+when the caller holds nothing of it (``_replay_into_new``); off: every such call makes a new
+array, as before. Either is patched in this process only. The two sides run in alternating
+rounds, so that a shared machine's slow phases hit both alike; each side's 10th percentile of
+the per-call seconds (the median over rounds) and the on/off ratio per round are reported.
 
 Cases: ``distmm.torch`` SpMMA, SDDMM, FusedMMA (forward only) and FusedMMA forward plus
 backward (tensors requiring gradients); numpy SpMMA and FusedMMA on new arrays each call
-(four sets in turn) without ``out=``. The matrix from ../shared/data (bench_end_to_end's
-names) or an Erdos-Renyi one. Run under mpiexec for p > 1 (each rank its own blocks)::
+(four sets in turn) without ``out=``; numpy SpMMA and SDDMM on the same arrays without
+``out=``. The matrix from ../shared/data (bench_end_to_end's names) or an Erdos-Renyi one.
+Run under mpiexec for p > 1 (each rank its own blocks)::
 
     python experiments/bench_swapped_replays.py --matrix cora-adjacency --rs 16,64
     mpiexec -n 2 python experiments/bench_swapped_replays.py --matrix cora-adjacency --rs 16
+    python experiments/bench_swapped_replays.py --toggle reuse --matrix metis-mdual --rs 16
 """
 
 from __future__ import annotations
@@ -63,16 +68,23 @@ def cases(S, r: int, dtype) -> dict:
             "torch fusedmm_a": lambda: dt.fusedmm_a(S, At, Bt),
             "torch fusedmm_a forward+backward": forward_backward,
             "numpy spmm_a, new arrays": numpy_spmm,
-            "numpy fusedmm_a, new arrays": numpy_fused}
+            "numpy fusedmm_a, new arrays": numpy_fused,
+            "numpy spmm_a, same arrays": lambda: S.spmm_a(B),
+            "numpy sddmm, same arrays": lambda: S.sddmm(A, B)}
 
 
-def swaps(S, on: bool, real: tuple) -> None:
-    """Swapped replays on (distmm as it is) or off (no call on new operands traced)."""
+def toggle(S, feature: str, on: bool, real: tuple) -> None:
+    """``feature`` on (distmm as it is) or off: "swaps" (no call on new operands traced) or
+    "reuse" (every replay without out= makes a new result)."""
+    from distmm.algorithms import replay
     from distmm.algorithms.calls import CallChecks
     from distmm.algorithms.replay import CallReplay
 
-    CallChecks._like_last = real[0] if on else (lambda self, *args: None)
-    CallReplay._replay_alike = real[1] if on else (lambda self, *args: None)
+    if feature == "swaps":
+        CallChecks._like_last = real[0] if on else (lambda self, *args: None)
+        CallReplay._replay_alike = real[1] if on else (lambda self, *args: None)
+    else:
+        replay.EXACT_REFCOUNTS = real[2] if on else False
     S.release_buffers()  # each side starts from no replay
 
 
@@ -100,12 +112,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--calls", type=int, default=200, help="timed calls per case and round")
     ap.add_argument("--threads", type=int, default=2, help="PyTorch's intra-op threads")
+    ap.add_argument("--toggle", choices=("swaps", "reuse"), default="swaps",
+                    help="the feature switched off in the off rounds")
     args = ap.parse_args(argv)
     import distmm
 
     # isort: split
     from mpi4py import MPI
 
+    from distmm.algorithms import replay
     from distmm.algorithms.calls import CallChecks
     from distmm.algorithms.replay import CallReplay
     from distmm.core.coo import CooShare
@@ -113,7 +128,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     comm = MPI.COMM_WORLD
-    real = (CallChecks._like_last, CallReplay._replay_alike)
+    real = (CallChecks._like_last, CallReplay._replay_alike, replay.EXACT_REFCOUNTS)
     S_global = e2e.load_matrix(args.matrix) if comm.rank == 0 else None
     for dtype in args.dtypes:
         share = CooShare.from_scipy(S_global, comm, root=0)
@@ -123,17 +138,18 @@ def main(argv=None) -> int:
                 times = {k: {"on": [], "off": []} for k in calls}
                 for rnd in range(args.rounds):
                     for side in ("on", "off") if rnd % 2 == 0 else ("off", "on"):
-                        swaps(S, side == "on", real)
+                        toggle(S, args.toggle, side == "on", real)
                         for name, fn in calls.items():
                             n = max(10, args.calls // 4) if "backward" in name else args.calls
                             times[name][side].append(p10(comm, fn, n))
-                swaps(S, True, real)
+                toggle(S, args.toggle, True, real)
                 if comm.rank == 0:
                     for name, t in times.items():
                         ratios = [a / b for a, b in zip(t["on"], t["off"], strict=True)]
                         print(json.dumps({
                             "matrix": args.matrix, "p": comm.size, "dtype": dtype, "r": r,
-                            "case": name, "off_s": float(np.median(t["off"])),
+                            "toggle": args.toggle, "case": name,
+                            "off_s": float(np.median(t["off"])),
                             "on_s": float(np.median(t["on"])),
                             "on_over_off_median": float(np.median(ratios)),
                             "on_over_off_min": min(ratios), "on_over_off_max": max(ratios),
