@@ -213,10 +213,14 @@ class CallReplay:
         new one per call; a result the caller keeps is never written again."""
         spare = self._spare.get(kind)
         if spare is not None and _unreferenced(spare):
-            if spare[2] is not steps:  # other operands swapped in since: place it anew
-                spare[2], spare[3] = steps, _filled(steps, fresh[0], spare[1])
-            self._run_steps(spare[3])
-            return spare[0]
+            if spare[2] is not steps:  # other operands swapped in, or another call traced
+                if spare[5] != fresh[1:]:  # a result of another shape, type or side
+                    spare = None
+                else:
+                    spare[2], spare[3] = steps, _filled(steps, fresh[0], spare[1])
+            if spare is not None:
+                self._run_steps(spare[3])
+                return spare[0]
         slots, shape, dtype, aligned, block = fresh
         new = aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
         filled = _filled(steps, slots, new)
@@ -225,8 +229,9 @@ class CallReplay:
         if not EXACT_REFCOUNTS:
             return result
         # (result, the plain array, the steps it was placed in, those steps with it, the
-        # reference counts of result and its bases while only this list refers to them)
-        spare = [result, new, steps, filled, None]
+        # reference counts of result and its bases while only this list refers to them, how
+        # the result is made: shape, dtype, alignment, block)
+        spare = [result, new, steps, filled, None, fresh[1:]]
         del result, new, filled
         spare[4] = _ref_counts(spare[0])
         self._spare[kind] = spare

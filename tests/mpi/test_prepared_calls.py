@@ -497,6 +497,24 @@ def test_a_result_the_caller_still_holds_is_never_written_again():
     obj.close()
 
 
+def test_a_kept_result_of_another_width_is_not_written():
+    """After a loop without out= at one width has let its results go (the object keeps the
+    last one), the same operations at another width return results of that width, right
+    ones: a kept result is written again only by calls that make results like it."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    rng = np.random.default_rng(5)
+    A7, B7 = rng.standard_normal((A.shape[0], 7)), rng.standard_normal((B.shape[0], 7))
+    A7_loc, B7_loc = obj.scatter("a", A7, root=None), obj.scatter("b", B7, root=None)
+    wide, narrow = _no_out_calls(obj, A_loc, B_loc), _no_out_calls(obj, A7_loc, B7_loc)
+    for (name, call), (_, call7) in zip(wide, narrow, strict=True):
+        for _ in range(4):
+            call()
+        for _ in range(4):
+            check(*_gathered(obj, name, call7()), S, A7, B7, rtol=1e-10)
+        check(*_gathered(obj, name, call()), S, A, B, rtol=1e-10)
+    obj.close()
+
+
 def _op_call(obj, name: str, A_now, B_now, **kw):
     """Operation ``name`` (as :func:`_calls` names them) on these operands."""
     op, _, strategy = name.partition(" ")
