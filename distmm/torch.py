@@ -118,7 +118,7 @@ def _check_call(obj, **tensors) -> None:
             continue
         if not isinstance(t, torch.Tensor):
             msg = msg or f"{name} must be a torch.Tensor, got {type(t).__name__}"
-        elif t.device.type != "cpu":
+        elif not t.is_cpu:
             msg = msg or (f"{name} is on {t.device}; distmm.torch takes CPU tensors "
                           "(move it with .cpu())")
         elif grad_on and t.requires_grad:

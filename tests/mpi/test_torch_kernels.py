@@ -143,3 +143,21 @@ def test_requires_grad_must_agree():
                     dtype=torch.float32 if COMM.rank == COMM.size - 1 else torch.float64)
     with pytest.raises(distmm.InputError, match="dtype"):
         dt.spmm_a(obj, B)
+
+
+@pytest.mark.parametrize("bad", ["array", "meta"])
+def test_an_argument_that_is_no_cpu_tensor_is_refused_everywhere(bad):
+    """A numpy array where a tensor belongs, or a tensor on another device, on the last rank
+    only: every rank raises the same InputError naming the argument, before any kernel."""
+    obj = distmm.distribute(S, COMM, dtype=np.float64, root=None)
+    rows = obj.dense_rows("b", obj.rank).size
+    B = torch.zeros(rows, 3, dtype=torch.float64)
+    if COMM.rank == COMM.size - 1:
+        B = B.numpy() if bad == "array" else torch.zeros(rows, 3, dtype=torch.float64,
+                                                          device="meta")
+    obj.reset_stats()
+    with pytest.raises(distmm.InputError, match="B must be a torch.Tensor" if bad == "array"
+                       else "B is on meta; distmm.torch takes CPU tensors"):
+        dt.spmm_a(obj, B)
+    assert obj.stats.seconds.get("compute", 0.0) == 0.0
+    obj.close()
