@@ -44,7 +44,7 @@ import numpy as np
 
 from distmm.core.sparse import CSRBlock
 from distmm.kernels.checks import check_operands
-from distmm.kernels.numba_util import thread_count
+from distmm.kernels.numba_util import compiled_thread_count, thread_count
 
 OPERATIONS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b", "spgemm")
 
@@ -174,6 +174,15 @@ class NodeModel:
         self.stats = KernelStats()
         self._fallback = fallback
         self._pending: dict[str, float] = {}
+        if type(self).plan_state is NodeModel.plan_state:
+            self.plan_state = self._first_plan_state
+
+    def _first_plan_state(self) -> int:
+        """The first :meth:`plan_state` call: from then on the same thread count is read by
+        compiled code (a replayed call reads it every time). Not at construction: the
+        threading layer must not start before the rank's thread share is settled."""
+        self.plan_state = compiled_thread_count()
+        return self.plan_state()
 
     def count(self, **counters: float) -> None:
         """Add model counters to the operation now running (called by implementations)."""
@@ -187,8 +196,9 @@ class NodeModel:
     # What the calls of :meth:`prepare` depend on besides their operands, read on every
     # distributed call: a call prepared under another state must be prepared again. Here the
     # numba thread count (the CPU kernels cut their rows into one chunk per thread), as the
-    # function itself (a method wrapping it would cost a frame per call); models that plan on
-    # more override it with a method. Not collective.
+    # function itself (a method wrapping it would cost a frame per call; __init__ puts the
+    # compiled getter in its place); models that plan on more override it with a method.
+    # Not collective.
     plan_state = staticmethod(thread_count)
 
     # public entry points: timing, accounting and fallback live here, once
@@ -235,7 +245,6 @@ class NodeModel:
         # out: a replayed call is mostly this wrapper). The object lives as long as the
         # stats: a reset zeroes it in place.
         counters = self.stats.ops[op]
-        fallbacks = int(fallback)
 
         def run(*operands) -> float:
             if impl._pending:
@@ -247,7 +256,8 @@ class NodeModel:
             counters.seconds += dt
             counters.flops += flops
             counters.bytes += nbytes
-            counters.fallback_calls += fallbacks
+            if fallback:
+                counters.fallback_calls += 1
             extra = impl._pending
             if extra:
                 impl._pending = {}
