@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -33,26 +32,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_end_to_end as e2e  # noqa: E402
 
 PHASES = ("replication", "reduction", "compute", "propagation")
-
-
-def best_call(comm, S, fn, calls: int) -> tuple[float, dict]:
-    """The fastest of ``calls`` calls (slowest rank's seconds, between barriers) and that
-    call's seconds per phase (slowest rank's each). Collective."""
-    from mpi4py import MPI
-
-    best, split = float("inf"), {}
-    for _ in range(calls):
-        S.reset_stats()
-        comm.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        dt = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-        mine = np.array([S.stats.seconds.get(k, 0.0) for k in PHASES])
-        slowest = np.empty_like(mine)
-        comm.Allreduce(mine, slowest, op=MPI.MAX)
-        if dt < best:
-            best, split = dt, dict(zip(PHASES, slowest.tolist(), strict=True))
-    return best, split
 
 
 def taking_turns(comm, S, call, limits: dict, rounds: int, calls: int) -> dict:
@@ -67,7 +46,8 @@ def taking_turns(comm, S, call, limits: dict, rounds: int, calls: int) -> dict:
             for variant in (list(limits) if rnd % 2 == 0 else list(limits)[::-1]):
                 comm_mod.PAIRWISE_BYTES = limits[variant]
                 call()  # the first call of a variant allocates what MPI's collective needs
-                got[variant].append(best_call(comm, S, call, calls))
+                best, split = e2e.best_split(comm, S, call, calls, PHASES)
+                got[variant].append((best, dict(zip(PHASES, split.tolist(), strict=True))))
     finally:
         comm_mod.PAIRWISE_BYTES = default
     rec = {}
