@@ -60,7 +60,9 @@ def collect() -> dict:
         ``OPENBLAS_THREAD_TIMEOUT`` and ``OPENBLAS_NUM_THREADS`` values in this process and who
         set them, see :mod:`distmm.blas_threads`), ``intranode`` (MPICH's CMA switch, its
         value, who set it and whether the MPI library is MPICH, see
-        :mod:`distmm.intranode`), ``packages`` (required package -> version)
+        :mod:`distmm.intranode`), ``pairwise`` (``DISTMM_PAIRWISE_BYTES``: its value, the
+        threshold in bytes and a problem with it, see :mod:`distmm.core.comm`), ``packages``
+        (required package -> version)
         and ``extras`` (optional import name -> ``{"extra": name, "version": version or None}``).
     """
     import mpi4py
@@ -69,6 +71,7 @@ def collect() -> dict:
 
     import distmm
     from distmm import blas_threads, intranode
+    from distmm.core import comm
     from distmm.kernels import threads
     from distmm.kernels.reference import cache_share
 
@@ -109,6 +112,9 @@ def collect() -> dict:
         "intranode": {"variable": intranode.VARIABLE,
                       "value": os.environ.get(intranode.VARIABLE),
                       "set_by": intranode.STATE, "mpich": "MPICH" in library},
+        "pairwise": {"variable": comm.PAIRWISE_VARIABLE,
+                     "value": os.environ.get(comm.PAIRWISE_VARIABLE),
+                     "bytes": comm.PAIRWISE_BYTES, "problem": comm.pairwise_setting()[0]},
         "packages": {name: _version(name) for name in _REQUIRED},
         "extras": extras,
     }
@@ -133,6 +139,7 @@ def format_text(info: dict) -> str:
         (info["blas_threads"]["variable"], _blas_text(info["blas_threads"])),
         (info["blas_threads"]["count_variable"], _blas_count_text(info["blas_threads"])),
         (info["intranode"]["variable"], _intranode_text(info["intranode"])),
+        (info["pairwise"]["variable"], _pairwise_text(info["pairwise"])),
         *((name, version or "not installed") for name, version in info["packages"].items()),
     ]
     for module, e in info["extras"].items():
@@ -179,6 +186,16 @@ def _blas_text(b: dict) -> str:
                                   "spinning its threads: export it in the job script "
                                   "(docs/guide.md)"}
     return f"{b['value']} ({why.get(b['set_by'], b['set_by'])})"
+
+
+def _pairwise_text(c: dict) -> str:
+    """The ``DISTMM_PAIRWISE_BYTES`` row: from which block size the fiber all-gathers and
+    reduce-scatters are pairwise point-to-point exchanges instead of MPI's collectives."""
+    if c["problem"]:
+        return f"{c['value']!r}: refused by distmm.distribute ({c['problem']})"
+    source = "not set: the default" if c["value"] is None else "from the environment"
+    return (f"{c['bytes']} ({source}; fiber collectives of blocks from this many bytes on are "
+            "pairwise messages, smaller ones MPI's)")
 
 
 def _intranode_text(c: dict) -> str:

@@ -29,7 +29,7 @@ from mpi4py import MPI
 from distmm.algorithms.calls import CHECKS, CallChecks
 from distmm.algorithms.replay import CallReplay
 from distmm.core.aligned import aligned_copy, aligned_empty
-from distmm.core.comm import CommStats, CountingComm, gather_report, mpi_type
+from distmm.core.comm import CommStats, CountingComm, gather_report, mpi_type, pairwise_setting
 from distmm.core.coo import CooShare
 from distmm.core.dense import FILL_CHUNK, SIDES, DenseBlock
 from distmm.core.grid import ProcessGrid15D, ProcessGrid25D, check_grid
@@ -199,7 +199,10 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
                        else make_node_model(node_model))
         self.node_model = self.kernel.name
         m, n = self.shape
-        self._agree(_check_share(source, check_finite))  # before the weights index by it
+        # before the weights index by it; the pairwise-exchange threshold decides, on every
+        # rank alike, how the fiber collectives move (distmm.core.comm)
+        pairwise_problem, pairwise = pairwise_setting()
+        self._agree(_check_share(source, check_finite) or pairwise_problem, same=pairwise)
         if isinstance(permute, DistributedAlgorithm):  # share another object's layout
             require(permute.shape == self.shape and permute.p == self.p,
                     f"permute=<object>: the object's S is {permute.shape[0]} x "
@@ -558,13 +561,14 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         dst_values[recv_order] = recv
 
     # ----------------------------------------------------------------- checks
-    def _agree(self, message: str | None) -> None:
-        """Collective check: raise the same InputError everywhere if any rank has a message.
+    def _agree(self, message: str | None, same: dict | None = None) -> None:
+        """Collective check: raise the same InputError everywhere if any rank has a message
+        or a setting in ``same`` differs between ranks (:func:`distmm.errors.agree`).
 
         A small allgather, counted under phase "other"."""
         if self.p > 1:
             self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
-        agree(self.comm, message)
+        agree(self.comm, message, same)
 
     def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
                      values: np.ndarray | None = None) -> int:

@@ -20,6 +20,7 @@ primitives of :mod:`distmm.ops` name phases of their own.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -136,11 +137,43 @@ def _displs(counts: Sequence[int]) -> np.ndarray:
     return d
 
 
+PAIRWISE_VARIABLE = "DISTMM_PAIRWISE_BYTES"
+
+
+def _pairwise_bytes() -> tuple[int, str | None]:
+    """(the pairwise-exchange threshold, a problem with its setting or None):
+    ``DISTMM_PAIRWISE_BYTES`` if set to a non-negative integer, else 256 KiB. A bad value is
+    reported by the next agreement (:func:`pairwise_setting`), on every rank alike."""
+    default = 256 * 1024
+    raw = os.environ.get(PAIRWISE_VARIABLE)
+    if raw is None:
+        return default, None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        return default, (f"{PAIRWISE_VARIABLE}={raw!r}: expected a number of bytes, 0 or more "
+                         "(unset it for the default, 256 KiB)")
+    return value, None
+
+
 #: Block size from which :meth:`CountingComm.allgatherv` and :meth:`CountingComm.reduce_scatter`
 #: exchange blocks pairwise instead of calling MPI's collective: the largest block's bytes.
 #: Below it MPI's algorithms, which take fewer steps, were as fast or faster on the
-#: development machine; from it on the exchanges were faster (docs/performance.md).
-PAIRWISE_BYTES = 256 * 1024
+#: development machine; from it on the exchanges were faster (docs/performance.md). Set by
+#: the environment variable ``DISTMM_PAIRWISE_BYTES`` when distmm is imported (a value above
+#: any block keeps MPI's collectives); it must be the same on every rank, which
+#: ``distmm.distribute`` and ``distmm calibrate`` check (:func:`pairwise_setting`).
+PAIRWISE_BYTES, _PAIRWISE_PROBLEM = _pairwise_bytes()
+
+
+def pairwise_setting() -> tuple[str | None, dict[str, object]]:
+    """(a problem with ``DISTMM_PAIRWISE_BYTES`` on this rank or None, the setting that every
+    rank must share): the ``message`` and ``same`` of :func:`distmm.errors.agree`."""
+    return _PAIRWISE_PROBLEM, {PAIRWISE_VARIABLE: PAIRWISE_BYTES}
+
+
 _TAG_GATHER, _TAG_REDUCE = 19, 20
 
 

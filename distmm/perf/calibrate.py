@@ -28,10 +28,10 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from distmm.core.comm import CommStats, CountingComm, mpi_type
+from distmm.core.comm import CommStats, CountingComm, mpi_type, pairwise_setting
 from distmm.core.sparse import CSRBlock
 from distmm.cores import node_cpus
-from distmm.errors import require
+from distmm.errors import agree, require
 from distmm.kernels import make_node_model, threads
 from distmm.kernels.numba_util import thread_count
 from distmm.perf import costmodel
@@ -294,6 +294,7 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
     p = comm.Get_size()
     require(p >= 2, "calibrate needs at least 2 ranks to measure messages "
                     "(run it as mpiexec -n 2 distmm calibrate ...)")
+    agree(comm, *pairwise_setting())  # how the collectives it times move
     # the thread count that distmm.distribute gives the runs it plans
     placed = threads.settle(comm)
     mine = oversubscription(placed["ranks_on_node"], thread_count(), node_cpus())

@@ -165,3 +165,15 @@ def test_panel_budget_row_says_what_the_budget_rests_on():
     assert _budget_text({"cache_bytes": 0, "cache_cpus": 0, "ranks_sharing": 1,
                          "panel_bytes": 8 * MiB}) == (
         "8 MiB (the last-level cache's size is unknown here)")
+
+
+def test_info_reports_the_pairwise_threshold():
+    from distmm.core import comm
+
+    info = collect()
+    assert info["pairwise"]["bytes"] == comm.PAIRWISE_BYTES
+    assert info["pairwise"]["value"] == os.environ.get("DISTMM_PAIRWISE_BYTES")
+    row = next(x for x in format_text(info).splitlines()
+               if x.startswith("DISTMM_PAIRWISE_BYTES"))
+    assert f" {comm.PAIRWISE_BYTES} (" in row
+
