@@ -125,9 +125,11 @@ class CallReplay:
         A new operand must be what the traced one was: a plain array, or a typed block of this
         object of the same side and global shape, of the same shape, strides, dtype and
         writeability, and ``out`` must share no memory with the inputs: then it passes the
-        cheap checks, and the prepared kernel calls serve it (:meth:`_run_kernel`). An operand
-        that a shift sends, or that the kernels read through a view other than itself (or a
-        slice of a values array), is never swapped (``swaps``, :func:`_swap_slots`). The kept
+        cheap checks, and the prepared kernel calls serve it (:meth:`_run_kernel`); an operand
+        that a shift sends whole (B at q > 1) is sent from the new array. An operand that a
+        shift writes, or that a shift sends or the kernels read through a view other than
+        itself (or a slice of a values array), is never swapped (``swaps``,
+        :func:`_swap_slots`). The kept
         replay then holds the new operands and steps in place of the old ones, so that the
         next call on the same objects is an ordinary repeat and no earlier operand is kept
         alive. Collective where the steps shift."""
@@ -150,7 +152,7 @@ class CallReplay:
                     return None
                 continue
             like = slots[k]
-            if like is None:  # sent by a shift, say: noted for the checks (_begin)
+            if like is None:  # written by a shift, say: noted for the checks (_begin)
                 self._swap_failed.add(kind)
                 return None
             if (type(X) is not type(obj) or X.shape != shape
@@ -330,8 +332,8 @@ class CallReplay:
         """Note one cyclic shift of the traced call (``comm.shift`` with these arguments, kept
         as :meth:`~distmm.core.comm.CountingComm.prepared_shift`), if the call is traced."""
         if self._trace is not None:
-            self._trace.append((True, comm.prepared_shift(sendbuf, recvbuf, dest, source), (),
-                                False, (sendbuf, recvbuf)))
+            self._trace.append((True, comm.prepared_shift(sendbuf, recvbuf, dest, source),
+                                (sendbuf, recvbuf), False, (sendbuf, recvbuf)))
 
     def _keep_replay(self, kind: str, result, extra=None) -> None:
         """After a call of ``kind``: keep its steps for replay if every kernel was a kept
@@ -461,10 +463,11 @@ def _swap_slots(trace: list, held: tuple, result, has_out: bool) -> tuple | None
     public method's order, ``out`` last): (slots, wrap), or None if no operand may be swapped
     (two operands share memory, so a place would belong to both).
 
-    ``slots[k]`` is None where operand k cannot be swapped (absent; sent or received by a
-    shift; read by the kernels through a view other than the array itself or, for a 1-D
-    array, a slice of it), else (places, writeable, typed): each place (step, argument, None
-    or (start, stop) of a slice), the operand's writeability, and (side, global shape) for a
+    ``slots[k]`` is None where operand k cannot be swapped (absent; received by a shift, or
+    sent by one through a view other than the array itself; read by the kernels through a
+    view other than the array itself or, for a 1-D array, a slice of it), else (places,
+    writeable, typed): each place (step, argument, None or (start, stop) of a slice; a
+    shift's place is its send buffer), the operand's writeability, and (side, global shape) for a
     typed block (None for a plain array). ``wrap`` types a new ``out`` as the full call
     returns it: None where the result is ``out`` itself, (side, global shape) where it is a
     typed block over ``out``'s memory. See :meth:`CallReplay._replay_alike`."""
@@ -506,9 +509,12 @@ def _places(trace: list, obj) -> tuple | None:
         for j, x in enumerate(touched):
             if not isinstance(x, np.ndarray) or not np.may_share_memory(x, obj):
                 continue
-            if not timed:
-                return None  # a shift's buffer
-            if x.shape == obj.shape and x.strides == obj.strides and _address(x) == start:
+            exact = x.shape == obj.shape and x.strides == obj.strides and _address(x) == start
+            if not timed:  # a shift: (sendbuf, recvbuf)
+                if j != 0 or not exact:
+                    return None  # written by a shift, or sent in part
+                places.append((i, j, None))
+            elif exact:
                 places.append((i, j, None))
             elif (obj.ndim == 1 and x.ndim == 1 and x.strides == obj.strides
                   and obj.flags.c_contiguous):

@@ -223,19 +223,21 @@ class CountingComm:
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
 
     def prepared_shift(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
-                       phase: str = "propagation") -> Callable[[], None]:
-        """A call that makes :meth:`shift` with these arguments again and again: the same
-        message, counted and timed alike, with the counts worked out once. Replays
-        (:mod:`distmm.algorithms.replay`) run the same shifts call after call, and the
-        wrapper's own work is then a noticeable part of a small call. While a watchdog runs,
-        the call goes through :meth:`shift` (which marks the rank as waiting). Pairs with
-        the matching call on the two neighbours, as :meth:`shift`."""
+                       phase: str = "propagation") -> Callable[[np.ndarray, np.ndarray], None]:
+        """A call ``run(sendbuf, recvbuf)`` that makes :meth:`shift` with these ``dest``,
+        ``source`` and ``phase`` again and again, on buffers of the sizes of the ones given
+        here (the same ones, or others of those sizes): the same message, counted and timed
+        alike, with the counts worked out once. Replays (:mod:`distmm.algorithms.replay`) run
+        the same shifts call after call, and the wrapper's own work is then a noticeable part
+        of a small call; a replay on new operands passes their buffers. While a watchdog runs,
+        the call goes through :meth:`shift` (which marks the rank as waiting). Pairs with the
+        matching call on the two neighbours, as :meth:`shift`."""
         if dest == self.rank and source == self.rank:
-            return functools.partial(self.shift, sendbuf, recvbuf, dest, source, phase)
+            return functools.partial(self.shift, dest=dest, source=source, phase=phase)
         sendrecv, stats, clock = self.comm.Sendrecv, self.stats, time.perf_counter
         sent, received = int(sendbuf.size), int(recvbuf.size)
 
-        def run() -> None:
+        def run(sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:
             if watchdog.ACTIVE is not None:
                 self.shift(sendbuf, recvbuf, dest, source, phase)
                 return

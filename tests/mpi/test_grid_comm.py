@@ -194,7 +194,8 @@ def test_nonblocking_shift_counts_like_blocking():
 
 def test_prepared_shift_moves_counts_and_times_like_shift(monkeypatch):
     """A prepared shift, called again and again, is :meth:`CountingComm.shift` each time:
-    the buffers' current contents move (blocks of different sizes around the ring), and the
+    the buffers' current contents move (blocks of different sizes around the ring), also
+    from and into other buffers of the same sizes than it was prepared with, and the
     counters equal those of as many plain shifts; while a watchdog runs it marks the phase."""
     from distmm import watchdog
 
@@ -206,9 +207,13 @@ def test_prepared_shift_moves_counts_and_times_like_shift(monkeypatch):
     run = prepared.prepared_shift(send, got, dest=left, source=right)
     for k in range(3):
         send[...] = 10 * k + RANK  # read when it is called, not when it was prepared
-        run()
+        run(send, got)
         assert (got == 10 * k + right).all()
         plain.shift(send, got, dest=left, source=right)
+    other, into = np.full_like(send, 7 + RANK), np.empty_like(got)
+    run(other, into)
+    plain.shift(other, into, dest=left, source=right)
+    assert (into == 7 + right).all()
     assert dict(prepared_stats.counts) == dict(plain_stats.counts)
     assert prepared_stats.seconds["propagation"] > 0
 
@@ -220,7 +225,7 @@ def test_prepared_shift_moves_counts_and_times_like_shift(monkeypatch):
             return inner
 
     monkeypatch.setattr(watchdog, "ACTIVE", Dog())
-    run()
+    run(send, got)
     assert (got == 20 + right).all()
     assert marked == ["propagation"]
-    assert prepared_stats.words("propagation", "messages_sent") == (4 if P > 1 else 0)
+    assert prepared_stats.words("propagation", "messages_sent") == (5 if P > 1 else 0)

@@ -575,8 +575,9 @@ def _alike_call(obj, name: str, k: int, A_loc, B_loc, plain: bool, with_out: boo
 def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, with_out):
     """A loop that passes new arrays every call, laid out as the last call's (what a numpy
     loop that makes its operands, and every distmm.torch function, does): from the third
-    call, on one rank, each call replays the traced steps with its own arrays swapped in
-    (replay.py, _replay_alike). Every result is the oracle's for the operands of its own
+    call each call replays the traced steps with its own arrays swapped in (replay.py,
+    _replay_alike; at q > 1 the shifts send the new B), except where its result travels in
+    a shift at q > 1. Every result is the oracle's for the operands of its own
     call (each call scales them differently, so a replay that read an earlier call's arrays
     fails), with the full call's messages and kernel counts, and the replay holds the last
     call's arrays only (an earlier one is freed once dropped)."""
@@ -606,13 +607,15 @@ def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, 
             # "fusion") moves given values into S^T's order in each call: never replayed
             moved = with_values and name.startswith("fusedmm") and (
                 name.startswith("fusedmm_a") == name.endswith("reuse"))
+            # at q > 1 the shifts send the new B; a result that travels in a shift (SpMMB's,
+            # FusedMM's under "reuse") makes its out= unswappable there: run in full
+            swapped = not moved and (P == 1 or not (name == "spmm_b" or name.endswith("reuse")))
             if moved:
                 assert loops[0] == 5 * per_call, name
-            elif P == 1:  # a shift sends B (and at q > 1 the result) otherwise: run in full
+            elif swapped:
                 assert loops[0] == 2 * per_call, (name, with_values)
             kind = name.split()[0]
-            held = ([h[0] for h in obj._replays[kind][0] if h is not None]
-                    if P == 1 and not moved else [])
+            held = [h[0] for h in obj._replays[kind][0] if h is not None] if swapped else []
             gone.extend((name, weakref.ref(x)) for x in held)
             del res, held
             _alike_call(obj, name, 5, A_loc, B_loc, plain, with_out, with_values)
@@ -623,9 +626,10 @@ def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, 
 
 def test_new_operands_in_turns_are_traced_only_while_it_pays(monkeypatch):
     """Two calls of one kind in turns on new arrays (FusedMM's backward in distmm.torch: an
-    SDDMM of (G, B) and one of (A, B), each with new views): on one rank each swaps its
-    arrays into the other's replay; at q > 1, where B is shifted and cannot be swapped, the
-    calls stop being traced (a trace there prepares every shift again) after the first."""
+    SDDMM of (G, B) and one of (A, B), each with new views): each swaps its arrays into the
+    other's replay (at q > 1 the shifts send the new B). Where an operand cannot be swapped
+    (SpMMB's out= at q > 1, which a shift writes), calls on new ones stop being traced (a
+    trace at q > 1 prepares every shift again) after the first."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     traced, real = [0], obj._trace_if_repeated
 
@@ -645,10 +649,18 @@ def test_new_operands_in_turns_are_traced_only_while_it_pays(monkeypatch):
         check("sddmm", obj.gather_values(second), S, A, B, rtol=1e-9)
         if k == 3:
             full[0] = traced[0] = 0
-    if P == 1:
-        assert full[0] == 0  # all replayed
-    else:
-        assert traced[0] == 0 and full[0] == 16
+    assert full[0] == 0  # all replayed
+    if P > 1:
+        full = _count_begins(obj, monkeypatch, ("spmm_b",))
+        results = []
+        for k in range(8):
+            results.append(obj.spmm_b(np.array(A_loc) * (k + 1),
+                                      out=np.array(obj.dense("b", 19))))
+            if k == 2:
+                full[0] = traced[0] = 0
+        assert traced[0] == 0 and full[0] == 5
+        for k, res in enumerate(results):  # (gather's own calls are traced: after the loop)
+            check("spmm-b", obj.gather("b", res), S, (k + 1) * A, B, rtol=1e-9)
     obj.close()
 
 
@@ -725,7 +737,7 @@ def test_ranks_need_not_agree_on_replaying(monkeypatch):
         res = obj.spmm_a(B_now)
         check("spmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
         if k >= 2:
-            assert full[0] == (COMM.rank != 0 or P > 1)  # at q > 1 B is shifted: in full
+            assert full[0] == (COMM.rank != 0)  # at q > 1 the shifts send rank 0's new B
     obj.close()
 
 
