@@ -129,10 +129,9 @@ class CallReplay:
         that a shift sends whole (B at q > 1) is sent from the new array. An operand that a
         shift writes, or that a shift sends or the kernels read through a view other than
         itself (or a slice of a values array), is never swapped (``swaps``,
-        :func:`_swap_slots`). The kept
-        replay then holds the new operands and steps in place of the old ones, so that the
-        next call on the same objects is an ordinary repeat and no earlier operand is kept
-        alive. Collective where the steps shift."""
+        :func:`_swap_slots`). The kept replay then holds the new operands and steps in place
+        of the old ones, so that the next call on the same objects is an ordinary repeat and
+        no earlier operand is kept alive. Collective where the steps shift."""
         held, ext, steps, result, fresh, swaps = kept
         if swaps is None:
             self._swap_failed.add(kind)
@@ -185,14 +184,7 @@ class CallReplay:
                 if h is not held[k]:
                     ops[k] = remembered(h[0])
             self._memo[kind] = (memo[0], tuple(ops))
-        steps = list(steps)
-        for places, plain in new:
-            for i, j, part in places:
-                fn, args, timed = steps[i]
-                args = list(args)
-                args[j] = plain if part is None else plain[part[0]:part[1]]
-                steps[i] = (fn, tuple(args), timed)
-        steps = tuple(steps)
+        steps = _filled(steps, new)
         self._swap_failed.discard(kind)
         if fresh is None and held[-1] is not None and out is not held[-1][0]:
             result = out if wrap is None else DenseBlock(out, wrap[0], wrap[1], self)
@@ -219,13 +211,13 @@ class CallReplay:
                 if spare[5] != fresh[1:]:  # a result of another shape, type or side
                     spare = None
                 else:
-                    spare[2], spare[3] = steps, _filled(steps, fresh[0], spare[1])
+                    spare[2], spare[3] = steps, _filled(steps, ((fresh[0], spare[1]),))
             if spare is not None:
                 self._run_steps(spare[3])
                 return spare[0]
         slots, shape, dtype, aligned, block = fresh
         new = aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
-        filled = _filled(steps, slots, new)
+        filled = _filled(steps, ((slots, new),))
         self._run_steps(filled)
         result = new if block is None else DenseBlock(new, block[0], block[1], self)
         if not EXACT_REFCOUNTS:
@@ -408,14 +400,17 @@ def _unreferenced(spare: list) -> bool:
     return _ref_counts(spare[0]) == spare[4]
 
 
-def _filled(steps: tuple, slots: tuple, new: np.ndarray) -> tuple:
-    """``steps`` with ``new`` (or a slice of it) in each of the result's ``slots``."""
+def _filled(steps: tuple, placed) -> tuple:
+    """``steps`` with arrays put in their places: ``placed`` holds (places, array) pairs,
+    each place (step, argument, None for the array itself or (start, stop) for a slice of a
+    1-D one): a new result in its slots, new operands in their predecessors' places."""
     steps = list(steps)
-    for i, j, part in slots:
-        fn, args, timed = steps[i]
-        args = list(args)
-        args[j] = new if part is None else new[part[0]:part[1]]
-        steps[i] = (fn, tuple(args), timed)
+    for places, array in placed:
+        for i, j, part in places:
+            fn, args, timed = steps[i]
+            args = list(args)
+            args[j] = array if part is None else array[part[0]:part[1]]
+            steps[i] = (fn, tuple(args), timed)
     return tuple(steps)
 
 

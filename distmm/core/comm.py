@@ -177,10 +177,16 @@ def pairwise_setting() -> tuple[str | None, dict[str, object]]:
 _TAG_GATHER, _TAG_REDUCE = 19, 20
 
 
+def pairwise_block(nbytes: int) -> bool:
+    """Whether a fiber collective whose largest block has ``nbytes`` bytes exchanges its
+    blocks pairwise (:data:`PAIRWISE_BYTES`). Not collective."""
+    return nbytes >= PAIRWISE_BYTES
+
+
 def _pairwise(counts: list[int], itemsize: int) -> bool:
     """Whether a collective over blocks of ``counts`` elements exchanges them pairwise (the
     same answer on every rank: counts are the same everywhere)."""
-    return max(counts) * itemsize >= PAIRWISE_BYTES
+    return pairwise_block(max(counts) * itemsize)
 
 
 def _flat(buf: np.ndarray) -> np.ndarray:
@@ -276,7 +282,7 @@ class CountingComm:
 
         ``counts`` must be the same on every rank (as MPI requires); ``sendbuf`` holds at
         least this rank's count, ``recvbuf`` (C-contiguous) their sum. Blocks of
-        :data:`PAIRWISE_BYTES` or more move as pairwise exchanges (:meth:`_pairwise`)."""
+        :data:`PAIRWISE_BYTES` or more move as pairwise exchanges (:func:`_pairwise`)."""
         counts = [int(x) for x in counts]
         own, total, c = counts[self.rank], sum(counts), self.size
         with self._phase(phase):
@@ -298,7 +304,7 @@ class CountingComm:
 
         ``counts`` must be the same on every rank; ``sendbuf`` (C-contiguous) holds their sum,
         ``recvbuf`` at least this rank's count. Blocks of :data:`PAIRWISE_BYTES` or more move as
-        pairwise exchanges (:meth:`_pairwise`), which overwrite this rank's own block of
+        pairwise exchanges (:func:`_pairwise`), which overwrite this rank's own block of
         ``sendbuf`` (the running sum) when the communicator has more than two ranks: treat
         ``sendbuf`` as scratch."""
         counts = [int(x) for x in counts]

@@ -135,7 +135,7 @@ def mpi_reduce_scatter_bytes(nbytes: int, c: int) -> int:
     temporary. None when c = 1, where distmm skips the collective, and none for blocks of
     :data:`distmm.core.comm.PAIRWISE_BYTES` or more (about ``nbytes / c`` each), which
     distmm exchanges pairwise, summing in its own buffers."""
-    if c == 1 or -(-nbytes // c) >= comm.PAIRWISE_BYTES:
+    if c == 1 or comm.pairwise_block(-(-nbytes // c)):
         return 0
     return int(nbytes * (c - 1) // c)
 

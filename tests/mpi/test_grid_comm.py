@@ -144,19 +144,19 @@ def test_pairwise_collectives_equal_mpis(monkeypatch, dtype):
         cc.reduce_scatter(send, summed, counts)
         results[name] = (gathered, summed, {ph: dict(v) for ph, v in stats.counts.items()})
     expect = np.concatenate([np.arange(n) + 100 * k for k, n in enumerate(counts)])
+    sums = sum((np.arange(total) * (k + 1)) % 11 for k in range(P))
     for gathered, summed, _ in results.values():
         np.testing.assert_array_equal(gathered, expect.astype(dtype))
-        parts = [(np.arange(total) * (k + 1)) % 11 for k in range(P)]
-        np.testing.assert_array_equal(summed, sum(parts)[lo:lo + counts[RANK]].astype(dtype))
+        np.testing.assert_array_equal(summed, sums[lo:lo + counts[RANK]].astype(dtype))
     assert results["pairwise"][2] == results["mpi"][2]
 
-    # Random values: the pairwise sums equal float64's to rounding, and run twice, bitwise.
     monkeypatch.setattr(comm_mod, "PAIRWISE_BYTES", 0)
     # An all-gather whose send block already lies in its place in the output.
     gathered = np.full(total, -1, dtype=dtype)
     gathered[lo:lo + counts[RANK]] = np.arange(counts[RANK]) + 100 * RANK
     CountingComm(COMM, CommStats()).allgatherv(gathered[lo:lo + counts[RANK]], gathered, counts)
     np.testing.assert_array_equal(gathered, expect.astype(dtype))
+    # Random values: the pairwise sums equal float64's to rounding, and run twice, bitwise.
     rng = np.random.default_rng(RANK)
     send = rng.standard_normal(total).astype(dtype)
     parts = np.array(COMM.allgather(send), dtype=np.float64)
