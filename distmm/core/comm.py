@@ -219,13 +219,16 @@ class CountingComm:
     def shift(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
               phase: str = "propagation") -> None:
         """Send ``sendbuf`` to ``dest`` and receive ``recvbuf`` from ``source`` (one step of a
-        cyclic shift). Both buffers are contiguous; their sizes may differ (uneven blocks)."""
+        cyclic shift). Both buffers are contiguous, of one dtype (given to MPI explicitly:
+        mpi4py cannot map a misaligned array's buffer format); their sizes may differ
+        (uneven blocks)."""
         with self._phase(phase):
             if dest == self.rank and source == self.rank:
                 recvbuf[...] = sendbuf.reshape(recvbuf.shape)
                 return
-            self.comm.Sendrecv(sendbuf, dest=dest, sendtag=17, recvbuf=recvbuf, source=source,
-                               recvtag=17)
+            t = mpi_type(sendbuf.dtype)
+            self.comm.Sendrecv([sendbuf, t], dest=dest, sendtag=17, recvbuf=[recvbuf, t],
+                               source=source, recvtag=17)
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
 
     def prepared_shift(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
@@ -242,13 +245,14 @@ class CountingComm:
             return functools.partial(self.shift, dest=dest, source=source, phase=phase)
         sendrecv, stats, clock = self.comm.Sendrecv, self.stats, time.perf_counter
         sent, received = int(sendbuf.size), int(recvbuf.size)
+        t = mpi_type(sendbuf.dtype)
 
         def run(sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:
             if watchdog.ACTIVE is not None:
                 self.shift(sendbuf, recvbuf, dest, source, phase)
                 return
             t0 = clock()
-            sendrecv(sendbuf, dest, 17, recvbuf, source, 17)
+            sendrecv([sendbuf, t], dest, 17, [recvbuf, t], source, 17)
             stats.seconds[phase] += clock() - t0
             c = stats.counts[phase]
             c["words_sent"] += sent
@@ -265,8 +269,9 @@ class CountingComm:
             recvbuf[...] = sendbuf.reshape(recvbuf.shape)
             return []
         with self._phase(phase):
-            reqs = [self.comm.Irecv(recvbuf, source=source, tag=18),
-                    self.comm.Isend(sendbuf, dest=dest, tag=18)]
+            t = mpi_type(sendbuf.dtype)
+            reqs = [self.comm.Irecv([recvbuf, t], source=source, tag=18),
+                    self.comm.Isend([sendbuf, t], dest=dest, tag=18)]
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
         return reqs
 
