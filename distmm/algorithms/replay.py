@@ -55,6 +55,7 @@ from distmm.core.aligned import aligned_empty, padding
 from distmm.core.dense import DenseBlock
 from distmm.core.memory import OPS
 from distmm.errors import InputError
+from distmm.kernels.numba_util import TYPED_FLAGS
 
 
 class CallReplay:
@@ -123,9 +124,10 @@ class CallReplay:
         kernels' arguments, or None when this call is not such a call (then it runs in full).
 
         A new operand must be what the traced one was: a plain array, or a typed block of this
-        object of the same side and global shape, of the same shape, strides, dtype and
-        writeability, and ``out`` must share no memory with the inputs: then it passes the
-        cheap checks, and the prepared kernel calls serve it (:meth:`_run_kernel`); an operand
+        object of the same side and global shape, of the same shape, strides, dtype,
+        alignment and writeability, and ``out`` must share no memory with the inputs: then it
+        passes the cheap checks, and the prepared kernel calls serve it (:meth:`_run_kernel`),
+        whose compiled code takes arrays of exactly these types; an operand
         that a shift sends whole (B at q > 1) is sent from the new array. An operand that a
         shift writes, or that a shift sends or the kernels read through a view other than
         itself (or a slice of a values array), is never swapped (``swaps``,
@@ -156,7 +158,7 @@ class CallReplay:
                 return None
             if (type(X) is not type(obj) or X.shape != shape
                     or X.strides != strides or (X.dtype is not dtype and X.dtype != dtype)
-                    or X.flags.writeable != like[1]):
+                    or X.flags.num & TYPED_FLAGS != like[1]):
                 return None
             if like[2] is not None:  # a typed block: this object's, on the traced side
                 meta = X.__dict__
@@ -461,9 +463,10 @@ def _swap_slots(trace: list, held: tuple, result, has_out: bool) -> tuple | None
     ``slots[k]`` is None where operand k cannot be swapped (absent; received by a shift, or
     sent by one through a view other than the array itself; read by the kernels through a
     view other than the array itself or, for a 1-D array, a slice of it), else (places,
-    writeable, typed): each place (step, argument, None or (start, stop) of a slice; a
-    shift's place is its send buffer), the operand's writeability, and (side, global shape) for a
-    typed block (None for a plain array). ``wrap`` types a new ``out`` as the full call
+    flags, typed): each place (step, argument, None or (start, stop) of a slice; a
+    shift's place is its send buffer), the operand's alignment and writeability flags
+    (``TYPED_FLAGS``), and (side, global shape) for a typed block (None for a plain array).
+    ``wrap`` types a new ``out`` as the full call
     returns it: None where the result is ``out`` itself, (side, global shape) where it is a
     typed block over ``out``'s memory. See :meth:`CallReplay._replay_alike`."""
     objs = [None if h is None else h[0] for h in held]
@@ -521,7 +524,7 @@ def _places(trace: list, obj) -> tuple | None:
                 return None
     if not places:
         return None  # the kernels do not read it as it is: never swapped
-    return tuple(places), obj.flags.writeable, typed
+    return tuple(places), obj.flags.num & TYPED_FLAGS, typed
 
 
 def _address(x: np.ndarray) -> int:

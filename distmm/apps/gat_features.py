@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from distmm.core.aligned import aligned_empty
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
+from distmm.kernels.numba_util import TYPED_FLAGS
 from distmm.kernels.reference import ReferenceModel
 
 
@@ -68,10 +69,12 @@ class SparseFeatures:
         return self._run("spmm_b", values, D, out)
 
     def _run(self, op: str, values: np.ndarray, D: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """One kernel call, its preparation kept per (operation, width, plan state): later
-        calls pass new arrays of the same shapes."""
+        """One kernel call, its preparation kept per (operation, width, plan state, flags):
+        later calls pass new arrays of the same shapes, dtype and flags (a prepared call runs
+        its first call's compiled code)."""
         values = np.ascontiguousarray(values, dtype=self.dtype)
-        key = (op, D.shape[1], self.model.plan_state())
+        key = (op, D.shape[1], self.model.plan_state(), D.flags.num & TYPED_FLAGS,
+               values.flags.num & TYPED_FLAGS)
         run = self._runs.get(key)
         if run is None:
             run = self._runs[key] = self.model.prepare(op, self.block, values, D, None, out,

@@ -44,7 +44,12 @@ import numpy as np
 
 from distmm.core.sparse import CSRBlock
 from distmm.kernels.checks import check_operands
-from distmm.kernels.numba_util import compiled_thread_count, thread_count
+from distmm.kernels.numba_util import (
+    CompiledCall,
+    compiled_thread_count,
+    machine_code,
+    thread_count,
+)
 
 OPERATIONS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b", "spgemm")
 
@@ -227,7 +232,9 @@ class NodeModel:
             method does (calls, seconds, flops, bytes, fallback, model counters) and returns
             the kernel's seconds. It may be called again and again, but only with operands of
             the shapes, dtypes and layout it was prepared with (the same arrays, or arrays of
-            the same data type, shape and C layout): nothing is checked again, and the plan
+            the same data type, shape, C layout, alignment and writeability: the compiled
+            code of the first call's types is called directly from the second call on,
+            :func:`~distmm.kernels.numba_util.machine_code`): nothing is checked again, and the plan
             (kernel, chunks per thread, panels) is that of the prepared operands and of the
             numba thread count at preparation.
         """
@@ -240,6 +247,19 @@ class NodeModel:
                               S.nnz if op == "sddmm" else 0, accumulate)
         impl, fallback = self._implementer(op)
         kernel = impl._bind(op, S, r, bool(accumulate))
+        head = tail = ()
+        if isinstance(kernel, CompiledCall):
+            dispatcher, head, tail = kernel
+
+            def first_call(*args) -> None:
+                # through the dispatcher (it compiles or loads the code), then straight to
+                # the code of these arguments' types: the later calls pass arguments of the
+                # very same types, as the docstring requires (numba_util.machine_code)
+                nonlocal kernel
+                dispatcher(*args)
+                kernel = machine_code(dispatcher, args) or dispatcher
+
+            kernel = first_call
         clock = time.perf_counter
         # The operation's counters, added to here as :meth:`KernelStats.record` does (written
         # out: a replayed call is mostly this wrapper). The object lives as long as the
@@ -250,7 +270,7 @@ class NodeModel:
             if impl._pending:
                 impl._pending = {}
             t0 = clock()
-            kernel(*operands)
+            kernel(*head, *operands, *tail)
             dt = clock() - t0
             counters.calls += 1
             counters.seconds += dt
@@ -276,7 +296,9 @@ class NodeModel:
 
     def _bind(self, op: str, S: CSRBlock, r: int, accumulate: bool) -> Callable[..., None]:
         """The model's own kernel for ``op`` on block S at width r, as ``fn(vals, *dense,
-        out)`` (no checks, no accounting). Models that plan per block override this; the
+        out)`` (no checks, no accounting): a callable, or a
+        :class:`~distmm.kernels.numba_util.CompiledCall` of an njit kernel, whose prepared
+        calls then run its compiled code directly. Models that plan per block override this; the
         default calls the ``_op`` method, zero-filling ``out`` first where a model that only
         accumulates is asked to write."""
         fn = getattr(self, "_" + op)

@@ -16,6 +16,8 @@ int64) and loop counters used purely as indices are made unsigned."""
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -26,7 +28,8 @@ from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
-__all__ = ["FASTMATH", "STREAM_STORES", "gather", "popcount", "prefetch_row", "prefetch_span",
+__all__ = ["FASTMATH", "STREAM_STORES", "TYPED_FLAGS", "CompiledCall", "gather", "machine_code",
+           "popcount", "prefetch_row", "prefetch_span",
            "row_products", "row_range", "slp_vectorized", "stack_array", "store_fence",
            "stream_store", "thread_count", "compiled_thread_count", "unsigned_view"]
 
@@ -294,7 +297,49 @@ def compiled_thread_count():
     if _iget_num_threads is None:
         return thread_count
     _thread_count_nopython()  # compiled, or loaded from the cache, now
-    return _thread_count_nopython
+    return machine_code(_thread_count_nopython, ()) or _thread_count_nopython
+
+
+#: The bits of numpy's ``ndarray.flags.num`` that are part of an array's numba type besides its
+#: dtype, dimensions and layout: aligned (NPY_ARRAY_ALIGNED) and writeable
+#: (NPY_ARRAY_WRITEABLE). Arrays alike in these, their dtype, shape and strides take the same
+#: compiled code.
+TYPED_FLAGS = 0x0100 | 0x0400
+
+
+class CompiledCall(NamedTuple):
+    """A kernel bound to fixed arguments (what a node model's ``_bind`` may return):
+    ``call(*operands)`` is ``dispatcher(*head, *operands, *tail)`` for the njit function
+    ``dispatcher``, and a prepared call (:meth:`~distmm.kernels.base.NodeModel.prepare`)
+    calls its compiled code directly (:func:`machine_code`)."""
+
+    dispatcher: Any
+    head: tuple
+    tail: tuple
+
+    def __call__(self, *operands) -> None:
+        self.dispatcher(*self.head, *operands, *self.tail)
+
+
+def machine_code(dispatcher, args: tuple) -> Callable[..., Any] | None:
+    """The compiled entry point of the njit function ``dispatcher`` for exactly the numba
+    types of ``args``, or None where it has no such overload (the dispatcher converted the
+    arguments to another overload's types, say). Not collective.
+
+    Calling it skips what the dispatcher does on every call before the machine code runs:
+    typing each argument and looking up the overload, about a third of a microsecond for
+    the reference kernels' nine arguments (docs/performance.md). The arguments are still
+    converted, but not checked: the caller must pass only arguments of those very types
+    (dtype, dimensions, layout, and the :data:`TYPED_FLAGS`), as a prepared kernel call
+    (:meth:`~distmm.kernels.base.NodeModel.prepare`) is only ever called."""
+    from numba import typeof
+
+    try:
+        sig = tuple(typeof(a) for a in args)
+    except (TypeError, ValueError):
+        return None
+    compiled = dispatcher.overloads.get(sig)
+    return getattr(compiled, "entry_point", None)
 
 
 def thread_count() -> int:

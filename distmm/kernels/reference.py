@@ -71,7 +71,14 @@ from numba import njit, prange
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
 from distmm.cores import launcher_local_size, node_cpus
 from distmm.kernels.base import NodeModel
-from distmm.kernels.numba_util import FASTMATH, gather, prefetch_row, slp_vectorized, stack_array
+from distmm.kernels.numba_util import (
+    FASTMATH,
+    CompiledCall,
+    gather,
+    prefetch_row,
+    slp_vectorized,
+    stack_array,
+)
 from distmm.kernels.threads import STATE
 
 __all__ = ["ReferenceModel"]
@@ -659,7 +666,7 @@ class ReferenceModel(NodeModel):
             kernel = _fused_kernel(_width(r))
         if not transposed:
             indptr, indices = S.indptr, _gather_indices(op, S.indices)
-            return lambda vals, *dense: kernel(indptr, indices, vals, *dense, *tail)
+            return CompiledCall(kernel, (indptr, indices), tail)
         indptr_t, indices_t, perm = S.transpose()
         indices_t = _gather_indices(op, indices_t)
 

@@ -624,6 +624,37 @@ def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, 
     obj.close()
 
 
+def _misaligned(X: np.ndarray) -> np.ndarray:
+    """A copy of ``X`` whose data starts one byte past an aligned address."""
+    buf = np.empty(X.nbytes + 1, np.uint8)
+    Y = buf[1:].view(X.dtype).reshape(X.shape)
+    Y[...] = X
+    return Y
+
+
+def test_an_operand_alike_but_for_its_alignment_is_prepared_for(monkeypatch):
+    """A prepared kernel call runs the compiled code of its first call's argument types
+    (NodeModel.prepare), alignment included: new plain operands alike in everything but
+    alignment neither reuse the calls prepared for aligned ones nor are swapped into their
+    replay. They are prepared for, and every result is the oracle's."""
+    obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    prepared = []
+    real = obj.kernel.prepare
+    monkeypatch.setattr(obj.kernel, "prepare",
+                        lambda *a, **k: prepared.append(a[0]) or real(*a, **k))
+    A_np, B_np = A_loc.view(np.ndarray), B_loc.view(np.ndarray)
+    for name in ("spmm_a", "sddmm", "fusedmm_a fusion"):
+        for k in range(4):  # new aligned arrays: prepared once, then reused and replayed
+            got = _op_call(obj, name, A_np.copy(), B_np.copy())
+            check(*_gathered(obj, name, got), S, A, B, rtol=1e-10)
+        before = len(prepared)
+        for k in range(3):
+            got = _op_call(obj, name, _misaligned(A_np), _misaligned(B_np))
+            check(*_gathered(obj, name, got), S, A, B, rtol=1e-10)
+        assert len(prepared) > before, name
+    obj.close()
+
+
 def test_new_operands_in_turns_are_traced_only_while_it_pays(monkeypatch):
     """Two calls of one kind in turns on new arrays (FusedMM's backward in distmm.torch: an
     SDDMM of (G, B) and one of (A, B), each with new views): each swaps its arrays into the

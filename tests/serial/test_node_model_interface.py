@@ -185,3 +185,70 @@ def test_every_model_gets_the_same_operand_checks(name):
         with pytest.raises(ValueError, match=msg):
             call()
     assert not model.stats.as_dict()  # nothing ran, nothing was counted
+
+
+def test_machine_code_is_the_dispatchers_code_for_exactly_those_types():
+    """numba_util.machine_code: the compiled entry of the argument types the dispatcher
+    compiled, giving the dispatcher's result; None for types it has no overload of."""
+    from numba import njit
+
+    from distmm.kernels.numba_util import machine_code
+
+    @njit
+    def axpy(a, x, y, k):
+        for i in range(x.size):
+            y[i] += a * x[i] + k
+
+    x, y = np.arange(5.0), np.zeros(5)
+    axpy(2.0, x, y, 1)
+    entry = machine_code(axpy, (2.0, x, y, 1))
+    assert entry is not None and entry is not axpy
+    z = np.zeros(5)
+    entry(2.0, x, z, 1)
+    np.testing.assert_array_equal(z, y)
+    assert machine_code(axpy, (2.0, x.astype(np.float32), y, 1)) is None  # never compiled
+    assert machine_code(axpy, (2.0, x[::2], y[:3], 1)) is None  # another layout
+    ro = x.copy()
+    ro.flags.writeable = False
+    assert machine_code(axpy, (2.0, x, ro, 1)) is None  # read-only: another type
+
+
+@pytest.mark.parametrize("op", ["spmm_a", "sddmm", "fusedmm_a"])
+def test_a_prepared_call_runs_its_first_calls_machine_code(op, monkeypatch):
+    """A prepared reference call goes through numba's dispatcher once and then calls the
+    compiled code of those argument types directly (machine_code is asked once), with the
+    dispatcher's results on new arrays alike in dtype, layout and flags."""
+    import distmm.kernels.base as base
+
+    asked = []
+
+    def spy(dispatcher, args):
+        entry = machine_code(dispatcher, args)
+        asked.append(entry)
+        return entry
+
+    machine_code = base.machine_code
+    monkeypatch.setattr(base, "machine_code", spy)
+    S, M = _block(37, 23, 0.2, 5, np.float32)
+    model = ReferenceModel()
+    rng = np.random.default_rng(1)
+    r = 16
+
+    def operands():
+        A = rng.standard_normal((37, r)).astype(np.float32)
+        B = rng.standard_normal((23, r)).astype(np.float32)
+        out = np.zeros(S.nnz if op == "sddmm" else (37, r), np.float32)
+        return A, B, out
+
+    A, B, out = operands()
+    X, Y = (B, None) if op == "spmm_a" else (A, B)
+    run = model.prepare(op, S, S.data, X, Y, out, accumulate=False)
+    Md = M.astype(np.float64)
+    for _ in range(3):
+        A, B, out = operands()
+        run(S.data, *((B,) if op == "spmm_a" else (A, B)), out)
+        D = (Md.multiply(A.astype(np.float64) @ B.T.astype(np.float64))).tocsr()
+        want = {"spmm_a": Md @ B, "sddmm": D.data, "fusedmm_a": D @ B}[op]
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+    assert len(asked) == 1 and asked[0] is not None
+    assert model.stats.ops[op].calls == 3
