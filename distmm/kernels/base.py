@@ -54,7 +54,7 @@ from distmm.kernels.numba_util import (
 OPERATIONS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b", "spgemm")
 
 
-@dataclass
+@dataclass(slots=True)
 class OpStats:
     """Accumulated counters of one local operation on one rank."""
 
