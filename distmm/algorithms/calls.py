@@ -199,12 +199,12 @@ class CallChecks:
         this very object (not a reshaped view) on its side, or a plain 2-D ndarray, with this
         rank's rows, the object's dtype, C layout and one local width that is this rank's
         share of r; ``values`` a plain 1-D array of the stored nonzeros in the dtype; ``out``
-        the same as an operand of its side (C-contiguous values for an SDDMM result) sharing
-        no memory with the inputs. r from a typed operand, else the local width where the
-        family keeps whole rows; a call that needs the width agreed across ranks is not
-        quick. Called for every call whose operands are new objects (a loop that builds new
-        arrays, the PyTorch functions): the cheap checks' general form, with its messages,
-        was a large part of such a call on a small graph."""
+        the same as an operand of its side (C-contiguous values for an SDDMM result),
+        writeable and sharing no memory with the inputs. r from a typed operand, else the
+        local width where the family keeps whole rows; a call that needs the width agreed
+        across ranks is not quick. Called for every call whose operands are new objects (a
+        loop that builds new arrays, the PyTorch functions): the cheap checks' general form,
+        with its messages, was a large part of such a call on a small graph."""
         width = typed_r = None
         for side, X, _ in dense:
             t = self._quick_block(X, side)
@@ -226,6 +226,8 @@ class CallChecks:
         else:
             r = width
         if out is not None:
+            if not out.flags.writeable:
+                return None
             if out_side == "values":
                 if not self._quick_values(out) or not out.flags.c_contiguous:
                     return None
@@ -344,6 +346,8 @@ class CallChecks:
             msg = msg and "out= " + msg
         else:
             msg = self._block_problem(out_side, out, "out=", scan=False)
+        if msg is None and not out.flags.writeable:
+            msg = "out= is read-only (its flags.writeable is False); pass a writeable buffer"
         if msg is None and any(isinstance(x, np.ndarray) and np.may_share_memory(out, x)
                                for x in operands):
             msg = "out= shares memory with an input of the same call; pass a separate buffer"

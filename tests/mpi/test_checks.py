@@ -83,6 +83,35 @@ def test_cheap_checks_still_refuse_side_and_dtype_everywhere(algorithm, c):
     obj.close()
 
 
+def _read_only(X):
+    X.flags.writeable = False
+    return X
+
+
+@pytest.mark.parametrize("checks", ["once", "always"])
+@pytest.mark.parametrize("op", ["spmm_a", "sddmm", "fusedmm_a"])
+def test_a_read_only_out_is_refused_everywhere(checks, op):
+    """An out= buffer that is read-only on one rank only is refused on every rank by the
+    agreed checks (the first call under "once", every call under "always") with an
+    InputError naming it, before any kernel runs; nothing is written."""
+    obj, S, A, B, A_loc, B_loc = make("15d-dense-shift", 1, checks)
+    out = np.zeros(obj.values.size) if op == "sddmm" else obj.dense("a", A_loc.r)
+    if COMM.rank == P - 1:
+        out.flags.writeable = False
+    call = {"spmm_a": lambda: obj.spmm_a(B_loc, out=out),
+            "sddmm": lambda: obj.sddmm(A_loc, B_loc, out=out),
+            "fusedmm_a": lambda: obj.fusedmm_a(A_loc, B_loc, out=out)}[op]
+    with pytest.raises(InputError, match=f"out= is read-only.*reported by rank {P - 1}"
+                       if P > 1 else "out= is read-only"):
+        call()
+    assert not np.asarray(out).any()
+    assert sum(st["calls"] for st in obj.kernel.stats.as_dict().values()) == 0
+    out.flags.writeable = True
+    call()  # the same buffer, writeable again: accepted
+    assert np.asarray(out).any()
+    obj.close()
+
+
 def _quick_cases(obj, A_loc, B_loc):
     """(label, dense, values, out, out_side, quick expected) for the quick path's test:
     well-formed calls it must take, and calls with one thing wrong that only the cheap
@@ -110,6 +139,10 @@ def _quick_cases(obj, A_loc, B_loc):
         ("out on the wrong side", (("b", B_loc, "B"),), None, obj.dense("b", r), "a", False),
         ("out is an input", (("a", A_loc, "A"), ("b", B_loc, "B")), None, A_loc, "a", False),
         ("out shares the values", (("b", B_loc, "B"),), vals, vals, "values", False),
+        ("read-only out", (("b", B_loc, "B"),), None, _read_only(obj.dense("a", r)), "a",
+         False),
+        ("read-only sddmm out", (("a", A_loc, "A"), ("b", B_loc, "B")), None,
+         _read_only(np.empty(obj.values.size)), "values", False),
     ] + ([  # a view of a block in another shape is a plain array, of width 1 here
         ("untyped view", (("b", B_loc.reshape(-1, 1)[:B_loc.shape[0]], "B"),), None, None,
          None, True)] if whole else [])

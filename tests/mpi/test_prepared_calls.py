@@ -644,11 +644,11 @@ def test_an_operand_alike_but_for_its_alignment_is_prepared_for(monkeypatch):
                         lambda *a, **k: prepared.append(a[0]) or real(*a, **k))
     A_np, B_np = A_loc.view(np.ndarray), B_loc.view(np.ndarray)
     for name in ("spmm_a", "sddmm", "fusedmm_a fusion"):
-        for k in range(4):  # new aligned arrays: prepared once, then reused and replayed
+        for _ in range(4):  # new aligned arrays: prepared once, then reused and replayed
             got = _op_call(obj, name, A_np.copy(), B_np.copy())
             check(*_gathered(obj, name, got), S, A, B, rtol=1e-10)
         before = len(prepared)
-        for k in range(3):
+        for _ in range(3):
             got = _op_call(obj, name, _misaligned(A_np), _misaligned(B_np))
             check(*_gathered(obj, name, got), S, A, B, rtol=1e-10)
         assert len(prepared) > before, name
