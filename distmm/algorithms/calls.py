@@ -198,8 +198,8 @@ class CallChecks:
         The cheap checks' rules for the common case only: each dense operand a typed block of
         this very object (not a reshaped view) on its side, or a plain 2-D ndarray, with this
         rank's rows, the object's dtype, C layout and one local width that is this rank's
-        share of r; ``values`` a plain 1-D array of the stored nonzeros in the dtype; ``out``
-        the same as an operand of its side (C-contiguous values for an SDDMM result),
+        share of r; ``values`` a plain C-contiguous 1-D array of the stored nonzeros in the
+        dtype; ``out`` the same as an operand of its side (such values for an SDDMM result),
         writeable and sharing no memory with the inputs. r from a typed operand, else the
         local width where the family keeps whole rows; a call that needs the width agreed
         across ranks is not quick. Called for every call whose operands are new objects (a
@@ -229,7 +229,7 @@ class CallChecks:
             if not out.flags.writeable:
                 return None
             if out_side == "values":
-                if not self._quick_values(out) or not out.flags.c_contiguous:
+                if not self._quick_values(out):
                     return None
             else:
                 t = self._quick_block(out, out_side)
@@ -274,7 +274,8 @@ class CallChecks:
         """Whether ``values`` plainly passes the values checks (:meth:`_quick_r`)."""
         return (type(values) is np.ndarray and values.ndim == 1
                 and values.size == self.values.size
-                and (values.dtype is self.dtype or values.dtype == self.dtype))
+                and (values.dtype is self.dtype or values.dtype == self.dtype)
+                and values.flags.c_contiguous)
 
     def _remember(self, kind: str, dense, values, out, r: int) -> None:
         """Keep (weakly) the operands that passed the cheap checks of a ``kind`` call.
@@ -340,9 +341,7 @@ class CallChecks:
         if out is None:
             return None
         if out_side == "values":
-            msg = self._values_problem(out, scan=False)
-            if msg is None and not out.flags.c_contiguous:
-                msg = "values must be C-contiguous"
+            msg = self._values_problem(out, scan=False) or _contiguity_problem(out)
             msg = msg and "out= " + msg
         else:
             msg = self._block_problem(out_side, out, "out=", scan=False)
@@ -369,8 +368,8 @@ class CallChecks:
         if len(typed) > 1:
             msg = msg or (f"the dense operands (and out=) are blocks of different widths r "
                           f"{sorted(typed)}")
-        if values is not None:
-            msg = msg or self._values_problem(values, scan)
+        if values is not None:  # the kernels take a call's values as they are
+            msg = msg or self._values_problem(values, scan) or _contiguity_problem(values)
         operands = [x for _, x, _ in dense] + ([values] if values is not None else [])
         msg = msg or self._out_problem(out, out_side, operands)
         width = widths.pop() if len(widths) == 1 else -1
@@ -487,6 +486,13 @@ class CallChecks:
                         f"columns is {expect} (dense blocks disagree on r across ranks, or "
                         "the block is not in this distribution)")
         return None
+
+
+def _contiguity_problem(values: np.ndarray) -> str | None:
+    """The problem with a call's values array (or SDDMM result) that is not C-contiguous."""
+    if values.flags.c_contiguous:
+        return None
+    return "values must be C-contiguous (np.ascontiguousarray)"
 
 
 def remembered(X: np.ndarray) -> tuple:

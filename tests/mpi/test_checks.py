@@ -90,24 +90,33 @@ def _read_only(X):
 
 @pytest.mark.parametrize("checks", ["once", "always"])
 @pytest.mark.parametrize("op", ["spmm_a", "sddmm", "fusedmm_a"])
-def test_a_read_only_out_is_refused_everywhere(checks, op):
-    """An out= buffer that is read-only on one rank only is refused on every rank by the
-    agreed checks (the first call under "once", every call under "always") with an
-    InputError naming it, before any kernel runs; nothing is written."""
+@pytest.mark.parametrize("bad", ["read-only out", "strided values"])
+def test_a_buffer_the_kernels_cannot_take_on_one_rank_is_refused_everywhere(checks, op, bad):
+    """An out= buffer that is read-only, or a values array that is not contiguous, on one
+    rank only is refused on every rank by the agreed checks (the first call under "once",
+    every call under "always") with an InputError naming it, before any kernel runs (the
+    node model's own check would fail that rank alone, inside the call); nothing is
+    written. The same call with a good buffer then runs."""
     obj, S, A, B, A_loc, B_loc = make("15d-dense-shift", 1, checks)
     out = np.zeros(obj.values.size) if op == "sddmm" else obj.dense("a", A_loc.r)
-    if COMM.rank == P - 1:
+    values = obj.values.copy()
+    odd = COMM.rank == P - 1
+    if bad == "read-only out" and odd:
         out.flags.writeable = False
-    call = {"spmm_a": lambda: obj.spmm_a(B_loc, out=out),
-            "sddmm": lambda: obj.sddmm(A_loc, B_loc, out=out),
-            "fusedmm_a": lambda: obj.fusedmm_a(A_loc, B_loc, out=out)}[op]
-    with pytest.raises(InputError, match=f"out= is read-only.*reported by rank {P - 1}"
-                       if P > 1 else "out= is read-only"):
+    if bad == "strided values" and odd:
+        values = np.repeat(values, 2)[::2]
+    call = {"spmm_a": lambda: obj.spmm_a(B_loc, values=values, out=out),
+            "sddmm": lambda: obj.sddmm(A_loc, B_loc, values=values, out=out),
+            "fusedmm_a": lambda: obj.fusedmm_a(A_loc, B_loc, values=values, out=out)}[op]
+    what = "out= is read-only" if bad == "read-only out" else "values must be C-contiguous"
+    with pytest.raises(InputError, match=what + (f".*reported by rank {P - 1}" if P > 1
+                                                 else "")):
         call()
     assert not np.asarray(out).any()
     assert sum(st["calls"] for st in obj.kernel.stats.as_dict().values()) == 0
     out.flags.writeable = True
-    call()  # the same buffer, writeable again: accepted
+    values = obj.values.copy()
+    call()
     assert np.asarray(out).any()
     obj.close()
 
@@ -141,6 +150,7 @@ def _quick_cases(obj, A_loc, B_loc):
         ("out shares the values", (("b", B_loc, "B"),), vals, vals, "values", False),
         ("read-only out", (("b", B_loc, "B"),), None, _read_only(obj.dense("a", r)), "a",
          False),
+        ("strided values", (("b", B_loc, "B"),), np.repeat(vals, 2)[::2], None, None, False),
         ("read-only sddmm out", (("a", A_loc, "A"), ("b", B_loc, "B")), None,
          _read_only(np.empty(obj.values.size)), "values", False),
     ] + ([  # a view of a block in another shape is a plain array, of width 1 here
