@@ -649,3 +649,25 @@ def test_intranode_bench_runs_both_settings_in_turns(tmp_path):
     best_off = min(r["seconds"] for r in calls if r["switch"] == "0")
     assert cells[4].startswith(f"{best_off * 1e3:.2f},")
     assert sum(x.startswith("| ") and "MiB" in x for x in proc.stdout.splitlines()) == 4
+
+
+def test_kernel_entry_bench_times_both_ways_in_turns():
+    """bench_kernel_entry: a row per case with both ways' times (the two ways' results were
+    checked bitwise equal inside), a difference and a ratio."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "experiments", "bench_kernel_entry.py"),
+         "--matrices", "er-256", "--rs", "8,13", "--dtypes", "float32", "--ops",
+         "spmm_a,fusedmm_a", "--calls", "3", "--rounds", "2"],
+        capture_output=True, text=True, timeout=300, env=env, check=True)
+    rows = [x for x in proc.stdout.splitlines() if x.startswith("| er-256 |")]
+    assert len(rows) == 4
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        slow, fast, diff, ratio = (float(x) for x in cells[4:])
+        assert slow > 0 and fast > 0
+        assert abs(diff - (slow - fast)) < 0.02 and abs(ratio - fast / slow) < 0.002
+    bad = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "experiments", "bench_kernel_entry.py"),
+         "--ops", "spmm_b"], capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and "unknown operations ['spmm_b']" in bad.stderr
