@@ -671,3 +671,41 @@ def test_kernel_entry_bench_times_both_ways_in_turns():
         [sys.executable, os.path.join(ROOT, "experiments", "bench_kernel_entry.py"),
          "--ops", "spmm_b"], capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2 and "unknown operations ['spmm_b']" in bad.stderr
+
+
+def test_model_agreement_sets_each_points_winner_against_the_models_pick(tmp_path):
+    """model_agreement: per experiment, the points (one matrix, r, p, dtype; optimal-c also
+    per algorithm), how often the model's pick is the measured winner, the pick's measured
+    seconds over the winner's, the repetition spread and the p = 1 spread; projected records,
+    records not run and records without a model are left out."""
+    import model_agreement
+
+    def rec(exp, p, alg, c, seconds, model, times=None, **extra):
+        return {"experiment": exp, "label": "ER", "r": 16, "p": p, "dtype": "float32",
+                "algorithm": alg, "strategy": "none", "c": c, "seconds": seconds,
+                "model": None if model is None else {"seconds": model},
+                "times": times or [seconds], "predicted": False, **extra}
+
+    records = [
+        rec("weak-scaling-1", 1, "a", 1, 1.0, 5.0, [1.0, 1.2]),
+        rec("weak-scaling-1", 1, "b", 1, 3.0, 1.0, [3.0, 3.3]),  # the pick, 3x the winner
+        rec("weak-scaling-1", 2, "a", 1, 2.0, 1.0),  # pick = winner
+        rec("weak-scaling-1", 2, "b", 1, 2.5, 2.0),
+        rec("weak-scaling-1", 2, "c", 1, 0.5, None),  # PETSc-like: no model, left out
+        rec("weak-scaling-1", 2, "d", 1, 0.1, 0.1, predicted=True),  # projected: left out
+        rec("optimal-c", 4, "a", 1, 1.0, 2.0),
+        rec("optimal-c", 4, "a", 2, 2.0, 1.0),  # pick c = 2: 2x
+        rec("optimal-c", 4, "b", 1, 1.0, 1.0),  # another algorithm: its own point
+    ]
+    s = model_agreement.summary(records)
+    w = s["weak-scaling-1"]
+    assert (w["records"], w["points"], w["agree"]) == (4, 2, 1)
+    assert w["pick_over_winner"] == (1.0, 3.0) and w["p1_spread"] == 3.0
+    assert abs(w["repetition_spread"] - 1.05) < 1e-12  # median of 1.2, 1.1, 1, 1
+    o = s["optimal-c"]
+    assert (o["points"], o["agree"], o["pick_over_winner"]) == (2, 1, (1.0, 2.0))
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in records))
+    text = model_agreement.table([str(path)])
+    assert "| weak-scaling-1 | 4 | 2 | 1 of 2 | 1.00-3.00x | 1.05 | 3.00x |" in text
+    assert "| optimal-c | 3 | 2 | 1 of 2 | 1.00-2.00x | 1.00 | - |" in text
