@@ -22,13 +22,10 @@ left out.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
 import runner
-
-from distmm.errors import InputError
 
 # the fields a point is chosen by: what differs between the configurations it compares
 CHOICE = {"optimal-c": ("c",)}
@@ -85,15 +82,7 @@ def table(paths: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("results", nargs="+")
-    args = ap.parse_args(argv)
-    try:
-        print(table(args.results))
-    except InputError as exc:
-        print(f"model_agreement: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return runner.table_main("model_agreement", __doc__.split("\n")[0], table, argv)
 
 
 if __name__ == "__main__":

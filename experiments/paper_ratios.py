@@ -10,12 +10,9 @@ means the paper's winner wins here too.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import runner
-
-from distmm.errors import InputError
 
 # (experiment, matrix label or None, faster, slower, the paper's ratio, where it says so)
 PAPER = (
@@ -68,15 +65,7 @@ def table(paths: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("results", nargs="+")
-    args = ap.parse_args(argv)
-    try:
-        print(table(args.results))
-    except InputError as exc:
-        print(f"paper_ratios: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return runner.table_main("paper_ratios", __doc__.split("\n")[0], table, argv)
 
 
 if __name__ == "__main__":

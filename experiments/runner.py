@@ -130,6 +130,21 @@ def read_records(path: str) -> list[dict]:
     return out
 
 
+def table_main(prog: str, description: str, table: Callable[[list[str]], str],
+               argv: list[str] | None = None) -> int:
+    """The command line of a script that reads results files and prints one table
+    (``table(paths)``): exit status 0, or 2 with ``prog: message`` for an InputError."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("results", nargs="+")
+    args = ap.parse_args(argv)
+    try:
+        print(table(args.results))
+    except InputError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def recorded_keys(path: str, experiment: str) -> set[str]:
     """Keys already in ``path``; InputError if it holds another experiment's records."""
     keys = set()
