@@ -115,13 +115,7 @@ class CallReplay:
             return None
         if fresh is not None:
             return self._replay_into_new(kind, steps, fresh)
-        # _run_steps written out: a frame less on every replayed call
-        seconds = self.stats.seconds
-        for fn, args, timed in steps:
-            if timed:
-                seconds["compute"] += fn(*args)
-            else:
-                fn(*args)
+        self._run_steps(steps)
         return result
 
     def _replay_alike(self, kind: str, kept: tuple, operands: tuple):
