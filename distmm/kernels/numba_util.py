@@ -334,12 +334,14 @@ def machine_code(dispatcher, args: tuple) -> Callable[..., Any] | None:
     (:meth:`~distmm.kernels.base.NodeModel.prepare`) is only ever called."""
     from numba import typeof
 
+    overloads = getattr(dispatcher, "overloads", None)  # none under NUMBA_DISABLE_JIT=1
+    if overloads is None:
+        return None
     try:
         sig = tuple(typeof(a) for a in args)
     except (TypeError, ValueError):
         return None
-    compiled = dispatcher.overloads.get(sig)
-    return getattr(compiled, "entry_point", None)
+    return getattr(overloads.get(sig), "entry_point", None)
 
 
 def thread_count() -> int:

@@ -211,6 +211,7 @@ def test_machine_code_is_the_dispatchers_code_for_exactly_those_types():
     ro = x.copy()
     ro.flags.writeable = False
     assert machine_code(axpy, (2.0, x, ro, 1)) is None  # read-only: another type
+    assert machine_code(axpy.py_func, (2.0, x, y, 1)) is None  # no dispatcher (no JIT)
 
 
 @pytest.mark.parametrize("op", ["spmm_a", "sddmm", "fusedmm_a"])
