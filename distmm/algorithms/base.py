@@ -39,7 +39,7 @@ from distmm.core.permute import applied_mode, balance_permutation, inverse_permu
 from distmm.core.sparse import CSRBlock
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model, threads
-from distmm.kernels.numba_util import TYPED_FLAGS
+from distmm.kernels.numba_util import prepared_layout
 from distmm.ops.mixin import EdgeOps
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -1084,22 +1084,19 @@ def _no_operand() -> None:
 
 def _source_refs(sources: tuple) -> tuple:
     """What :meth:`DistributedAlgorithm._run_kernel` keeps of a prepared call's sources: a
-    weak reference to each and its (shape, strides, dtype, alignment and writeability flags).
-    """
-    return tuple((_no_operand, None) if x is None else
-                 (weakref.ref(x), (x.shape, x.strides, x.dtype, x.flags.num & TYPED_FLAGS))
+    weak reference to each and its :func:`~distmm.kernels.numba_util.prepared_layout`."""
+    return tuple((_no_operand, None) if x is None else (weakref.ref(x), prepared_layout(x))
                  for x in sources)
 
 
 def _alike(x: np.ndarray | None, like: tuple | None) -> bool:
     """Whether ``x`` may stand in for the source a call was prepared with (``like``: its
-    shape, strides, dtype and flags; None: there was none): views cut from it the same way
-    pass the same operand checks and have the same numba types (the prepared call runs the
-    compiled code of its first call's types)."""
+    :func:`~distmm.kernels.numba_util.prepared_layout`; None: there was none): views cut
+    from it the same way pass the same operand checks and have the same numba types (the
+    prepared call runs the compiled code of its first call's types)."""
     if x is None or like is None:
         return x is None and like is None
-    return (isinstance(x, np.ndarray) and x.shape == like[0] and x.strides == like[1]
-            and x.dtype == like[2] and x.flags.num & TYPED_FLAGS == like[3])
+    return isinstance(x, np.ndarray) and prepared_layout(x) == like
 
 
 def _plain(X: np.ndarray | None) -> np.ndarray | None:

@@ -55,7 +55,7 @@ from distmm.core.aligned import aligned_empty, padding
 from distmm.core.dense import DenseBlock
 from distmm.core.memory import OPS
 from distmm.errors import InputError
-from distmm.kernels.numba_util import TYPED_FLAGS
+from distmm.kernels.numba_util import prepared_layout
 
 
 class CallReplay:
@@ -156,9 +156,7 @@ class CallReplay:
             if like is None:  # written by a shift, say: noted for the checks (_begin)
                 self._swap_failed.add(kind)
                 return None
-            if (type(X) is not type(obj) or X.shape != shape
-                    or X.strides != strides or (X.dtype is not dtype and X.dtype != dtype)
-                    or X.flags.num & TYPED_FLAGS != like[1]):
+            if type(X) is not type(obj) or prepared_layout(X) != like[1]:
                 return None
             if like[2] is not None:  # a typed block: this object's, on the traced side
                 meta = X.__dict__
@@ -463,9 +461,10 @@ def _swap_slots(trace: list, held: tuple, result, has_out: bool) -> tuple | None
     ``slots[k]`` is None where operand k cannot be swapped (absent; received by a shift, or
     sent by one through a view other than the array itself; read by the kernels through a
     view other than the array itself or, for a 1-D array, a slice of it), else (places,
-    flags, typed): each place (step, argument, None or (start, stop) of a slice; a
-    shift's place is its send buffer), the operand's alignment and writeability flags
-    (``TYPED_FLAGS``), and (side, global shape) for a typed block (None for a plain array).
+    layout, typed): each place (step, argument, None or (start, stop) of a slice; a
+    shift's place is its send buffer), the operand's
+    :func:`~distmm.kernels.numba_util.prepared_layout`, and (side, global shape) for a typed
+    block (None for a plain array).
     ``wrap`` types a new ``out`` as the full call
     returns it: None where the result is ``out`` itself, (side, global shape) where it is a
     typed block over ``out``'s memory. See :meth:`CallReplay._replay_alike`."""
@@ -524,7 +523,7 @@ def _places(trace: list, obj) -> tuple | None:
                 return None
     if not places:
         return None  # the kernels do not read it as it is: never swapped
-    return tuple(places), obj.flags.num & TYPED_FLAGS, typed
+    return tuple(places), prepared_layout(obj), typed
 
 
 def _address(x: np.ndarray) -> int:

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from distmm.core.aligned import aligned_empty
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
-from distmm.kernels.numba_util import TYPED_FLAGS
+from distmm.kernels.numba_util import prepared_layout
 from distmm.kernels.reference import ReferenceModel
 
 
@@ -69,12 +69,11 @@ class SparseFeatures:
         return self._run("spmm_b", values, D, out)
 
     def _run(self, op: str, values: np.ndarray, D: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """One kernel call, its preparation kept per (operation, width, plan state, flags):
-        later calls pass new arrays of the same shapes, dtype and flags (a prepared call runs
-        its first call's compiled code)."""
+        """One kernel call, its preparation kept per operation, plan state and the layouts of
+        ``D`` and ``values`` (:func:`~distmm.kernels.numba_util.prepared_layout`: a prepared
+        call runs its first call's compiled code); later calls pass new arrays."""
         values = np.ascontiguousarray(values, dtype=self.dtype)
-        key = (op, D.shape[1], self.model.plan_state(), D.flags.num & TYPED_FLAGS,
-               values.flags.num & TYPED_FLAGS)
+        key = (op, self.model.plan_state(), prepared_layout(D), prepared_layout(values))
         run = self._runs.get(key)
         if run is None:
             run = self._runs[key] = self.model.prepare(op, self.block, values, D, None, out,

@@ -29,7 +29,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
 __all__ = ["FASTMATH", "STREAM_STORES", "TYPED_FLAGS", "CompiledCall", "gather", "machine_code",
-           "popcount", "prefetch_row", "prefetch_span",
+           "popcount", "prefetch_row", "prefetch_span", "prepared_layout",
            "row_products", "row_range", "slp_vectorized", "stack_array", "store_fence",
            "stream_store", "thread_count", "compiled_thread_count", "unsigned_view"]
 
@@ -302,9 +302,16 @@ def compiled_thread_count():
 
 #: The bits of numpy's ``ndarray.flags.num`` that are part of an array's numba type besides its
 #: dtype, dimensions and layout: aligned (NPY_ARRAY_ALIGNED) and writeable
-#: (NPY_ARRAY_WRITEABLE). Arrays alike in these, their dtype, shape and strides take the same
-#: compiled code.
+#: (NPY_ARRAY_WRITEABLE).
 TYPED_FLAGS = 0x0100 | 0x0400
+
+
+def prepared_layout(x: np.ndarray) -> tuple:
+    """(shape, strides, dtype, :data:`TYPED_FLAGS` bits) of an array: arrays with equal
+    tuples pass the same operand checks, take the same kernel plan and the same compiled code
+    (:func:`machine_code`), so a prepared kernel call made for one serves the others. Not
+    collective."""
+    return x.shape, x.strides, x.dtype, x.flags.num & TYPED_FLAGS
 
 
 class CompiledCall(NamedTuple):
