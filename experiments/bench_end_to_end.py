@@ -7,7 +7,10 @@ and PyTorch's OpenMP pools compete when they share a process), and the variants 
 round 1 runs every variant once, round 2 again, and so on, so that each samples the same
 moments of a shared machine. For every matrix (natural order), dtype, width r and operation a
 worker times ``--calls`` calls after one warm-up and reports its best; the table keeps the best
-over rounds.
+over rounds. Below the summary, every case whose PyTorch / distmm ratio (best over best) misses
+issue 22's target (:data:`TORCH_TARGETS`) is listed with each round's own ratio, the two
+libraries' best times within the same round: on a shared machine one library's single fast
+round can decide a best-over-best cell.
 
 Variants:
 
@@ -73,6 +76,9 @@ DATA = os.environ.get("DISTMM_DATA", os.path.join(ROOT, "..", "shared", "data"))
 MATRICES = ("metis-mdual", "genes-pubmed", "movielens-100k-ratings", "cora-adjacency",
             "er-65536")
 OPS = ("fusedmm_a", "spmm_a", "sddmm")
+# Issue 22's targets for PyTorch's time over distmm's at p = 1: a FusedMMA call at least 1.5x
+# PyTorch's SDDMM + SpMM pair, SpMMA and SDDMM at least as fast as PyTorch's calls.
+TORCH_TARGETS = {"fusedmm_a": 1.5, "spmm_a": 1.0, "sddmm": 1.0}
 VARIANTS = ("distmm-p1", "distmm-p2", "torch", "scipy")  # the default --variants
 RUN_VARIANTS = ("run-p1", "run-p2")  # distmm run, on request: a job per case is slow
 COMM_PHASES = ("replication", "propagation", "reduction", "values", "other")
@@ -602,6 +608,41 @@ def summary(best: dict, args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def short_cells(best: dict, rounds: dict, args) -> str:
+    """The cases where PyTorch's best time over distmm's best at p = 1 is below its target
+    (:data:`TORCH_TARGETS`), one line each with every round's own ratio (PyTorch's best time
+    over distmm's in the same round), so that a cell decided by one library's single fast
+    round shows as such. ``rounds`` is :func:`keep_round`'s."""
+    lines = []
+    for matrix in args.matrices:
+        for dtype in args.dtypes:
+            for op in args.ops:
+                for r in args.rs:
+                    case = (matrix, dtype, r, op)
+                    ours, theirs = best.get(("distmm-p1", *case)), best.get(("torch", *case))
+                    if not (ours and theirs):
+                        continue
+                    ratio = theirs["seconds"] / ours["seconds"]
+                    if ratio >= TORCH_TARGETS[op]:
+                        continue
+                    mine, other = rounds.get(("distmm-p1", *case), {}), rounds.get(
+                        ("torch", *case), {})
+                    own = [other[k] / mine[k] for k in sorted(set(mine) & set(other))]
+                    lines.append(f"- {matrix}, {dtype}, {op}, r = {r}: {ratio:.2f}x (target "
+                                 f"{TORCH_TARGETS[op]:g}x); each round's own: "
+                                 + ", ".join(f"{x:.2f}x" for x in own))
+    return "\n".join(lines) + "\n" if lines else "None: every case meets its target.\n"
+
+
+def keep_round(rounds: dict, rec: dict, round_id: tuple) -> None:
+    """Keep ``rec``'s seconds in ``rounds`` if it is its case's fastest in round
+    ``round_id`` (a round of one record file: (file, round))."""
+    per = rounds.setdefault((rec["variant"], rec["matrix"], rec["dtype"], rec["r"],
+                             rec["op"]), {})
+    if round_id not in per or rec["seconds"] < per[round_id]:
+        per[round_id] = rec["seconds"]
+
+
 def keep_best(best: dict, rec: dict) -> None:
     """Keep ``rec`` in ``best`` if it is the fastest record of its case so far."""
     key = (rec["variant"], rec["matrix"], rec["dtype"], rec["r"], rec["op"])
@@ -650,11 +691,13 @@ def main(argv=None) -> int:
                      "(or leave it out with --variants)")
     info = machine()
     best: dict = {}
-    for path in args.from_jsonl:
+    rounds: dict = {}
+    for k, path in enumerate(args.from_jsonl):
         with open(path) as fh:
             for line in fh:
                 rec = json.loads(line)
                 keep_best(best, rec)
+                keep_round(rounds, rec, (k, rec["round"]))
                 info = rec["machine"]
     out = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115
     for rnd in range(0 if args.from_jsonl else args.rounds):
@@ -666,12 +709,18 @@ def main(argv=None) -> int:
                     name = variant + ("-bound" if rec.get("call") == "bound" else "")
                     rec.update(variant=name, matrix=matrix, round=rnd, machine=info)
                     keep_best(best, rec)
+                    keep_round(rounds, rec, (0, rnd))
                     if out:
                         out.write(json.dumps(rec) + "\n")
                         out.flush()
                 print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
                       f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-    table = "\n" + summary(best, args) + markdown(best, args)
+    table = "\n" + summary(best, args)
+    if "torch" in args.variants and "distmm-p1" in args.variants:
+        table += ("\n**Cases below issue 22's PyTorch targets** (PyTorch's best time over "
+                  "distmm's best at p = 1; each round's own: the same ratio within each round)"
+                  "\n\n" + short_cells(best, rounds, args))
+    table += markdown(best, args)
     if any(v.startswith("distmm") for v in args.variants):
         table += ("\n**Bound calls against method calls** (best seconds over rounds; rest: the "
                   "share of the call outside its kernels and messages)\n\n"

@@ -512,6 +512,45 @@ def test_run_record_takes_the_best_timed_repetition():
         e2e._run_record(lines[:2], "float32", 16, "spmm_a")
 
 
+def test_cases_below_the_torch_targets_show_each_rounds_own_ratio(tmp_path, capsys):
+    """--from-jsonl over two record files (each with its own round 0): a case whose best /
+    best ratio is below its target is listed with every round's own ratio, the rounds of the
+    two files kept apart and in order; cases at or above their targets are not listed."""
+    import bench_end_to_end as e2e
+
+    def rec(variant, op, rnd, seconds):
+        return json.dumps({"variant": variant, "matrix": "m", "dtype": "float32", "r": 16,
+                           "op": op, "round": rnd, "seconds": seconds, "machine": {},
+                           "compute": seconds, "comm": 0.0, "rest": 0.0})
+
+    first = tmp_path / "a.jsonl"  # FusedMMA: torch 2.0x in round 0, 3.0x in round 1
+    first.write_text("\n".join([rec("distmm-p1", "fusedmm_a", 0, 1.0),
+                                rec("torch", "fusedmm_a", 0, 2.0),
+                                rec("distmm-p1", "fusedmm_a", 1, 1.0),
+                                rec("torch", "fusedmm_a", 1, 3.0),
+                                rec("distmm-p1", "spmm_a", 0, 1.0),  # 1.0x: meets 1x
+                                rec("torch", "spmm_a", 0, 1.0)]) + "\n")
+    second = tmp_path / "b.jsonl"  # round 0 of another file: torch's lucky round, 0.8x
+    second.write_text("\n".join([rec("distmm-p1", "fusedmm_a", 0, 1.5),
+                                 rec("torch", "fusedmm_a", 0, 1.3),
+                                 rec("torch", "fusedmm_a", 0, 1.2)]) + "\n")
+    assert e2e.main(["--from-jsonl", f"{first},{second}", "--matrices", "m", "--rs", "16",
+                     "--dtypes", "float32", "--ops", "fusedmm_a,spmm_a"]) == 0
+    part = capsys.readouterr().out.split("**Cases below issue 22's PyTorch targets**")[1]
+    listed = [x for x in part.split("\n\n")[1].splitlines()]
+    # best over best: torch 1.2 / distmm 1.0; the rounds: 2.0, 3.0, then 1.2 / 1.5
+    assert listed == ["- m, float32, fusedmm_a, r = 16: 1.20x (target 1.5x); each round's "
+                      "own: 2.00x, 3.00x, 0.80x"]
+    best: dict = {}
+    rounds: dict = {}
+    for line in first.read_text().splitlines()[4:]:
+        r = json.loads(line)
+        e2e.keep_best(best, r)
+        e2e.keep_round(rounds, r, (0, r["round"]))
+    args = argparse.Namespace(matrices=["m"], dtypes=["float32"], ops=["spmm_a"], rs=[16])
+    assert e2e.short_cells(best, rounds, args) == "None: every case meets its target.\n"
+
+
 @pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
 def test_distmm_run_variant_beside_the_api(tmp_path, capsys):
     """The benchmark's distmm run variant runs the command on files, one job per case, and
