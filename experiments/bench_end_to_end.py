@@ -634,18 +634,22 @@ def short_cells(best: dict, rounds: dict, args) -> str:
     return "\n".join(lines) + "\n" if lines else "None: every case meets its target.\n"
 
 
+def case_key(rec: dict) -> tuple:
+    """The case a record measures: (variant, matrix, dtype, r, op), the key of the tables."""
+    return rec["variant"], rec["matrix"], rec["dtype"], rec["r"], rec["op"]
+
+
 def keep_round(rounds: dict, rec: dict, round_id: tuple) -> None:
     """Keep ``rec``'s seconds in ``rounds`` if it is its case's fastest in round
     ``round_id`` (a round of one record file: (file, round))."""
-    per = rounds.setdefault((rec["variant"], rec["matrix"], rec["dtype"], rec["r"],
-                             rec["op"]), {})
+    per = rounds.setdefault(case_key(rec), {})
     if round_id not in per or rec["seconds"] < per[round_id]:
         per[round_id] = rec["seconds"]
 
 
 def keep_best(best: dict, rec: dict) -> None:
     """Keep ``rec`` in ``best`` if it is the fastest record of its case so far."""
-    key = (rec["variant"], rec["matrix"], rec["dtype"], rec["r"], rec["op"])
+    key = case_key(rec)
     if key not in best or rec["seconds"] < best[key]["seconds"]:
         best[key] = rec
 
