@@ -8,19 +8,25 @@ calls replay the kept steps with their own arrays swapped in (distmm/algorithms/
 ``_replay_alike``); off: no call on new operands is traced, as before swapped replays
 existed. ``--toggle reuse``: a replayed call without ``out=`` writes its last result again
 when the caller holds nothing of it (``_replay_into_new``); off: every such call makes a new
-array, as before. Either is patched in this process only. The two sides run in alternating
+array, as before. ``--toggle widths``: calls of one operation at two widths in turns (the
+layers of a model) each keep their replay, keyed by width (``_call_key``); off: one kind per
+operation, as before, so that each call drops the other width's replay. Each feature is
+patched in this process only. The two sides run in alternating
 rounds, so that a shared machine's slow phases hit both alike; each side's 10th percentile of
 the per-call seconds (the median over rounds) and the on/off ratio per round are reported.
 
 Cases: ``distmm.torch`` SpMMA, SDDMM, FusedMMA (forward only) and FusedMMA forward plus
 backward (tensors requiring gradients); numpy SpMMA and FusedMMA on new arrays each call
 (four sets in turn) without ``out=``; numpy SpMMA and SDDMM on the same arrays without
-``out=``. The matrix from ../shared/data (bench_end_to_end's names) or an Erdos-Renyi one.
+``out=``; and, at widths r and r / 2 in turns (one time is the pair's), numpy SpMMA and
+FusedMMA into ``out=`` buffers, and ``distmm.torch`` SpMMA and FusedMMA forward plus
+backward. The matrix from ../shared/data (bench_end_to_end's names) or an Erdos-Renyi one.
 Run under mpiexec for p > 1 (each rank its own blocks)::
 
     python experiments/bench_swapped_replays.py --matrix cora-adjacency --rs 16,64
     mpiexec -n 2 python experiments/bench_swapped_replays.py --matrix cora-adjacency --rs 16
     python experiments/bench_swapped_replays.py --toggle reuse --matrix metis-mdual --rs 16
+    python experiments/bench_swapped_replays.py --toggle widths --matrix cora-adjacency --rs 16
 """
 
 from __future__ import annotations
@@ -63,6 +69,30 @@ def cases(S, r: int, dtype) -> dict:
         turn[0] += 1
         return S.fusedmm_a(As[turn[0] % 4], Bs[turn[0] % 4])
 
+    # a second layer's width: each pair of calls below is one step of a two-layer loop
+    h = max(1, r // 2)
+    A2, B2 = np.ascontiguousarray(A[:, :h]), np.ascontiguousarray(B[:, :h])
+    out, out2 = S.dense("a", r), S.dense("a", h)
+    At2, Bt2 = torch.from_numpy(A2), torch.from_numpy(B2)
+    Ag2, Bg2 = At2.clone().requires_grad_(), Bt2.clone().requires_grad_()
+    G2 = torch.from_numpy(np.ascontiguousarray(G[:, :h]))
+
+    def widths_spmm():
+        S.spmm_a(B, out=out)
+        S.spmm_a(B2, out=out2)
+
+    def widths_fused():
+        S.fusedmm_a(A, B, out=out)
+        S.fusedmm_a(A2, B2, out=out2)
+
+    def widths_torch_spmm():
+        return dt.spmm_a(S, Bt), dt.spmm_a(S, Bt2)
+
+    def widths_forward_backward():
+        forward_backward()
+        Ag2.grad = Bg2.grad = None
+        dt.fusedmm_a(S, Ag2, Bg2).backward(G2)
+
     return {"torch spmm_a": lambda: dt.spmm_a(S, Bt),
             "torch sddmm": lambda: dt.sddmm(S, At, Bt),
             "torch fusedmm_a": lambda: dt.fusedmm_a(S, At, Bt),
@@ -70,21 +100,30 @@ def cases(S, r: int, dtype) -> dict:
             "numpy spmm_a, new arrays": numpy_spmm,
             "numpy fusedmm_a, new arrays": numpy_fused,
             "numpy spmm_a, same arrays": lambda: S.spmm_a(B),
-            "numpy sddmm, same arrays": lambda: S.sddmm(A, B)}
+            "numpy sddmm, same arrays": lambda: S.sddmm(A, B),
+            "numpy spmm_a, widths r and r/2 in turns, out=": widths_spmm,
+            "numpy fusedmm_a, widths r and r/2 in turns, out=": widths_fused,
+            "torch spmm_a, widths r and r/2 in turns": widths_torch_spmm,
+            "torch fusedmm_a forward+backward, widths r and r/2 in turns":
+                widths_forward_backward}
 
 
 def toggle(S, feature: str, on: bool, real: tuple) -> None:
-    """``feature`` on (distmm as it is) or off: "swaps" (no call on new operands traced) or
-    "reuse" (every replay without out= makes a new result)."""
+    """``feature`` on (distmm as it is) or off: "swaps" (no call on new operands traced),
+    "reuse" (every replay without out= makes a new result) or "widths" (one call key per
+    operation, whatever the width)."""
     from distmm.algorithms import replay
+    from distmm.algorithms.base import DistributedAlgorithm
     from distmm.algorithms.calls import CallChecks
     from distmm.algorithms.replay import CallReplay
 
     if feature == "swaps":
         CallChecks._like_last = real[0] if on else (lambda self, *args: None)
         CallReplay._replay_alike = real[1] if on else (lambda self, *args: None)
-    else:
+    elif feature == "reuse":
         replay.EXACT_REFCOUNTS = real[2] if on else False
+    else:
+        DistributedAlgorithm._call_key = real[3] if on else (lambda self, op, X: op)
     S.release_buffers()  # each side starts from no replay
 
 
@@ -112,7 +151,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--calls", type=int, default=200, help="timed calls per case and round")
     ap.add_argument("--threads", type=int, default=2, help="PyTorch's intra-op threads")
-    ap.add_argument("--toggle", choices=("swaps", "reuse"), default="swaps",
+    ap.add_argument("--toggle", choices=("swaps", "reuse", "widths"), default="swaps",
                     help="the feature switched off in the off rounds")
     args = ap.parse_args(argv)
     import distmm
@@ -121,6 +160,7 @@ def main(argv=None) -> int:
     from mpi4py import MPI
 
     from distmm.algorithms import replay
+    from distmm.algorithms.base import DistributedAlgorithm
     from distmm.algorithms.calls import CallChecks
     from distmm.algorithms.replay import CallReplay
     from distmm.core.coo import CooShare
@@ -128,7 +168,8 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     comm = MPI.COMM_WORLD
-    real = (CallChecks._like_last, CallReplay._replay_alike, replay.EXACT_REFCOUNTS)
+    real = (CallChecks._like_last, CallReplay._replay_alike, replay.EXACT_REFCOUNTS,
+            DistributedAlgorithm._call_key)
     S_global = e2e.load_matrix(args.matrix) if comm.rank == 0 else None
     for dtype in args.dtypes:
         share = CooShare.from_scipy(S_global, comm, root=0)

@@ -170,7 +170,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         self._kind: str | None = None
         # kind -> the kept replay of its last call, and the kernels of the call being traced
         # (replay.py)
-        self._replays: dict[str, tuple] = {}
+        self._replays: dict[str | tuple, tuple] = {}
+        # operation -> its newest kept replay (one of _replays'), where a repeat looks first
+        self._newest: dict[str, tuple] = {}
         self._trace: list | None = None
         # When a call on new operands is traced so that later ones replay with theirs swapped
         # in (calls.py, _begin; replay.py): per kind, bit k set where a traced call's operand
@@ -362,6 +364,17 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
     def local_shape(self, side: str, r: int) -> tuple[int, int]:
         """Shape of this rank's block of a width-r dense matrix on ``side``. Not collective."""
         return self._local_rows(side), self.local_width(r)
+
+    def _call_key(self, op: str, X) -> str | tuple[str, int]:
+        """The key under which calls of ``op`` whose first dense operand is ``X`` keep their
+        remembered operands and replay (calls.py, replay.py): ``(op, width)`` in a family
+        that keeps whole dense rows (the local width is r, the same on every rank), so that
+        a loop alternating widths (the layers of a model) keeps a replay per width; ``op``
+        where the r columns are split across ranks. Not collective."""
+        if self.splits_r:
+            return op
+        shape = getattr(X, "shape", None)
+        return (op, shape[-1]) if shape else op
 
     def _local_rows(self, side: str) -> int:
         n = self._rows_cache.get(side)
@@ -607,12 +620,13 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
             values = self.named_values(values)
         if (done := self._replay("sddmm", (A_loc, B_loc, values, out))) is not None:
             return done
+        key = self._call_key("sddmm", A_loc)
         dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-        r = self._begin("sddmm", dense, values, out, "values")
+        r = self._begin(key, dense, values, out, "values")
         vals = self.values if values is None else values
         res = self._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
         res = res if out is None else out
-        self._keep_replay("sddmm", res)
+        self._keep_replay(key, res)
         return res
 
     def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None,
@@ -638,12 +652,13 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
             values = self.named_values(values)
         if (done := self._replay("spmm_a", (B_loc, values, out))) is not None:
             return done
+        key = self._call_key("spmm_a", B_loc)
         dense = (("b", B_loc, "B"),)
-        r = self._begin("spmm_a", dense, values, out, "a")
+        r = self._begin(key, dense, values, out, "a")
         vals = self.values if values is None else values
         res = self._spmm_a(_plain(B_loc), vals, r, _plain(out))
         res = self._block("a", r, res if out is None else out)
-        self._keep_replay("spmm_a", res)
+        self._keep_replay(key, res)
         return res
 
     def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None,
@@ -671,12 +686,13 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
             values = self.named_values(values)
         if (done := self._replay("spmm_b", (A_loc, values, out))) is not None:
             return done
+        key = self._call_key("spmm_b", A_loc)
         dense = (("a", A_loc, "A"),)
-        r = self._begin("spmm_b", dense, values, out, "b")
+        r = self._begin(key, dense, values, out, "b")
         vals = self.values if values is None else values
         res = self._spmm_b(_plain(A_loc), vals, r, _plain(out))
         res = self._block("b", r, res if out is None else out)
-        self._keep_replay("spmm_b", res)
+        self._keep_replay(key, res)
         return res
 
     def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
@@ -720,11 +736,12 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
 
     def _fused_call(self, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
         strategy = strategy or self.strategies[-1]
-        kind = "fusedmm_a" if side == "a" else "fusedmm_b"
+        op = "fusedmm_a" if side == "a" else "fusedmm_b"
         resolved = self.named_values(values) if isinstance(values, str) else values
         # a replay was kept only for a valid strategy, so the check waits for the full call
-        if (done := self._replay(kind, (A_loc, B_loc, resolved, out), strategy)) is not None:
+        if (done := self._replay(op, (A_loc, B_loc, resolved, out), strategy)) is not None:
             return done
+        kind = self._call_key(op, A_loc)
         self._check_strategy(strategy)
         dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
         r = self._begin(kind, dense, resolved, out, side)

@@ -21,7 +21,10 @@ width r. How much it does depends on the object's ``checks`` (a constructor argu
     the cheap checks much stronger: side, owner and the global r are known locally, so a block
     of the wrong side or object is refused on every rank that holds one. A call that passes the
     very same operand objects as the last call of its kind skips even the cheap checks where r
-    is known locally (:meth:`CallChecks._recall`).
+    is known locally (:meth:`CallChecks._recall`). A kind is the operation, and in a family
+    that keeps whole rows also the width (``_call_key``: a loop over layers of several
+    widths is remembered per width); the full validation runs on the first call of each
+    operation whatever its width.
 ``"off"``
     No checks at all after construction (the dense width is still read from the blocks).
 
@@ -44,6 +47,15 @@ from distmm.core.dense import SIDES, DenseBlock
 from distmm.errors import InputError
 
 CHECKS = ("always", "once", "off")
+# Call keys (``_call_key``: one per operation and width) whose operands an object remembers at
+# most: the replays' (replay.REPLAY_WIDTHS per operation) and the newest others.
+MEMO_KEYS = 32
+
+
+def key_op(kind: str | tuple) -> str:
+    """The operation of a call key (``"spmm_a"`` or ``("spmm_a", width)``: ``_call_key``).
+    Not collective."""
+    return kind if kind.__class__ is str else kind[0]
 
 
 def unchanged(X: np.ndarray, held: tuple | None) -> bool:
@@ -105,9 +117,11 @@ class CallChecks:
         repeat = alike = False
         if self.checks == "off":
             r = self._unchecked_r(dense)
-        elif self.checks == "always" or kind not in self._checked:
+        elif self.checks == "always" or key_op(kind) not in self._checked:
+            # full checks on the first call of each operation, whatever its width: they are
+            # collective, and every rank must decide alike (a key's width is rank-local)
             r = self._full_check(dense, values, out, out_side)
-            self._checked.add(kind)
+            self._checked.add(key_op(kind))
             if self.checks == "once":  # the full checks include the cheap ones
                 self._remember(kind, dense, values, out, r)
         else:
@@ -290,6 +304,11 @@ class CallChecks:
         kept.append(None if values is None else remembered(values))
         kept.append(None if out is None else remembered(out))
         self._memo[kind] = (r, tuple(kept))
+        if len(self._memo) > MEMO_KEYS:  # calls at many widths: forget the oldest width's
+            old = next((k for k in self._memo if k.__class__ is tuple and k != kind
+                        and k not in self._replays), None)
+            if old is not None:
+                self._forget_key(old)
 
     def _require_open(self) -> None:
         if self._closed:

@@ -36,12 +36,20 @@ of the same operation on other operands in between (another bound call, a method
 take it away: each bound call has its own, so several bound calls of one operation (the heads
 of a multi-head attention layer, say) all replay.
 
-The object's replay of a kind holds its arguments (views of the operands and buffers) until
-the next call of its kind that cannot be replayed; every replay, the bound calls' included, is
-dropped by :meth:`~DistributedAlgorithm.set_values`, a change of named vectors,
-:meth:`~DistributedAlgorithm.release_buffers`, a change of the plan state and
-:meth:`~DistributedAlgorithm.close`. Only under ``checks="once"`` (the default): a call under
-``"always"`` is checked in full every time, and one under ``"off"`` is not remembered.
+A call's kind is its key (:meth:`~distmm.algorithms.base.DistributedAlgorithm._call_key`):
+the operation and the width of its first dense operand where the family keeps whole rows
+(the only family that replays), so that the layers of a model, calling one operation at
+several widths in turns, each keep their remembered operands and replay; elsewhere the
+operation. A call looks first at its operation's newest replay (``_newest``), at no cost
+for the key, and at its own width's only when that is not it (:meth:`_replay_other`).
+The object's replay of a kind holds its arguments (views of the operands and buffers)
+until the next call of its kind that cannot be replayed, or until the replays of
+:data:`REPLAY_WIDTHS` newer widths of its operation are kept (:meth:`_keep_widths`); every
+replay, the bound calls' included, is dropped by :meth:`~DistributedAlgorithm.set_values`,
+a change of named vectors, :meth:`~DistributedAlgorithm.release_buffers`, a change of the
+plan state and :meth:`~DistributedAlgorithm.close`. Only under ``checks="once"`` (the
+default): a call under ``"always"`` is checked in full every time, and one under ``"off"`` is
+not remembered.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ import sys
 
 import numpy as np
 
-from distmm.algorithms.calls import remembered, same_layout, unchanged
+from distmm.algorithms.calls import key_op, remembered, same_layout, unchanged
 from distmm.core.aligned import aligned_empty, padding
 from distmm.core.dense import DenseBlock
 from distmm.core.memory import OPS
@@ -75,19 +83,22 @@ class CallReplay:
         operands, so that a repeat may run those steps alone. Families override it."""
         return False
 
-    def _replay(self, kind: str, operands: tuple, extra=None):
-        """The result of running the kept steps of ``kind`` again, or None when this call is
-        not a repeat of the traced one (then the caller runs the call in full). Collective
-        where the steps shift (over the layer, as the full call).
+    def _replay(self, op: str, operands: tuple, extra=None):
+        """The result of running the kept steps of a call of operation ``op`` again, or None
+        when this call is not a repeat of a traced one (then the caller runs the call in
+        full). Collective where the steps shift (over the layer, as the full call).
 
         ``operands`` are the call's dense operands in the public method's order, then its
         values (None or an array) and its ``out``. A repeat passes the very objects of the
         traced call, unchanged (as :meth:`_recall` checks them),
-        under the same ``extra`` (FusedMM's strategy) and node-model plan state."""
-        kept = self._replays.get(kind)
+        under the same ``extra`` (FusedMM's strategy) and node-model plan state. The newest
+        replay of ``op`` is tried first, with no key to work out (a loop at one width pays
+        nothing for the others); a call at another width looks for its own
+        (:meth:`_replay_other`)."""
+        kept = self._newest.get(op)
         if kept is None:
-            return None
-        held, ext, steps, result, fresh, swaps = kept
+            return self._replay_other(op, None, operands, extra) if self._replays else None
+        held, ext, steps, result, fresh, swaps, key = kept
         if ext != extra:
             return None
         # Written out (with an index, cheaper than zip): a training loop pays for this on
@@ -104,7 +115,7 @@ class CallReplay:
                 continue
             obj, shape, strides, dtype, token = h
             if X is not obj:
-                return self._replay_alike(kind, kept, operands)
+                return self._replay_other(op, kept, operands, extra)
             if token is not None:
                 if X._layout is not token:
                     return None
@@ -114,9 +125,23 @@ class CallReplay:
         if self.kernel.plan_state() != self._plan_state:
             return None
         if fresh is not None:
-            return self._replay_into_new(kind, steps, fresh)
+            return self._replay_into_new(key, steps, fresh)
         self._run_steps(steps)
         return result
+
+    def _replay_other(self, op: str, kept: tuple | None, operands: tuple, extra):
+        """:meth:`_replay` for a call that does not pass the operands of ``op``'s newest
+        replay ``kept`` (or finds none): with new operands of that replay's key (its width),
+        :meth:`_replay_alike`; at another width, that width's own replay, which becomes the
+        newest; else None. Collective where the steps shift."""
+        key = self._call_key(op, operands[0])
+        if kept is not None and key == kept[6]:
+            return self._replay_alike(key, kept, operands)
+        other = self._replays.get(key)
+        if other is None or other is kept:
+            return None
+        self._newest[op] = other
+        return self._replay(op, operands, extra)
 
     def _replay_alike(self, kind: str, kept: tuple, operands: tuple):
         """:meth:`_replay` for a call that passes new operand objects laid out as the traced
@@ -134,7 +159,7 @@ class CallReplay:
         :func:`_swap_slots`). The kept replay then holds the new operands and steps in place
         of the old ones, so that the next call on the same objects is an ordinary repeat and
         no earlier operand is kept alive. Collective where the steps shift."""
-        held, ext, steps, result, fresh, swaps = kept
+        held, ext, steps, result, fresh, swaps, key = kept
         if swaps is None:
             self._swap_failed.add(kind)
             return None
@@ -188,7 +213,8 @@ class CallReplay:
         self._swap_failed.discard(kind)
         if fresh is None and held[-1] is not None and out is not held[-1][0]:
             result = out if wrap is None else DenseBlock(out, wrap[0], wrap[1], self)
-        self._replays[kind] = (tuple(now), ext, steps, result, fresh, swaps)
+        self._replays[kind] = self._newest[key_op(kind)] = (tuple(now), ext, steps, result,
+                                                            fresh, swaps, kind)
         if fresh is not None:
             return self._replay_into_new(kind, steps, fresh)
         self._run_steps(steps)
@@ -291,7 +317,7 @@ class CallReplay:
         checks): its replay is dropped, so that a call that fails before
         :meth:`_keep_replay` leaves none behind, and nothing is traced yet
         (:meth:`_trace_if_repeated` decides)."""
-        self._replays.pop(kind, None)
+        self._drop_replay(kind)
         self._trace = None
 
     def _trace_if_repeated(self, has_out: bool, repeat: bool) -> None:
@@ -355,18 +381,50 @@ class CallReplay:
             held = tuple(None if h is None else _held_operand(h) for h in memo[1])
             if all(h is None or h[0] is not None for h in held):
                 swaps = _swap_slots(trace, held, result, self._trace_out)
-                self._replays[kind] = (held, extra, *kept, swaps)
+                new = (held, extra, *kept, swaps, kind)
+                self._replays.pop(kind, None)  # (re)inserted last: the newest of its operation
+                self._replays[kind] = self._newest[key_op(kind)] = new
+                if kind.__class__ is tuple:
+                    self._keep_widths(kind[0])
                 # where a new operand cannot be swapped in, tracing its calls gains nothing
                 self._swap_blocked[kind] = sum(
                     1 << k for k, h in enumerate(held)
                     if h is not None and (swaps is None or swaps[0][k] is None))
                 return
-        self._replays.pop(kind, None)
+        self._drop_replay(kind)
+
+    def _drop_replay(self, key) -> None:
+        """Drop the kept replay of call key ``key``, if any (and as its operation's newest).
+        Not collective."""
+        kept = self._replays.pop(key, None)
+        if kept is not None and self._newest.get(key_op(key)) is kept:
+            del self._newest[key_op(key)]
+
+    def _keep_widths(self, op: str) -> None:
+        """Keep the replays of at most :data:`REPLAY_WIDTHS` widths of ``op`` (the newest;
+        calls keyed by width: ``_call_key``): each holds its operands and its width's buffers,
+        and a loop over many widths (a sweep of r) would otherwise keep them all alive. The
+        dropped widths' remembered operands, result and swap notes go with them. Not
+        collective."""
+        keys = [k for k in self._replays if k.__class__ is tuple and k[0] == op]
+        for old in keys[:-REPLAY_WIDTHS]:
+            self._forget_key(old)
+
+    def _forget_key(self, key) -> None:
+        """Drop everything kept under one call key: its replay, result, remembered operands
+        and swap notes. Not collective."""
+        self._drop_replay(key)
+        self._spare.pop(key, None)
+        self._memo.pop(key, None)
+        self._last_new.pop(key, None)
+        self._swap_blocked.pop(key, None)
+        self._swap_failed.discard(key)
 
     def _forget_replays(self) -> None:
         """Drop every kept replay, the bound calls' included, and the results kept for
         replays without ``out=``. Not collective."""
         self._replays.clear()
+        self._newest.clear()
         self._spare.clear()
         self._trace = None
         self._swap_blocked.clear()
@@ -374,6 +432,10 @@ class CallReplay:
         for call in self._bound_calls:
             call._kept = None
 
+
+# The widths of one operation whose replays an object keeps at a time (_keep_widths): the
+# layers of a model, each with its width, all replay.
+REPLAY_WIDTHS = 4
 
 # Whether sys.getrefcount counts every reference (CPython with its GIL): elsewhere a result
 # is never written again (free-threaded CPython defers and splits counts; PyPy has none).
@@ -545,10 +607,13 @@ class BoundCall:
 
     ``call()`` is collective, like the method it stands for."""
 
-    __slots__ = ("_obj", "_kind", "_method", "_args", "_kwargs", "_kept", "__weakref__")
+    __slots__ = ("_obj", "_kind", "_key", "_method", "_args", "_kwargs", "_kept",
+                 "__weakref__")
 
     def __init__(self, obj, kind: str, method, args: tuple, kwargs: dict) -> None:
         self._obj, self._kind, self._method = obj, kind, method
+        # where the method's call keeps its replay (its first dense operand's width)
+        self._key = obj._call_key(kind, args[0] if args else None)
         self._args, self._kwargs = args, kwargs
         # the replay this call's last full call left, if any: its own, until the object
         # drops every replay (CallReplay._forget_replays)
@@ -566,7 +631,7 @@ class BoundCall:
         finally:
             obj._binding = False
         # after this call the object keeps no replay of the kind, or one of these operands
-        self._kept = obj._replays.get(self._kind)
+        self._kept = obj._replays.get(self._key)
         return result
 
     def __repr__(self) -> str:

@@ -615,7 +615,9 @@ def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, 
             elif swapped:
                 assert loops[0] == 2 * per_call, (name, with_values)
             kind = name.split()[0]
-            held = [h[0] for h in obj._replays[kind][0] if h is not None] if swapped else []
+            first = B_loc if kind == "spmm_a" else A_loc
+            held = ([h[0] for h in obj._replays[obj._call_key(kind, first)][0] if h is not None]
+                    if swapped else [])
             gone.extend((name, weakref.ref(x)) for x in held)
             del res, held
             _alike_call(obj, name, 5, A_loc, B_loc, plain, with_out, with_values)
@@ -732,8 +734,8 @@ def _count_begins(obj, monkeypatch, kinds: tuple) -> list[int]:
     """Counts the calls of ``kinds`` run in full (CallChecks._begin), in a one-item list."""
     count, real = [0], obj._begin
 
-    def counted(kind, *args, **kwargs):
-        count[0] += kind in kinds
+    def counted(kind, *args, **kwargs):  # kind: "spmm_a" or ("spmm_a", width) (_call_key)
+        count[0] += (kind if isinstance(kind, str) else kind[0]) in kinds
         return real(kind, *args, **kwargs)
 
     monkeypatch.setattr(obj, "_begin", counted)
@@ -821,3 +823,69 @@ def test_release_buffers_frees_what_calls_keep(algorithm, c):
         for name, call in _calls(obj, A_r, B_r, r):
             np.testing.assert_array_equal(call(), wants[(r, name)], err_msg=f"{name} r={r}")
     obj.close()
+
+
+def test_calls_at_widths_in_turns_each_keep_their_replay(monkeypatch):
+    """The layers of a model call one operation at several widths in turns. In 1.5D dense
+    shifting (whole rows: the width is r on every rank) each width keeps its own replay
+    (``_call_key``), so after two calls of each width every call is replayed; the results are
+    the oracle's and bitwise those of an object that sees each width alone, with the same
+    counted words. A sweep over more widths keeps the replays of the newest
+    ``REPLAY_WIDTHS`` only, and what they hold is released."""
+    import gc
+    import weakref
+
+    from distmm.algorithms.replay import REPLAY_WIDTHS
+    from distmm.core.memory import OPS
+
+    obj, S, A, B, _, _ = _setup("15d-dense-shift", 1)
+    ref = _setup("15d-dense-shift", 1)[0]
+    widths = (19, 8, 5)
+    mine, alone, oracle = [], [], []
+    for r in widths:
+        Ar, Br = np.ascontiguousarray(A[:, :r]), np.ascontiguousarray(B[:, :r])
+        oracle.append((Ar, Br))
+        for o, calls in ((obj, mine), (ref, alone)):
+            calls.append(_calls(o, o.scatter("a", Ar, root=None), o.scatter("b", Br, root=None),
+                                r))
+    full = _count_begins(obj, monkeypatch, OPS)
+    names = [name for name, _ in mine[0]]
+    for i, name in enumerate(names):
+        for k in range(4):
+            if k == 2:
+                full[0] = 0
+            for w in range(len(widths)):
+                before = _words(obj)
+                got = mine[w][i][1]()
+                words = _diff_words(before, _words(obj))
+                before = _words(ref)
+                want = alone[w][i][1]()
+                assert words == _diff_words(before, _words(ref)), (name, widths[w])
+                assert np.array_equal(np.asarray(got), np.asarray(want)), (name, widths[w])
+        assert full[0] == 0, name  # every call of the last two rounds replayed
+        for w, (Ar, Br) in enumerate(oracle):
+            check(*_gathered(obj, name, mine[w][i][1]()), S, Ar, Br, rtol=1e-10)
+    kept = [k for k in obj._replays if not isinstance(k, str) and k[0] == "spmm_a"]
+    assert sorted(k[1] for k in kept) == sorted(widths)
+    # more widths than an object keeps: the oldest go, with the operands they held
+    B6, out6 = obj.scatter("b", np.ascontiguousarray(B[:, :6]), root=None), obj.dense("a", 6)
+    for _ in range(3):
+        obj.spmm_a(B6, out=out6)
+    assert ("spmm_a", 6) in obj._replays
+    held = [weakref.ref(B6), weakref.ref(out6)]
+    del B6, out6
+    for r in (1, 2, 3, 4):
+        Br, out = obj.scatter("b", np.ascontiguousarray(B[:, :r]), root=None), obj.dense("a", r)
+        for _ in range(3):
+            obj.spmm_a(Br, out=out)
+    kept = [k[1] for k in obj._replays if not isinstance(k, str) and k[0] == "spmm_a"]
+    assert REPLAY_WIDTHS == 4 and sorted(kept) == [1, 2, 3, 4], kept
+    gc.collect()
+    assert [ref() is None for ref in held] == [True, True]
+    obj.close()
+    ref.close()
+
+
+def _diff_words(before: dict, after: dict) -> dict:
+    return {ph: {k: v - before.get(ph, {}).get(k, 0) for k, v in c.items()}
+            for ph, c in after.items()}

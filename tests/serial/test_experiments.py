@@ -712,6 +712,26 @@ def test_kernel_entry_bench_times_both_ways_in_turns():
     assert bad.returncode == 2 and "unknown operations ['spmm_b']" in bad.stderr
 
 
+def test_swapped_replays_bench_toggles_replays_per_width():
+    """bench_swapped_replays --toggle widths: one JSON line per case with both sides' times
+    and the on/off ratios per round, the loops at two widths in turns among the cases."""
+    pytest.importorskip("torch")
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "experiments", "bench_swapped_replays.py"),
+         "--toggle", "widths", "--matrix", "er-256", "--rs", "8", "--rounds", "2",
+         "--calls", "3", "--threads", "1"],
+        capture_output=True, text=True, timeout=300, env=env, check=True)
+    recs = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    cases = {rec["case"] for rec in recs}
+    assert "numpy spmm_a, widths r and r/2 in turns, out=" in cases
+    assert "torch fusedmm_a forward+backward, widths r and r/2 in turns" in cases
+    for rec in recs:
+        assert rec["toggle"] == "widths" and rec["r"] == 8 and rec["rounds"] == 2
+        assert rec["on_s"] > 0 and rec["off_s"] > 0
+        assert rec["on_over_off_min"] <= rec["on_over_off_median"] <= rec["on_over_off_max"]
+
+
 def test_model_agreement_sets_each_points_winner_against_the_models_pick(tmp_path):
     """model_agreement: per experiment, the points (one matrix, r, p, dtype; optimal-c also
     per algorithm), how often the model's pick is the measured winner, the pick's measured
