@@ -881,7 +881,7 @@ def test_calls_at_widths_in_turns_each_keep_their_replay(monkeypatch):
     kept = [k[1] for k in obj._replays if not isinstance(k, str) and k[0] == "spmm_a"]
     assert REPLAY_WIDTHS == 4 and sorted(kept) == [1, 2, 3, 4], kept
     gc.collect()
-    assert [ref() is None for ref in held] == [True, True]
+    assert [gone() is None for gone in held] == [True, True]
     obj.close()
     ref.close()
 
