@@ -44,7 +44,7 @@ class Session:
     """One distributed object, the global operands its local blocks hold, and the oracle's view
     of every value vector; draws and runs random calls."""
 
-    def __init__(self, algorithm: str, c: int, seed: int) -> None:
+    def __init__(self, algorithm: str, c: int, seed: int, widths: tuple = WIDTHS) -> None:
         self.rng = np.random.default_rng(seed)  # the same draws on every rank
         self.S, _, _ = problem(M, N, R, seed=seed)
         coo = sp.coo_matrix(self.S)
@@ -57,7 +57,7 @@ class Session:
         self.gi, self.gj = self.obj.row_perm[rows], self.obj.col_perm[cols]
         self.s_fn = None  # None: S's own values; else a function of global coordinates
         self.named_fn = None  # the function registered as "w", once registered
-        self.widths = [r for r in WIDTHS if r >= self.obj.r_rule()[0]]
+        self.widths = [r for r in widths if r >= self.obj.r_rule()[0]]
         self.ops = {r: self._new_operands(r) for r in self.widths}
         self.buffers = {}  # (kind, r, slot) -> out= buffer
         self.kept = []  # (array, its expected content, buffer key or None)
@@ -214,3 +214,29 @@ def test_random_call_sequences_match_scipy(algorithm, c):
     if algorithm == "15d-dense-shift" and c == 1:
         # the family whose calls replay: the sequence must have exercised replays
         assert s.replayed > 0
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_random_call_sequences_at_more_widths_than_kept_match_scipy(seed, monkeypatch):
+    """Calls at six widths in 1.5D dense shifting, where the object keeps the replay of one
+    width per operation (``REPLAY_WIDTHS`` lowered from its four, so that a random sequence
+    drops many): replays are kept per width, dropped for newer widths and traced again, and
+    every result is still scipy's, with no earlier result written."""
+    from distmm.algorithms import replay
+
+    monkeypatch.setattr(replay, "REPLAY_WIDTHS", 1)
+    s = Session("15d-dense-shift", 1, seed, widths=(R, 9, 7, 5, 4, 3))
+    forgotten, forget = [], s.obj._forget_key
+    s.obj._forget_key = lambda key: forgotten.append(key) or forget(key)
+    history = []
+    try:
+        for _ in range(4 * STEPS):
+            history.append(s.change_state())
+            history.append(s.call())
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nsequence (seed {seed}):\n  "
+                             + "\n  ".join(history[-12:])) from None
+    finally:
+        s.obj.close()
+    assert s.replayed > 0
+    assert any(not isinstance(key, str) for key in forgotten)  # some width's replay dropped
