@@ -197,13 +197,12 @@ class Session:
         return what
 
 
-@pytest.mark.parametrize("algorithm,c", CASES)
-def test_random_call_sequences_match_scipy(algorithm, c):
-    seed = 1000 + 17 * list(distmm.ALGORITHMS).index(algorithm) + c
-    s = Session(algorithm, c, seed)
+def _run(s: Session, seed: int, steps: int) -> None:
+    """``steps`` random steps of session ``s`` (a change of state, then a call), the last few
+    named in a failure; the object is closed after them."""
     history = []
     try:
-        for _ in range(STEPS):
+        for _ in range(steps):
             history.append(s.change_state())
             history.append(s.call())
     except AssertionError as e:
@@ -211,6 +210,13 @@ def test_random_call_sequences_match_scipy(algorithm, c):
                              + "\n  ".join(history[-12:])) from None
     finally:
         s.obj.close()
+
+
+@pytest.mark.parametrize("algorithm,c", CASES)
+def test_random_call_sequences_match_scipy(algorithm, c):
+    seed = 1000 + 17 * list(distmm.ALGORITHMS).index(algorithm) + c
+    s = Session(algorithm, c, seed)
+    _run(s, seed, STEPS)
     if algorithm == "15d-dense-shift" and c == 1:
         # the family whose calls replay: the sequence must have exercised replays
         assert s.replayed > 0
@@ -228,15 +234,6 @@ def test_random_call_sequences_at_more_widths_than_kept_match_scipy(seed, monkey
     s = Session("15d-dense-shift", 1, seed, widths=(R, 9, 7, 5, 4, 3))
     forgotten, forget = [], s.obj._forget_key
     s.obj._forget_key = lambda key: forgotten.append(key) or forget(key)
-    history = []
-    try:
-        for _ in range(4 * STEPS):
-            history.append(s.change_state())
-            history.append(s.call())
-    except AssertionError as e:
-        raise AssertionError(f"{e}\nsequence (seed {seed}):\n  "
-                             + "\n  ".join(history[-12:])) from None
-    finally:
-        s.obj.close()
+    _run(s, seed, 4 * STEPS)
     assert s.replayed > 0
     assert any(not isinstance(key, str) for key in forgotten)  # some width's replay dropped
