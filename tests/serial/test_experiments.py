@@ -768,3 +768,25 @@ def test_model_agreement_sets_each_points_winner_against_the_models_pick(tmp_pat
     text = model_agreement.table([str(path)])
     assert "| weak-scaling-1 | 4 | 2 | 1 of 2 | 1.00-3.00x | 1.05 | 3.00x |" in text
     assert "| optimal-c | 3 | 2 | 1 of 2 | 1.00-2.00x | 1.00 | - |" in text
+
+
+@pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpich wheel's mpiexec")
+def test_gather_floor_bench_times_kernel_and_bare_reads_in_turns():
+    """bench_gather_floor at p = 2: the kernel's and the bare gather loop's rows (the loop's
+    sums checked against B's inside), their GB/s from the best times, and the ratio."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", MPIR_CVAR_ENABLE_HEAVY_YIELD="1")
+    proc = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", "2", sys.executable,
+         os.path.join(ROOT, "experiments", "bench_gather_floor.py"), "--n", "512",
+         "--nnz-per-row", "8", "--r", "16", "--rounds", "2"],
+        capture_output=True, text=True, timeout=300, env=env, check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("p = 2, 1 thread(s) per rank; Erdős–Rényi n = 512, 8 per row")
+    mb = float(lines[0].split(" MB of gathered rows")[0].rsplit("; ", 1)[1])
+    for name in ("kernel", "gather"):
+        cells = [c.strip() for c in next(x for x in lines if x.startswith(f"| {name} |"))
+                 .strip("|").split("|")]
+        best, median, rate = (float(x) for x in cells[1:])
+        assert 0 < best <= median
+        assert rate == pytest.approx(mb / 1e3 / (best / 1e3), rel=0.05, abs=0.05)
+    assert lines[-1].startswith("kernel / gather, median over rounds: ")
