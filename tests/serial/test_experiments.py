@@ -790,3 +790,29 @@ def test_gather_floor_bench_times_kernel_and_bare_reads_in_turns():
         assert 0 < best <= median
         assert rate == pytest.approx(mb / 1e3 / (best / 1e3), rel=0.05, abs=0.05)
     assert lines[-1].startswith("kernel / gather, median over rounds: ")
+
+
+def test_kernel_ab_bench_compares_two_versions_in_one_process(tmp_path):
+    """bench_kernel_ab with this checkout's reference.py as the base: a row per case with both
+    versions' times, the ratio's median within its quartiles and bitwise results; an unknown
+    operation is refused."""
+    base = tmp_path / "reference_base.py"
+    base.write_text(open(os.path.join(ROOT, "distmm", "kernels", "reference.py")).read())
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    script = os.path.join(ROOT, "experiments", "bench_kernel_ab.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--base", str(base), "--matrices", "er-256", "--rs", "8",
+         "--dtypes", "float64", "--ops", "spmm_a,fusedmm_a", "--calls", "3", "--rounds", "3"],
+        capture_output=True, text=True, timeout=300, env=env, check=True)
+    rows = [x for x in proc.stdout.splitlines() if x.startswith("| er-256 |")]
+    assert [x.split("|")[4].strip() for x in rows] == ["spmm_a", "fusedmm_a"]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[4]) > 0 and float(cells[5]) > 0
+        median, quartiles = cells[6].split(" (")
+        lo, hi = (float(x) for x in quartiles.rstrip(")").split("-"))
+        assert lo <= float(median) <= hi
+        assert cells[7] == "bitwise"
+    bad = subprocess.run([sys.executable, script, "--base", str(base), "--ops", "spmm_b"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and "unknown operations ['spmm_b']" in bad.stderr
