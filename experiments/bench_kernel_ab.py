@@ -41,6 +41,9 @@ def load_base(path: str):
     """The module in ``path`` (a reference.py of another commit), imported under its own name."""
     spec = importlib.util.spec_from_file_location("reference_base", path)
     module = importlib.util.module_from_spec(spec)
+    # registered, so that numba can find the module again when it loads a kernel compiled
+    # and cached on disk by an earlier run (it imports the kernel's module by name)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -144,6 +144,14 @@ def _num_chunks(m: int) -> int:
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _prefetch_first(X, indices, t, stop, dist):
+    """Prefetch the gathered rows of the first ``dist`` entries in [t, stop): the next row's,
+    taken while this row computes."""
+    for q in range(t, min(stop, t + dist)):
+        prefetch_row(X, indices[q])
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _scan(indices, X, t, end, col_end, ncols, npf):
     """End of the run of entries in [t, end) with column < col_end (columns are sorted).
 
@@ -156,8 +164,7 @@ def _scan(indices, X, t, end, col_end, ncols, npf):
         stop = t
         while stop < end and indices[stop] < col_end:
             stop += 1
-    for q in range(t, min(stop, t + npf)):
-        prefetch_row(X, indices[q])
+    _prefetch_first(X, indices, t, stop, npf)
     return stop
 
 
@@ -228,14 +235,6 @@ def _add_scaled(acc, v, x, r):
 #
 # Shared by a kernel's two loops (one pass in row order, and the sweep over column panels), so
 # that a row's terms are summed in the same order whichever loop runs it.
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _prefetch_first(X, indices, t, stop, dist):
-    """Prefetch the gathered rows of the first ``dist`` entries in [t, stop): the next row's,
-    taken while this row computes."""
-    for q in range(t, min(stop, t + dist)):
-        prefetch_row(X, indices[q])
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
