@@ -91,9 +91,10 @@ _ROW_COST = 1
 SPECIALISED_WIDTHS = (8, 16, 32, 64, 128)
 # (width, itemsize) pairs whose SpMM kernel takes a row's last entries in straight-line code
 # (see _spmm_kernel): float32 rows of 32, where the looped tail slowed graphs with a few
-# entries per row; elsewhere the two forms measured within noise or the loop ahead
-# (experiments/bench_spmm_tail.py, docs/performance-log.md)
-_STRAIGHT_TAIL = frozenset({(32, 4)})
+# entries per row, and of 128, where it slowed the one-pass loop on MovieLens; elsewhere the
+# two forms measured within noise or the loop ahead (experiments/bench_spmm_tail.py,
+# experiments/bench_kernel_ab.py, docs/performance-log.md)
+_STRAIGHT_TAIL = frozenset({(32, 4), (128, 4)})
 
 
 # --------------------------------------------------------------------------------------------
