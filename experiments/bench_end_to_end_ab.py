@@ -7,8 +7,9 @@ p = 2 and PyTorch, one process (or mpiexec job) each, so that every variant samp
 moments of a shared machine (odd rounds in the reverse order, so that no variant always
 follows another). One JSON line per measurement goes to ``--jsonl`` (the worker's
 record plus ``variant``, ``matrix`` and ``round``); ``--markdown`` writes the table of the
-best over rounds: seconds before and after, their ratio, the share of the call outside the
-kernels and communication ("rest") before and after, and PyTorch's time over distmm's::
+best over rounds: seconds before and after, their ratio, the median over rounds of each
+round's after / before, the share of the call outside the kernels and communication ("rest")
+before and after, and PyTorch's time over distmm's::
 
     git archive 8380b6a distmm | tar -x -C /tmp/base
     .venv/bin/python experiments/bench_end_to_end_ab.py --base /tmp/base \\
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -47,16 +49,21 @@ def run_variant(variant: str, matrix: str, args) -> list[dict]:
 
 
 def table(records: list[dict]) -> str:
-    """Markdown table of the best over rounds per (matrix, dtype, op, r)."""
+    """Markdown table per (matrix, dtype, op, r): the best over rounds of each variant, and
+    the median over rounds of each round's after / before at p = 1 and p = 2 (one lucky
+    round of the host decides a best, not a median of paired ratios)."""
     best: dict = {}
+    rounds: dict = {}
     for rec in records:
         key = (rec["matrix"], rec["dtype"], rec["op"], rec["r"], rec["variant"])
         if key not in best or rec["seconds"] < best[key]["seconds"]:
             best[key] = rec
+        rounds.setdefault(key, {})[rec["round"]] = rec["seconds"]
     lines = ["| matrix | dtype | op | r | p=1 before (s) | p=1 after (s) | after / before "
-             "| rest p=1 before, after | p=2 before (s) | p=2 after (s) "
+             "| p=1 after / before, median of rounds | rest p=1 before, after "
+             "| p=2 before (s) | p=2 after (s) | p=2 after / before, median of rounds "
              "| rest p=2 before, after | torch (s) | torch / p=1 after |",
-             "|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|"]
 
     def secs(x):
         return f"{x['seconds']:.3g}" if x else "-"
@@ -64,13 +71,19 @@ def table(records: list[dict]) -> str:
     def rest(x):
         return f"{100 * x['rest'] / x['seconds']:.0f}%" if x else "-"
 
+    def paired(case, p):
+        after = rounds.get((*case, f"after-p{p}"), {})
+        before = rounds.get((*case, f"before-p{p}"), {})
+        ratios = [after[k] / before[k] for k in after if k in before]
+        return f"{statistics.median(ratios):.2f}" if ratios else "-"
+
     for case in sorted({k[:4] for k in best}):
         b1, a1, b2, a2, t = (best.get((*case, v)) for v in VARIANTS)
         ratio = f"{a1['seconds'] / b1['seconds']:.2f}" if a1 and b1 else "-"
         vs = f"{t['seconds'] / a1['seconds']:.2f}x" if t and a1 else "-"
         lines.append(f"| {' | '.join(map(str, case))} | {secs(b1)} | {secs(a1)} | {ratio} "
-                     f"| {rest(b1)}, {rest(a1)} | {secs(b2)} | {secs(a2)} "
-                     f"| {rest(b2)}, {rest(a2)} | {secs(t)} | {vs} |")
+                     f"| {paired(case, 1)} | {rest(b1)}, {rest(a1)} | {secs(b2)} | {secs(a2)} "
+                     f"| {paired(case, 2)} | {rest(b2)}, {rest(a2)} | {secs(t)} | {vs} |")
     return "\n".join(lines) + "\n"
 
 

@@ -816,3 +816,19 @@ def test_kernel_ab_bench_compares_two_versions_in_one_process(tmp_path):
     bad = subprocess.run([sys.executable, script, "--base", str(base), "--ops", "spmm_b"],
                          capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2 and "unknown operations ['spmm_b']" in bad.stderr
+
+
+def test_end_to_end_ab_table_pairs_each_round():
+    """bench_end_to_end_ab's table: the best over rounds of each version, and the median of
+    each round's after / before, which one lucky round of "before" does not decide."""
+    import bench_end_to_end_ab
+
+    recs = [{"matrix": "m", "dtype": "float32", "op": "spmm_a", "r": 16, "variant": v,
+             "round": k, "seconds": s, "rest": 0.1 * s}
+            for k, (before, after) in enumerate(((1.0, 0.9), (0.5, 0.9), (1.0, 0.8)))
+            for v, s in (("before-p1", before), ("after-p1", after))]
+    row = next(x for x in bench_end_to_end_ab.table(recs).splitlines()
+               if x.startswith("| m | float32 | spmm_a | 16 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4:9] == ["0.5", "0.8", "1.60", "0.90", "10%, 10%"]
+    assert cells[9:12] == ["-", "-", "-"]
