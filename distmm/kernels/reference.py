@@ -20,7 +20,9 @@ it is also the model that runs by default, so it is written to be fast on a mult
   resuming every row where the previous panel stopped, so the gathers hit the cache instead of
   DRAM. The price is one more pass over the output rows (SpMM, FusedMM) or the rows of A
   (SDDMM) per panel, so panels are only used while a row keeps a few entries per panel on
-  average.
+  average. With one panel a thread walks its rows once, in order, with none of the sweep's
+  bookkeeping; both loops run a row through the same row function, so they sum its terms in
+  the same order.
 * **Software prefetch.** When the gathered matrix is too large to stay in cache and its rows
   are short (at most 256 bytes), the gathered rows of the next few entries (and of the next
   row's first entries) are prefetched with ``llvm.prefetch``; no hardware prefetcher can guess
