@@ -20,9 +20,8 @@ it is also the model that runs by default, so it is written to be fast on a mult
   resuming every row where the previous panel stopped, so the gathers hit the cache instead of
   DRAM. The price is one more pass over the output rows (SpMM, FusedMM) or the rows of A
   (SDDMM) per panel, so panels are only used while a row keeps a few entries per panel on
-  average. With one panel a thread walks its rows once, in order, with none of the sweep's
-  bookkeeping; both loops run a row through the same row function, so they sum its terms in
-  the same order.
+  average. With one panel a thread walks its rows once, in order, and skips the sweep's
+  scans and resume points (:func:`_row_run`).
 * **Software prefetch.** When the gathered matrix is too large to stay in cache and its rows
   are short (at most 256 bytes), the gathered rows of the next few entries (and of the next
   row's first entries) are prefetched with ``llvm.prefetch``; no hardware prefetcher can guess
@@ -93,10 +92,9 @@ _ROW_COST = 1
 SPECIALISED_WIDTHS = (8, 16, 32, 64, 128)
 # (width, itemsize) pairs whose SpMM kernel takes a row's last entries in straight-line code
 # (see _spmm_kernel): float32 rows of 32, where the looped tail slowed graphs with a few
-# entries per row, and of 128, where it slowed the one-pass loop on MovieLens; elsewhere the
-# two forms measured within noise or the loop ahead (experiments/bench_spmm_tail.py,
-# experiments/bench_kernel_ab.py, docs/performance-log.md)
-_STRAIGHT_TAIL = frozenset({(32, 4), (128, 4)})
+# entries per row; elsewhere the two forms measured within noise or the loop ahead
+# (experiments/bench_spmm_tail.py, docs/performance-log.md)
+_STRAIGHT_TAIL = frozenset({(32, 4)})
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,6 +170,36 @@ def _scan(indices, X, t, end, col_end, ncols, npf):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _first_run(indptr, indices, X, cur, lo, col_end, ncols, dist, npanels):
+    """Where the first row's entries of this panel end (see :func:`_row_run`); 0 with one
+    panel, where rows need no scan."""
+    if npanels == 1:
+        return 0
+    return _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_run(indptr, indices, X, cur, lo, hi, i, nxt, col_end, ncols, dist, npanels):
+    """(start, end) of row i's entries in this panel, and where row i + 1's entries end.
+
+    With one panel these are the row's own bounds (and the next row's first gathered rows are
+    prefetched). With several, row i resumes where the previous panel stopped (``cur``), its
+    end ``nxt`` was found by the scan made while row i - 1 computed, and row i + 1's end is
+    scanned now (prefetching its first gathered rows)."""
+    if npanels == 1:
+        seg = indptr[i + 1]
+        if dist > 0 and i + 1 < hi:
+            _prefetch_first(X, indices, seg, indptr[i + 2], dist)
+        return indptr[i], seg, nxt
+    start = cur[i - lo]
+    cur[i - lo] = nxt
+    seg = nxt
+    if i + 1 < hi:
+        nxt = _scan(indices, X, cur[i + 1 - lo], indptr[i + 2], col_end, ncols, dist)
+    return start, seg, nxt
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _prefetch_next(Y, indices, t, seg, dist, group):
     """Prefetch the gathered rows of the ``group`` entries ``dist`` ahead of entry t (those
     before ``seg``)."""
@@ -234,10 +262,7 @@ def _add_scaled(acc, v, x, r):
 
 
 # --------------------------------------------------------------------------------------------
-# one row of each kernel
-#
-# Shared by a kernel's two loops (one pass in row order, and the sweep over column panels), so
-# that a row's terms are summed in the same order whichever loop runs it.
+# one row of each kernel: its terms, summed in the same order with one panel or several
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
@@ -371,8 +396,9 @@ def _zero_row(o, r):
 # X (B for the a-side operations, A for the b-side ones) is cut into ``npanels`` panels of
 # consecutive rows (= columns of the sparse structure) that fit in the last-level cache; each
 # thread sweeps its rows once per panel, resuming every row where the previous panel stopped
-# (``cur``), so the random gathers hit cache instead of DRAM. A row's terms go through the
-# same row function either way. On the cached transposed structure the values are first
+# (``cur``), so the random gathers hit cache instead of DRAM. :func:`_row_run` gives a row's
+# entries either way, so each kernel has one row body (one copy of its machine code to
+# compile). On the cached transposed structure the values are first
 # gathered through ``perm`` (one parallel pass, much cheaper than reading vals[perm[t]] at
 # random inside the kernel).
 
@@ -409,31 +435,15 @@ def _spmm_kernel(width: int, straight_tail: bool = False):
             # a constant width keeps the accumulator row on the stack (in registers)
             acc = (stack_array(width, out.dtype) if width > 0
                    else np.empty(r, dtype=out.dtype))
-            if npanels == 1:
-                for i in range(lo, hi):
-                    start = indptr[i]
-                    seg = indptr[i + 1]
-                    if dist > 0 and i + 1 < hi:
-                        _prefetch_first(X, indices, seg, indptr[i + 2], dist)
-                    if seg == start:
-                        if overwrite:
-                            _zero_row(out[i], r)
-                        continue
-                    _spmm_row(acc, indices, vals, X, start, seg, r, dist, straight_tail)
-                    _put_row(out[i], acc, r, overwrite)
-                continue
-            cur = indptr[lo:hi].copy()
+            # the resume points of the panel sweep (empty with one panel)
+            cur = indptr[lo:hi].copy() if npanels > 1 else indptr[lo:lo].copy()
             for p in range(npanels):
                 first = overwrite and p == 0
                 col_end = ((p + 1) * ncols) // npanels
-                nxt = _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
+                nxt = _first_run(indptr, indices, X, cur, lo, col_end, ncols, dist, npanels)
                 for i in range(lo, hi):
-                    start = cur[i - lo]
-                    seg = nxt
-                    cur[i - lo] = seg
-                    if i + 1 < hi:
-                        nxt = _scan(indices, X, cur[i + 1 - lo], indptr[i + 2],
-                                    col_end, ncols, dist)
+                    start, seg, nxt = _row_run(indptr, indices, X, cur, lo, hi, i, nxt,
+                                               col_end, ncols, dist, npanels)
                     if seg == start:
                         if first:
                             _zero_row(out[i], r)
@@ -456,25 +466,13 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels, over
         hi = _row_split(indptr, c + 1, nchunks)
         if hi <= lo:
             continue
-        if npanels == 1:
-            for i in range(lo, hi):
-                seg = indptr[i + 1]
-                if dist > 0 and i + 1 < hi:
-                    _prefetch_first(B, indices, seg, indptr[i + 2], dist)
-                _sddmm_row(out, A[i], indices, vals, B, indptr[i], seg, r, dist, zero,
-                           overwrite)
-            continue
-        cur = indptr[lo:hi].copy()
+        cur = indptr[lo:hi].copy() if npanels > 1 else indptr[lo:lo].copy()
         for p in range(npanels):
             col_end = ((p + 1) * ncols) // npanels
-            nxt = _scan(indices, B, cur[0], indptr[lo + 1], col_end, ncols, dist)
+            nxt = _first_run(indptr, indices, B, cur, lo, col_end, ncols, dist, npanels)
             for i in range(lo, hi):
-                start = cur[i - lo]
-                seg = nxt
-                cur[i - lo] = seg
-                if i + 1 < hi:
-                    nxt = _scan(indices, B, cur[i + 1 - lo], indptr[i + 2], col_end, ncols,
-                                dist)
+                start, seg, nxt = _row_run(indptr, indices, B, cur, lo, hi, i, nxt, col_end,
+                                           ncols, dist, npanels)
                 _sddmm_row(out, A[i], indices, vals, B, start, seg, r, dist, zero, overwrite)
 
 
@@ -507,31 +505,15 @@ def _fused_kernel(width: int):
             # a constant width keeps the accumulator row on the stack (in registers)
             acc = (stack_array(width, out.dtype) if width > 0
                    else np.empty(r, dtype=out.dtype))
-            if npanels == 1:
-                for i in range(lo, hi):
-                    start = indptr[i]
-                    seg = indptr[i + 1]
-                    if dist > 0 and i + 1 < hi:
-                        _prefetch_first(Y, indices, seg, indptr[i + 2], dist)
-                    if seg == start:
-                        if overwrite:
-                            _zero_row(out[i], r)
-                        continue
-                    _fused_row(acc, X[i], indices, vals, Y, start, seg, rdot, r, dist, zero)
-                    _put_row(out[i], acc, r, overwrite)
-                continue
-            cur = indptr[lo:hi].copy()
+            # the resume points of the panel sweep (empty with one panel)
+            cur = indptr[lo:hi].copy() if npanels > 1 else indptr[lo:lo].copy()
             for p in range(npanels):
                 first = overwrite and p == 0
                 col_end = ((p + 1) * ncols) // npanels
-                nxt = _scan(indices, Y, cur[0], indptr[lo + 1], col_end, ncols, dist)
+                nxt = _first_run(indptr, indices, Y, cur, lo, col_end, ncols, dist, npanels)
                 for i in range(lo, hi):
-                    start = cur[i - lo]
-                    seg = nxt
-                    cur[i - lo] = seg
-                    if i + 1 < hi:
-                        nxt = _scan(indices, Y, cur[i + 1 - lo], indptr[i + 2],
-                                    col_end, ncols, dist)
+                    start, seg, nxt = _row_run(indptr, indices, Y, cur, lo, hi, i, nxt,
+                                               col_end, ncols, dist, npanels)
                     if seg == start:
                         if first:
                             _zero_row(out[i], r)
