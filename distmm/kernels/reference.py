@@ -20,8 +20,7 @@ it is also the model that runs by default, so it is written to be fast on a mult
   resuming every row where the previous panel stopped, so the gathers hit the cache instead of
   DRAM. The price is one more pass over the output rows (SpMM, FusedMM) or the rows of A
   (SDDMM) per panel, so panels are only used while a row keeps a few entries per panel on
-  average. With one panel a thread walks its rows once, in order, and skips the sweep's
-  scans and resume points (:func:`_row_run`).
+  average.
 * **Software prefetch.** When the gathered matrix is too large to stay in cache and its rows
   are short (at most 256 bytes), the gathered rows of the next few entries (and of the next
   row's first entries) are prefetched with ``llvm.prefetch``; no hardware prefetcher can guess
@@ -145,14 +144,6 @@ def _num_chunks(m: int) -> int:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _prefetch_first(X, indices, t, stop, dist):
-    """Prefetch the gathered rows of the first ``dist`` entries in [t, stop): the next row's,
-    taken while this row computes."""
-    for q in range(t, min(stop, t + dist)):
-        prefetch_row(X, indices[q])
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _scan(indices, X, t, end, col_end, ncols, npf):
     """End of the run of entries in [t, end) with column < col_end (columns are sorted).
 
@@ -165,38 +156,9 @@ def _scan(indices, X, t, end, col_end, ncols, npf):
         stop = t
         while stop < end and indices[stop] < col_end:
             stop += 1
-    _prefetch_first(X, indices, t, stop, npf)
+    for q in range(t, min(stop, t + npf)):
+        prefetch_row(X, indices[q])
     return stop
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _first_run(indptr, indices, X, cur, lo, col_end, ncols, dist, npanels):
-    """Where the first row's entries of this panel end (see :func:`_row_run`); 0 with one
-    panel, where rows need no scan."""
-    if npanels == 1:
-        return 0
-    return _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _row_run(indptr, indices, X, cur, lo, hi, i, nxt, col_end, ncols, dist, npanels):
-    """(start, end) of row i's entries in this panel, and where row i + 1's entries end.
-
-    With one panel these are the row's own bounds (and the next row's first gathered rows are
-    prefetched). With several, row i resumes where the previous panel stopped (``cur``), its
-    end ``nxt`` was found by the scan made while row i - 1 computed, and row i + 1's end is
-    scanned now (prefetching its first gathered rows)."""
-    if npanels == 1:
-        seg = indptr[i + 1]
-        if dist > 0 and i + 1 < hi:
-            _prefetch_first(X, indices, seg, indptr[i + 2], dist)
-        return indptr[i], seg, nxt
-    start = cur[i - lo]
-    cur[i - lo] = nxt
-    seg = nxt
-    if i + 1 < hi:
-        nxt = _scan(indices, X, cur[i + 1 - lo], indptr[i + 2], col_end, ncols, dist)
-    return start, seg, nxt
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -262,145 +224,16 @@ def _add_scaled(acc, v, x, r):
 
 
 # --------------------------------------------------------------------------------------------
-# one row of each kernel: its terms, summed in the same order with one panel or several
-
-
-@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def _spmm_row(acc, indices, vals, X, t, seg, r, dist, straight_tail):
-    """acc[:r] = sum of vals[q] * X[indices[q]] over the entries q in [t, seg): four entries
-    per pass over acc, then the rest one by one (``straight_tail``: as straight-line code,
-    see :func:`_spmm_kernel`)."""
-    for k in range(r):
-        acc[k] = 0
-    while t + 4 <= seg:
-        if dist > 0:
-            _prefetch_next(X, indices, t, seg, dist, 4)
-        v0 = vals[t]
-        v1 = vals[t + 1]
-        v2 = vals[t + 2]
-        v3 = vals[t + 3]
-        x0 = X[indices[t]]
-        x1 = X[indices[t + 1]]
-        x2 = X[indices[t + 2]]
-        x3 = X[indices[t + 3]]
-        for k in range(r):
-            acc[k] += v0 * x0[k] + v1 * x1[k] + v2 * x2[k] + v3 * x3[k]
-        t += 4
-    if straight_tail:
-        # fewer than four entries are left (the loop above took the rest)
-        if t < seg:
-            _add_scaled(acc, vals[t], X[indices[t]], r)
-            if t + 1 < seg:
-                _add_scaled(acc, vals[t + 1], X[indices[t + 1]], r)
-                if t + 2 < seg:
-                    _add_scaled(acc, vals[t + 2], X[indices[t + 2]], r)
-    else:
-        while t < seg:
-            _add_scaled(acc, vals[t], X[indices[t]], r)
-            t += 1
-
-
-@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def _fused_row(acc, x, indices, vals, Y, t, seg, rdot, r, dist, zero):
-    """acc[:r] = sum of w_q * Y[indices[q]] over the entries q in [t, seg), with
-    w_q = vals[q] * dot(x, Y[indices[q]]) over rdot columns: four entries at a time, then the
-    rest one by one."""
-    for k in range(r):
-        acc[k] = 0
-    while t + 4 <= seg:
-        if dist > 0:
-            _prefetch_next(Y, indices, t, seg, dist, 4)
-        y0 = Y[indices[t]]
-        y1 = Y[indices[t + 1]]
-        y2 = Y[indices[t + 2]]
-        y3 = Y[indices[t + 3]]
-        d = _dots4(x, y0, y1, y2, y3, rdot, zero)
-        w0 = vals[t] * d[0]
-        w1 = vals[t + 1] * d[1]
-        w2 = vals[t + 2] * d[2]
-        w3 = vals[t + 3] * d[3]
-        for k in range(r):
-            acc[k] += w0 * y0[k] + w1 * y1[k] + w2 * y2[k] + w3 * y3[k]
-        t += 4
-    while t < seg:
-        y = Y[indices[t]]
-        s = zero
-        for k in range(rdot):
-            s += x[k] * y[k]
-        w = vals[t] * s
-        for k in range(r):
-            acc[k] += w * y[k]
-        t += 1
-
-
-@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def _sddmm_row(out, a, indices, vals, B, t, seg, r, dist, zero, overwrite):
-    """out[q] (+)= vals[q] * dot(a, B[indices[q]]) for the entries q in [t, seg): eight dot
-    products at a time, then four, then one by one."""
-    while t + 8 <= seg:
-        if dist > 0:
-            _prefetch_next(B, indices, t, seg, dist, 8)
-        d = _dots8(a, B[indices[t]], B[indices[t + 1]], B[indices[t + 2]],
-                   B[indices[t + 3]], B[indices[t + 4]], B[indices[t + 5]],
-                   B[indices[t + 6]], B[indices[t + 7]], r, zero)
-        for q in range(8):
-            if overwrite:
-                out[t + q] = vals[t + q] * d[q]
-            else:
-                out[t + q] += vals[t + q] * d[q]
-        t += 8
-    if t + 4 <= seg:
-        d4 = _dots4(a, B[indices[t]], B[indices[t + 1]], B[indices[t + 2]],
-                    B[indices[t + 3]], r, zero)
-        for q in range(4):
-            if overwrite:
-                out[t + q] = vals[t + q] * d4[q]
-            else:
-                out[t + q] += vals[t + q] * d4[q]
-        t += 4
-    while t < seg:
-        b = B[indices[t]]
-        s = zero
-        for k in range(r):
-            s += a[k] * b[k]
-        if overwrite:
-            out[t] = vals[t] * s
-        else:
-            out[t] += vals[t] * s
-        t += 1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _put_row(o, acc, r, first):
-    """o[:r] = acc[:r] when ``first``, else o[:r] += acc[:r]."""
-    if first:
-        for k in range(r):
-            o[k] = acc[k]
-    else:
-        for k in range(r):
-            o[k] += acc[k]
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _zero_row(o, r):
-    for k in range(r):
-        o[k] = 0
-
-
-# --------------------------------------------------------------------------------------------
 # kernels
 #
 # All three share one skeleton. Rows are split into one chunk per thread (equal nnz + rows).
-# With one panel (the gathered dense matrix fits the cache budget, or its rows hold too few
-# entries to split) each thread walks its rows once, in order. Otherwise the gathered matrix
-# X (B for the a-side operations, A for the b-side ones) is cut into ``npanels`` panels of
-# consecutive rows (= columns of the sparse structure) that fit in the last-level cache; each
-# thread sweeps its rows once per panel, resuming every row where the previous panel stopped
-# (``cur``), so the random gathers hit cache instead of DRAM. :func:`_row_run` gives a row's
-# entries either way, so each kernel has one row body (one copy of its machine code to
-# compile). On the cached transposed structure the values are first
-# gathered through ``perm`` (one parallel pass, much cheaper than reading vals[perm[t]] at
-# random inside the kernel).
+# The gathered dense matrix X (B for the a-side operations, A for the b-side ones) is cut into
+# ``npanels`` panels of consecutive rows (= columns of the sparse structure) that fit in the
+# last-level cache; each thread sweeps its rows once per panel, resuming every row where the
+# previous panel stopped (``cur``), so the random gathers hit cache instead of DRAM. With
+# npanels = 1 this is a plain row-by-row CSR kernel. On the cached transposed structure the
+# values are first gathered through ``perm`` (one parallel pass, much cheaper than reading
+# vals[perm[t]] at random inside the kernel).
 
 
 @functools.cache
@@ -430,26 +263,64 @@ def _spmm_kernel(width: int, straight_tail: bool = False):
         for c in prange(nchunks):
             lo = _row_split(indptr, c, nchunks)
             hi = _row_split(indptr, c + 1, nchunks)
-            if hi <= lo:
-                continue
-            # a constant width keeps the accumulator row on the stack (in registers)
-            acc = (stack_array(width, out.dtype) if width > 0
-                   else np.empty(r, dtype=out.dtype))
-            # the resume points of the panel sweep (empty with one panel)
-            cur = indptr[lo:hi].copy() if npanels > 1 else indptr[lo:lo].copy()
-            for p in range(npanels):
-                first = overwrite and p == 0
-                col_end = ((p + 1) * ncols) // npanels
-                nxt = _first_run(indptr, indices, X, cur, lo, col_end, ncols, dist, npanels)
-                for i in range(lo, hi):
-                    start, seg, nxt = _row_run(indptr, indices, X, cur, lo, hi, i, nxt,
-                                               col_end, ncols, dist, npanels)
-                    if seg == start:
+            if hi > lo:
+                # a constant width keeps the accumulator row on the stack (in registers)
+                acc = (stack_array(width, out.dtype) if width > 0
+                       else np.empty(r, dtype=out.dtype))
+                cur = indptr[lo:hi].copy()
+                for p in range(npanels):
+                    first = overwrite and p == 0
+                    col_end = ((p + 1) * ncols) // npanels
+                    nxt = _scan(indices, X, cur[0], indptr[lo + 1], col_end, ncols, dist)
+                    for i in range(lo, hi):
+                        start = cur[i - lo]
+                        seg = nxt
+                        cur[i - lo] = seg
+                        if i + 1 < hi:
+                            nxt = _scan(indices, X, cur[i + 1 - lo], indptr[i + 2],
+                                        col_end, ncols, dist)
+                        if seg == start:
+                            if first:
+                                o = out[i]
+                                for k in range(r):
+                                    o[k] = 0
+                            continue
+                        for k in range(r):
+                            acc[k] = 0
+                        t = start
+                        while t + 4 <= seg:
+                            if dist > 0:
+                                _prefetch_next(X, indices, t, seg, dist, 4)
+                            v0 = vals[t]
+                            v1 = vals[t + 1]
+                            v2 = vals[t + 2]
+                            v3 = vals[t + 3]
+                            x0 = X[indices[t]]
+                            x1 = X[indices[t + 1]]
+                            x2 = X[indices[t + 2]]
+                            x3 = X[indices[t + 3]]
+                            for k in range(r):
+                                acc[k] += v0 * x0[k] + v1 * x1[k] + v2 * x2[k] + v3 * x3[k]
+                            t += 4
+                        if straight_tail:
+                            # fewer than four entries are left (the loop above took the rest)
+                            if t < seg:
+                                _add_scaled(acc, vals[t], X[indices[t]], r)
+                                if t + 1 < seg:
+                                    _add_scaled(acc, vals[t + 1], X[indices[t + 1]], r)
+                                    if t + 2 < seg:
+                                        _add_scaled(acc, vals[t + 2], X[indices[t + 2]], r)
+                        else:
+                            while t < seg:
+                                _add_scaled(acc, vals[t], X[indices[t]], r)
+                                t += 1
+                        o = out[i]
                         if first:
-                            _zero_row(out[i], r)
-                        continue
-                    _spmm_row(acc, indices, vals, X, start, seg, r, dist, straight_tail)
-                    _put_row(out[i], acc, r, first)
+                            for k in range(r):
+                                o[k] = acc[k]
+                        else:
+                            for k in range(r):
+                                o[k] += acc[k]
 
     return slp_vectorized(spmm) if width > 0 else spmm
 
@@ -464,16 +335,52 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, nchunks, dist, npanels, over
     for c in prange(nchunks):
         lo = _row_split(indptr, c, nchunks)
         hi = _row_split(indptr, c + 1, nchunks)
-        if hi <= lo:
-            continue
-        cur = indptr[lo:hi].copy() if npanels > 1 else indptr[lo:lo].copy()
-        for p in range(npanels):
-            col_end = ((p + 1) * ncols) // npanels
-            nxt = _first_run(indptr, indices, B, cur, lo, col_end, ncols, dist, npanels)
-            for i in range(lo, hi):
-                start, seg, nxt = _row_run(indptr, indices, B, cur, lo, hi, i, nxt, col_end,
-                                           ncols, dist, npanels)
-                _sddmm_row(out, A[i], indices, vals, B, start, seg, r, dist, zero, overwrite)
+        if hi > lo:
+            cur = indptr[lo:hi].copy()
+            for p in range(npanels):
+                col_end = ((p + 1) * ncols) // npanels
+                nxt = _scan(indices, B, cur[0], indptr[lo + 1], col_end,
+                            ncols, dist)
+                for i in range(lo, hi):
+                    start = cur[i - lo]
+                    seg = nxt
+                    cur[i - lo] = seg
+                    if i + 1 < hi:
+                        nxt = _scan(indices, B, cur[i + 1 - lo],
+                                    indptr[i + 2], col_end, ncols, dist)
+                    a = A[i]
+                    t = start
+                    while t + 8 <= seg:
+                        if dist > 0:
+                            _prefetch_next(B, indices, t, seg, dist, 8)
+                        d = _dots8(a, B[indices[t]], B[indices[t + 1]], B[indices[t + 2]],
+                                   B[indices[t + 3]], B[indices[t + 4]], B[indices[t + 5]],
+                                   B[indices[t + 6]], B[indices[t + 7]], r, zero)
+                        for q in range(8):
+                            if overwrite:
+                                out[t + q] = vals[t + q] * d[q]
+                            else:
+                                out[t + q] += vals[t + q] * d[q]
+                        t += 8
+                    if t + 4 <= seg:
+                        d4 = _dots4(a, B[indices[t]], B[indices[t + 1]], B[indices[t + 2]],
+                                    B[indices[t + 3]], r, zero)
+                        for q in range(4):
+                            if overwrite:
+                                out[t + q] = vals[t + q] * d4[q]
+                            else:
+                                out[t + q] += vals[t + q] * d4[q]
+                        t += 4
+                    while t < seg:
+                        b = B[indices[t]]
+                        s = zero
+                        for k in range(r):
+                            s += a[k] * b[k]
+                        if overwrite:
+                            out[t] = vals[t] * s
+                        else:
+                            out[t] += vals[t] * s
+                        t += 1
 
 
 @functools.cache
@@ -500,28 +407,66 @@ def _fused_kernel(width: int):
         for c in prange(nchunks):
             lo = _row_split(indptr, c, nchunks)
             hi = _row_split(indptr, c + 1, nchunks)
-            if hi <= lo:
-                continue
-            # a constant width keeps the accumulator row on the stack (in registers)
-            acc = (stack_array(width, out.dtype) if width > 0
-                   else np.empty(r, dtype=out.dtype))
-            # the resume points of the panel sweep (empty with one panel)
-            cur = indptr[lo:hi].copy() if npanels > 1 else indptr[lo:lo].copy()
-            for p in range(npanels):
-                first = overwrite and p == 0
-                col_end = ((p + 1) * ncols) // npanels
-                nxt = _first_run(indptr, indices, Y, cur, lo, col_end, ncols, dist, npanels)
-                for i in range(lo, hi):
-                    start, seg, nxt = _row_run(indptr, indices, Y, cur, lo, hi, i, nxt,
-                                               col_end, ncols, dist, npanels)
-                    if seg == start:
+            if hi > lo:
+                # a constant width keeps the accumulator row on the stack (in registers)
+                acc = (stack_array(width, out.dtype) if width > 0
+                       else np.empty(r, dtype=out.dtype))
+                cur = indptr[lo:hi].copy()
+                for p in range(npanels):
+                    first = overwrite and p == 0
+                    col_end = ((p + 1) * ncols) // npanels
+                    nxt = _scan(indices, Y, cur[0], indptr[lo + 1], col_end, ncols, dist)
+                    for i in range(lo, hi):
+                        start = cur[i - lo]
+                        seg = nxt
+                        cur[i - lo] = seg
+                        if i + 1 < hi:
+                            nxt = _scan(indices, Y, cur[i + 1 - lo], indptr[i + 2],
+                                        col_end, ncols, dist)
+                        if seg == start:
+                            if first:
+                                o = out[i]
+                                for k in range(r):
+                                    o[k] = 0
+                            continue
+                        for k in range(r):
+                            acc[k] = 0
+                        x = X[i]
+                        t = start
+                        while t + 4 <= seg:
+                            if dist > 0:
+                                _prefetch_next(Y, indices, t, seg, dist, 4)
+                            y0 = Y[indices[t]]
+                            y1 = Y[indices[t + 1]]
+                            y2 = Y[indices[t + 2]]
+                            y3 = Y[indices[t + 3]]
+                            d = _dots4(x, y0, y1, y2, y3, rdot, zero)
+                            w0 = vals[t] * d[0]
+                            w1 = vals[t + 1] * d[1]
+                            w2 = vals[t + 2] * d[2]
+                            w3 = vals[t + 3] * d[3]
+                            for k in range(r):
+                                acc[k] += w0 * y0[k] + w1 * y1[k] + w2 * y2[k] + w3 * y3[k]
+                            t += 4
+                        while t < seg:
+                            y = Y[indices[t]]
+                            s = zero
+                            for k in range(rdot):
+                                s += x[k] * y[k]
+                            w = vals[t] * s
+                            for k in range(r):
+                                acc[k] += w * y[k]
+                            t += 1
+                        o = out[i]
                         if first:
-                            _zero_row(out[i], r)
-                        continue
-                    _fused_row(acc, X[i], indices, vals, Y, start, seg, rdot, r, dist, zero)
-                    _put_row(out[i], acc, r, first)
+                            for k in range(r):
+                                o[k] = acc[k]
+                        else:
+                            for k in range(r):
+                                o[k] += acc[k]
 
     return slp_vectorized(fused) if width > 0 else fused
+
 
 # --------------------------------------------------------------------------------------------
 
