@@ -123,12 +123,12 @@ def main() -> None:
     if rank == 0:
         print(f"p = {p}, {numba.get_num_threads()} thread(s) per rank; Erdős–Rényi n = "
               f"{args.n}, {args.nnz_per_row} per row; r = {args.r}, {dtype}; "
-              f"{row_bytes / 1e6:.1f} MB of gathered rows; {args.rounds} rounds")
+              f"{row_bytes / 1e6:.3f} MB of gathered rows; {args.rounds} rounds")
         print("| loop | best (ms) | median (ms) | GB/s of gathered rows (best) |")
         print("|---|---:|---:|---:|")
         for name, ts in times.items():
             print(f"| {name} | {min(ts) * 1e3:.3f} | {np.median(ts) * 1e3:.3f} | "
-                  f"{row_bytes / min(ts) / 1e9:.1f} |")
+                  f"{row_bytes / min(ts) / 1e9:.2f} |")
         ratio = np.median(np.array(times["kernel"]) / np.array(times["gather"]))
         print(f"kernel / gather, median over rounds: {ratio:.2f}")
 
