@@ -61,15 +61,10 @@ def gather_rows(indices, B, nchunks, sums):
 
 
 def er_block(rows: int, cols: int, per_row: int, dtype, rng) -> CSRBlock:
-    """A rows x cols block with ``per_row`` random columns per row (sorted, repeats merged)."""
-    idx = np.sort(rng.integers(0, cols, size=(rows, per_row)), axis=1)
-    keep = np.ones_like(idx, dtype=bool)
-    keep[:, 1:] = idx[:, 1:] != idx[:, :-1]
-    indptr = np.zeros(rows + 1, dtype=np.int64)
-    np.cumsum(keep.sum(axis=1), out=indptr[1:])
-    indices = idx[keep].astype(np.int32)
-    vals = rng.uniform(0.5, 1.5, indices.size).astype(dtype)
-    return CSRBlock((rows, cols), indptr, indices, vals)
+    """A rows x cols block with ``per_row`` random columns per row (repeats summed)."""
+    row = np.repeat(np.arange(rows), per_row)
+    col = rng.integers(0, cols, size=rows * per_row)
+    return CSRBlock.from_coo(row, col, rng.uniform(0.5, 1.5, row.size), (rows, cols), dtype)
 
 
 def main() -> None:

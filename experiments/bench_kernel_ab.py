@@ -85,10 +85,8 @@ def main() -> None:
     print("|---|---|---:|---|---:|---:|---|---|")
     for name in args.matrices:
         csr = e2e.load_matrix(name)
-        csr.sort_indices()
         for dtype in map(np.dtype, args.dtypes):
-            S = CSRBlock(csr.shape, csr.indptr.astype(np.int64),
-                         csr.indices.astype(np.int32), csr.data.astype(dtype))
+            S = CSRBlock.from_scipy(csr, dtype=dtype)
             for r in args.rs:
                 A = e2e.dense(S.shape[0], r, 1, dtype)
                 B = e2e.dense(S.shape[1], r, 2, dtype)
