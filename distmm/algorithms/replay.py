@@ -159,7 +159,7 @@ class CallReplay:
         :func:`_swap_slots`). The kept replay then holds the new operands and steps in place
         of the old ones, so that the next call on the same objects is an ordinary repeat and
         no earlier operand is kept alive. Collective where the steps shift."""
-        held, ext, steps, result, fresh, swaps, key = kept
+        held, ext, steps, result, fresh, swaps, _ = kept  # its key is kind
         if swaps is None:
             self._swap_failed.add(kind)
             return None
