@@ -2,7 +2,8 @@
 
 Typical use, under ``mpiexec -n P``::
 
-    import distmm                 # before mpi4py's MPI: see distmm.intranode
+    import distmm
+    distmm.prepare_process()      # optional, before mpi4py's MPI: see distmm.process
     from mpi4py import MPI
     with distmm.distribute("graph.mtx", MPI.COMM_WORLD, c=2) as S:  # place S once
         A = S.scatter("a", A_global)            # this rank's block of A: a DenseBlock
@@ -13,16 +14,57 @@ Typical use, under ``mpiexec -n P``::
 See docs/api.md.
 """
 
-# First, before anything imports numpy or mpi4py's MPI: OpenBLAS reads its thread timeout
-# when it loads, MPICH its single-copy switch when MPI is initialised.
-from distmm import blas_threads, intranode  # noqa: F401
-from distmm.api import ALGORITHMS, OPS, distribute
-from distmm.core.coo import CooShare
-from distmm.core.dense import DenseBlock, hashed_normal
-from distmm.errors import DistmmError, InputError
-from distmm.operator import Operator
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Importing distmm loads no numpy, no MPI and changes nothing in the process, so that
+# prepare_process (standard library only) can still run before numpy and MPI load. The names
+# below are loaded on first use (PEP 562); each lives in the module named beside it.
+from distmm.process import prepare_process
+
+_EXPORTS = {
+    "ALGORITHMS": "distmm.api",
+    "OPS": "distmm.api",
+    "distribute": "distmm.api",
+    "CooShare": "distmm.core.coo",
+    "DenseBlock": "distmm.core.dense",
+    "hashed_normal": "distmm.core.dense",
+    "DistmmError": "distmm.errors",
+    "InputError": "distmm.errors",
+    "Operator": "distmm.operator",
+}
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads them
+    from distmm.api import ALGORITHMS, OPS, distribute
+    from distmm.core.coo import CooShare
+    from distmm.core.dense import DenseBlock, hashed_normal
+    from distmm.errors import DistmmError, InputError
+    from distmm.operator import Operator
 
 __version__ = "0.1.0"
 
 __all__ = ["ALGORITHMS", "OPS", "CooShare", "DenseBlock", "DistmmError", "InputError",
-           "Operator", "distribute", "hashed_normal"]
+           "Operator", "distribute", "hashed_normal", "prepare_process"]
+
+
+def __getattr__(name: str):
+    """An exported name from its module, or a submodule (``distmm.kernels``), on first use."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif not name.startswith("__"):
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -8,10 +8,12 @@ core, and numba's worker thread waits for the scheduler to hand it one. Where th
 threads fill the cores, a kernel of tens of microseconds then takes milliseconds
 (docs/performance-log.md, "BLAS threads").
 
-OpenBLAS reads the variable once, when it is loaded, so this module sets a default as distmm
-is imported, before distmm imports numpy: ``OPENBLAS_THREAD_TIMEOUT=4``, the shortest spin
+OpenBLAS reads the variable once, when it is loaded, so :func:`set_default` must run before
+numpy is imported; importing distmm runs nothing. :func:`distmm.prepare_process` calls it (the
+``distmm`` command does so before it loads numpy, and the launchers and batch templates export
+the variables before the ranks start). It sets ``OPENBLAS_THREAD_TIMEOUT=4``, the shortest spin
 OpenBLAS accepts (its threads then sleep right after a call and are woken for the next). A
-value already in the environment is left alone. Where numpy was imported before distmm, its
+value already in the environment is left alone. Where numpy was imported before the call, its
 OpenBLAS has read the environment already: the default then only reaches libraries loaded
 later (scipy's own OpenBLAS) and child processes, and :data:`STATE` says so; export the
 variable in the job script instead (docs/guide.md).
@@ -19,7 +21,7 @@ variable in the job script instead (docs/guide.md).
 OpenBLAS also starts one thread per CPU it may run on, in every rank. Where the launcher says
 that several ranks share this node (:func:`distmm.cores.launcher_local_size`: MPICH's and Open
 MPI's ``mpiexec``) and the user set no count (``OPENBLAS_NUM_THREADS``, or
-``OMP_NUM_THREADS``, which OpenBLAS reads too), this module sets ``OPENBLAS_NUM_THREADS`` to
+``OMP_NUM_THREADS``, which OpenBLAS reads too), :func:`set_count` sets ``OPENBLAS_NUM_THREADS`` to
 the rank's share of the node (:func:`distmm.cores.node_share`), so that the ranks' dense
 algebra does not run ranks x CPUs threads; :data:`COUNT_STATE` says how it stands.
 """
@@ -54,14 +56,18 @@ def set_default() -> str:
         was imported: numpy's OpenBLAS uses it) or ``"distmm, after numpy"`` (set here, but
         numpy's OpenBLAS was loaded before and keeps its own default).
     """
+    global STATE
     if VARIABLE in os.environ:
-        return "environment"
-    os.environ[VARIABLE] = THREAD_TIMEOUT
-    return "distmm, after numpy" if "numpy" in sys.modules else "distmm"
+        STATE = "environment"
+    else:
+        os.environ[VARIABLE] = THREAD_TIMEOUT
+        STATE = "distmm, after numpy" if "numpy" in sys.modules else "distmm"
+    return STATE
 
 
-#: How the variable stood when distmm was imported (:func:`set_default`'s answer).
-STATE = set_default()
+#: How the variable stood after this process's last :func:`set_default` (``"not called"``
+#: where it never ran: the value, if any, is the environment's).
+STATE = "not called"
 
 
 def set_count() -> str:
@@ -78,14 +84,18 @@ def set_count() -> str:
         ``"distmm"`` (set here, before numpy was imported) or ``"distmm, after numpy"``
         (set here, but numpy's OpenBLAS was loaded before and keeps its own count).
     """
-    if COUNT_VARIABLE in os.environ or "OMP_NUM_THREADS" in os.environ:
-        return "environment"
+    global COUNT_STATE
     ranks = launcher_local_size()
-    if ranks <= 1:
-        return "one rank on the node"
-    os.environ[COUNT_VARIABLE] = str(node_share(ranks, cpus(), node_cpus()))
-    return "distmm, after numpy" if "numpy" in sys.modules else "distmm"
+    if COUNT_VARIABLE in os.environ or "OMP_NUM_THREADS" in os.environ:
+        COUNT_STATE = "environment"
+    elif ranks <= 1:
+        COUNT_STATE = "one rank on the node"
+    else:
+        os.environ[COUNT_VARIABLE] = str(node_share(ranks, cpus(), node_cpus()))
+        COUNT_STATE = "distmm, after numpy" if "numpy" in sys.modules else "distmm"
+    return COUNT_STATE
 
 
-#: How ``OPENBLAS_NUM_THREADS`` stood when distmm was imported (:func:`set_count`'s answer).
-COUNT_STATE = set_count()
+#: How ``OPENBLAS_NUM_THREADS`` stood after this process's last :func:`set_count`
+#: (``"not called"`` where it never ran).
+COUNT_STATE = "not called"

@@ -7,32 +7,29 @@ forever for the one that left. :func:`agree` is the single place where that happ
 rank makes its own checks without communicating (collecting them in a :class:`Checks`), then
 one collective decides, and every rank raises the same :class:`InputError` naming the rank(s)
 that found the problem.
+
+The exception types, :func:`require` and :func:`abort_job` live in :mod:`distmm.exceptions`
+(which the watchdog uses too) and are imported from here as from there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import operator
-import sys
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mpi4py import MPI
 
 from distmm import watchdog
+from distmm.exceptions import ABORT_DRAIN, DistmmError, InputError, abort_job, require
+
+__all__ = ["ABORT_DRAIN", "Checks", "DistmmError", "InputError", "abort_job", "agree",
+           "as_int", "format_ranks", "require"]
 
 # At most this many distinct problems (and ranks per problem) are spelled out in one message.
 _SHOWN = 3
 _SHOWN_RANKS = 8
-
-
-class DistmmError(Exception):
-    """Base class of every error distmm raises on purpose."""
-
-
-class InputError(DistmmError, ValueError):
-    """Bad user input: a parameter, a shape, a file. Raised identically on every rank."""
 
 
 def format_ranks(ranks: list[int]) -> str:
@@ -170,32 +167,6 @@ class Checks:
         """Collective: raise the same InputError everywhere if any rank recorded a problem or
         ``same`` differs between ranks (see :func:`agree`)."""
         agree(self.comm, self.problem, same)
-
-
-# Seconds between a rank's last words on stderr and MPI_Abort. MPICH's launcher forwards each
-# rank's stderr through a pipe and, on an abort, kills the job without draining it: a line
-# written just before MPI_Abort can be lost with everything else the rank printed.
-ABORT_DRAIN = 0.5
-
-
-def abort_job(comm: MPI.Comm, code: int, message: str) -> None:
-    """Write ``message`` (one or more lines) to this rank's stderr, give the launcher time to
-    forward it, then call ``MPI_Abort(comm, code)``, which ends every rank of the job. Not
-    collective: called by the one rank that decides the job cannot go on."""
-    sys.stderr.write(message if message.endswith("\n") else message + "\n")
-    sys.stderr.flush()
-    time.sleep(ABORT_DRAIN)
-    comm.Abort(code)
-
-
-def require(condition: bool, message: str) -> None:
-    """Raise :class:`InputError` unless ``condition`` holds.
-
-    Not collective: use it only for checks whose inputs are identical on every rank (global
-    shapes, p, c, names), so that every rank raises the same error without communicating.
-    """
-    if not condition:
-        raise InputError(message)
 
 
 def as_int(value: Any, name: str) -> int:

@@ -13,7 +13,10 @@ times slower through it on the development machine (docs/performance-log.md, "Si
 between the ranks of a node").
 
 MPICH reads its variables once, when MPI is initialised (mpi4py does that at ``from mpi4py
-import MPI``), so this module sets the default as distmm is imported, where
+import MPI``), so :func:`set_default` must run before that; importing distmm runs nothing.
+:func:`distmm.prepare_process` calls it (the ``distmm`` command does so before it loads MPI, and
+the launchers and batch templates export the variable before MPI starts). It sets the default
+where
 
 * the environment has no value of its own (``MPIR_CVAR_CH4_CMA_ENABLE=0`` turns it off);
 * this is Linux, Yama permits same-user processes to read each other's memory (no Yama, or
@@ -21,13 +24,12 @@ import MPI``), so this module sets the default as distmm is imported, where
   the memory of a child of its own with ``process_vm_readv`` (a container's seccomp filter or
   a security module may refuse the call; MPICH does not test for that).
 
-Where MPI was initialised before distmm was imported, the value only reaches processes started
-later (the ranks of a job that a driver launches), and :data:`STATE` says so; where MPI (or
-anything else) has started threads by then, the probe is not run, since forking a process that
-runs threads may deadlock the child, and nothing is set. Import distmm before mpi4py's
-``MPI``, or export the variable in the job script (docs/guide.md). MPI libraries not derived
-from MPICH ignore its variables (Open MPI's shared-memory transport uses CMA by itself where
-it is permitted); MPICH's derivatives (Cray MPICH, Intel MPI) were not tried.
+Where MPI was initialised before the call, the value only reaches processes started later
+(the ranks of a job that a driver launches), and :data:`STATE` says so; where MPI (or anything
+else) has started threads by then, the probe is not run, since forking a process that runs
+threads may deadlock the child, and nothing is set. MPI libraries not derived from MPICH
+ignore its variables (Open MPI's shared-memory transport uses CMA by itself where it is
+permitted); MPICH's derivatives (Cray MPICH, Intel MPI) were not tried.
 """
 
 from __future__ import annotations
@@ -115,7 +117,8 @@ def cma_permitted(yama: str = _YAMA) -> tuple[bool, str]:
 
 def set_default() -> str:
     """Set ``MPIR_CVAR_CH4_CMA_ENABLE=1`` where the environment has no value and CMA is
-    permitted (:func:`cma_permitted`); say how it stands.
+    permitted (:func:`cma_permitted`, which forks a short-lived child to test it); say how it
+    stands and keep the answer in :data:`STATE`.
 
     Not collective (each process sets its own environment).
 
@@ -127,14 +130,19 @@ def set_default() -> str:
         this process had initialised MPI already: only processes started later see it) or
         ``"not set: <reason>"``.
     """
+    global STATE
     if VARIABLE in os.environ:
-        return "environment"
+        STATE = "environment"
+        return STATE
     ok, why = cma_permitted()
     if not ok:
-        return f"not set: {why}"
+        STATE = f"not set: {why}"
+        return STATE
     os.environ[VARIABLE] = "1"
-    return "distmm, after MPI" if "mpi4py.MPI" in sys.modules else "distmm"
+    STATE = "distmm, after MPI" if "mpi4py.MPI" in sys.modules else "distmm"
+    return STATE
 
 
-#: How the variable stood when distmm was imported (:func:`set_default`'s answer).
-STATE = set_default()
+#: How the variable stood after this process's last :func:`set_default` (``"not called"``
+#: where it never ran: the value, if any, is the environment's).
+STATE = "not called"

@@ -28,6 +28,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from mpi4py import MPI
 
+from distmm.exceptions import abort_job, require
+
 __all__ = ["EXIT_CODE", "Watchdog", "running", "waiting"]
 
 EXIT_CODE = 124  # as timeout(1)
@@ -48,8 +50,6 @@ class Watchdog:
     """
 
     def __init__(self, comm: MPI.Comm, timeout: float, poll: float | None = None) -> None:
-        from distmm.errors import require
-
         require(MPI.Query_thread() >= MPI.THREAD_MULTIPLE,
                 "--timeout needs MPI initialised with MPI_THREAD_MULTIPLE (mpi4py's default; "
                 "check mpi4py.rc.thread_level)")
@@ -128,8 +128,6 @@ class Watchdog:
         self._abort(describe(self.timeout, states, self.size))
 
     def _abort(self, message: str) -> None:
-        from distmm.errors import abort_job
-
         abort_job(MPI.COMM_WORLD, EXIT_CODE, f"distmm: watchdog: {message}; aborting the job")
 
 
