@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 # Importing distmm loads no numpy, no MPI and changes nothing in the process, so that
 # prepare_process (standard library only) can still run before numpy and MPI load. The names
 # below are loaded on first use (PEP 562); each lives in the module named beside it.
+from distmm._version import __version__  # noqa: F401 - distmm.__version__
 from distmm.process import prepare_process
 
 _EXPORTS = {
@@ -43,7 +44,6 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from distmm.errors import DistmmError, InputError
     from distmm.operator import Operator
 
-__version__ = "0.1.0"
 
 __all__ = ["ALGORITHMS", "OPS", "CooShare", "DenseBlock", "DistmmError", "InputError",
            "Operator", "distribute", "hashed_normal", "prepare_process"]

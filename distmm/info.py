@@ -17,6 +17,7 @@ import platform
 import sys
 
 from distmm._optional import EXTRAS, available
+from distmm._version import __version__
 
 # distribution names of the optional packages, by import name
 _DISTRIBUTIONS = {"torch_geometric": "torch-geometric"}
@@ -69,7 +70,6 @@ def collect() -> dict:
     import numba
     from mpi4py import MPI
 
-    import distmm
     from distmm import blas_threads, intranode
     from distmm.core import comm
     from distmm.kernels import threads
@@ -90,7 +90,7 @@ def collect() -> dict:
         present = version is not None or available(module)
         extras[module] = {"extra": extra, "installed": present, "version": version}
     return {
-        "distmm": distmm.__version__,
+        "distmm": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
         "mpi": {"library": " ".join(library.splitlines()[0].split()) if library else "",
                 "library_version": library, "standard": f"{major}.{minor}",
@@ -207,8 +207,8 @@ def _intranode_text(c: dict) -> str:
            "distmm": "set by distmm before MPI was initialised: single-copy messages "
                      "between the ranks of a node",
            "distmm, after MPI": "set by distmm after this process had initialised MPI, which "
-                                "keeps its own setting: import distmm before mpi4py's MPI or "
-                                "export it in the job script (docs/guide.md)"}
+                                "keeps its own setting: call distmm.prepare_process() before "
+                                "mpi4py's MPI or export it in the job script (docs/guide.md)"}
     state = c["set_by"]
     if c["value"] is None and state.startswith("not set: "):
         return f"not set (distmm left it: {state.removeprefix('not set: ')})"
@@ -217,9 +217,7 @@ def _intranode_text(c: dict) -> str:
 
 def add_parser(parser: argparse.ArgumentParser, sub) -> argparse.ArgumentParser:
     """Add ``--version`` to the top-level parser and the ``info`` command to ``sub``."""
-    import distmm
-
-    parser.add_argument("--version", action="version", version=f"distmm {distmm.__version__}")
+    parser.add_argument("--version", action="version", version=f"distmm {__version__}")
     p = sub.add_parser("info", help="print distmm's version, the MPI library mpi4py uses, "
                                     "numba's threading layer and the optional extras present")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")

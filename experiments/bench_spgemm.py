@@ -33,8 +33,8 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from distmm.contrib.hash_spgemm import NUM_TABLES, SYM_TABLES, binning_ranges, hash_spgemm
 from distmm.core.sparse import CSRBlock
+from distmm.kernels.hash_spgemm import NUM_TABLES, SYM_TABLES, binning_ranges, hash_spgemm
 
 
 def _load(path: str) -> sp.csr_matrix:

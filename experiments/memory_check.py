@@ -1,8 +1,8 @@
 """The memory model against the operating system: one table row per (family, c, strategy).
 
 For every family, strategy and valid c at the launching rank count, places an Erdos-Renyi
-matrix and runs one FusedMM (:func:`distmm.core.memory.measure_peak`), then prints, as a Markdown
-table on rank 0, the fullest rank's measured peak resident set above its baseline, the
+matrix and runs one FusedMM (:func:`distmm.perf.memory_peak.measure_peak`), then prints, as a
+Markdown table on rank 0, the fullest rank's measured peak resident set above its baseline, the
 model's predicted peak and their ratio (docs/memory.md). Run under mpiexec, e.g.::
 
     NUMBA_NUM_THREADS=1 mpiexec -n 4 .venv/bin/python experiments/memory_check.py --n 64000
@@ -16,9 +16,9 @@ import numpy as np
 from mpi4py import MPI
 
 import distmm
-from distmm.core.memory import measure_peak
 from distmm.io.generate import erdos_renyi
 from distmm.perf import costmodel
+from distmm.perf.memory_peak import measure_peak
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -388,58 +388,6 @@ def release_freed_memory() -> None:
 _LIBC = None
 
 
-def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
-                 op: str = "fusedmm_a", strategy: str | None = None, dtype=np.float32,
-                 overlap: bool = False, rounds: int = 2) -> tuple[int | None, Memory]:
-    """This rank's measured peak resident bytes for placing S and one ``op``, beside the
-    family's predicted :class:`Memory`. Collective over ``comm``.
-
-    ``make_share()`` returns this rank's :class:`~distmm.core.coo.CooShare` of S (e.g. a
-    generator's); it is called after the baseline is taken and only the object keeps S. The
-    baseline is the resident set after a small warm-up of the same family and operation (so
-    that compiled kernels and MPI's buffers are not counted) with freed memory returned to the
-    OS; the peak is Linux's VmHWM, reset after ``make_share``. The measurement runs
-    ``rounds`` times (S placed anew each time) and the smallest peak is kept: what a process
-    did before (the allocator's state, a first use of something at full size) can add to one
-    round, never to what placing S and one call need. Returns (None, model) where the peak
-    cannot be reset (not Linux)."""
-    import distmm
-    from distmm.io.generate import erdos_renyi
-
-    cls = distmm.ALGORITHMS[algorithm]
-    strategy = strategy or cls.strategies[-1]
-    p = comm.Get_size()
-
-    def run(share, width):
-        obj = distmm.distribute(share, comm, algorithm=algorithm, c=c, r=width, dtype=dtype,
-                                overlap=overlap)
-        A, B = obj.dense("a", width, 0.5), obj.dense("b", width, 0.25)
-        args = {"sddmm": (A, B), "spmm_a": (B,), "spmm_b": (A,)}.get(op, (A, B))
-        kw = {"strategy": strategy} if op.startswith("fusedmm") else {}
-        return obj, getattr(obj, op)(*args, **kw)
-
-    # the warm-up runs at the measured width: the kernels are compiled (or loaded from numba's
-    # cache) per width, and a first load inside the measured call would count as its memory
-    warm, _ = run(erdos_renyi(64, 48, 3, 1, comm), r)
-    warm.close()
-    del warm
-    peaks, model = [], None
-    for _ in range(max(1, rounds)):
-        release_freed_memory()
-        base = current_rss()
-        holder = [make_share()]
-        if model is None:  # the same S every round
-            m, n = holder[0].shape
-            nnz = int(comm.allreduce(holder[0].nnz))
-            model = cls.memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap)
-        ok = reset_peak_rss() and base is not None
-        obj, result = run(holder.pop(), r)
-        peaks.append(peak_rss() - base if ok else None)
-        del result
-        obj.close()
-    return (None if None in peaks else min(peaks)), model
-
-
 def format_bytes(nbytes: float) -> str:
     """``nbytes`` for people: ``1.5 GiB``, ``320 MiB``, ``12 KiB``, ``512 B``."""
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -449,5 +397,5 @@ def format_bytes(nbytes: float) -> str:
 
 
 __all__ = ["Memory", "available_bytes", "csr_bytes", "current_rss", "format_bytes",
-           "held_bytes", "measure_peak", "parse_memory_limit", "peak_rss", "place_bytes",
+           "held_bytes", "parse_memory_limit", "peak_rss", "place_bytes",
            "release_freed_memory", "reset_peak_rss", "transpose_bytes"]

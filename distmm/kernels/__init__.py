@@ -15,9 +15,9 @@ from distmm.kernels.base import KernelStats, NodeModel, OpStats
 _REGISTRY: dict[str, str] = {
     "reference": "distmm.kernels.reference:ReferenceModel",
     "sputnik": "distmm.kernels.sputnik:SputnikModel",
-    "hash-spgemm": "distmm.contrib.hash_spgemm:HashSpGEMMModel",
-    "sparch": "distmm.sim.sparch:SpArchModel",
-    "dynaspase": "distmm.sim.dynaspase.model:DynaspaseModel",
+    "hash-spgemm": "distmm.kernels.hash_spgemm:HashSpGEMMModel",
+    "sparch": "distmm.kernels.sparch:SpArchModel",
+    "dynaspase": "distmm.kernels.dynaspase:DynaspaseModel",
 }
 
 NODE_MODELS = tuple(_REGISTRY)

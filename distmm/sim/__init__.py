@@ -1,2 +1,6 @@
-"""Accelerator simulators (SpArch, Dynaspase) and the Dynaspase GNN inference built on them;
-reachable as node models, not needed by the production kernels."""
+"""Accelerator simulators (SpArch, Dynaspase) and the Dynaspase GNN inference built on them.
+
+They model hardware, cycle by cycle or transaction by transaction, and know nothing of
+distmm's node-model interface: the node models that run them under the distributed families
+are :mod:`distmm.kernels.sparch` and :mod:`distmm.kernels.dynaspase`, beside the production
+kernels. The production kernels never import this package."""

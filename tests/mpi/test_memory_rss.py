@@ -13,9 +13,10 @@ import pytest
 from mpi4py import MPI
 
 import distmm
-from distmm.core.memory import measure_peak, reset_peak_rss
+from distmm.core.memory import reset_peak_rss
 from distmm.io.generate import erdos_renyi
 from distmm.perf import costmodel
+from distmm.perf.memory_peak import measure_peak
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()

@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from distmm.contrib.hash_spgemm import (
+from distmm.core.sparse import CSRBlock
+from distmm.errors import InputError
+from distmm.kernels import make_node_model
+from distmm.kernels.hash_spgemm import (
     DENSE_MAX_BYTES,
     NUM_TABLES,
     SYM_TABLES,
@@ -21,9 +24,6 @@ from distmm.contrib.hash_spgemm import (
     dense_to_csr,
     hash_spgemm,
 )
-from distmm.core.sparse import CSRBlock
-from distmm.errors import InputError
-from distmm.kernels import make_node_model
 
 # small tables push small matrices through every bin, the symbolic fallback and the per-row
 # numeric tables
@@ -356,7 +356,7 @@ def test_non_temporal_stores_write_the_same_c(monkeypatch):
     every way a row is written (rank, bitmap and bucket sorts, dense flag scans,
     dense bitmaps, Y row bitmaps, direct, listed, with hash tables and the dense accumulator,
     sorted and not) gives the same product."""
-    from distmm.contrib import hash_spgemm as module
+    from distmm.kernels import hash_spgemm as module
 
     monkeypatch.setattr(module, "STREAM_MIN_BYTES", 0)
     ways: dict[str, int] = {}

@@ -1,5 +1,8 @@
-"""The package's layering: module-level imports between distmm's subpackages form no cycle, and
-lower layers never import higher ones (docs/developer.md, "Layout")."""
+"""The package's layering: imports between distmm's modules form no cycle, and lower layers never
+import higher ones (docs/developer.md, "Layout"). Every import counts: at module level, inside a
+function (deferred, to load an optional or heavy dependency on demand) or under
+``if TYPE_CHECKING:`` (the package's lazily loaded exports), since a deferred import back is a
+cycle all the same, only found later."""
 
 from __future__ import annotations
 
@@ -10,18 +13,25 @@ import distmm
 
 ROOT = Path(distmm.__file__).parent
 
-# Each layer may import only the layers listed before it (and itself). Imports inside functions
-# are not counted: they are how an optional or heavy dependency is loaded on demand.
+# Each layer may import only the layers listed before it (and itself); the longest matching
+# prefix places a module.
 LAYERS = [
-    ("distmm.errors", "distmm._optional", "distmm.watchdog", "distmm.signals",
-     "distmm.blas_threads", "distmm.cores"),
-    ("distmm.core",),
-    ("distmm.io", "distmm.kernels"),
-    ("distmm.sim", "distmm.contrib"),
-    ("distmm.algorithms", "distmm.ops"),
+    ("distmm._version", "distmm.cores", "distmm.blas_threads", "distmm.intranode",
+     "distmm.process", "distmm.exceptions"),
+    ("distmm.errors", "distmm._optional", "distmm.watchdog", "distmm.signals"),
+    ("distmm.core", "distmm.kernels.numba_util"),
+    ("distmm.io",),
+    ("distmm.sim",),
+    ("distmm.kernels",),
+    ("distmm.algorithms", "distmm.ops", "distmm.operator"),
     ("distmm.perf", "distmm.api", "distmm.operator", "distmm.info"),
-    ("distmm.apps", "distmm.torch", "distmm.cli", "distmm"),
+    ("distmm.apps", "distmm.torch", "distmm.cli", "distmm.__main__", "distmm"),
 ]
+
+# The one pair of modules still allowed to import each other, by deferred imports: the command
+# line (distmm.cli) and the applications' command lines, which import the command line's
+# helpers. It goes when those helpers move to a module of their own; nothing else may be added.
+ALLOWED_CYCLE = {"distmm.cli", "distmm.apps.als_cli", "distmm.apps.gat_cli"}
 
 
 def _module_name(path: Path) -> str:
@@ -29,11 +39,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _top_level_imports(path: Path, modules: set[str]) -> set[str]:
-    """The distmm modules that ``path`` imports at module level: ``from P import x`` counts as
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The distmm modules that ``path`` imports anywhere in it: ``from P import x`` counts as
     importing ``P.x`` when that is a module, else ``P``."""
     found: set[str] = set()
-    for node in ast.parse(path.read_text()).body:  # module level only
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
                 node.module == "distmm" or node.module.startswith("distmm.")):
             for alias in node.names:
@@ -46,7 +56,13 @@ def _top_level_imports(path: Path, modules: set[str]) -> set[str]:
 
 def _graph() -> dict[str, set[str]]:
     paths = {_module_name(p): p for p in ROOT.rglob("*.py")}
-    return {name: _top_level_imports(path, set(paths)) - {name} for name, path in paths.items()}
+    return {name: _imports(path, set(paths)) - {name} for name, path in paths.items()}
+
+
+def _is_allowed(cycle: list[str]) -> bool:
+    """A cycle made only of the command line and the applications' command lines (see
+    ALLOWED_CYCLE): the package itself may sit on it only as the way in (``import distmm``)."""
+    return set(cycle) <= ALLOWED_CYCLE
 
 
 def _layer(module: str) -> int:
@@ -70,7 +86,9 @@ def test_no_import_cycles():
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
                 cycle = stack[stack.index(nxt):] + [nxt]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
+                if not _is_allowed(cycle):
+                    raise AssertionError("import cycle: " + " -> ".join(cycle))
+                continue
             if nxt not in state:
                 visit(nxt)
         stack.pop()

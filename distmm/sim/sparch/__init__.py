@@ -56,9 +56,8 @@ Assumptions where the paper leaves gaps (also in docs/node-models/sparch.md):
 from __future__ import annotations
 
 from distmm.sim.sparch.config import PREFETCH_POLICIES, SCHEDULERS, SpArchConfig
-from distmm.sim.sparch.node import SpArchModel
 from distmm.sim.sparch.schedule import k_init, make_schedule
 from distmm.sim.sparch.simulate import simulate
 
-__all__ = ["PREFETCH_POLICIES", "SCHEDULERS", "SpArchConfig", "SpArchModel", "k_init",
+__all__ = ["PREFETCH_POLICIES", "SCHEDULERS", "SpArchConfig", "k_init",
            "make_schedule", "simulate"]

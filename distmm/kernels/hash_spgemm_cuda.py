@@ -1,6 +1,6 @@
 """numba.cuda kernels of the ``hash-spgemm`` node model (OpSparse, Du et al. 2022).
 
-The same six steps as the CPU path (:mod:`distmm.contrib.hash_spgemm`), as GPU kernels:
+The same six steps as the CPU path (:mod:`distmm.kernels.hash_spgemm`), as GPU kernels:
 
 * setup: one thread per row computes nprod;
 * binning: Algorithm 1 (count bins with shared-memory counters, one global atomic per bin and
@@ -33,8 +33,8 @@ import functools
 import numpy as np
 from numba import cuda, from_dtype, int32, int64
 
-from distmm.contrib.hash_spgemm import bin_counters, numeric_table_sizes, own_table_sizes
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
+from distmm.kernels.hash_tables import bin_counters, numeric_table_sizes, own_table_sizes
 
 __all__ = ["cuda_hash_spgemm"]
 
@@ -311,7 +311,7 @@ def cuda_hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables, sym_ranges, num_table
                      ) -> tuple[CSRBlock, dict[str, float]]:
     """C = X(values) @ Y by the OpSparse steps on a CUDA device (or the CUDA simulator).
 
-    Same arguments and result as :func:`distmm.contrib.hash_spgemm.hash_spgemm`, plus
+    Same arguments and result as :func:`distmm.kernels.hash_spgemm.hash_spgemm`, plus
     ``block`` threads per block. Column indices of C are sorted. Not collective.
     """
     K = _K
