@@ -128,20 +128,35 @@ def _blas_state(code: str, **env: str) -> list[str]:
     return res.stdout.split()
 
 
-SHOW = ("import os, distmm; print(os.environ['OPENBLAS_THREAD_TIMEOUT'], "
-        "distmm.blas_threads.STATE.replace(' ', '_'))")
+SHOW = ("import os, distmm; distmm.prepare_process(); "
+        "print(os.environ['OPENBLAS_THREAD_TIMEOUT'], distmm.blas_threads.STATE.replace(' ', '_'))")
 
 
 def test_openblas_thread_timeout_is_set_before_numpy_loads():
-    """Importing distmm first sets OpenBLAS's shortest spin before numpy loads it; a value in
-    the environment is kept; after numpy, the value is set for what loads later and the
-    state says numpy's OpenBLAS did not see it."""
+    """distmm.prepare_process() first sets OpenBLAS's shortest spin before numpy loads it; a
+    value in the environment is kept; after numpy, the value is set for what loads later and
+    the state says numpy's OpenBLAS did not see it. Importing distmm alone sets nothing."""
     assert _blas_state(SHOW) == ["4", "distmm"]
     assert _blas_state(SHOW, OPENBLAS_THREAD_TIMEOUT="12") == ["12", "environment"]
     assert _blas_state("import numpy; " + SHOW) == ["4", "distmm,_after_numpy"]
-    # the command line imports distmm before numpy
-    assert _blas_state("import distmm.cli, numpy, os; "
-                       "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])") == ["4"]
+    assert _blas_state("import distmm, numpy, os; "
+                       "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT', '-'))") == ["-"]
+
+
+def test_the_command_prepares_the_process_before_numpy_and_mpi():
+    """``distmm`` (``python -m distmm``) makes the settings before it loads numpy and MPI:
+    ``distmm info`` run through it reports them as set in time."""
+    clean = {k: v for k, v in ENV.items() if k not in (
+        "OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+        "MPIR_CVAR_CH4_CMA_ENABLE")}
+    res = subprocess.run([sys.executable, "-m", "distmm", "info", "--json"],
+                         capture_output=True, text=True, timeout=120, env=clean)
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert (info["blas_threads"]["value"], info["blas_threads"]["set_by"]) == ("4", "distmm")
+    assert info["intranode"]["set_by"] in ("distmm", "environment") or \
+        info["intranode"]["set_by"].startswith("not set: ")
+    assert info["intranode"]["set_by"] not in ("not called", "distmm, after MPI")
 
 
 def test_info_reports_the_blas_thread_timeout():

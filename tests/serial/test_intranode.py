@@ -1,10 +1,10 @@
 """MPICH's single-copy switch between the ranks of a node (distmm.intranode).
 
-The oracle is a fresh Python process: what its environment holds after ``import distmm``,
-given what it held before, whether MPI came first, and what Yama and the kernel permit here
-(``cma_permitted``, whose parts are tested with a Yama file of our own and a process that
-runs threads). The last test runs ranks with the switch on and checks that a large message,
-which then takes the single-copy path, arrives intact.
+The oracle is a fresh Python process: what its environment holds after
+``distmm.prepare_process()``, given what it held before, whether MPI came first, and what Yama
+and the kernel permit here (``cma_permitted``, whose parts are tested with a Yama file of our
+own and a process that runs threads). The last test runs ranks with the switch on and checks
+that a large message, which then takes the single-copy path, arrives intact.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from distmm.info import _intranode_text
 
 VAR = intranode.VARIABLE
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-SHOW = ("import os, distmm; print(os.environ.get('MPIR_CVAR_CH4_CMA_ENABLE', '-'), "
-        "repr(distmm.intranode.STATE))")
+SHOW = ("import os, distmm; distmm.prepare_process(); "
+        "print(os.environ.get('MPIR_CVAR_CH4_CMA_ENABLE', '-'), repr(distmm.intranode.STATE))")
 
 
-# distmm.intranode alone, as ``import distmm`` runs it first: before numpy or MPI start threads
+# distmm.intranode alone, as distmm.prepare_process runs it first: before numpy or MPI start
+# threads
 _PATH = intranode.__file__
 ALONE = (f"import importlib.util as u; s = u.spec_from_file_location('m', {_PATH!r}); "
          "i = u.module_from_spec(s); s.loader.exec_module(i); ")
@@ -40,6 +41,11 @@ def _state(code: str, **env: str) -> tuple[str, str]:
     assert res.returncode == 0, res.stderr
     value, state = res.stdout.strip().split(" ", 1)
     return value, eval(state)  # noqa: S307 - repr of a str printed by our own code
+
+
+def test_import_alone_sets_nothing():
+    assert _state("import os, distmm; print(os.environ.get('MPIR_CVAR_CH4_CMA_ENABLE', '-'), "
+                  "repr(distmm.intranode.STATE))") == ("-", "not called")
 
 
 def test_distmm_sets_the_switch_before_mpi_where_permitted():
@@ -92,7 +98,7 @@ def test_no_yama_or_scope_zero_goes_on_to_the_probe(tmp_path, monkeypatch):
 
 def test_a_probe_that_cannot_run_leaves_the_switch_alone(tmp_path, monkeypatch):
     """An OS error inside the probe (/proc hidden, no file descriptors left) is a reason not
-    to set the switch, never an exception out of ``import distmm``."""
+    to set the switch, never an exception out of ``distmm.prepare_process()``."""
     def no_proc(path):
         raise PermissionError(13, "Permission denied", path)
 

@@ -130,7 +130,8 @@ def test_expected_follows_the_environment(monkeypatch):
     assert got["threads"] == node_share(4, cpus(), os.cpu_count())
 
 
-COUNT = ("import os, distmm; print(os.environ.get('OPENBLAS_NUM_THREADS', '-'), "
+COUNT = ("import os, distmm; distmm.prepare_process(); "
+         "print(os.environ.get('OPENBLAS_NUM_THREADS', '-'), "
          "distmm.blas_threads.COUNT_STATE.replace(' ', '_'))")
 
 
