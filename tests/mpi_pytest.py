@@ -25,10 +25,12 @@ def main(argv: list[str]) -> int:
 
     # Like `python -m pytest`: the checkout is importable even without `pip install -e .`.
     sys.path.insert(0, str(REPO))
-    # distmm before MPI, as its command line imports them: MPICH's single-copy path between
-    # the ranks of a node is then on where permitted (distmm.intranode), so the suite runs
-    # the transport users get
-    import distmm  # noqa: F401
+    # prepared before MPI, as the distmm command is: MPICH's single-copy path between the
+    # ranks of a node is then on where permitted (distmm.intranode), so the suite runs the
+    # transport users get
+    import distmm
+
+    distmm.prepare_process()
 
     # isort: split
     from mpi4py import MPI
