@@ -240,10 +240,11 @@ def _scipy_calls(Sd, rows, A, B) -> dict:
 
 
 def worker_distmm(args) -> None:
-    """Runs under mpiexec: the public API as a user calls it (distmm imported before MPI, as
-    the README's example does, so MPICH's single-copy messages are on where permitted)."""
+    """Runs under mpiexec: the public API as a user calls it (the process prepared before MPI,
+    as the README's example does, so MPICH's single-copy messages are on where permitted)."""
     import distmm
 
+    distmm.prepare_process()
     # isort: split
     from mpi4py import MPI
 

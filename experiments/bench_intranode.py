@@ -40,6 +40,8 @@ def worker(args) -> None:
     """One job: the message sizes, then every case (collective)."""
     import distmm
 
+    distmm.prepare_process()  # keeps the driver's value: "environment"
+
     # isort: split
     from mpi4py import MPI
 
