@@ -150,6 +150,11 @@ def format_text(info: dict) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+# A process that never called distmm.prepare_process (a script of one's own that imports
+# distmm): the variable, if any, is the environment's.
+_NOT_CALLED = "distmm.prepare_process() was not called in this process; see docs/guide.md"
+
+
 def _threads_text(t: dict) -> str:
     """The row of the numba threads each rank's kernels run on."""
     if t["set_by"] == "environment":
@@ -170,7 +175,7 @@ def _budget_text(c: dict) -> str:
 
 def _blas_count_text(b: dict) -> str:
     """The ``OPENBLAS_NUM_THREADS`` row: OpenBLAS's thread count and who chose it."""
-    why = {"environment": "from the environment",
+    why = {"environment": "from the environment", "not called": _NOT_CALLED,
            "one rank on the node": "OpenBLAS's own: one rank on this node",
            "distmm": "set by distmm: this rank's share of the node",
            "distmm, after numpy": "set by distmm after numpy had loaded OpenBLAS, which keeps "
@@ -180,12 +185,12 @@ def _blas_count_text(b: dict) -> str:
 
 def _blas_text(b: dict) -> str:
     """The ``OPENBLAS_THREAD_TIMEOUT`` row: its value and whether numpy's OpenBLAS uses it."""
-    why = {"environment": "from the environment",
+    why = {"environment": "from the environment", "not called": _NOT_CALLED,
            "distmm": "set by distmm before numpy loaded OpenBLAS",
            "distmm, after numpy": "set by distmm after numpy had loaded OpenBLAS, which keeps "
                                   "spinning its threads: export it in the job script "
                                   "(docs/guide.md)"}
-    return f"{b['value']} ({why.get(b['set_by'], b['set_by'])})"
+    return f"{b['value'] or 'not set'} ({why.get(b['set_by'], b['set_by'])})"
 
 
 def _pairwise_text(c: dict) -> str:
@@ -203,7 +208,7 @@ def _intranode_text(c: dict) -> str:
     node, and who chose it."""
     if not c["mpich"]:
         return f"{c['value'] or 'not set'} (MPICH's switch: this MPI library ignores it)"
-    why = {"environment": "from the environment",
+    why = {"environment": "from the environment", "not called": _NOT_CALLED,
            "distmm": "set by distmm before MPI was initialised: single-copy messages "
                      "between the ranks of a node",
            "distmm, after MPI": "set by distmm after this process had initialised MPI, which "
