@@ -122,13 +122,13 @@ def _kind(mode: int) -> str:
 
 def reason(exc: BaseException) -> str:
     """The cause of an OSError in a few words (h5py's errors carry the errno in their text)."""
-    if getattr(exc, "strerror", None):
-        return str(exc.strerror)
     text = str(exc)
     found = re.search(r"errno\s*=\s*(\d+)", text)
     if found:
         return os.strerror(int(found.group(1)))
-    return " ".join(text.split()) or type(exc).__name__
+    if isinstance(getattr(exc, "errno", None), int):
+        return os.strerror(exc.errno)
+    return " ".join(str(getattr(exc, "strerror", None) or text).split()) or type(exc).__name__
 
 
 def input_problem(path: str, what: str) -> str | None:
