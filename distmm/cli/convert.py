@@ -24,16 +24,16 @@ def add_parser(sub) -> None:
     files.input_option(cv, "input", metavar="IN", help="S as .mtx or .mtx.gz")
     files.output_option(cv, "output", metavar="OUT",
                         help="HDF5 file to write (.h5 or .hdf5; written atomically)")
-    cv.set_defaults(func=cmd_convert)
+    cv.set_defaults(func=cmd_convert, check_arguments=_check_names)
 
 
-def _prechecks(args) -> None:
-    """The names and the input's header (not collective). Raises InputError."""
+def _check_names(args) -> None:
+    """The file names' suffixes, before the files are looked at (not collective: the same
+    arguments give the same result on every rank). Raises InputError."""
     require(not is_hdf5_path(args.input),
             f"{args.input}: convert reads Matrix Market (.mtx or .mtx.gz), not HDF5")
     require(is_hdf5_path(args.output),
             f"{args.output}: the output must be named {' or '.join(HDF5_SUFFIXES)}")
-    mtx_header(args.input)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -41,7 +41,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     checks = Checks(comm)
     with checks.guard():
-        _prechecks(args)
+        mtx_header(args.input)
     checks.agree()
     t0 = time.perf_counter()
     share = read_matrix_market(args.input, comm)

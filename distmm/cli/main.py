@@ -3,9 +3,10 @@
 Launch under the MPI that distmm was installed with, e.g. ``mpiexec -n 4 distmm run ...``.
 Every rank parses its own arguments; the ranks agree in one collective
 (:func:`parse_agreed`): arguments that differ between ranks or a usage error on any rank exit
-every rank with status 2 and one message from rank 0. Then every declared file of the command
-is checked and agreed (:func:`distmm.cli.files.check_files`) before the command's function
-runs. An :class:`~distmm.errors.InputError` (raised alike on every rank by an agreed check)
+every rank with status 2 and one message from rank 0. Then the command's own argument checks
+run (``check_arguments``, set with ``set_defaults``: checks of the arguments alone, identical
+on every rank), and every declared file of the command is checked and agreed
+(:func:`distmm.cli.files.check_files`) before the command's function runs. An :class:`~distmm.errors.InputError` (raised alike on every rank by an agreed check)
 exits 2 with one line; an unexpected error on any rank prints that rank's traceback and
 aborts the whole job, so nothing waits forever for a rank that left; Ctrl-C (SIGINT) ends
 every rank with status 130 and one line. Results are JSON Lines on stdout (rank 0).
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             if not getattr(args, "safe_points", False):
                 signals.release()
             with watchdog.running(comm, getattr(args, "timeout", None)):
+                if getattr(args, "check_arguments", None):  # same arguments on every rank
+                    args.check_arguments(args)
                 check_files(args, comm)
                 return args.func(args)
     except InputError as exc:
