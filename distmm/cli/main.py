@@ -6,8 +6,9 @@ Every rank parses its own arguments; the ranks agree in one collective
 every rank with status 2 and one message from rank 0. Then the command's own argument checks
 run (``check_arguments``, set with ``set_defaults``: checks of the arguments alone, identical
 on every rank), and every declared file of the command is checked and agreed
-(:func:`distmm.cli.files.check_files`) before the command's function runs. An :class:`~distmm.errors.InputError` (raised alike on every rank by an agreed check)
-exits 2 with one line; an unexpected error on any rank prints that rank's traceback and
+(:func:`distmm.cli.files.check_files`) before the command's function runs. An
+:class:`~distmm.errors.InputError` (raised alike on every rank by an agreed check) exits 2
+with one line; an unexpected error on any rank prints that rank's traceback and
 aborts the whole job, so nothing waits forever for a rank that left; Ctrl-C (SIGINT) ends
 every rank with status 130 and one line. Results are JSON Lines on stdout (rank 0).
 
