@@ -134,6 +134,7 @@ def _check_result(obj, op: str, result: np.ndarray, A_loc, B_loc) -> None:
 
 
 def cmd_run(args) -> int:
+    """``distmm run`` (collective): checks, read, distribute, run ``--repeat`` times, write."""
     comm = MPI.COMM_WORLD
     checks = Checks(comm)
     pre: dict = {}
@@ -196,8 +197,6 @@ def cmd_run(args) -> int:
     return 0
 
 
-
-
 def _bench_prechecks(args) -> dict:
     """The checks of ``distmm bench`` on this rank alone (not collective); raises InputError."""
     check_common(args)
@@ -220,6 +219,7 @@ def _bench_prechecks(args) -> dict:
 
 
 def cmd_bench(args) -> int:
+    """``distmm bench`` (collective): one JSON line per (operation, strategy) measured."""
     comm = MPI.COMM_WORLD
     checks = Checks(comm)
     pre: dict = {}
