@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import stat
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from mpi4py import MPI
 
 from distmm.errors import agree
 from distmm.io.outputs import check_output
+from distmm.io.outputs import os_error_reason as reason
 
 __all__ = ["FILES", "FileOption", "check_files", "declared", "input_option", "input_problem",
            "log_dir_option", "output_option", "output_problem", "reason", "warn_once",
@@ -118,17 +118,6 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "regular file" if stat.S_ISREG(mode) else "special file"
-
-
-def reason(exc: BaseException) -> str:
-    """The cause of an OSError in a few words (h5py's errors carry the errno in their text)."""
-    text = str(exc)
-    found = re.search(r"errno\s*=\s*(\d+)", text)
-    if found:
-        return os.strerror(int(found.group(1)))
-    if isinstance(getattr(exc, "errno", None), int):
-        return os.strerror(exc.errno)
-    return " ".join(str(getattr(exc, "strerror", None) or text).split()) or type(exc).__name__
 
 
 def input_problem(path: str, what: str) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ from distmm.errors import InputError, require
 _TMP_TAG = ".distmm-tmp."
 
 
-__all__ = ["atomic_output", "attr_value", "check_output", "read_json_object",
+__all__ = ["atomic_output", "attr_value", "check_output", "os_error_reason", "read_json_object",
            "remove_stale_temporaries", "safe_text", "write_h5_atomic", "write_json_atomic"]
 
 
@@ -151,6 +152,17 @@ def write_json_atomic(path: str | os.PathLike[str], obj: dict) -> None:
     with atomic_output(path) as tmp, open(tmp, "w") as fh:
         json.dump(obj, fh, indent=1, sort_keys=True, default=_json_default)
         fh.write("\n")
+
+
+def os_error_reason(exc: BaseException) -> str:
+    """The cause of an OSError in a few words (h5py's errors carry the errno in their text)."""
+    text = str(exc)
+    found = re.search(r"errno\s*=\s*(\d+)", text)
+    if found:
+        return os.strerror(int(found.group(1)))
+    if isinstance(getattr(exc, "errno", None), int):
+        return os.strerror(exc.errno)
+    return " ".join(str(getattr(exc, "strerror", None) or text).split()) or type(exc).__name__
 
 
 def check_output(path: str | os.PathLike[str] | None, what: str,

@@ -100,7 +100,7 @@ def _last_rank_edit(mine, edit):
 def _one_error(capsys) -> str:
     err = capsys.readouterr().err
     if COMM.rank == 0:
-        lines = [ln for ln in err.splitlines() if ln.startswith("distmm")]
+        lines = [ln for ln in err.splitlines() if ln.startswith("distmm: ")]
         assert len(lines) == 1, err
         return lines[0]
     return ""
@@ -277,7 +277,7 @@ def _assert_untouched(mnt, name):
         assert sorted(os.listdir(mnt)) == ["filler", "old.h5", "old.json"]
 
 
-@pytest.mark.parametrize("command", ["gat-train", "gat-predict", "calibrate", "run"])
+@pytest.mark.parametrize("command", ["gat-train", "gat-predict", "calibrate", "run", "als"])
 def test_full_disk_exits_2_old_output_kept(base, full_disk, capsys, command):
     old = os.path.join(full_disk, "old.json" if command == "calibrate" else "old.h5")
     argv = {"gat-train": _train(base, old),
@@ -286,6 +286,8 @@ def test_full_disk_exits_2_old_output_kept(base, full_disk, capsys, command):
                             "--dtype", "float64"],
             "calibrate": ["calibrate", "--out", old, "--quick"],
             "run": ["run", "spmm-a", "--sparse", f"{base}/S.mtx", "--b", f"{base}/B.npy",
+                    "--out", old],
+            "als": ["als", "--ratings", f"{base}/R.mtx", "--rank", "2", "--epochs", "1",
                     "--out", old]}[command]
     if command == "calibrate" and P < 2:
         pytest.skip("calibrate needs two ranks")
