@@ -6,11 +6,11 @@ One module per command or group: :mod:`~distmm.cli.kernels` (run, bench),
 :mod:`~distmm.cli.gat`, :mod:`~distmm.cli.convert`; ``info`` lives in :mod:`distmm.info`. Their
 shared pieces are public in :mod:`distmm.cli.common` (options, output, node model, memory
 limit) and :mod:`distmm.cli.files` (the input/output layer every command goes through);
-:mod:`distmm.cli.main` parses, agrees, checks the files and dispatches.
+:mod:`distmm.cli.entry` parses, agrees, checks the files and dispatches.
 """
 
 from __future__ import annotations
 
-from distmm.cli.main import build_parser, main
+from distmm.cli.entry import build_parser, main
 
 __all__ = ["build_parser", "main"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from distmm.cli.main import main
+from distmm.cli.entry import main
 
 sys.exit(main())

@@ -7,7 +7,7 @@ A command declares each file option while it builds its parser:
 - :func:`output_option`: a file rank 0 writes;
 - :func:`log_dir_option`: ``--log-dir``, a directory every rank appends to.
 
-:func:`distmm.cli.main.main` calls :func:`check_files` for every command before the command's
+:func:`distmm.cli.entry.main` calls :func:`check_files` for every command before the command's
 function runs (the command cannot skip it): every input must exist and be a readable regular
 file (a FIFO or a device is refused, not opened, so nothing blocks on it); every output must be
 absent or a regular file (never a directory, a device or a FIFO, never the same file as an
@@ -48,7 +48,7 @@ __all__ = ["FILES", "FileOption", "check_files", "declared", "input_option", "in
            "write_output"]
 
 # The parser default under which each command's declared files are kept (a tuple of
-# FileOption); distmm.cli.main leaves it out of the arguments the ranks compare.
+# FileOption); distmm.cli.entry leaves it out of the arguments the ranks compare.
 FILES = "declared_files"
 
 

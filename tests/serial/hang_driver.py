@@ -18,7 +18,7 @@ import time
 from mpi4py import MPI
 
 from distmm.cli import kernels as cli_run
-from distmm.cli import main as cli_main
+from distmm.cli import main as cli_main_fn
 from distmm.core import comm as counting
 
 
@@ -51,4 +51,4 @@ def hang(rank: int, phase: str, nth: int, how: str) -> None:
 
 if __name__ == "__main__":
     hang(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    sys.exit(cli_main.main(sys.argv[5:]))
+    sys.exit(cli_main_fn(sys.argv[5:]))
