@@ -32,7 +32,7 @@ from mpi4py import MPI
 from distmm.core.coo import CooShare
 from distmm.errors import agree
 from distmm.io.matrix_market import read_matrix_market
-from distmm.io.outputs import check_output, write_h5_atomic
+from distmm.io.outputs import check_output, os_error_reason, write_h5_atomic
 
 FORMAT, VERSION = "distmm-als", 1
 H5_SUFFIXES = (".h5", ".hdf5")
@@ -114,7 +114,8 @@ def save_factors(path: str, result, epoch: int) -> None:
         try:
             write_h5_atomic(path, {"A": factors[0], "B": factors[1]}, attrs)
         except OSError as exc:
-            msg = f"cannot write {path}: {exc.strerror or exc}"
+            msg = (f"{path}: cannot write the file ({os_error_reason(exc)}); nothing was "
+                   "written and an existing file is unchanged")
     agree(result.obj.comm, msg)
 
 

@@ -138,7 +138,34 @@ class TrainState:
                             bad_epochs=int(fh.attrs["bad_epochs"]), best_model=model("best"))
             except KeyError as exc:
                 raise InputError(f"{path}: not a GAT checkpoint (missing {exc})") from None
+            except (TypeError, ValueError, AttributeError, OSError) as exc:
+                raise InputError(f"{path}: not a valid GAT checkpoint ({exc})") from None
+        problem = _state_problem(state, config)
+        require(problem is None, f"{path}: not a valid GAT checkpoint ({problem})")
         return state, config
+
+
+def _state_problem(state: TrainState, config) -> str | None:
+    """The first inconsistency of a loaded checkpoint (counters, models, Adam's moments), or
+    None. Not collective."""
+    if not isinstance(config, dict) or not all(k in config for k in ("lr", "weight_decay")):
+        return "attribute config must be a JSON object with the training options"
+    if state.epoch < 0 or state.bad_epochs < 0 or state.adam.step_count < 0:
+        return (f"negative counters (epoch {state.epoch}, bad_epochs {state.bad_epochs}, "
+                f"adam_step {state.adam.step_count})")
+    if not -1 <= state.best_epoch <= state.epoch:
+        return f"best_epoch {state.best_epoch} is outside -1..epoch {state.epoch}"
+    for tag, model in (("model", state.model), ("best", state.best_model)):
+        msg = model.check()
+        if msg is not None:
+            return f"/{tag}: {msg}"
+    for tag, moments in (("adam_m", state.adam.m), ("adam_v", state.adam.v)):
+        for k, d in enumerate(moments):
+            for name, arr in d.items():
+                want = getattr(state.model.layers[k], name).shape
+                if arr.shape != want:
+                    return f"/{tag}/layer{k}/{name} has shape {arr.shape}, expected {want}"
+    return None
 
 
 def _masks(nodes: np.ndarray, split: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

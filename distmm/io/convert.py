@@ -1,4 +1,4 @@
-"""``distmm convert IN.mtx[.gz] OUT.h5``: a Matrix Market file to the HDF5 CSR layout.
+"""A Matrix Market file to the HDF5 CSR layout (the `distmm convert` command: distmm.cli.convert).
 
 Collective: every rank reads its share of the Matrix Market file with the parallel reader
 (:func:`~distmm.io.matrix_market.read_matrix_market`), the shares are gathered in rank order to
@@ -12,10 +12,7 @@ The layout written is the one :mod:`distmm.io.hdf5` reads.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import time
 
 import h5py
 import numpy as np
@@ -23,21 +20,9 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from distmm.core.coo import CooShare
-from distmm.errors import Checks, agree, require
-from distmm.io.hdf5 import HDF5_SUFFIXES, is_hdf5_path
-from distmm.io.matrix_market import mtx_header, read_matrix_market
-from distmm.io.outputs import atomic_output, check_output
+from distmm.io.outputs import atomic_output, attr_value
 
-__all__ = ["add_parser", "cmd_convert", "gather_share", "write_csr_h5"]
-
-
-def add_parser(sub) -> None:
-    """Register ``distmm convert`` on the ``distmm`` command's subparsers."""
-    cv = sub.add_parser("convert", help="convert a Matrix Market file to HDF5 (CSR layout; "
-                                        "parallel read, atomic write)")
-    cv.add_argument("input", help="S as .mtx or .mtx.gz")
-    cv.add_argument("output", help="HDF5 file to write (.h5 or .hdf5; written atomically)")
-    cv.set_defaults(func=cmd_convert)
+__all__ = ["gather_share", "write_csr_h5"]
 
 
 def gather_share(share: CooShare, comm: MPI.Comm, root: int = 0) -> sp.csr_matrix | None:
@@ -109,45 +94,4 @@ def write_csr_h5(path: str | os.PathLike[str], csr: sp.csr_matrix,
         out.create_dataset("data", data=csr.data.astype(np.float64, copy=False))
         out.attrs["shape"] = np.asarray(csr.shape, dtype=np.int64)
         for key, value in (attrs or {}).items():
-            out.attrs[key] = value
-
-
-def _prechecks(args, comm: MPI.Comm) -> None:
-    """Every check that reads no data (not collective): names, the output path (rank 0,
-    the writer) and the input's header. Raises InputError."""
-    require(not is_hdf5_path(args.input),
-            f"{args.input}: convert reads Matrix Market (.mtx or .mtx.gz), not HDF5")
-    require(is_hdf5_path(args.output),
-            f"{args.output}: the output must be named {' or '.join(HDF5_SUFFIXES)}")
-    if comm.Get_rank() == 0:
-        problem = check_output(args.output, "OUT", [args.input])
-        require(problem is None, problem or "")
-    mtx_header(args.input)
-
-
-def cmd_convert(args: argparse.Namespace) -> int:
-    """Run ``distmm convert`` (collective over COMM_WORLD); one JSON line on rank 0."""
-    comm = MPI.COMM_WORLD
-    checks = Checks(comm)
-    with checks.guard():
-        _prechecks(args, comm)
-    checks.agree()
-    t0 = time.perf_counter()
-    share = read_matrix_market(args.input, comm)
-    read_seconds = time.perf_counter() - t0
-    entries = int(comm.allreduce(share.nnz))
-    csr = gather_share(share, comm)
-    del share
-    msg = None
-    if csr is not None:
-        try:
-            write_csr_h5(args.output, csr, {"source": os.path.abspath(args.input)})
-        except OSError as exc:
-            msg = f"OUT {args.output}: cannot write ({exc.strerror or exc})"
-    agree(comm, msg)
-    if csr is not None:
-        print(json.dumps({"event": "convert", "input": args.input, "output": args.output,
-                          "shape": list(csr.shape), "entries_read": entries, "nnz": csr.nnz,
-                          "p": comm.Get_size(), "read_seconds": read_seconds,
-                          "seconds": time.perf_counter() - t0}, sort_keys=True), flush=True)
-    return 0
+            out.attrs[key] = attr_value(value)

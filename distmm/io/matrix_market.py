@@ -475,9 +475,16 @@ def _parse_header(fh: BinaryIO, path: str, gzipped: bool) -> tuple[_Header | Non
         lines += 1
         if not line:
             return None, f"{path}: the file ends before the size line"
+        cut = len(line) == _MAX_HEADER_LINE and not line.endswith(b"\n")
         stripped = line.strip()
         if stripped and not stripped.startswith(b"%"):
+            if cut:
+                return None, (f"{path}, line {lines}: the size line is longer than "
+                              f"{_MAX_HEADER_LINE} bytes; expected 'rows cols entries'")
             break
+        while cut:  # a comment may be of any length: read past the rest of it
+            line = fh.readline(_MAX_HEADER_LINE)
+            cut = len(line) == _MAX_HEADER_LINE and not line.endswith(b"\n")
     parts = stripped.split()
     if len(parts) != 3 or not all(part.isdigit() for part in parts):
         text = stripped[:100].decode("ascii", "replace")

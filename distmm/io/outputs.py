@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -26,8 +27,8 @@ from distmm.errors import InputError, require
 _TMP_TAG = ".distmm-tmp."
 
 
-__all__ = ["atomic_output", "check_output", "read_json_object", "remove_stale_temporaries",
-           "write_h5_atomic", "write_json_atomic"]
+__all__ = ["atomic_output", "attr_value", "check_output", "os_error_reason", "read_json_object",
+           "remove_stale_temporaries", "safe_text", "write_h5_atomic", "write_json_atomic"]
 
 
 def read_json_object(path: str | os.PathLike[str], what: str) -> dict:
@@ -143,7 +144,7 @@ def write_h5_atomic(
         for name, data in datasets.items():
             out.create_dataset(name, data=np.asarray(data))
         for key, value in (attrs or {}).items():
-            out.attrs[key] = _attr_value(value)
+            out.attrs[key] = attr_value(value)
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: dict) -> None:
@@ -151,6 +152,17 @@ def write_json_atomic(path: str | os.PathLike[str], obj: dict) -> None:
     with atomic_output(path) as tmp, open(tmp, "w") as fh:
         json.dump(obj, fh, indent=1, sort_keys=True, default=_json_default)
         fh.write("\n")
+
+
+def os_error_reason(exc: BaseException) -> str:
+    """The cause of an OSError in a few words (h5py's errors carry the errno in their text)."""
+    text = str(exc)
+    found = re.search(r"errno\s*=\s*(\d+)", text)
+    if found:
+        return os.strerror(int(found.group(1)))
+    if isinstance(getattr(exc, "errno", None), int):
+        return os.strerror(exc.errno)
+    return " ".join(str(getattr(exc, "strerror", None) or text).split()) or type(exc).__name__
 
 
 def check_output(path: str | os.PathLike[str] | None, what: str,
@@ -189,13 +201,33 @@ def check_output(path: str | os.PathLike[str] | None, what: str,
     return None
 
 
-def _attr_value(value: Any) -> Any:
-    """An HDF5-storable form of an attribute value (JSON text for containers and None)."""
+def attr_value(value: Any) -> Any:
+    """An HDF5-storable form of an attribute value (JSON text for containers and None).
+
+    Strings are stored as UTF-8: a file name that is not valid UTF-8 (undecodable bytes that
+    Python carries as lone surrogates) keeps its bytes visible as ``\\xNN`` escapes instead of
+    failing the write. JSON text escapes such characters itself (``\\udcNN``)."""
     if value is None or isinstance(value, (dict, list, tuple)):
         return json.dumps(value, default=_json_default, sort_keys=True)
     if isinstance(value, os.PathLike):
-        return os.fspath(value)
+        value = os.fspath(value)
+    if isinstance(value, str):
+        return safe_text(value)
     return value
+
+
+def safe_text(text: str) -> str:
+    """``text`` as valid UTF-8 text: undecodable bytes of a file name (lone surrogates from
+    ``os.fsdecode``) become ``\\xNN`` escapes; any other text is returned unchanged."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = text.encode("utf-8", "backslashreplace")
+        return raw.decode("utf-8", "backslashreplace")
+    return text
 
 
 def _json_default(obj: Any) -> Any:

@@ -20,8 +20,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import platform
 import time
 
@@ -32,6 +30,7 @@ from distmm.core.comm import CommStats, CountingComm, mpi_type, pairwise_setting
 from distmm.core.sparse import CSRBlock
 from distmm.cores import node_cpus
 from distmm.errors import agree, require
+from distmm.io.outputs import write_json_atomic
 from distmm.kernels import make_node_model, threads
 from distmm.kernels.numba_util import thread_count
 from distmm.perf import costmodel
@@ -334,9 +333,6 @@ def calibrate(comm: MPI.Comm, node_model: str = "reference", dtype=np.float32,
 
 
 def save(path: str, data: dict) -> None:
-    """Write the calibration as JSON, atomically (call on one rank)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    """Write the calibration as JSON, atomically (call on one rank; nothing is left behind on
+    a failure, see :func:`distmm.io.outputs.atomic_output`)."""
+    write_json_atomic(path, data)

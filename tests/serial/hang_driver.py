@@ -17,21 +17,22 @@ import time
 
 from mpi4py import MPI
 
-from distmm import cli
+from distmm.cli import kernels as cli_run
+from distmm.cli import main as cli_main_fn
 from distmm.core import comm as counting
 
 
 def hang(rank: int, phase: str, nth: int, how: str) -> None:
     """Make ``rank`` sleep before its ``nth`` entry into ``phase`` (``how``: see above)."""
     if phase == "read-input":
-        header = cli.sparse_header
+        header = cli_run.sparse_header
 
         def slow_header(path):
             if MPI.COMM_WORLD.Get_rank() == rank:
                 time.sleep(3600)
             return header(path)
 
-        cli.sparse_header = slow_header
+        cli_run.sparse_header = slow_header
         return
     original = counting.CountingComm._phase
     seen = [0]
@@ -50,4 +51,4 @@ def hang(rank: int, phase: str, nth: int, how: str) -> None:
 
 if __name__ == "__main__":
     hang(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    sys.exit(cli.main(sys.argv[5:]))
+    sys.exit(cli_main_fn(sys.argv[5:]))

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from distmm.cli import UsageError, build_parser
+from distmm.cli import build_parser
+from distmm.cli.common import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 # The "Application API" pages, merged from parallel branches; linked before they exist here.

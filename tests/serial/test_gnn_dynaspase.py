@@ -11,8 +11,8 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
+from distmm.cli import dynaspase as dynaspase_cli
 from distmm.errors import InputError
-from distmm.sim import dynaspase_cli
 from distmm.sim.dynaspase import DynaspaseConfig
 from distmm.sim.dynaspase_gnn import MODELS, init_weights, prune, reference_forward, run_gnn
 

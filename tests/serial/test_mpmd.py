@@ -161,7 +161,8 @@ def test_distmm_command_missing_file_on_one_rank(tmp_path, p):
     cmd = _mpmd(p, dirs, [str(BIN / "distmm")] + mpmd_cases.RUN)
     proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == f"distmm: error: A.npy: no such file (reported by rank {p - 1})"
+    assert proc.stderr.strip() == (f"distmm: error: --a A.npy: no such file (reported by rank "
+                                   f"{p - 1})")
     assert [_snapshot(d) for d in dirs] == before
 
 

@@ -147,7 +147,7 @@ def test_node_config_file(tmp_path):
     import argparse
     import json
 
-    from distmm.cli import node_model_from_args
+    from distmm.cli.common import node_model_from_args
 
     def args(path):
         return argparse.Namespace(node_model="reference", node_config=path)

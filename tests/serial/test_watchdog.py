@@ -112,7 +112,7 @@ def test_a_rank_stuck_reading_its_input_is_named(tmp_path):
     assert len(ours) == 1 and re.fullmatch(
         rf"distmm: watchdog: a collective did not complete within --timeout {TIMEOUT:g} s "
         r"\(waiting in phase agree\); did not arrive: rank 3; rank 3 is outside any "
-        r"collective \(for \d+\.\d s; its last collective phase was none\); ranks 0, 1, 2 "
+        r"collective \(for \d+\.\d s; its last collective phase was agree\); ranks 0, 1, 2 "
         r"waiting in agree \(up to \d+\.\d s\); aborting the job", ours[0]), proc.stderr
     assert not (tmp_path / "o.h5").exists()
     assert wall < TIMEOUT + SLACK, f"took {wall:.1f} s"

@@ -5,21 +5,22 @@ GCN, GraphSAGE, GIN or SGC with seeded Glorot weights (magnitude-pruned with ``-
 every Aggregate and Update kernel through the simulator under one or all K2P strategies, checks
 the output against a float64 numpy reference, and prints one JSON line per strategy (modelled
 latency per kernel and per layer) plus one with the speedups of Dynamic over S1 and S2.
-Serial: every rank computes the same thing, and only rank 0 prints and writes the report.
+Serial (``distmm simulate`` refuses more than one rank); the report is written through
+:func:`distmm.cli.files.write_output`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import numpy as np
 from mpi4py import MPI
 
+from distmm.cli import files
 from distmm.errors import InputError, require
 from distmm.io.matrix_market import read_csr_block
-from distmm.io.outputs import read_json_object
+from distmm.io.outputs import read_json_object, write_json_atomic
 from distmm.sim.dynaspase import STRATEGIES, DynaspaseConfig
 from distmm.sim.dynaspase_gnn import MODELS, init_weights, reference_forward, run_gnn
 
@@ -29,8 +30,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "dynaspase", help="GNN inference (GCN, SAGE, GIN, SGC) on the simulated Dynaspase "
                           "FPGA accelerator: exact outputs, modelled latency per kernel")
-    p.add_argument("--graph", required=True, help="adjacency matrix A (n x n), .mtx[.gz]")
-    p.add_argument("--features", required=True, help="feature matrix X (n x f), .mtx[.gz]")
+    files.input_option(p, "--graph", required=True,
+                       help="adjacency matrix A (n x n), .mtx[.gz]")
+    files.input_option(p, "--features", required=True,
+                       help="feature matrix X (n x f), .mtx[.gz]")
     p.add_argument("--model", required=True, choices=list(MODELS))
     p.add_argument("--hidden", type=int, default=16, help="hidden size (default 16)")
     p.add_argument("--classes", type=int, default=7, help="output size (default 7, Cora)")
@@ -38,9 +41,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="fraction of each weight matrix zeroed by magnitude (default 0)")
     p.add_argument("--strategy", default="all", choices=[*STRATEGIES, "all"],
                    help="K2P mapping: dynamic (Algorithm 7), s1, s2, or all (default)")
-    p.add_argument("--config", help="JSON object of accelerator options (DynaspaseConfig "
-                                    "fields: p_sys, n_cc, eta, freq_mhz, ddr_gbps, ...)")
-    p.add_argument("--report", help="write every run's full report to this JSON file")
+    files.input_option(p, "--config", help="JSON object of accelerator options (DynaspaseConfig "
+                                           "fields: p_sys, n_cc, eta, freq_mhz, ddr_gbps, ...)")
+    files.output_option(p, "--report", help="write every run's full report to this JSON file "
+                                            "(written atomically)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights (default 0)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.set_defaults(simulate_func=run)
@@ -62,9 +66,6 @@ def run(args: argparse.Namespace) -> int:
     require(args.hidden >= 1, f"--hidden must be at least 1, got {args.hidden}")
     require(args.classes >= 1, f"--classes must be at least 1, got {args.classes}")
     require(0.0 <= args.prune < 1.0, f"--prune must be in [0, 1), got {args.prune}")
-    if args.report:
-        out_dir = os.path.dirname(os.path.abspath(args.report))
-        require(os.path.isdir(out_dir), f"--report: directory {out_dir} does not exist")
     base = _config(args.config)
     A = read_csr_block(args.graph).to_scipy()
     X = read_csr_block(args.features).to_scipy()
@@ -103,11 +104,9 @@ def run(args: argparse.Namespace) -> int:
         if rank0:
             print(json.dumps({"event": "speedup", "model": args.model, "prune": args.prune,
                               **speed}, sort_keys=True), flush=True)
-    if args.report and rank0:
-        tmp = args.report + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(report, fh, indent=1, sort_keys=True)
-        os.replace(tmp, args.report)
+    if args.report:
+        files.write_output(MPI.COMM_WORLD, args.report, "--report",
+                           lambda path: write_json_atomic(path, report))
     return 0
 
 

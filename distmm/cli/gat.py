@@ -9,6 +9,7 @@ on stdout and a progress line on stderr, and writes the output files.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -22,26 +23,27 @@ from distmm import signals
 from distmm.apps.gat import DistGAT, distribute_graph
 from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, TrainState, evaluate, standard_split, train
+from distmm.cli import files
+from distmm.cli.common import emit, job_options
 from distmm.core.permute import PERMUTE_MODES
-from distmm.errors import InputError, agree, require
+from distmm.errors import Checks, InputError, agree, require
 from distmm.io.matrix_market import read_csr_block
 from distmm.io.npy import load_dense_npy
-from distmm.io.outputs import check_output, write_h5_atomic
+from distmm.io.outputs import write_h5_atomic
 from distmm.kernels import NODE_MODELS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``gat`` (with ``train`` and ``predict``) to the ``distmm`` sub-parsers."""
-    from distmm.cli import job_options
-
     gat = subparsers.add_parser("gat", help="graph attention network (GAT): train on labelled "
                                             "nodes, or predict logits with saved weights")
     gat.set_defaults(func=run)
     sub = gat.add_subparsers(dest="gat_command", required=True)
     tr = sub.add_parser("train", help="train a GAT; write its weights (HDF5)")
     _inputs(tr)
-    tr.add_argument("--labels", required=True, help="one integer class per line, node order")
-    tr.add_argument("--split", default="standard",
+    files.input_option(tr, "--labels", required=True,
+                       help="one integer class per line, node order")
+    files.input_option(tr, "--split", default="standard", keywords=("standard",),
                     help="'standard' (per class / val / test sizes from --split-sizes, drawn "
                          "with --split-seed) or a JSON file {\"train\": [...], \"val\": [...], "
                          "\"test\": [...]} of node ids (default standard)")
@@ -49,7 +51,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="labelled nodes per class, validation and test nodes (default "
                          "%(default)s)")
     tr.add_argument("--split-seed", type=int, default=0)
-    tr.add_argument("--out", required=True, help="weights file (HDF5, written atomically)")
+    files.output_option(tr, "--out", required=True,
+                        help="weights file (HDF5, written atomically)")
     tr.add_argument("--hidden", type=int, default=8, help="hidden units per head (default 8)")
     tr.add_argument("--heads", type=int, default=8, help="heads of hidden layers (default 8)")
     tr.add_argument("--out-heads", type=int, default=1,
@@ -68,17 +71,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     tr.add_argument("--attention-dropout", type=float, default=0.6)
     tr.add_argument("--model-seed", type=int, default=0,
                     help="seed of the initial weights and of the dropout masks (default 0)")
-    tr.add_argument("--checkpoint", help="write the training state here (HDF5) every "
-                                         "--checkpoint-every epochs and at the end")
+    files.output_option(tr, "--checkpoint", replaces=("resume",),
+                        help="write the training state here (HDF5) every --checkpoint-every "
+                             "epochs and at the end (may be the --resume file)")
     tr.add_argument("--checkpoint-every", type=int, default=50)
-    tr.add_argument("--resume", help="continue bit-identically from this checkpoint")
+    files.input_option(tr, "--resume", help="continue bit-identically from this checkpoint")
     tr.set_defaults(gat_func=cmd_train)
     job_options(tr)
     pr = sub.add_parser("predict", help="logits of every node with saved weights (HDF5)")
     _inputs(pr)
-    pr.add_argument("--weights", required=True, help="weights file from 'distmm gat train'")
-    pr.add_argument("--out", required=True, help="HDF5 file with /logits (n x classes, "
-                                                 "original node order), written atomically")
+    files.input_option(pr, "--weights", required=True,
+                       help="weights file from 'distmm gat train'")
+    files.output_option(pr, "--out", required=True,
+                        help="HDF5 file with /logits (n x classes, original node order), "
+                             "written atomically")
     pr.add_argument("--fused", action="store_true",
                     help="run each layer's attention as one fused online-softmax loop")
     pr.set_defaults(gat_func=cmd_predict)
@@ -86,12 +92,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _inputs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--graph", required=True, help="adjacency (n x n) .mtx[.gz]: S[i, j] != 0 "
-                                                  "means an edge j -> i")
+    files.input_option(p, "--graph", required=True,
+                       help="adjacency (n x n) .mtx[.gz]: S[i, j] != 0 means an edge j -> i")
     p.add_argument("--transpose", action="store_true",
                    help="the file lists edges i -> j at [i, j] (use its transpose)")
-    p.add_argument("--features", required=True, help="node features (n x f): .mtx[.gz], "
-                                                     ".npy or .h5 (dataset /features)")
+    files.input_option(p, "--features", required=True,
+                       help="node features (n x f): .mtx[.gz], .npy or .h5 (dataset "
+                            "/features; real numbers)")
     p.add_argument("--raw-features", action="store_true",
                    help="do not row-normalise the features (default: each row sums to 1, as "
                         "in the GAT paper's preprocessing)")
@@ -113,13 +120,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------ inputs
-def _out_dir_ok(path: str, what: str, inputs=()) -> None:
-    """Refuse an output path that cannot be written or would overwrite an input (every rank
-    checks the same path, so the error is raised alike everywhere)."""
-    msg = check_output(path, what, inputs)
-    require(msg is None, msg or "")
-
-
 def _read_features(path: str, nodes: np.ndarray, n: int, comm: MPI.Comm, dtype, normalise):
     """This rank's rows of the feature matrix (scipy CSR for .mtx, dense otherwise), checked
     collectively (row count, finiteness)."""
@@ -139,7 +139,11 @@ def _read_features(path: str, nodes: np.ndarray, n: int, comm: MPI.Comm, dtype, 
             with h5py.File(path, "r") as fh:
                 require("features" in fh, f"{path}: no dataset /features")
                 ds = fh["features"]
-                require(ds.ndim == 2, f"{path}: /features must be 2-D, got {ds.shape}")
+                require(isinstance(ds, h5py.Dataset) and ds.ndim == 2,
+                        f"{path}: /features must be a 2-D dataset, got "
+                        f"{getattr(ds, 'shape', 'a group')}")
+                require(ds.dtype.kind in "iuf", f"--features {path}: /features holds "
+                                                f"{ds.dtype}; real numbers are expected")
                 rows = ds.shape[0]
                 order = np.argsort(nodes)
                 X = np.asarray(ds[nodes[order]]) if rows == n else None
@@ -153,7 +157,8 @@ def _read_features(path: str, nodes: np.ndarray, n: int, comm: MPI.Comm, dtype, 
             msg = f"--features {path} holds NaN or infinite values"
     except (InputError, OSError) as exc:
         msg = str(exc)
-    agree(comm, msg)
+    # per-rank files (an MPMD launch) must agree on the width as well as on the rows
+    agree(comm, msg, {"--features columns": None if X is None else int(X.shape[1])})
     if sp.issparse(X):
         X = X.astype(dtype).tocsr()
         if normalise:
@@ -199,7 +204,11 @@ def _read_split(args, y: np.ndarray) -> dict[str, np.ndarray]:
             f"--split {args.split}: needs lists 'train', 'val' and 'test'")
     out = {}
     for k in ("train", "val", "test"):
-        ids = np.asarray(raw[k], dtype=np.int64).ravel()
+        try:
+            ids = np.asarray(raw[k], dtype=np.int64).ravel()
+        except (TypeError, ValueError, OverflowError):
+            raise InputError(f"--split {args.split}: {k} must be a list of integer node ids"
+                             ) from None
         require(ids.size == 0 or (ids.min() >= 0 and ids.max() < y.size),
                 f"--split {args.split}: {k} holds node ids outside 0..{y.size - 1}")
         out[k] = np.unique(ids)
@@ -214,14 +223,39 @@ def _graph(args, add_self_loops: bool):
                             seed=args.seed, order=args.order, node_model=args.node_model)
 
 
-def _emit(comm: MPI.Comm, record: dict) -> None:
-    if comm.rank == 0:
-        print(json.dumps(record, sort_keys=True), flush=True)
+def _digest(*arrays) -> str:
+    """A short digest of arrays, so that ranks can compare per-rank inputs cheaply."""
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _model_options(model: GATModel) -> dict[str, object]:
+    """The command-line model options a model was built with (``--hidden`` and ``--heads``
+    only where it has a hidden layer)."""
+    first, last = model.layers[0], model.layers[-1]
+    hidden = len(model.layers) > 1
+    return {"--layers": len(model.layers), "--hidden": first.out_channels if hidden else None,
+            "--heads": first.heads if hidden else None, "--out-heads": last.heads,
+            "--negative-slope": float(first.negative_slope),
+            "--no-self-loops": not model.add_self_loops}
+
+
+def _options_differ(model: GATModel, args: argparse.Namespace) -> str | None:
+    """The model options of the command line that differ from the checkpoint's, or None."""
+    given = {"--layers": args.layers, "--hidden": args.hidden, "--heads": args.heads,
+             "--out-heads": args.out_heads, "--negative-slope": float(args.negative_slope),
+             "--no-self-loops": bool(args.no_self_loops)}
+    saved = _model_options(model)
+    differ = [f"{k} {given[k]} (checkpoint: {v})" for k, v in saved.items()
+              if v is not None and given[k] != v]
+    return ", ".join(differ) or None
 
 
 # ------------------------------------------------------------------------------------ train
 def cmd_train(args: argparse.Namespace) -> int:
-    """``distmm gat train``. Collective."""
+    """``distmm gat train``. Collective; every check is agreed before the work."""
     comm = MPI.COMM_WORLD
     dtype = np.dtype(args.dtype)
     require(args.heads >= 1 and args.out_heads >= 1,
@@ -231,22 +265,28 @@ def cmd_train(args: argparse.Namespace) -> int:
             "--epochs must be >= 0, --patience and --checkpoint-every >= 1")
     require(0 <= args.dropout < 1 and 0 <= args.attention_dropout < 1,
             "dropout rates must be in [0, 1)")
-    inputs = (args.graph, args.features, args.labels)
-    _out_dir_ok(args.out, "--out", inputs)
-    if args.checkpoint:
-        _out_dir_ok(args.checkpoint, "--checkpoint", inputs)
-    state = None
     config = TrainConfig(args.epochs, args.patience, args.lr, args.weight_decay, args.dropout,
                          args.attention_dropout, args.model_seed)
-    if args.resume:
-        state, saved = TrainState.load(args.resume, dtype)
-        require(all(saved.get(k) == v for k, v in vars(config).items() if k != "epochs"),
-                f"--resume {args.resume}: the checkpoint was made with other training "
-                f"options {saved}")
+    checks, state, saved = Checks(comm), None, {}
+    with checks.guard():  # each rank reads its own --resume file
+        if args.resume:
+            state, saved = TrainState.load(args.resume, dtype)
+            require(all(saved.get(k) == v for k, v in vars(config).items() if k != "epochs"),
+                    f"--resume {args.resume}: the checkpoint was made with other training "
+                    f"options {saved}")
+            differ = _options_differ(state.model, args)
+            require(differ is None, f"--resume {args.resume}: the checkpoint's model was "
+                                    f"built with other options; given {differ}")
+    checks.agree(same={"--resume epoch": None if state is None else state.epoch})
     obj = _graph(args, not args.no_self_loops)
     n = obj.shape[0]
-    y = _read_labels(args.labels, n)
-    split = _read_split(args, y)
+    checks, y, split = Checks(comm), None, None
+    with checks.guard():  # each rank reads its own labels and split
+        y = _read_labels(args.labels, n)
+        split = _read_split(args, y)
+    checks.agree(same={"--labels (content)": None if y is None else _digest(y),
+                       "--split (content)": None if split is None else
+                       _digest(*(split[k] for k in sorted(split)))})
     nodes = obj.local_rows("a")
     X = _read_features(args.features, nodes, n, comm, dtype, not args.raw_features)
     classes = int(y.max()) + 1
@@ -257,50 +297,51 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         model = state.model
         msg = model.check(X.shape[1])
-        require(msg is None and model.layers[-1].width == classes,
-                f"--resume {args.resume}: the checkpoint does not fit these inputs ({msg})")
+        if msg is None and model.layers[-1].width != classes:
+            msg = (f"its output layer has {model.layers[-1].width} classes, the labels "
+                   f"{classes}")
+        require(msg is None, f"--resume {args.resume}: the checkpoint does not fit these "
+                             f"inputs ({msg})")
     gat = DistGAT(obj, model)
 
+    def save_checkpoint(st: TrainState) -> None:
+        files.write_output(comm, args.checkpoint, "--checkpoint",
+                           lambda path: st.save(path, config))
+
     def on_epoch(st: TrainState, record: dict) -> None:
-        _emit(comm, {"event": "epoch", **record})
+        emit({"event": "epoch", **record}, comm)
         if comm.rank == 0:
             print(f"gat train: epoch {st.epoch}/{config.epochs} loss {record['train_loss']:.4f}"
                   f" val {record['val_acc']:.3f} best {st.best_acc:.3f}@{st.best_epoch}",
                   file=sys.stderr, flush=True)
         saved = bool(args.checkpoint) and st.epoch % args.checkpoint_every == 0
-        if saved and comm.rank == 0:
-            st.save(args.checkpoint, config)
+        if saved:
+            save_checkpoint(st)
         if st.epoch < config.epochs and st.bad_epochs < config.patience:
-            _safe_point(comm, st, config, args.checkpoint, saved)
+            _safe_point(comm, st, config, args.checkpoint, saved, save_checkpoint)
 
     state = train(gat, X, y[nodes], split, config, state, on_epoch)
-    if args.checkpoint and comm.rank == 0:
-        state.save(args.checkpoint, config)
+    if args.checkpoint:
+        save_checkpoint(state)
     gat.model = state.best_model
     final = evaluate(gat, X, y[nodes], split)
-    _emit(comm, {"event": "result", "best_epoch": state.best_epoch, "epochs": state.epoch,
-                 **final, "split_sizes": {k: int(v.size) for k, v in split.items()},
-                 "config": vars(config), **obj.describe()})
-    if comm.rank == 0:
-        state.best_model.save(args.out)
-    comm.Barrier()
+    emit({"event": "result", "best_epoch": state.best_epoch, "epochs": state.epoch,
+          **final, "split_sizes": {k: int(v.size) for k, v in split.items()},
+          "config": vars(config), **obj.describe()}, comm)
+    files.write_output(comm, args.out, "--out", state.best_model.save)
     return 0
 
 
 def _safe_point(comm: MPI.Comm, state: TrainState, config: TrainConfig,
-                checkpoint: str | None, saved: bool) -> None:
+                checkpoint: str | None, saved: bool, save) -> None:
     """Stop every rank here if any rank got SIGTERM or SIGINT (:mod:`distmm.signals`); rank 0
-    first writes ``checkpoint`` unless this epoch's is already written. Collective."""
+    first writes ``checkpoint`` (``save(state)``, collective) unless this epoch's is already
+    written. Collective."""
     signum = signals.agreed(comm)
     if not signum:
         return
-    msg = None
-    if checkpoint and not saved and comm.rank == 0:
-        try:
-            state.save(checkpoint, config)
-        except OSError as exc:
-            msg = f"--checkpoint {checkpoint}: cannot write ({exc.strerror or exc})"
-    agree(comm, msg)
+    if checkpoint and not saved:
+        save(state)
     done = (f"checkpoint {checkpoint} written (continue with --resume {checkpoint})"
             if checkpoint else "no --checkpoint was given, so nothing was written")
     raise signals.Stopped(signum, f"stopped by {signals.name(signum)} after epoch "
@@ -309,11 +350,14 @@ def _safe_point(comm: MPI.Comm, state: TrainState, config: TrainConfig,
 
 # ------------------------------------------------------------------------------------ predict
 def cmd_predict(args: argparse.Namespace) -> int:
-    """``distmm gat predict``. Collective."""
+    """``distmm gat predict``. Collective; every check is agreed before the work."""
     comm = MPI.COMM_WORLD
     dtype = np.dtype(args.dtype)
-    _out_dir_ok(args.out, "--out", (args.graph, args.features, args.weights))
-    model = GATModel.load(args.weights, dtype)
+    checks, model = Checks(comm), None
+    with checks.guard():  # each rank reads its own --weights file
+        model = GATModel.load(args.weights, dtype)
+    checks.agree(same={"--weights (model)": None if model is None else
+                       _digest(*(a for la in model.layers for a in la.arrays().values()))})
     obj = _graph(args, model.add_self_loops)
     nodes = obj.local_rows("a")
     X = _read_features(args.features, nodes, obj.shape[0], comm, dtype, not args.raw_features)
@@ -322,10 +366,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     gat = DistGAT(obj, model, fused=args.fused)
     logits, _ = gat.forward(X, None)
     full = obj.gather("a", np.ascontiguousarray(logits), root=0)
-    if comm.rank == 0:
-        write_h5_atomic(args.out, {"logits": full},
-                        {"weights": os.path.abspath(args.weights), "graph": args.graph})
-        _emit(comm, {"event": "predict", "nodes": int(full.shape[0]),
-                     "classes": int(full.shape[1]), "out": args.out})
-    comm.Barrier()
+    files.write_output(comm, args.out, "--out", lambda path: write_h5_atomic(
+        path, {"logits": full}, {"weights": os.path.abspath(args.weights),
+                                 "graph": args.graph}))
+    if full is not None:
+        emit({"event": "predict", "nodes": int(full.shape[0]),
+              "classes": int(full.shape[1]), "out": args.out}, comm)
     return 0

@@ -15,21 +15,28 @@ import sys
 from mpi4py import MPI
 
 from distmm.apps.als import ALSResult, fit
-from distmm.apps.als_io import check_writable, save_factors
+from distmm.apps.als_io import save_factors
+from distmm.cli import files
+from distmm.cli.common import (
+    common_options,
+    emit,
+    log_rank,
+    machine_from_args,
+    node_model_from_args,
+    permute_mode,
+)
 from distmm.errors import require
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``als`` command to ``distmm``'s sub-parsers; returns it."""
-    from distmm.cli import _common
-
     p = subparsers.add_parser(
         "als", help="alternating least squares (collaborative filtering) on distributed "
                     "FusedMM: fit factors to a ratings file")
-    p.add_argument("--ratings", required=True,
+    files.input_option(p, "--ratings", required=True,
                    help="ratings users x items: .mtx[.gz] (user, item, rating; 1-based) or "
                         ".h5 (datasets row, col, rating, 0-based; attribute shape)")
-    p.add_argument("--test", help="held-out ratings file (same forms); instead of "
+    files.input_option(p, "--test", help="held-out ratings file (same forms); instead of "
                                   "--test-fraction")
     p.add_argument("--test-fraction", type=float, default=0.0,
                    help="hold out this fraction of the ratings, by a hash of (user, item) "
@@ -45,13 +52,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--cg-tol", type=float, default=0.0,
                    help="stop a half-step early once every row's relative residual is below "
                         "this (default 0: always --cg-iters)")
-    p.add_argument("--out", help="factors file (HDF5: A, B in original order), written "
+    files.output_option(p, "--out", help="factors file (HDF5: A, B in original order), written "
                                  "atomically at the end")
-    p.add_argument("--checkpoint", help="checkpoint file (HDF5, same format as --out)")
+    files.output_option(p, "--checkpoint", help="checkpoint file (HDF5, same format as --out)")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="write --checkpoint after every K-th epoch (default 0: never)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-    _common(p)
+    common_options(p)
     p.set_defaults(dtype="float64", tune=1, func=run)
     return p
 
@@ -59,19 +66,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Handle ``distmm als`` (collective over COMM_WORLD); returns the exit status. Bad input
     raises :class:`distmm.errors.InputError` on every rank before any file is written."""
-    from distmm.cli import _emit, _log_rank, _open_log_dir, _permute_mode, node_model_from_args
-    from distmm.perf.planner import Machine
-
     comm = MPI.COMM_WORLD
     require(args.tune == 1, "distmm als asks the planner once for --algorithm auto; "
                             "--tune is not supported")
-    check_writable(args.out, "--out", comm, [args.ratings, args.test])
-    _open_log_dir(args)
-    machine = Machine.load(args.machine) if args.machine else None
+    machine = machine_from_args(args) if args.machine else None
 
     def report(record: dict, result: ALSResult) -> None:
-        _emit({"event": "als-epoch", **record})
-        _log_rank(args, result.obj, {"event": "als-epoch"})
+        emit({"event": "als-epoch", **record})
+        log_rank(args, result.obj, {"event": "als-epoch"})
         if comm.Get_rank() == 0:
             test = ("-" if record["test_rmse"] is None else f"{record['test_rmse']:.4f}")
             print(f"distmm als: epoch {record['epoch']}/{args.epochs} train RMSE "
@@ -84,14 +86,14 @@ def run(args: argparse.Namespace) -> int:
                  cg_iters=args.cg_iters, cg_tol=args.cg_tol, weighted=args.weighted,
                  test_fraction=args.test_fraction, seed=args.seed, algorithm=args.algorithm,
                  c=args.c, strategy=args.strategy, node_model=node_model_from_args(args),
-                 dtype=args.dtype, permute=_permute_mode(args), order=args.order,
+                 dtype=args.dtype, permute=permute_mode(args), order=args.order,
                  overlap=args.overlap, test=args.test, machine=machine, callback=report,
                  checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
                  resume=args.resume)
     if args.out:
         save_factors(args.out, result, len(result.history))
     last = result.history[-1] if result.history else {}
-    _emit({"event": "als-done", "out": args.out, "epochs": len(result.history),
+    emit({"event": "als-done", "out": args.out, "epochs": len(result.history),
            "train_rmse": last.get("train_rmse"), "test_rmse": last.get("test_rmse"),
            **result.obj.describe(), "strategy": result.config.strategy,
            "rank": result.config.rank})

@@ -1,0 +1,97 @@
+"""``distmm plan`` (every algorithm, strategy and c ranked by predicted time) and ``distmm
+calibrate`` (alpha, beta and gamma of this machine, written to a machine file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from distmm import api
+from distmm.cli import files
+from distmm.cli.common import emit, machine_from_args, memory_limit_option, parse_limit
+from distmm.core.memory import cgroup_limit, format_bytes, physical_memory
+from distmm.errors import Checks
+from distmm.kernels import NODE_MODELS
+from distmm.perf.calibrate import calibrate, save
+from distmm.perf.planner import format_table, plan
+
+
+def add_parser(sub) -> None:
+    """Register ``distmm plan`` and ``distmm calibrate``."""
+    pl = sub.add_parser("plan", help="rank every algorithm, strategy and c by predicted time")
+    pl.add_argument("--m", type=int, required=True, help="rows of S")
+    pl.add_argument("--n", type=int, help="columns of S (default m)")
+    pl.add_argument("--nnz", type=int, required=True, help="nonzeros of S")
+    pl.add_argument("--r", type=int, required=True, help="dense width r")
+    pl.add_argument("-p", "--ranks", type=int, required=True, dest="p", help="rank count p")
+    files.input_option(pl, "--machine", help="machine file from distmm calibrate (default: "
+                                             "built-in)")
+    pl.add_argument("--all-algorithms", action="store_true",
+                    help="include families this build does not implement yet")
+    pl.add_argument("--top", type=int, default=0, help="show only the best N rows")
+    pl.add_argument("--json", action="store_true", help="JSON Lines instead of a table")
+    pl.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    memory_limit_option(pl, None, "leave out candidates whose modelled memory per rank "
+                                  "exceeds this (auto: this machine's, shared by one rank "
+                                  "per core)")
+    pl.set_defaults(func=cmd_plan)
+    cal = sub.add_parser("calibrate", help="measure alpha, beta (MPI) and gamma (node model) "
+                                           "for the planner; needs >= 2 ranks")
+    files.output_option(cal, "--out", required=True, help="machine file to write (JSON)")
+    cal.add_argument("--node-model", default="reference", choices=list(NODE_MODELS))
+    cal.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    cal.add_argument("--quick", action="store_true", help="fewer, smaller measurements")
+    cal.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args) -> int:
+    """``distmm calibrate`` (collective): measure, then rank 0 writes the machine file."""
+    comm = MPI.COMM_WORLD
+    data = calibrate(comm, args.node_model, np.dtype(args.dtype), quick=args.quick)
+    files.write_output(comm, args.out, "--out", lambda path: save(path, data))
+    if comm.rank == 0 and data["warning"]:
+        print(f"distmm: warning: {data['warning']}", file=sys.stderr, flush=True)
+    emit({"event": "calibrate", "out": args.out,
+          **{k: data[k] for k in ("alpha", "beta", "gamma", "gamma_unfused", "delta",
+                                  "per_call", "unpack_nonzero", "transpose_nonzero",
+                                  "beta_allgather", "beta_reduce_scatter", "p")}})
+    return 0
+
+
+def cmd_plan(args) -> int:
+    """``distmm plan``: the table (or JSON Lines) on rank 0. Every rank reads --machine."""
+    checks, machine, limit = Checks(MPI.COMM_WORLD), None, None
+    with checks.guard():  # every rank reads --machine; one that cannot must stop them all
+        machine = machine_from_args(args)
+        limit = parse_limit(args)
+    checks.agree()
+    if limit == "auto":  # the planned job's ranks are not running: one per core of this node
+        memory = cgroup_limit() or physical_memory()
+        limit = None if memory is None else memory // max(1, min(args.p, os.cpu_count() or 1))
+    algorithms = None if args.all_algorithms else tuple(api.ALGORITHMS)
+    rows = plan(args.m, args.n or args.m, args.nnz, args.r, args.p, machine, algorithms,
+                dtype=np.dtype(args.dtype), memory_limit=limit)
+    if MPI.COMM_WORLD.Get_rank() != 0:
+        return 0
+    if args.json:
+        for row in rows[:args.top or None]:
+            print(json.dumps(row, sort_keys=True))
+        return 0
+    n = args.n or args.m
+    print(f"m={args.m} n={n} nnz={args.nnz} r={args.r} p={args.p} "
+          f"phi={rows[0]['phi']:.4g}; machine: {machine.source} (alpha={machine.alpha:.3g} "
+          f"s, beta={machine.beta:.3g} s/word, gamma={machine.gamma:.3g} s/flop, "
+          f"delta={machine.delta:.3g} s/nonzero); memory per rank modelled for "
+          f"{args.dtype}" + ("" if limit is None else
+                             f", candidates over the limit of {format_bytes(limit)} left out"))
+    print(format_table(rows, args.top or None))
+    best = rows[0]
+    print(f"winner: --algorithm {best['algorithm']} --strategy {best['strategy']} "
+          f"-c {best['c']}")
+    return 0
+
+
