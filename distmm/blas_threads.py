@@ -6,7 +6,7 @@ training loop alternates dense algebra (GAT's ``X @ W``, ALS's small solves and 
 distmm's numba-parallel kernels, so each kernel starts while a spinning BLAS thread holds a
 core, and numba's worker thread waits for the scheduler to hand it one. Where the ranks'
 threads fill the cores, a kernel of tens of microseconds then takes milliseconds
-(docs/performance-log.md, "BLAS threads").
+(docs/performance.md, "BLAS threads").
 
 OpenBLAS reads the variable once, when it is loaded, so :func:`set_default` must run before
 numpy is imported; importing distmm runs nothing. :func:`distmm.prepare_process` calls it (the

@@ -9,7 +9,7 @@ permission to read another process's memory, which Linux's Yama module may withh
 (``/proc/sys/kernel/yama/ptrace_scope`` other than 0). distmm's shifting families move whole
 dense blocks between neighbouring ranks at every step (paper section V), and on one node
 every such message takes the bounce-buffer path: the shift of a 32 MiB block was several
-times slower through it on the development machine (docs/performance-log.md, "Single-copy shifts
+times slower through it on the development machine (docs/performance.md, "Single-copy shifts
 between the ranks of a node").
 
 MPICH reads its variables once, when MPI is initialised (mpi4py does that at ``from mpi4py

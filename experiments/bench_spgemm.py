@@ -36,6 +36,10 @@ import scipy.sparse as sp
 from distmm.core.sparse import CSRBlock
 from distmm.kernels.hash_spgemm import NUM_TABLES, SYM_TABLES, binning_ranges, hash_spgemm
 
+# the real matrices: $DISTMM_DATA, else ../shared/data beside the checkout
+DATA = os.environ.get("DISTMM_DATA", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
+
 
 def _load(path: str) -> sp.csr_matrix:
     with gzip.open(path) as fh:
@@ -270,7 +274,7 @@ def tables(records: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default="/work/shared/data", help="directory of .mtx.gz matrices")
+    p.add_argument("--data", default=DATA, help="directory of .mtx.gz matrices")
     p.add_argument("--genes-rows", default="30000:40000",
                    help="row slice lo:hi of genes-pubmed for A[lo:hi] A^T")
     p.add_argument("--er", default="20000x10,100000x8",

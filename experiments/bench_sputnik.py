@@ -13,7 +13,8 @@ the reference node model and scipy on the same matrices in the same run:
   ``--cols``; the CV actually reached is reported), in random row order, distinct uniformly
   random columns in every row; plus, for the largest CV, the same rows sorted by *increasing*
   length (the heaviest rows last: the worst order for a schedule that does not reorder);
-* ``--mtx`` files (default the skewed genes-pubmed matrix of /work/shared/data), each against
+* ``--mtx`` files (default the skewed genes-pubmed matrix of $DISTMM_DATA, default
+  ../shared/data), each against
   its *balanced twin*: the same shape and nnz with equal row lengths and random columns.
 
 Implementations (all on ``--threads`` numba threads except scipy, which has one):
@@ -56,6 +57,10 @@ import scipy.sparse as sp
 from distmm.core.sparse import CSRBlock
 from distmm.kernels.reference import ReferenceModel
 from distmm.kernels.sputnik import SputnikModel
+
+# the real matrices: $DISTMM_DATA, else ../shared/data beside the checkout
+DATA = os.environ.get("DISTMM_DATA", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
 
 IMPLS = ("sputnik", "sputnik-noswizzle", "sputnik-tile32", "reference", "scipy")
 
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cols", type=int, default=2048)
     p.add_argument("--mean", type=int, default=64, help="nonzeros per row on average")
     p.add_argument("--cvs", default="0,0.25,0.5,1,1.5,2,3")
-    p.add_argument("--mtx", default="/work/shared/data/genes-pubmed.mtx.gz",
+    p.add_argument("--mtx", default=os.path.join(DATA, "genes-pubmed.mtx.gz"),
                    help="comma-separated Matrix Market files ('' for none)")
     p.add_argument("--r", type=int, default=128)
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))

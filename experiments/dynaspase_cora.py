@@ -8,7 +8,7 @@ Tables VII and VIII), once with the full model (77 GB/s DDR, double-buffered) an
 compute only (Table IV alone: DDR bandwidth set to 1e9 GB/s); finally Dynamic with SPMM pairs
 charged their actual row-wise products instead of Table IV's expectation (spmm_cost=rowwise).
 
-    .venv/bin/python experiments/dynaspase_cora.py [--data /work/shared/data] [--json out.jsonl]
+    .venv/bin/python experiments/dynaspase_cora.py [--data ../shared/data] [--json out.jsonl]
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ import scipy.sparse as sp
 
 from distmm.sim.dynaspase import DynaspaseConfig
 from distmm.sim.dynaspase_gnn import MODELS, init_weights, reference_forward, run_gnn
+
+# the real matrices: $DISTMM_DATA, else ../shared/data beside the checkout
+DATA = os.environ.get("DISTMM_DATA", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
 
 # paper Table VII, Cora (CO) column: latency in ms of S1, S2, Dynamic, then SO-S1, SO-S2 as
 # printed (the GCN row's ratio does not follow from its latencies: 0.96 / 4.7e-3 = 204)
@@ -105,7 +109,7 @@ def print_tables(title: str, res: dict) -> None:
 def main() -> None:
     """Run the sweeps and print the tables."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="/work/shared/data")
+    ap.add_argument("--data", default=DATA)
     ap.add_argument("--json", help="append one JSON line per run (full per-kernel report)")
     args = ap.parse_args()
     A, X = load(args.data)

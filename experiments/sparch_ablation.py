@@ -3,7 +3,8 @@
     flock /tmp/distmm-bench.lock .venv/bin/python experiments/sparch_ablation.py \
         --jsonl sparch_ablation.jsonl --markdown sparch_ablation.md
 
-For every matrix (the square ones in /work/shared/data as A*A, the rectangular ones as A*A^T,
+For every matrix (the square ones in $DISTMM_DATA, default ../shared/data, as
+A*A, the rectangular ones as A*A^T,
 and R-MAT / Erdos-Renyi matrices of several densities) it models C on one SpArch chip with the
 techniques added one at a time, as in Fig. 16:
 
@@ -38,7 +39,8 @@ from distmm.core.sparse import CSRBlock
 from distmm.io.generate import erdos_renyi, rmat
 from distmm.sim.sparch import simulate
 
-DATA = "/work/shared/data"
+DATA = os.environ.get("DISTMM_DATA", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
 STEPS = [
     ("outerspace", dict(pipeline=False, condense=False, scheduler="huffman", prefetch="none",
                         merge_tree_layers=20)),

@@ -14,7 +14,7 @@ script="${1:?give the experiment script, e.g. weak_scaling.py}"; shift
 [[ -f "experiments/$script" ]] || { echo "run-experiment.sh: no experiments/$script" >&2; exit 2; }
 [[ -n "${SLURM_JOB_ID:-}" ]] || { echo "run-experiment.sh: run inside a Slurm job (sbatch)" >&2; exit 2; }
 p="${SLURM_NTASKS:?the job needs --ntasks or --ntasks-per-node}"
-per_node="${SLURM_NTASKS_PER_NODE:-1}"
+per_node="${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-1}}"  # set by -n alone too
 per_node="${per_node%%(*}"  # "2(x3)" -> 2
 threads="${SLURM_CPUS_PER_TASK:-$(( ${SLURM_CPUS_ON_NODE:-$(nproc)} / per_node ))}"
 (( threads >= 1 )) || threads=1

@@ -4,7 +4,7 @@ numpy's allocator aligns data to 16 bytes, and a large array's data usually star
 past a page (the C allocator's header), so a dense row of 64 bytes (r = 16 in float32, 8 in
 float64) spans two cache lines and a row of 128 bytes three. The sparse kernels gather whole
 rows at random, so every misaligned row costs a line more to fetch; on rows of one to a few
-lines that is up to twice the traffic (docs/performance-log.md, "Cache-line aligned blocks").
+lines that is up to twice the traffic (docs/performance.md, "Cache-line aligned blocks").
 The dense blocks and scratch buffers distmm allocates start on a 64-byte boundary (the cache
 line of current x86-64 and most Arm server cores, and one AVX-512 vector), so a row whose
 byte length is a multiple of 64 occupies exactly that many lines. Arrays the caller allocates

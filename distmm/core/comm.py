@@ -161,7 +161,7 @@ def _pairwise_bytes() -> tuple[int, str | None]:
 #: Block size from which :meth:`CountingComm.allgatherv` and :meth:`CountingComm.reduce_scatter`
 #: exchange blocks pairwise instead of calling MPI's collective: the largest block's bytes.
 #: Below it MPI's algorithms, which take fewer steps, were as fast or faster on the
-#: development machine; from it on the exchanges were faster (docs/performance-log.md). Set by
+#: development machine; from it on the exchanges were faster (docs/performance.md). Set by
 #: the environment variable ``DISTMM_PAIRWISE_BYTES`` when distmm is imported (a value above
 #: any block keeps MPI's collectives); it must be the same on every rank, which
 #: ``distmm.distribute`` and ``distmm calibrate`` check (:func:`pairwise_setting`).
@@ -334,7 +334,7 @@ class CountingComm:
     # single-copy path (distmm.intranode) where its large all-gather and reduce-scatter
     # copied through shared memory at a fraction of that speed, and slowed down by far more
     # than point-to-point messages with MPIR_CVAR_ENABLE_HEAVY_YIELD
-    # (docs/performance-log.md, "Replication and reduction as pairwise exchanges").
+    # (docs/performance.md, "Replication and reduction as pairwise exchanges").
     def _pairwise_allgatherv(self, mine: np.ndarray, flat: np.ndarray, counts: list[int],
                              displs: np.ndarray, t: MPI.Datatype) -> None:
         me, c = self.rank, self.size

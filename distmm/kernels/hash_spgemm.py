@@ -109,7 +109,7 @@ PREFETCH_OFF = 0
 PREFETCH_CURSORS = 1
 PREFETCH_CONTIGUOUS = 2
 # ... unless Y (indptr, indices and values) fits one core's L2 (1 MiB here) anyway: then the
-# cursors are pure overhead (Cora A*A numeric 0.78 -> 0.50 ms on 1 thread)
+# rows are in cache already and the cursors are pure overhead
 PREFETCH_MIN_BYTES = 1 << 20
 # A C of more bytes than this (a quarter of the last-level cache here) is written with
 # non-temporal stores, which do not read each line into the cache before writing it.
@@ -166,7 +166,7 @@ def _flag_scanned(ncols, keys, cols_per_key):
 def _key_range_kernel(yp, yi, ncols, out):
     """out[k] = (smallest, largest) column of row k of Y; (ncols, 0) for an empty row. The
     dense accumulator's flag scans take a row's range from these instead of a min and a max
-    per product (1 thread: MovieLens A A^T numeric 28 -> 24 ms in the bare loop), without
+    per product (one pass over Y's rows instead of two comparisons per product), without
     relying on Y's rows being sorted."""
     for k in prange(yp.shape[0] - 1):
         lo = ncols
@@ -235,7 +235,7 @@ def _split_run(prefix, lo, hi, parts, out):
     of about equal work: out[c] is the first position q in lo..hi whose run lo:q holds at least
     c / parts of the work of lo:hi (rows are not split, so a run holds at most its share plus
     one row). out has parts + 1 entries, out[0] = lo and out[parts] = hi. Binary searches in
-    the prefix sum: 16 cuts of Cora's 2708 rows took 6 us as a pass over the rows."""
+    the prefix sum: a cut costs a logarithm of the rows, not a pass over them."""
     base = prefix[lo]
     total = prefix[hi] - base
     out[0] = lo
@@ -299,7 +299,7 @@ def _unbinned(work, nbins, nchunks):
 @njit(parallel=True, cache=True, nogil=True)
 def _symbolic_plan(xp, xi, yp, ncols, ranges, tables, abort_limit, nchunks, binned):
     """Setup and symbolic binning (steps 1-2) in one call, since each call from Python costs
-    (on Cora A*A, 0.9 ms in all, the separate calls took about 0.1 ms): the products of every
+    (a small product's whole symbolic phase is a few such calls): the products of every
     output row (nprod, parallel over rows), their bound min(nprod, ncols) on its nnz, the
     binning by the bound (:func:`_bin_rows`), each binned row's table and count limit (the
     last bin's rows abort at ``abort_limit``), and the chunks (:func:`_chunk_bounds`). With
@@ -491,8 +491,7 @@ def _copy_products(xa, xe, t, end, prefetch, xi, xv, yp, yi, yv, ci, cv, stream)
     products of its X entries xa:xe, in their order, to ci/cv from entry t on, prefetching
     as :func:`_prefetch_ahead`. The caller passes ``stream`` as a literal True in one call
     and False in another, so that neither copy of the loop has a per-product branch: LLVM
-    does not unswitch it by itself in :func:`_numeric_dense_kernel` (ER n=20000 numeric,
-    unsorted, 2 threads, alternating A/B: about 10% less, 4.7 -> 3.9 ms in the quietest run)."""
+    does not unswitch it by itself in :func:`_numeric_dense_kernel`."""
     for a in range(xa, xe):
         _prefetch_ahead(prefetch, xi, yp, yi, yv, a, end)
         k = xi[a]
@@ -929,9 +928,8 @@ def _numeric_dense_kernel(xp, xi, xv, yp, yi, yv, bounds, nchunks, ncols, sort_r
     which costs less than a new-key list there.
 
     A kernel of its own, apart from the hash tables' :func:`_numeric_hash_kernel`: in one
-    kernel with them, this phase of ER n=20000 A*A (unsorted, 2 threads) ran in 4.4-4.8 ms,
-    alone in 3.6-3.8 (the same loops; LLVM optimises the smaller loop nest better, and the
-    prefetching needs no cursors here)."""
+    kernel with them, this phase ran slower than alone (the same loops; LLVM optimises the
+    smaller loop nest better, and the prefetching needs no cursors here)."""
     one = np.uint64(1)
     for c in prange(nchunks):
         # a value, a flag byte and a bitmap bit per column of C, all 0 between rows; the
@@ -1361,9 +1359,9 @@ def hash_spgemm(X: CSRBlock, Y: CSRBlock, sym_tables=SYM_TABLES, sym_ranges=None
     t0 = time.perf_counter()
     # 1-2. setup (products per row) and symbolic binning. A row has at most min(nprod, ncols)
     # distinct columns: binning by that bound rather than by nprod alone gives rows with many
-    # products but few possible columns a table they fit (MovieLens A A^T, 943 columns and
-    # about 17800 products per row: last bin's 24576-slot table -> 2048 slots, symbolic phase
-    # 48 -> 27 ms on 1 thread). Only the last bin can overflow its table; its rows abort at
+    # products but few possible columns a table they fit (MovieLens A A^T: 943 columns but
+    # thousands of products per row, so a table of 2048 slots rather than 24576). Only the
+    # last bin can overflow its table; its rows abort at
     # 0.8 x the table.
     nsb = st.shape[0]
     chunks = _num_chunks(m)

@@ -335,7 +335,7 @@ def machine_code(dispatcher, args: tuple) -> Callable[..., Any] | None:
 
     Calling it skips what the dispatcher does on every call before the machine code runs:
     typing each argument and looking up the overload, about a third of a microsecond for
-    the reference kernels' nine arguments (docs/performance-log.md). The arguments are still
+    the reference kernels' nine arguments (docs/performance.md). The arguments are still
     converted, but not checked: the caller must pass only arguments of those very types
     (dtype, dimensions, layout, and the :data:`TYPED_FLAGS`), as a prepared kernel call
     (:meth:`~distmm.kernels.base.NodeModel.prepare`) is only ever called."""

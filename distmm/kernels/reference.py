@@ -92,7 +92,7 @@ SPECIALISED_WIDTHS = (8, 16, 32, 64, 128)
 # (width, itemsize) pairs whose SpMM kernel takes a row's last entries in straight-line code
 # (see _spmm_kernel): float32 rows of 32, where the looped tail slowed graphs with a few
 # entries per row; elsewhere the two forms measured within noise or the loop ahead
-# (experiments/bench_spmm_tail.py, docs/performance-log.md)
+# (docs/performance.md)
 _STRAIGHT_TAIL = frozenset({(32, 4)})
 
 
@@ -546,7 +546,7 @@ def cache_share(ranks_on_node: int) -> dict:
     other operand. Ranks that share a cache each hold a panel of their own, so each gets its
     part: on the development machine (32 MiB shared by 2 CPUs) two ranks of one thread ran
     1.04-1.33x faster with 8 MiB panels than with 16 MiB ones, where one rank of two threads
-    ran best with 16 MiB (docs/performance-log.md, "Column panels: a share of the cache per
+    ran best with 16 MiB (docs/performance.md, "Column panels: a share of the cache per
     rank"). The share depends on the ranks, not on the threads, so that the thread count keeps
     changing no result's bits (docs/reliability.md).
 
@@ -637,7 +637,7 @@ class ReferenceModel(NodeModel):
         and its rows are short (``_PREFETCH_MAX_ROW_BYTES``): a longer row is several lines,
         which the hardware prefetcher follows once the first is touched, and there the extra
         instructions cost SDDMM and SpMM about 10% and gained FusedMM nothing
-        (docs/performance-log.md, "Software prefetch by row length").
+        (docs/performance.md, "Software prefetch by row length").
         """
         size = gathered_rows * r * itemsize
         prefetch = r * itemsize <= _PREFETCH_MAX_ROW_BYTES and size > self.panel_bytes // 4

@@ -190,8 +190,7 @@ def _sddmm_kernel(indptr, indices, vals, A, B, out, strip, counter, work, nthrea
     every work unit is the same size and no reordering is needed (section VI-C). The dot
     product is one loop over all r columns, not tiles of the tile width: a reduction over a
     compile-time tile of 16 or 32 columns inside the loop over the tiles is not
-    vectorised by LLVM, and ran 4-8x slower than the plain loop (1 thread, 2^21 nonzeros:
-    r = 32, tile 32: 32.7 -> 8.1 ms; r = 128, tile 32: 191 -> 22.5 ms; tile 128 equal), so
+    vectorised by LLVM, and ran several times slower than the plain loop, so
     the tile width shapes the CPU's SpMM only."""
     r = A.shape[1]
     nnz = indices.shape[0]

@@ -5,7 +5,7 @@ launcher does not bind the ranks (MPICH's ``mpiexec`` by default) or binds each 
 socket (Open MPI beyond two ranks), that is every core of the node or socket for every rank:
 launched the usual MPI way, one rank per core (``mpirun -n 64`` on a 64-core node), the ranks
 run 64 threads each on 64 cores, every parallel kernel waits for its threads to get a core,
-and a call of tens of microseconds takes milliseconds (docs/performance-log.md, "Threads per
+and a call of tens of microseconds takes milliseconds (docs/performance.md, "Threads per
 rank"). :func:`settle`, which every distributed object's constructor (so
 :func:`distmm.distribute`) and ``distmm calibrate`` call, therefore gives each rank its share of
 the node::
@@ -53,7 +53,7 @@ def _size_pool(n: int) -> None:
     A pool of the node's every CPU whose extra threads only idle is not harmless: with GNU
     OpenMP's threading layer and ``OMP_NUM_THREADS=1`` (a common setting for PyTorch jobs)
     they kept PyTorch's own work off the cores, and a PyTorch GAT epoch on 2 ranks took over
-    ten times as long (docs/performance-log.md, "Threads per rank"). Threads that call kernels
+    ten times as long (docs/performance.md, "Threads per rank"). Threads that call kernels
     later also start from n. Relies on numba's module globals; where they differ, the pool
     keeps numba's size and only :func:`numba.set_num_threads` applies."""
     from numba.np.ufunc import parallel

@@ -276,8 +276,8 @@ def oversubscription(ranks_on_node: int, threads: int, cores: int) -> str | None
     """A warning when the ranks on a node run more numba threads than it has cores, else None.
 
     The kernel tables time every rank at once; a thread that waits for a core makes a kernel
-    of a few microseconds take a time slice, and the table then measures the wait (seen: a
-    fixed cost per call of 8 ms, and no rise in cost with the width). Not collective."""
+    of a few microseconds take a time slice, and the table then measures the wait (a fixed
+    cost per call of a time slice, and no rise in cost with the width). Not collective."""
     if ranks_on_node * threads <= cores:
         return None
     return (f"calibrating with {ranks_on_node} ranks x {threads} numba threads on the "

@@ -177,8 +177,11 @@ def distmm_arguments(line: str) -> list[str] | None:
 
 
 def readme_commands() -> list[list[str]]:
+    """The ``distmm`` commands of README.md's and the user guide's fenced code blocks."""
     commands = []
-    for block in code_blocks((ROOT / "README.md").read_text(encoding="utf-8")):
+    blocks = [block for page in ("README.md", "docs/guide.md")
+              for block in code_blocks((ROOT / page).read_text(encoding="utf-8"))]
+    for block in blocks:
         logical = ""
         for line in block:
             logical += line.rstrip()
@@ -186,8 +189,8 @@ def readme_commands() -> list[list[str]]:
                 logical = logical[:-1] + " "
                 continue
             args = distmm_arguments(logical)
-            if args is not None:
-                commands.append(args)
+            if args is not None and not (args and args[0][:1].isdigit()):  # not the
+                commands.append(args)  # output of `distmm --version` ("distmm 0.1.0")
             logical = ""
     return commands
 

@@ -1,14 +1,23 @@
-"""End to end through a real Slurm: sbatch one of the slurm/ templates, wait, check its output.
+"""End to end through a real Slurm: every slurm/ template as a user's first job.
+
+Each template is submitted with ``sbatch --wait`` from a fresh clone of this checkout (its
+committed files only, with this checkout's .venv: what the README's install command leaves),
+with no other preparation, and the job's output must land where the template and
+docs/experiments.md say (results/slurm-JOBNAME-JOBID.out). count_check.sbatch and
+fusedmm_sweep.sbatch run real ranks through srun; the other experiments' templates run their
+script with ``--list`` (the configurations at the job's p), which checks the template, the
+wrapper slurm/run-experiment.sh and the script's arguments without a sweep.
 
 Runs where ``sbatch`` and ``srun`` are on PATH and a cluster answers ``sinfo``: an existing one
 ($SLURM_CONF), or the one-node cluster of slurm/local-cluster.sh, which the test starts (as
-root) when neither is running, and stops afterwards. Skipped, saying why, otherwise (CI does not
-install Slurm). See docs/experiments.md for the transcript of a run.
+root) when neither is running, and stops afterwards. Skipped, saying why, otherwise.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,22 +68,99 @@ def slurm_env():
     subprocess.run([LOCAL, "stop"], capture_output=True)
 
 
-def test_sbatch_count_check_template(slurm_env, tmp_path):
-    """slurm/count_check.sbatch on 1 node x 2 ranks: the job runs every configuration of the
-    laptop preset at p = 2 through srun --mpi=pmi2, and the counted words equal the model."""
-    results = tmp_path / "cc.jsonl"
-    out = tmp_path / "job.out"
-    env = {**slurm_env, "NUMBA_CACHE_DIR": os.path.join(ROOT, ".numba_cache"),
-           "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A fresh clone of this checkout's HEAD, with this checkout's .venv and numba cache."""
+    where = tmp_path_factory.mktemp("clone") / "distmm"
+    subprocess.run(["git", "clone", "--quiet", ROOT, str(where)], check=True, timeout=120)
+    os.symlink(os.path.join(ROOT, ".venv"), where / ".venv")
+    os.makedirs(os.path.join(ROOT, ".numba_cache"), exist_ok=True)
+    os.symlink(os.path.join(ROOT, ".numba_cache"), where / ".numba_cache")
+    return where
+
+
+def submit(env, clone, template: str, *args: str, ranks: int = 2) -> tuple[str, str]:
+    """sbatch --wait the template from the clone as a user would; (job id, job output)."""
+    if ranks > os.cpu_count():  # rphi_map's laptop preset runs at p = 4: overcommit
+        shape = ["-n", str(ranks), "--overcommit"]
+    else:
+        shape = [f"--ntasks-per-node={ranks}", "--cpus-per-task=1"]
     job = subprocess.run(
-        ["sbatch", "--wait", "-N", "1", "--ntasks-per-node=2", "--cpus-per-task=1",
-         "--time=10", f"--output={out}", "slurm/count_check.sbatch", "--preset", "laptop",
-         "--results", str(results)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        ["sbatch", "--wait", "-N", "1", *shape, "--time=10", f"slurm/{template}", *args],
+        cwd=clone, env={**env, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}, capture_output=True,
+        text=True, timeout=900)
+    match = re.match(r"Submitted batch job (\d+)", job.stdout)
+    assert match, f"{job.stdout}{job.stderr}"
+    jobid = match.group(1)
+    name = re.search(r"^#SBATCH --job-name=(\S+)$",
+                     (clone / "slurm" / template).read_text(), re.M).group(1)
+    out = clone / "results" / f"slurm-{name}-{jobid}.out"
     text = out.read_text() if out.exists() else ""
     assert job.returncode == 0, f"{job.stdout}{job.stderr}{text}"
-    assert job.stdout.startswith("Submitted batch job")
+    assert out.exists(), f"no {out.relative_to(clone)}: {sorted(os.listdir(clone / 'results'))}"
+    return jobid, text
+
+
+RUNNER_TEMPLATES = ["weak_scaling", "strong_scaling", "rphi_map", "optimal_c", "app_breakdown"]
+
+
+def test_every_template_is_tested():
+    templates = {f[:-len(".sbatch")] for f in os.listdir(os.path.join(ROOT, "slurm"))
+                 if f.endswith(".sbatch")}
+    assert templates == {*RUNNER_TEMPLATES, "count_check", "fusedmm_sweep"}
+
+
+def tiny_matrices(where, names) -> str:
+    """Small stand-ins for the real matrices a preset names (the tests use no real data)."""
+    import gzip
+
+    import scipy.io
+    import scipy.sparse
+
+    where.mkdir(exist_ok=True)
+    for name in names:
+        with gzip.open(where / name, "wb") as fh:
+            scipy.io.mmwrite(fh, scipy.sparse.random(40, 30, density=0.1, random_state=0))
+    return str(where)
+
+
+@pytest.mark.parametrize("name", RUNNER_TEMPLATES)
+def test_experiment_template_lists_its_configurations(slurm_env, clone, name, tmp_path):
+    extra = []
+    if name == "strong_scaling":  # the laptop preset runs the development matrices
+        import strong_scaling
+
+        extra = ["--data-dir", tiny_matrices(tmp_path / "data", strong_scaling.LAPTOP)]
+    p = 4 if name == "rphi_map" else 2  # the rank counts of the laptop presets
+    _, text = submit(slurm_env, clone, f"{name}.sbatch", "--list", *extra, ranks=p)
+    lines = text.splitlines()
+    assert re.fullmatch(rf"distmm {name}\.py: p={p} \(1 nodes x {p}\), \d+ threads per rank",
+                        lines[0]), text
+    configs = [json.loads(x) for x in lines[1:] if x.startswith("{")]
+    assert configs and {cfg["p"] for cfg in configs} == {p}, text
+
+
+def test_sbatch_fusedmm_sweep_template(slurm_env, clone):
+    """slurm/fusedmm_sweep.sbatch on 1 node x 2 ranks: srun --mpi=pmi2 starts the ranks, and
+    the sweep's tables land in results/ beside the job's output."""
+    _, text = submit(slurm_env, clone, "fusedmm_sweep.sbatch", "--n", "256", "--r", "4",
+                     "--d", "2", "--algorithms", "15d-dense-shift", "--strategies", "none",
+                     "--repeat", "1")
+    assert "Erdos-Renyi n=256, 2 per row r=4 15d-dense-shift none c=1" in text
+    assert (clone / "results" / "fusedmm-p2.md").exists()
+    recs = [json.loads(x) for x in (clone / "results" / "fusedmm-p2.jsonl").read_text()
+            .splitlines()]
+    assert recs and all(rec.get("p", 2) == 2 for rec in recs)
+
+
+def test_sbatch_count_check_template(slurm_env, clone):
+    """slurm/count_check.sbatch on 1 node x 2 ranks: the job runs every configuration of the
+    laptop preset at p = 2 through srun --mpi=pmi2, the records land in the script's default
+    results file, and the counted words equal the model."""
+    _, text = submit(slurm_env, clone, "count_check.sbatch", "--preset", "laptop")
     assert "p=2 (1 nodes x 2), 1 threads per rank" in text
+    results = clone / "results" / "count-check-laptop.jsonl"
+    assert results.exists(), sorted(os.listdir(clone / "results"))
     recs = runner.read_records(str(results))
     assert f"{len(recs)} records appended" in text
     assert {rec["p"] for rec in recs} == {2}

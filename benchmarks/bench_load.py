@@ -3,9 +3,9 @@
 Run under mpiexec (every rank loads its share; the time is the slowest rank's, from a barrier
 before to the end of the read)::
 
-    mpiexec -n 4 python experiments/bench_load.py S.mtx.gz S.mtx S.h5 --repeat 3
-    python experiments/bench_load.py S.mtx.gz S.mtx --repeat 3 --scipy   # one process
-    python experiments/bench_load.py S.h5 --repeat 3 --h5py   # whole datasets, one process
+    mpiexec -n 4 python benchmarks/bench_load.py S.mtx.gz S.mtx S.h5 --repeat 3
+    python benchmarks/bench_load.py S.mtx.gz S.mtx --repeat 3 --scipy   # one process
+    python benchmarks/bench_load.py S.h5 --repeat 3 --h5py   # whole datasets, one process
 
 The files are read in rotating order (A, B, C, then B, C, A, ...) so that a slow moment of a
 shared machine does not fall on one variant only. One JSON line per read on rank 0; the

@@ -19,8 +19,8 @@ seconds, the rows' bytes over that time (GB/s, all ranks together) and the media
 rounds of kernel / gather. A ratio near 1 means the kernel runs at the speed of reading its
 rows once, whatever it computes::
 
-    NUMBA_NUM_THREADS=2 .venv/bin/mpiexec -n 1 .venv/bin/python experiments/bench_gather_floor.py
-    NUMBA_NUM_THREADS=1 .venv/bin/mpiexec -n 2 .venv/bin/python experiments/bench_gather_floor.py
+    NUMBA_NUM_THREADS=2 .venv/bin/mpiexec -n 1 .venv/bin/python benchmarks/bench_gather_floor.py
+    NUMBA_NUM_THREADS=1 .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/bench_gather_floor.py
 """
 
 from __future__ import annotations

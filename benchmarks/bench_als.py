@@ -9,8 +9,8 @@ docs/als.md puts distmm's p = 1 epochs; median over ``--rounds`` runs of ``--epo
 the first epoch of each excluded. Figure 9's split of distmm's own epochs per family, strategy
 and c is experiments/app_breakdown.py (the shared runner's records and plot).
 
-    mpiexec -n 2 python experiments/bench_als.py rmse --ratings ml100k.mtx.gz
-    python experiments/bench_als.py scipy --planted 8192 --per-row 64 --rank 32
+    mpiexec -n 2 python benchmarks/bench_als.py rmse --ratings ml100k.mtx.gz
+    python benchmarks/bench_als.py scipy --planted 8192 --per-row 64 --rank 32
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ from distmm.io import generate
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "mpi"))
 import als_reference as ref  # noqa: E402  (serial references shared with the tests)
+
+# the real matrices: $DISTMM_DATA, else ../shared/data beside the checkout
+DATA = os.environ.get("DISTMM_DATA", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
 
 COMM = MPI.COMM_WORLD
 
@@ -120,7 +124,7 @@ def cmd_scipy(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=["rmse", "scipy"])
-    ap.add_argument("--ratings", default="/work/shared/data/movielens-100k-ratings.mtx.gz")
+    ap.add_argument("--ratings", default=os.path.join(DATA, "movielens-100k-ratings.mtx.gz"))
     ap.add_argument("--planted", type=int, default=0,
                     help="use a planted n x n power-law problem instead of --ratings")
     ap.add_argument("--per-row", type=int, default=64, help="planted ratings per user")

@@ -5,7 +5,7 @@ matrix and runs one FusedMM (:func:`distmm.perf.memory_peak.measure_peak`), then
 Markdown table on rank 0, the fullest rank's measured peak resident set above its baseline, the
 model's predicted peak and their ratio (docs/memory.md). Run under mpiexec, e.g.::
 
-    NUMBA_NUM_THREADS=1 mpiexec -n 4 .venv/bin/python experiments/memory_check.py --n 64000
+    NUMBA_NUM_THREADS=1 mpiexec -n 4 .venv/bin/python benchmarks/memory_check.py --n 64000
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ round's after / before, the share of the call outside the kernels and communicat
 before and after, and PyTorch's time over distmm's::
 
     git archive 8380b6a distmm | tar -x -C /tmp/base
-    .venv/bin/python experiments/bench_end_to_end_ab.py --base /tmp/base \\
+    .venv/bin/python benchmarks/bench_end_to_end_ab.py --base /tmp/base \\
         --matrices metis-mdual,er-65536 --rs 16,32,128 --jsonl ab.jsonl --markdown ab.md
 """
 

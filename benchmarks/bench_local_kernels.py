@@ -44,7 +44,7 @@ on stdout (or in ``--markdown FILE``).
 
 Example::
 
-    python experiments/bench_local_kernels.py --threads 1,2
+    python benchmarks/bench_local_kernels.py --threads 1,2
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ worker's whole life.
 
 Run from the repository root (it launches its own workers)::
 
-    .venv/bin/python experiments/bench_end_to_end.py --jsonl e2e.jsonl --markdown e2e.md
+    .venv/bin/python benchmarks/bench_end_to_end.py --jsonl e2e.jsonl --markdown e2e.md
 
 A worker is this script with ``--worker NAME``; it prints one JSON line per measurement.
 """

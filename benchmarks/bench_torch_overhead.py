@@ -15,7 +15,7 @@ fraction of the numpy time, by best and by median) on rank 0.
 
 Example::
 
-    python experiments/bench_torch_overhead.py --n 65536 --r 128 --rounds 7
+    python benchmarks/bench_torch_overhead.py --n 65536 --r 128 --rounds 7
 """
 
 from __future__ import annotations

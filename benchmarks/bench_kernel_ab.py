@@ -5,7 +5,7 @@ a module of its own beside this checkout's (the rest of distmm is this checkout'
 files must share its interfaces)::
 
     git show 3ec573f:distmm/kernels/reference.py > /tmp/reference_base.py
-    NUMBA_NUM_THREADS=2 .venv/bin/python experiments/bench_kernel_ab.py \\
+    NUMBA_NUM_THREADS=2 .venv/bin/python benchmarks/bench_kernel_ab.py \\
         --base /tmp/reference_base.py --matrices cora-adjacency,er-65536 --rs 16,32,128
 
 For each matrix (natural order, one block: the work of a rank at p = 1), dtype, width and
