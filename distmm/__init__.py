@@ -16,13 +16,15 @@ See docs/api.md.
 # First, before anything imports numpy or mpi4py's MPI: OpenBLAS reads its thread timeout
 # when it loads, MPICH its single-copy switch when MPI is initialised.
 from distmm import blas_threads, intranode  # noqa: F401
-from distmm.api import ALGORITHMS, OPS, distribute
+from distmm.algorithms.base import DistributedMatrix
+from distmm.api import ALGORITHMS, distribute
 from distmm.core.coo import CooShare
 from distmm.core.dense import DenseBlock, hashed_normal
+from distmm.core.operations import OPS
 from distmm.errors import DistmmError, InputError
 from distmm.operator import Operator
 
 __version__ = "0.1.0"
 
-__all__ = ["ALGORITHMS", "OPS", "CooShare", "DenseBlock", "DistmmError", "InputError",
-           "Operator", "distribute", "hashed_normal"]
+__all__ = ["ALGORITHMS", "OPS", "CooShare", "DenseBlock", "DistmmError", "DistributedMatrix",
+           "InputError", "Operator", "distribute", "hashed_normal"]

@@ -583,14 +583,14 @@ def cmd_run(args) -> int:
     for rep in range(args.repeat):
         signals.stop_if_requested(comm, "before repeat 1" if rep == 0 else
                                   f"after repeat {rep} of {args.repeat}")
-        obj.reset_stats()
+        obj.stats.reset()
         result, seconds = timed(comm, lambda: api.run_op(obj, args.op, A_loc, B_loc,
                                                          args.strategy, out))
-        report = obj.report()
+        report = obj.stats.report()
         record = {"event": "run", "op": args.op, "strategy": args.strategy, "repeat": rep,
                   "seconds": seconds, "nnz": nnz, "r": r,
                   "gflops": api.op_flops(args.op, nnz, r) / seconds / 1e9 if seconds else None,
-                  **obj.describe(), "phases": phase_summary(report) if report else None,
+                  **obj.stats.describe(), "phases": phase_summary(report) if report else None,
                   "kernels": kernel_summary(report) if report else None}
         _emit(record)
         _log_rank(args, obj, record)
@@ -606,7 +606,7 @@ def cmd_run(args) -> int:
     if comm.rank == 0:
         try:
             write_h5_atomic(args.out, datasets, {
-                "op": args.op, "strategy": args.strategy, "config": obj.describe(),
+                "op": args.op, "strategy": args.strategy, "config": obj.stats.describe(),
                 "seconds": seconds, "report": report,
                 "sparse": os.path.abspath(args.sparse)})
         except OSError as exc:

@@ -82,7 +82,7 @@ X = np.random.default_rng(0).standard_normal((2708, 512)).astype(np.float32)
 for _ in range(5):
     S.spmm_a(B, out=out)
 for label, work in (("alone", lambda: None), ("after", lambda: X @ X[:512].T)):
-    S.reset_stats()
+    S.stats.reset()
     for _ in range(200):
         work()
         S.spmm_a(B, out=out)

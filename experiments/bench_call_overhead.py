@@ -14,7 +14,7 @@ without one, each call returning a new array, as ``y = S.fusedmm_a(A, B)`` in a 
 ``--new-operands K``: each call on the next of K copies of A and B, in turns, as a loop that
 makes new operand arrays every step passes objects the last call did not see). Per
 rank, the call time is the loop's wall time / calls; the phases are the object's per-phase
-seconds (``S.report()``: compute = the local kernels; replication, propagation, reduction =
+seconds (``S.stats.report()``: compute = the local kernels; replication, propagation, reduction =
 the paper's communication); checks = the time spent in the call's validation (the object's
 ``_begin``, timed by wrapping it: the NaN scans and cross-rank agreement of a full check, or
 the cheap local checks); overhead = call time - (compute + replication + propagation +
@@ -74,7 +74,7 @@ def measure(share, comm, args, checks: str) -> dict:
                 return S.fusedmm_a(X, Y, args.strategy, out=out)
         for _ in range(2):
             call()
-        S.reset_stats()
+        S.stats.reset()
         spent[0] = 0.0
         comm.Barrier()
         t0 = time.perf_counter()
@@ -88,7 +88,7 @@ def measure(share, comm, args, checks: str) -> dict:
         mine = {"call": wall, **per_phase, "checks_s": checks_s, "overhead": overhead,
                 "rest": overhead - checks_s}
         worst = {k: comm.allreduce(v, op=MPI.MAX) for k, v in mine.items()}
-        desc = S.describe()
+        desc = S.stats.describe()
     return {"checks": checks, **worst, "algorithm": desc["algorithm"], "c": desc["c"],
             "strategy": args.strategy or S.strategies[-1]}
 

@@ -113,7 +113,7 @@ def toggle(S, feature: str, on: bool, real: tuple) -> None:
     "reuse" (every replay without out= makes a new result) or "widths" (one call key per
     operation, whatever the width)."""
     from distmm.algorithms import replay
-    from distmm.algorithms.base import DistributedAlgorithm
+    from distmm.algorithms.base import DistributedMatrix
     from distmm.algorithms.calls import CallChecks
     from distmm.algorithms.replay import CallReplay
 
@@ -123,7 +123,7 @@ def toggle(S, feature: str, on: bool, real: tuple) -> None:
     elif feature == "reuse":
         replay.EXACT_REFCOUNTS = real[2] if on else False
     else:
-        DistributedAlgorithm._call_key = real[3] if on else (lambda self, op, X: op)
+        DistributedMatrix._call_key = real[3] if on else (lambda self, op, X: op)
     S.release_buffers()  # each side starts from no replay
 
 
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     from mpi4py import MPI
 
     from distmm.algorithms import replay
-    from distmm.algorithms.base import DistributedAlgorithm
+    from distmm.algorithms.base import DistributedMatrix
     from distmm.algorithms.calls import CallChecks
     from distmm.algorithms.replay import CallReplay
     from distmm.core.coo import CooShare
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     comm = MPI.COMM_WORLD
     real = (CallChecks._like_last, CallReplay._replay_alike, replay.EXACT_REFCOUNTS,
-            DistributedAlgorithm._call_key)
+            DistributedMatrix._call_key)
     S_global = e2e.load_matrix(args.matrix) if comm.rank == 0 else None
     for dtype in args.dtypes:
         share = CooShare.from_scipy(S_global, comm, root=0)

@@ -27,14 +27,16 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.algorithms.calls import CHECKS, CallChecks
+from distmm.algorithms.model import FamilyModel
 from distmm.algorithms.replay import CallReplay
+from distmm.algorithms.stats import MatrixStats
 from distmm.core.aligned import aligned_copy, aligned_empty
-from distmm.core.comm import CommStats, CountingComm, gather_report, mpi_type, pairwise_setting
+from distmm.core.comm import CountingComm, mpi_type, pairwise_setting
 from distmm.core.coo import CooShare
 from distmm.core.dense import FILL_CHUNK, SIDES, DenseBlock
 from distmm.core.grid import ProcessGrid15D, ProcessGrid25D, check_grid
 from distmm.core.layout import block_offsets
-from distmm.core.memory import Memory, held_bytes, release_freed_memory
+from distmm.core.memory import release_freed_memory
 from distmm.core.permute import applied_mode, balance_permutation, inverse_permutation
 from distmm.core.sparse import CSRBlock
 from distmm.errors import InputError, agree, require
@@ -54,7 +56,7 @@ def track_objects(into: list | None) -> None:
 
     Not collective. ``None`` stops recording. For harnesses and sweeps that build objects in
     loops: MPI has a fixed number of communicator ids per process (2048 in MPICH), and every
-    object holds a few until :meth:`DistributedAlgorithm.close`, so such code closes what it
+    object holds a few until :meth:`DistributedMatrix.close`, so such code closes what it
     recorded, in the order it was built (the same order on every rank, since close is
     collective).
     """
@@ -99,15 +101,29 @@ def _cat(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
-    """Base class: S placed on a grid, with the helpers every algorithm family uses.
+class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
+    """A sparse matrix S distributed over MPI ranks: what :func:`distmm.distribute` returns.
 
-    Subclasses define the grid (``grid_class``, whose shape rule is ``grid_allows``), the
-    owner of each nonzero in each orientation, the dense blocks each rank holds, and the
-    operations. Construction is collective over ``comm`` (p ranks): ``c`` is the replication
-    factor (``grid_allows(p, c)``), ``order`` the rank order of the grid
-    (:data:`distmm.core.grid.RANK_ORDERS`), ``overlap`` overlaps each propagation shift with the
-    local kernel; the rest is described at :func:`distmm.distribute`. Every argument is
+    The type users hold, and the base class of every algorithm family (one subclass per
+    family, :data:`distmm.algorithms.ALGORITHMS`). Its surface is what a training loop uses:
+    the operations (:meth:`sddmm`, :meth:`spmm_a`, :meth:`spmm_b`, :meth:`fusedmm_a`,
+    :meth:`fusedmm_b`), dense layouts (:meth:`dense`, :meth:`scatter`, :meth:`gather`,
+    :meth:`wrap`, :meth:`local_rows`), S's values (:attr:`values`, :meth:`set_values`,
+    named vectors), the edge primitives (:mod:`distmm.ops`), :meth:`bind`,
+    :meth:`as_operator` and :meth:`close`. Diagnostics (words, timings, memory, the run
+    report) live behind :attr:`stats` (:class:`~distmm.algorithms.stats.MatrixStats`); the
+    family's cost-model formulas on its class, ``type(S).model``.
+
+    A family defines the grid (``grid_class``, whose shape rule is ``model.grid_allows``),
+    ``_setup`` (placing S with :meth:`_place`), the owner of each nonzero in each
+    orientation, the dense blocks each rank holds (``dense_rows``), and the loop pieces
+    ``_sddmm``, ``_spmm_a``, ``_spmm_b``, ``_fusedmm``; its formulas go on a
+    :class:`~distmm.algorithms.model.FamilyModel` subclass set as ``model``.
+
+    Construction is collective over ``comm`` (p ranks): ``c`` is the replication factor
+    (``model.grid_allows(p, c)``), ``order`` the rank order of the grid
+    (:data:`distmm.core.grid.RANK_ORDERS`), ``overlap`` overlaps each propagation shift with
+    the local kernel; the rest is described at :func:`distmm.distribute`. Every argument is
     checked the same way on every rank before any message.
 
     The dense width r is a property of each call, read from its blocks: S's placement does not
@@ -119,6 +135,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
     """
 
     name = "abstract"
+    # The family's cost model (static formulas; model.py): ``ALGORITHMS[name].model``.
+    model: type[FamilyModel] = FamilyModel
     strategies: tuple[str, ...] = ()
     # Whether the family cuts the r columns of A and B into column blocks across ranks.
     splits_r = False
@@ -194,7 +212,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         # Communicators created on this object by other modules (distmm.ops) are registered
         # here, so that close() frees them too.
         self.__dict__.setdefault("_extra_comms", [])
-        self.stats = CommStats()
+        self.stats = MatrixStats(self)
         self.world = CountingComm(comm, self.stats)
         # A name makes a fresh model with default options; an instance (configured by the
         # caller, e.g. from --node-config) is used as it is.
@@ -206,7 +224,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         # rank alike, how the fiber collectives move (distmm.core.comm)
         pairwise_problem, pairwise = pairwise_setting()
         self._agree(_check_share(source, check_finite) or pairwise_problem, same=pairwise)
-        if isinstance(permute, DistributedAlgorithm):  # share another object's layout
+        if isinstance(permute, DistributedMatrix):  # share another object's layout
             require(permute.shape == self.shape and permute.p == self.p,
                     f"permute=<object>: the object's S is {permute.shape[0]} x "
                     f"{permute.shape[1]} on {permute.p} ranks, this S is {m} x {n} on "
@@ -239,7 +257,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
     @classmethod
     def _check_grid(cls, p: int, c, order: str = "fiber") -> None:
         """The family's grid rule for p and c (and the rank order), with its message."""
-        check_grid(p, c, order, cls.grid_allows, cls.grid_class.rule,
+        check_grid(p, c, order, cls.model.grid_allows, cls.grid_class.rule,
                    f"the {cls.name} algorithm")
 
     def _setup(self, source: CooShare) -> None:
@@ -278,11 +296,6 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         return total[:m], total[m:]
 
     # ----------------------------------------------------------------- subclass hooks
-    @staticmethod
-    def grid_allows(p: int, c: int) -> bool:
-        """Whether p ranks form this family's grid with replication factor c."""
-        raise NotImplementedError
-
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
         """Global permuted rows of ``side``'s dense block on ``rank`` (local order)."""
         raise NotImplementedError
@@ -291,31 +304,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         """(the smallest dense width r a call may use, why). Not collective."""
         return 1, "at least one column"
 
-    # The cost model: every family states, as static methods of its class, ``grid_allows(p,
-    # c)``, ``min_width(p, c)``, ``table3``, ``one_rank_layer_saving``, ``nonzero_visits``,
-    # ``table4_best_c``, ``local_calls`` and ``exact_words``; :mod:`distmm.perf.costmodel` asks
-    # them through the registry. Only the departures from Table III have a default: none.
-    @staticmethod
-    def departure(strategy: str, n: int, r: int, p: int, c: float,
-                  phi: float = 0.0) -> tuple[float, float]:
-        """(messages, words) per rank of one FusedMM that Table III counts and distmm does not
-        send, beyond the shifts of a one-rank layer (default: none)."""
-        return 0.0, 0.0
-
-    def expected_words(self, op: str, r: int, strategy: str = "none"
-                       ) -> dict[str, dict[str, float]]:
-        """What one call of ``op`` (sddmm, spmm_a, spmm_b, fusedmm_a, fusedmm_b) at width r
-        with ``strategy`` sends from this rank: the family's ``exact_words`` for this object's
-        shape and this rank's own counts (the nonzeros it shifts, its grid position), as
-        ``{phase: {"words": w, "messages": k}}``; it receives as much. Exact wherever the
-        family's formula is (see its ``exact_words``). Collective when the stored S^T must be
-        built first (every rank calls it then); otherwise not."""
-        m, n = self.shape
-        return self.exact_words(op, m, n, r, self.p, self.c, strategy,
-                                **self._exact_counts(op, strategy))
-
     def _exact_counts(self, op: str, strategy: str) -> dict:
-        """This rank's own counts that the family's ``exact_words`` takes (default: none)."""
+        """This rank's own counts that the family's ``model.exact_words`` takes (default:
+        none; :meth:`MatrixStats.expected_words`)."""
         return {}
 
     def _col_blocks(self) -> int:
@@ -999,61 +990,21 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         """Global permuted (row, col) of S for each stored nonzero in value order."""
         raise NotImplementedError
 
-    # ----------------------------------------------------------------- reports
-    def reset_stats(self) -> None:
-        """Zero the communication and kernel counters (not collective)."""
-        self.stats.reset()
-        self.kernel.stats.reset()
+    # ----------------------------------------------------------------- diagnostics
+    # Everything a training loop does not need lives in ``self.stats`` (stats.py); the
+    # family gives it these hooks.
+    def _describe(self) -> dict:
+        """The family's own entries of ``stats.describe()`` (default: none)."""
+        return {}
 
-    def report(self, root: int = 0) -> dict | None:
-        """Per-phase words, messages and seconds, and kernel stats, summarised over ranks.
-
-        Collective; returns the report on ``root`` and None elsewhere."""
-        per_rank = self.stats.as_dict()
-        for op, st in self.kernel.stats.as_dict().items():
-            per_rank[f"kernel:{op}"] = st
-        rep = gather_report(self.comm, per_rank, root=root)
-        if rep is not None:
-            rep["config"] = self.describe()
-        return rep
-
-    def describe(self) -> dict:
-        """The configuration as a JSON-ready dict."""
-        return {"algorithm": self.name, "p": self.p, "m": self.shape[0], "n": self.shape[1],
-                "node_model": self.node_model, "node_options": self.kernel.options(),
-                "dtype": str(self.dtype), "permute": applied_mode(self.permute, self.p),
-                "checks": self.checks, "c": self.c, "order": self.grid.order,
-                "overlap": self.overlap,
-                **({"r": self.r} if self.r is not None else {})}
-
-    # ----------------------------------------------------------------- memory
-    # Every family states its memory model as a static method of its class,
-    # ``memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap, local)`` returning a
-    # :class:`distmm.core.memory.Memory`; ``local`` takes a rank's own sizes (:meth:`memory_counts`)
-    # in place of the worst-rank sizes the model assumes without them.
+    # Every family states its memory model as ``model.memory_bytes(op, strategy, m, n, nnz,
+    # r, p, c, dtype, overlap, local)`` returning a :class:`distmm.core.memory.Memory`;
+    # ``local`` takes a rank's own sizes (:meth:`memory_counts`) in place of the worst-rank
+    # sizes the model assumes without them (``stats.memory_model``).
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's sizes that the family's memory model reads, for width ``r`` (rows of
         its blocks, its stored nonzeros per orientation built so far). Not collective."""
         raise NotImplementedError
-
-    def memory_model(self, op: str = "fusedmm_a", strategy: str | None = None,
-                     r: int | None = None) -> Memory:
-        """The family's memory model of one ``op`` on this rank, with its real block sizes.
-
-        Not collective. ``strategy`` defaults to the family's default; ``r`` to the width
-        given at construction. S's global nonzero count (which only the distribution term
-        uses, for the caller's COO share) is taken as p times this rank's."""
-        strategy = strategy or self.strategies[-1]
-        r = self._default_r(r)
-        counts = self.memory_counts(r)
-        return type(self).memory_bytes(op, strategy, self.shape[0], self.shape[1],
-                                       self.p * counts["nnz_a"], r, self.p, self.c,
-                                       self.dtype, self.overlap, local=counts)
-
-    def memory_held(self) -> int:
-        """Bytes of the arrays this object holds now (S's blocks, permutations, the buffers
-        kept between calls), measured (:func:`distmm.core.memory.held_bytes`). Not collective."""
-        return held_bytes(self)
 
     # ----------------------------------------------------------------- lifetime
     def close(self) -> None:
@@ -1081,7 +1032,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         """Whether :meth:`close` has run."""
         return self._closed
 
-    def __enter__(self) -> DistributedAlgorithm:
+    def __enter__(self) -> DistributedMatrix:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -1100,7 +1051,7 @@ def _no_operand() -> None:
 
 
 def _source_refs(sources: tuple) -> tuple:
-    """What :meth:`DistributedAlgorithm._run_kernel` keeps of a prepared call's sources: a
+    """What :meth:`DistributedMatrix._run_kernel` keeps of a prepared call's sources: a
     weak reference to each and its :func:`~distmm.kernels.numba_util.prepared_layout`."""
     return tuple((_no_operand, None) if x is None else (weakref.ref(x), prepared_layout(x))
                  for x in sources)
@@ -1121,7 +1072,7 @@ def _plain(X: np.ndarray | None) -> np.ndarray | None:
 
     A plain array is returned as it is, and a block's view is kept on the block, so that a
     loop called again with the same operand objects sees the same objects
-    (:meth:`DistributedAlgorithm._run_kernel` keeps prepared calls by identity)."""
+    (:meth:`DistributedMatrix._run_kernel` keeps prepared calls by identity)."""
     if X is None or type(X) is np.ndarray:
         return X
     view = X.__dict__.get("_plain_view")
@@ -1157,7 +1108,7 @@ def _check_global(X, nrows: int, side: str, check_finite: bool = True) -> str | 
 
 
 
-class TwoOrientationAlgorithm(DistributedAlgorithm):
+class TwoOrientationAlgorithm(DistributedMatrix):
     """A family that stores S as orientation "a" (S) and, built on first use, "b" (S^T).
 
     Subclasses fill ``self._o["a"]`` at construction, define ``_owner(name, rows, cols)``
@@ -1277,4 +1228,8 @@ class TwoOrientationAlgorithm(DistributedAlgorithm):
         return self._o["a"].coordinates()
 
 
-__all__ = ["DistributedAlgorithm", "InputError", "Orientation", "TwoOrientationAlgorithm"]
+# The name family modules written before the public type was named still use.
+DistributedAlgorithm = DistributedMatrix
+
+__all__ = ["DistributedAlgorithm", "DistributedMatrix", "InputError", "Orientation",
+           "TwoOrientationAlgorithm"]

@@ -92,7 +92,7 @@ def same_layout(X: np.ndarray, held: tuple) -> bool:
 
 
 class CallChecks:
-    """Mixin of :class:`~distmm.algorithms.base.DistributedAlgorithm`: the per-call checks.
+    """Mixin of :class:`~distmm.algorithms.base.DistributedMatrix`: the per-call checks.
 
     Uses the object's ``comm``, ``p``, ``rank``, ``dtype``, ``stats``, ``checks``,
     ``check_finite``, ``splits_r``, ``values`` and its layout hooks (``_local_rows``,

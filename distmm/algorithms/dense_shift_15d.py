@@ -35,7 +35,7 @@ import math
 import numpy as np
 
 from distmm.algorithms.base import TwoOrientationAlgorithm
-from distmm.algorithms.model import KernelCalls
+from distmm.algorithms.model import FamilyModel, KernelCalls
 from distmm.core.aligned import aligned_empty
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid15D, fits_15d
@@ -57,64 +57,9 @@ from distmm.errors import require
 STRATEGIES = ("none", "reuse", "fusion")
 
 
-class DenseShift15D(TwoOrientationAlgorithm):
-    """S distributed for the 1.5D dense shifting algorithms; SDDMM, SpMM and FusedMM on it.
-
-    Collective construction over ``comm`` with p ranks and replication factor ``c`` (c must
-    divide p). Every operation is collective over ``comm`` and takes/returns dense blocks in
-    this object's distribution: rank (u, v) holds rows ``dense_rows(side, rank)`` of A ("a",
-    m x r) and B ("b", n x r), all r columns.
-    """
-
-    name = "15d-dense-shift"
-    strategies = STRATEGIES
-    supports_overlap = True
-    grid_class = ProcessGrid15D
-
-    def _setup(self, source: CooShare) -> None:
-        # A and B keep whole rows, so any r >= 1 works per call; ``r`` is only a default width.
-        m, n = self.shape
-        self.offsets = {"a": block_offsets(m, self.p), "b": block_offsets(n, self.p)}
-        rows = self.row_inv[source.rows]
-        cols = self.col_inv[source.cols]
-        self._o = {"a": self._place("a", self._owner("a", rows, cols), rows, cols,
-                                    source.vals, self._layout("a"))}
-
-    # ----------------------------------------------------------------- layout
-    def _owner(self, name: str, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """World rank storing each S entry (given in S's frame) in orientation ``name``."""
-        x, y = (rows, cols) if name == "a" else (cols, rows)
-        xs, ys = self._frames(name)
-        xb = block_of(x, self.offsets[xs])
-        yb = block_of(y, self.offsets[ys])
-        return self.grid.world_rank(xb // self.c, yb % self.c).astype(np.int64)
-
-    def _layout(self, name: str):
-        xs, ys = self._frames(name)
-        xo, yo = self.offsets[xs], self.offsets[ys]
-        c, q, fiber = self.c, self.q, self.grid.fiber_blocks()
-        row_base = int(xo[fiber.start])
-        nrows = int(xo[fiber.stop] - row_base)
-        col_bases = yo[:-1][self.grid.layer_blocks()].copy()
-        shapes = [(nrows, int(w)) for w in np.diff(yo)[self.grid.layer_blocks()]]
-
-        def layout(x: np.ndarray, y: np.ndarray):
-            yb = block_of(y, yo)
-            t = yb // c
-            return t, x - row_base, y - yo[yb], q, shapes, row_base, col_bases
-
-        def frame(rows, cols):
-            return (rows, cols) if name == "a" else (cols, rows)
-
-        return lambda rows, cols: layout(*frame(rows, cols))
-
-    def dense_rows(self, side: str, rank: int) -> np.ndarray:
-        u, v = self.grid.position(rank)
-        return block_range(self.offsets[side], u * self.c + v)
-
-    def _build_b(self, rows, cols, vals) -> None:
-        self._o["b"] = self._place("b", self._owner("b", rows, cols), rows, cols, vals,
-                                   self._layout("b"))
+class DenseShift15DModel(FamilyModel):
+    """The cost model of :class:`DenseShift15D` (``DenseShift15D.model``): its grid and
+    width rules, Table III/IV rows, kernel calls, exact words and memory (static methods)."""
 
     # ----------------------------------------------------------------- the cost model
     grid_allows = staticmethod(fits_15d)
@@ -179,7 +124,6 @@ class DenseShift15D(TwoOrientationAlgorithm):
             return [KernelCalls(kind, q, z, m * c / p, n / p, r) for kind in ("sddmm", "spmm_a")]
         return [KernelCalls(kind, q, z, n * c / p, m / p, r) for kind in ("sddmm", "spmm_b")]
 
-
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
                     nnz: float | None = None) -> dict[str, dict[str, float]]:
@@ -233,6 +177,67 @@ class DenseShift15D(TwoOrientationAlgorithm):
             if mode == "sddmm" and op.startswith("fusedmm"):
                 call["SDDMM result"] = k[f"nnz_{o}"] * it
         return two_orientation_memory(parts, call, k, used, op, r, it, k["zmax_a"], k["zmax_b"])
+
+
+class DenseShift15D(TwoOrientationAlgorithm):
+    """S distributed for the 1.5D dense shifting algorithms; SDDMM, SpMM and FusedMM on it.
+
+    Collective construction over ``comm`` with p ranks and replication factor ``c`` (c must
+    divide p). Every operation is collective over ``comm`` and takes/returns dense blocks in
+    this object's distribution: rank (u, v) holds rows ``dense_rows(side, rank)`` of A ("a",
+    m x r) and B ("b", n x r), all r columns.
+    """
+
+    name = "15d-dense-shift"
+    model = DenseShift15DModel
+    strategies = STRATEGIES
+    supports_overlap = True
+    grid_class = ProcessGrid15D
+
+    def _setup(self, source: CooShare) -> None:
+        # A and B keep whole rows, so any r >= 1 works per call; ``r`` is only a default width.
+        m, n = self.shape
+        self.offsets = {"a": block_offsets(m, self.p), "b": block_offsets(n, self.p)}
+        rows = self.row_inv[source.rows]
+        cols = self.col_inv[source.cols]
+        self._o = {"a": self._place("a", self._owner("a", rows, cols), rows, cols,
+                                    source.vals, self._layout("a"))}
+
+    # ----------------------------------------------------------------- layout
+    def _owner(self, name: str, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """World rank storing each S entry (given in S's frame) in orientation ``name``."""
+        x, y = (rows, cols) if name == "a" else (cols, rows)
+        xs, ys = self._frames(name)
+        xb = block_of(x, self.offsets[xs])
+        yb = block_of(y, self.offsets[ys])
+        return self.grid.world_rank(xb // self.c, yb % self.c).astype(np.int64)
+
+    def _layout(self, name: str):
+        xs, ys = self._frames(name)
+        xo, yo = self.offsets[xs], self.offsets[ys]
+        c, q, fiber = self.c, self.q, self.grid.fiber_blocks()
+        row_base = int(xo[fiber.start])
+        nrows = int(xo[fiber.stop] - row_base)
+        col_bases = yo[:-1][self.grid.layer_blocks()].copy()
+        shapes = [(nrows, int(w)) for w in np.diff(yo)[self.grid.layer_blocks()]]
+
+        def layout(x: np.ndarray, y: np.ndarray):
+            yb = block_of(y, yo)
+            t = yb // c
+            return t, x - row_base, y - yo[yb], q, shapes, row_base, col_bases
+
+        def frame(rows, cols):
+            return (rows, cols) if name == "a" else (cols, rows)
+
+        return lambda rows, cols: layout(*frame(rows, cols))
+
+    def dense_rows(self, side: str, rank: int) -> np.ndarray:
+        u, v = self.grid.position(rank)
+        return block_range(self.offsets[side], u * self.c + v)
+
+    def _build_b(self, rows, cols, vals) -> None:
+        self._o["b"] = self._place("b", self._owner("b", rows, cols), rows, cols, vals,
+                                   self._layout("b"))
 
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""

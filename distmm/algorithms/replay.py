@@ -4,10 +4,10 @@ A training loop calls one operation many times with the same operand objects, of
 ``out=`` buffer. Where the family's whole call is then a fixed sequence of local kernels on
 the caller's arrays and cyclic shifts between the object's buffers (1.5D dense shifting with
 c = 1 and no overlap: nothing replicated, reduced or copied; on one rank a single kernel;
-:meth:`DistributedAlgorithm._replayable`), the second such call is traced (only a call that
+:meth:`DistributedMatrix._replayable`), the second such call is traced (only a call that
 passes the very operands of the call before, or a bound call's, is traced: a loop on new
 operands builds no replay it would not use): if every kernel ran through a prepared call
-kept from an earlier call (:meth:`DistributedAlgorithm._run_kernel`),
+kept from an earlier call (:meth:`DistributedMatrix._run_kernel`),
 the steps (each kernel's prepared call and arguments, each shift's buffers and partners) are
 kept, and every later call that passes the very same operands, unchanged (as
 :meth:`CallChecks._recall` checks them: the same objects, plain arrays with the same shapes,
@@ -36,7 +36,7 @@ of the same operation on other operands in between (another bound call, a method
 take it away: each bound call has its own, so several bound calls of one operation (the heads
 of a multi-head attention layer, say) all replay.
 
-A call's kind is its key (:meth:`~distmm.algorithms.base.DistributedAlgorithm._call_key`):
+A call's kind is its key (:meth:`~distmm.algorithms.base.DistributedMatrix._call_key`):
 the operation and the width of its first dense operand where the family keeps whole rows
 (the only family that replays), so that the layers of a model, calling one operation at
 several widths in turns, each keep their remembered operands and replay; elsewhere the
@@ -45,9 +45,9 @@ for the key, and at its own width's only when that is not it (:meth:`_replay_oth
 The object's replay of a kind holds its arguments (views of the operands and buffers)
 until the next call of its kind that cannot be replayed, or until the replays of
 :data:`REPLAY_WIDTHS` newer widths of its operation are kept (:meth:`_keep_widths`); every
-replay, the bound calls' included, is dropped by :meth:`~DistributedAlgorithm.set_values`,
-a change of named vectors, :meth:`~DistributedAlgorithm.release_buffers`, a change of the
-plan state and :meth:`~DistributedAlgorithm.close`. Only under ``checks="once"`` (the
+replay, the bound calls' included, is dropped by :meth:`~DistributedMatrix.set_values`,
+a change of named vectors, :meth:`~DistributedMatrix.release_buffers`, a change of the
+plan state and :meth:`~DistributedMatrix.close`. Only under ``checks="once"`` (the
 default): a call under ``"always"`` is checked in full every time, and one under ``"off"`` is
 not remembered.
 """
@@ -61,13 +61,13 @@ import numpy as np
 from distmm.algorithms.calls import key_op, remembered, same_layout, unchanged
 from distmm.core.aligned import aligned_empty, padding
 from distmm.core.dense import DenseBlock
-from distmm.core.memory import OPS
+from distmm.core.operations import op_name
 from distmm.errors import InputError
 from distmm.kernels.numba_util import prepared_layout
 
 
 class CallReplay:
-    """Mixin of :class:`~distmm.algorithms.base.DistributedAlgorithm`: replayed calls.
+    """Mixin of :class:`~distmm.algorithms.base.DistributedMatrix`: replayed calls.
 
     Uses the object's ``checks``, ``kernel``, ``stats``, ``_plan_state``, ``_memo`` and
     :meth:`_recall` (calls.py), and the family hook :meth:`_replayable`."""
@@ -274,7 +274,7 @@ class CallReplay:
         Parameters
         ----------
         op : {"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b"}
-            The operation.
+            The operation (the command line's spelling, ``"fusedmm-a"``, is accepted too).
         *operands
             Its dense operands, as the method takes them (``B`` for spmm_a, ``A, B`` for
             sddmm and FusedMM).
@@ -303,9 +303,11 @@ class CallReplay:
         only remembers the arguments; the first call checks them, on every rank).
         """
         self._require_open()
-        method = getattr(self, op, None) if op in OPS else None
-        if method is None:
-            raise InputError(f"bind: unknown operation {op!r}; choose one of {', '.join(OPS)}")
+        try:
+            op = op_name(op)
+        except InputError as e:
+            raise InputError(f"bind: {e}") from None
+        method = getattr(self, op)
         if out is None:
             raise InputError("bind needs out=: a bound call writes the same buffer every time")
         call = BoundCall(self, op, method, operands, dict(options, out=out))

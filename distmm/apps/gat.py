@@ -306,7 +306,7 @@ class HeadCall:
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
         The object the calls run on.
     op : {"sddmm", "spmm_a", "spmm_b"}
         The operation.

@@ -280,7 +280,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     final = evaluate(gat, X, y[nodes], split)
     _emit(comm, {"event": "result", "best_epoch": state.best_epoch, "epochs": state.epoch,
                  **final, "split_sizes": {k: int(v.size) for k, v in split.items()},
-                 "config": vars(config), **obj.describe()})
+                 "config": vars(config), **obj.stats.describe()})
     if comm.rank == 0:
         state.best_model.save(args.out)
     comm.Barrier()

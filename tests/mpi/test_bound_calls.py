@@ -50,12 +50,12 @@ def test_bound_calls_match_the_method_bitwise_and_count_the_same(algorithm, c):
     for name, op, operands, options, out in _cases(obj, A_loc, B_loc):
         method = getattr(obj, op)
         method(*operands, out=out, **options)
-        obj.reset_stats()
+        obj.stats.reset()
         for _ in range(REPEATS):
             want = np.array(method(*operands, out=out, **options), copy=True)
         by_method = _counts(obj)
         call = obj.bind(op, *operands, out=out, **options)
-        obj.reset_stats()
+        obj.stats.reset()
         for _ in range(REPEATS):
             out[...] = np.nan  # every call writes the whole result
             got = call()

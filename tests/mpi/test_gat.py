@@ -153,7 +153,7 @@ def test_gradient_allreduce_words(c):
     obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=1)
     gat = DistGAT(obj, _model(layers))
     logits, caches = gat.forward(X[gat.nodes], None)
-    obj.reset_stats()
+    obj.stats.reset()
     gat.backward(np.ones_like(logits), caches)
     assert obj.stats.words("gat_weights") == gat.gradient_words(COMM.rank)
     assert obj.stats.words("gat_weights", "words_received") == gat.gradient_words(COMM.rank)

@@ -43,7 +43,7 @@ def test_fused_equals_unfused(c, self_loops, dtype, dropout):
     n, H, F = Z.shape
     s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
     s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)
-    obj.reset_stats()
+    obj.stats.reset()
     got = fused_attention(obj, s_dst, s_src, Z.reshape(n, H * F), layer.negative_slope,
                           edge_scale=cache["amask"])
     want = fused_words(obj, H, F, COMM.rank)
