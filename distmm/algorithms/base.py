@@ -20,14 +20,13 @@ a block holds.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
 from distmm.algorithms.calls import CHECKS, CallChecks
 from distmm.algorithms.model import FamilyModel
+from distmm.algorithms.placement import Orientation, Placement, check_share, concat_ids
 from distmm.algorithms.replay import CallReplay
 from distmm.algorithms.stats import MatrixStats
 from distmm.core.aligned import aligned_copy, aligned_empty
@@ -37,8 +36,7 @@ from distmm.core.dense import FILL_CHUNK, SIDES, DenseBlock
 from distmm.core.grid import ProcessGrid15D, ProcessGrid25D, check_grid
 from distmm.core.layout import block_offsets
 from distmm.core.memory import release_freed_memory
-from distmm.core.permute import applied_mode, balance_permutation, inverse_permutation
-from distmm.core.sparse import CSRBlock
+from distmm.core.permute import applied_mode, inverse_permutation
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model, threads
 from distmm.kernels.numba_util import prepared_layout
@@ -62,43 +60,6 @@ def track_objects(into: list | None) -> None:
     """
     global _TRACKED
     _TRACKED = into
-
-
-@dataclass
-class Orientation:
-    """One stored orientation of S on this rank, as a list of CSR blocks.
-
-    In orientation "a" the blocks are pieces of S (rows index A, columns index B); in
-    orientation "b" they are pieces of S^T (rows index B, columns index A). ``values`` is the
-    flat array of the blocks' values in value order; each block's ``data`` is a view into it.
-    ``row_base`` is the global (permuted) index of local row 0 and ``col_bases[t]`` the global
-    index of local column 0 of block t.
-    """
-
-    name: str
-    blocks: list[CSRBlock]
-    offsets: np.ndarray
-    values: np.ndarray
-    row_base: int
-    col_bases: np.ndarray
-
-    def block_values(self, values: np.ndarray, t: int) -> np.ndarray:
-        return values[self.offsets[t]:self.offsets[t + 1]]
-
-    @property
-    def nnz(self) -> int:
-        return int(self.offsets[-1])
-
-    def coordinates(self) -> tuple[np.ndarray, np.ndarray]:
-        """Global (permuted) (row, col) in this orientation's frame of every stored nonzero."""
-        rows = [blk.row_ids() + self.row_base for blk in self.blocks]
-        cols = [blk.indices.astype(np.int64) + base
-                for blk, base in zip(self.blocks, self.col_bases, strict=True)]
-        return _cat(rows), _cat(cols)
-
-
-def _cat(parts: Sequence[np.ndarray]) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
@@ -214,6 +175,7 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         self.__dict__.setdefault("_extra_comms", [])
         self.stats = MatrixStats(self)
         self.world = CountingComm(comm, self.stats)
+        self.placement = Placement(comm, self.world, self.stats, dtype, self.shape)
         # A name makes a fresh model with default options; an instance (configured by the
         # caller, e.g. from --node-config) is used as it is.
         self.kernel = (node_model if isinstance(node_model, NodeModel)
@@ -223,7 +185,7 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         # before the weights index by it; the pairwise-exchange threshold decides, on every
         # rank alike, how the fiber collectives move (distmm.core.comm)
         pairwise_problem, pairwise = pairwise_setting()
-        self._agree(_check_share(source, check_finite) or pairwise_problem, same=pairwise)
+        self._agree(check_share(source, check_finite) or pairwise_problem, same=pairwise)
         if isinstance(permute, DistributedMatrix):  # share another object's layout
             require(permute.shape == self.shape and permute.p == self.p,
                     f"permute=<object>: the object's S is {permute.shape[0]} x "
@@ -233,7 +195,7 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
             self.row_perm, self.col_perm = permute.row_perm, permute.col_perm
         else:
             self.permute = permute
-            self.row_perm, self.col_perm = self._balance_permutations(
+            self.row_perm, self.col_perm = self.placement.balance_permutations(
                 source, applied_mode(permute, self.p), seed)
         self.row_inv = inverse_permutation(self.row_perm)
         self.col_inv = self.row_inv if self.col_perm is self.row_perm else inverse_permutation(
@@ -265,35 +227,6 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         and build what the family's loop needs (collective; the family's part of
         construction)."""
         raise NotImplementedError
-
-    def _balance_permutations(self, source: CooShare, mode: str, seed: int
-                              ) -> tuple[np.ndarray, np.ndarray]:
-        """The row and column permutations for load balance by ``mode`` (one shared
-        permutation when S is square; collective: the "blocks" weights are all-reduced)."""
-        # Rows are assigned to the p finest row blocks any family uses (the 1.5D families'
-        # blocks; each 2.5D block is a union of consecutive ones), so "blocks" keeps the
-        # natural order inside every 1.5D block and inside each p-th of a 2.5D block.
-        m, n = self.shape
-        row_w = col_w = None
-        if mode == "blocks":
-            row_w, col_w = self._row_weights(source)
-        if m == n:
-            perm = balance_permutation(mode, m, self.p, seed,
-                                       None if row_w is None else [row_w, col_w])
-            return perm, perm
-        return (balance_permutation(mode, m, self.p, seed, None if row_w is None else [row_w]),
-                balance_permutation(mode, n, self.p, seed + 1,
-                                    None if col_w is None else [col_w]))
-
-    def _row_weights(self, source: CooShare) -> tuple[np.ndarray, np.ndarray]:
-        """Global nonzeros per row and per column of S (collective: one all-reduce of m + n
-        integers, counted under "distribute"), the weights the permutation balances."""
-        m, n = self.shape
-        local = np.concatenate((np.bincount(source.rows, minlength=m),
-                                np.bincount(source.cols, minlength=n))).astype(np.int64)
-        total = np.empty_like(local)
-        self.world.allreduce(local, total, phase="distribute")
-        return total[:m], total[m:]
 
     # ----------------------------------------------------------------- subclass hooks
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
@@ -493,77 +426,26 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         self._forget_prepared()
 
     # ----------------------------------------------------------------- placing S
+    # The family's _setup places S through these (placement.py does the work).
     def _place(self, name: str, owners: np.ndarray, rows: np.ndarray, cols: np.ndarray,
                vals: np.ndarray, layout: callable) -> Orientation:
-        """Send each entry to its owner and build the owner's blocks (collective).
-
-        ``rows``/``cols`` are permuted global coordinates in the orientation's frame and
-        ``layout(rows, cols)`` returns, on the owner, ``(block_index, local_row, local_col,
-        nblocks, block_shapes, row_base, col_bases)``.
-        """
-        rows, cols, vals = self._exchange(owners, (rows, cols, vals))
-        t, lr, lc, nblocks, shapes, row_base, col_bases = layout(rows, cols)
-        order = np.argsort(t, kind="stable")
-        bounds = np.searchsorted(t[order], np.arange(nblocks + 1))
-        blocks = []
-        for b in range(nblocks):
-            sel = order[bounds[b]:bounds[b + 1]]
-            blocks.append(CSRBlock.from_coo(lr[sel], lc[sel], vals[sel], shapes[b], self.dtype))
-        offsets = np.zeros(nblocks + 1, dtype=np.int64)
-        np.cumsum([blk.nnz for blk in blocks], out=offsets[1:])
-        values = np.empty(int(offsets[-1]), dtype=self.dtype)
-        for b, blk in enumerate(blocks):
-            values[offsets[b]:offsets[b + 1]] = blk.data
-            blk.data = values[offsets[b]:offsets[b + 1]]
-        return Orientation(name, blocks, offsets, values, row_base, np.asarray(col_bases))
+        """Send each entry to its owner and build the owner's blocks (collective):
+        :meth:`Placement.place`."""
+        return self.placement.place(name, owners, rows, cols, vals, layout)
 
     def _exchange(self, owners: np.ndarray, arrays: tuple[np.ndarray, ...]
                   ) -> tuple[np.ndarray, ...]:
         """Route entry k of every array to rank ``owners[k]`` (collective, phase distribute)."""
-        order = np.argsort(owners, kind="stable")
-        sendcounts = np.bincount(owners, minlength=self.p).astype(np.int64)
-        recvcounts = np.empty(self.p, dtype=np.int64)
-        with self.stats.timer("distribute"):
-            self.comm.Alltoall(sendcounts, recvcounts)
-        self.stats.add("distribute", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
-        out = []
-        for arr in arrays:
-            send = np.ascontiguousarray(arr[order])
-            recv = np.empty(int(recvcounts.sum()), dtype=send.dtype)
-            self.world.alltoallv(send, sendcounts, recv, recvcounts, phase="distribute")
-            out.append(recv)
-        return tuple(out)
+        return self.placement.exchange(owners, arrays)
 
     def _value_plan(self, src: Orientation, dst: Orientation, src_owner, dst_owner):
-        """How to move values from ``src`` value order to ``dst`` value order.
-
-        Both sides sort their nonzeros by (other side's owner, global key) without
-        communicating, so the k-th value sent from rank a to rank b is the k-th nonzero of b
-        that a owns. ``src_owner(rows, cols)`` gives the owner in ``src``'s orientation of
-        entries given in S's frame; likewise ``dst_owner``.
-        """
-        n = self.shape[1]
-        si, sj = self._s_frame(src)
-        di, dj = self._s_frame(dst)
-        s_to = dst_owner(si, sj)
-        d_from = src_owner(di, dj)
-        send_order = np.lexsort((si * n + sj, s_to))
-        recv_order = np.lexsort((di * n + dj, d_from))
-        sendcounts = np.bincount(s_to, minlength=self.p)
-        recvcounts = np.bincount(d_from, minlength=self.p)
-        return send_order, sendcounts, recv_order, recvcounts
-
-    @staticmethod
-    def _s_frame(o: Orientation) -> tuple[np.ndarray, np.ndarray]:
-        rows, cols = o.coordinates()
-        return (rows, cols) if o.name == "a" else (cols, rows)
+        """How to move values from ``src`` value order to ``dst`` value order
+        (:meth:`Placement.value_plan`)."""
+        return self.placement.value_plan(src, dst, src_owner, dst_owner)
 
     def _move_values(self, plan, src_values: np.ndarray, dst_values: np.ndarray) -> None:
-        send_order, sendcounts, recv_order, recvcounts = plan
-        recv = np.empty(recv_order.size, dtype=src_values.dtype)
-        self.world.alltoallv(np.ascontiguousarray(src_values[send_order]), sendcounts, recv,
-                             recvcounts, phase="values")
-        dst_values[recv_order] = recv
+        """Move values along a :meth:`_value_plan` (collective, phase "values")."""
+        self.placement.move_values(plan, src_values, dst_values)
 
     # ----------------------------------------------------------------- checks
     def _agree(self, message: str | None, same: dict | None = None) -> None:
@@ -980,8 +862,8 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         parts = self.comm.gather((rows, cols, np.asarray(values)), root=root)
         if self.rank != root:
             return None
-        R = _cat([pr[0] for pr in parts])
-        C = _cat([pr[1] for pr in parts])
+        R = concat_ids([pr[0] for pr in parts])
+        C = concat_ids([pr[1] for pr in parts])
         V = np.concatenate([pr[2] for pr in parts]) if parts else np.zeros(0, self.dtype)
         order = np.lexsort((C, R))
         return R[order], C[order], V[order]
@@ -1079,19 +961,6 @@ def _plain(X: np.ndarray | None) -> np.ndarray | None:
     if view is None or view.shape != X.shape or view.strides != X.strides:
         view = X.__dict__["_plain_view"] = X.view(np.ndarray)
     return view
-
-
-def _check_share(source: CooShare, check_finite: bool) -> str | None:
-    """Local check of a rank's COO share (a hand-made one may hold anything)."""
-    m, n = source.shape
-    if min(m, n) < 0:
-        return f"the sparse matrix has a negative dimension {source.shape}"
-    if source.nnz and (source.rows.min() < 0 or source.rows.max() >= m
-                       or source.cols.min() < 0 or source.cols.max() >= n):
-        return f"a nonzero of the sparse matrix lies outside its shape {source.shape}"
-    if check_finite and not np.isfinite(source.vals).all():
-        return "the sparse matrix has NaN or infinite values"
-    return None
 
 
 def _check_global(X, nrows: int, side: str, check_finite: bool = True) -> str | None:
