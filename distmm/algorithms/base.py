@@ -24,18 +24,19 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
+from distmm.algorithms import dense_io
 from distmm.algorithms.calls import CHECKS, CallChecks
 from distmm.algorithms.model import FamilyModel
-from distmm.algorithms.placement import Orientation, Placement, check_share, concat_ids
+from distmm.algorithms.placement import Orientation, Placement, check_share
 from distmm.algorithms.replay import CallReplay
 from distmm.algorithms.stats import MatrixStats
-from distmm.core.aligned import aligned_copy, aligned_empty
-from distmm.core.comm import CountingComm, mpi_type, pairwise_setting
+from distmm.algorithms.values import NamedValues
+from distmm.core.aligned import aligned_empty
+from distmm.core.comm import CountingComm, pairwise_setting
 from distmm.core.coo import CooShare
-from distmm.core.dense import FILL_CHUNK, SIDES, DenseBlock
+from distmm.core.dense import DenseBlock
 from distmm.core.grid import ProcessGrid15D, ProcessGrid25D, check_grid
 from distmm.core.layout import block_offsets
-from distmm.core.memory import release_freed_memory
 from distmm.core.permute import applied_mode, inverse_permutation
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model, threads
@@ -169,6 +170,8 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         # the bound calls made by bind, each keeping a replay of its own (replay.py)
         self._bound_calls: weakref.WeakSet = weakref.WeakSet()
         self._col_cache: dict[int, np.ndarray] = {}
+        # named vectors of edge values beside S's own (values.py)
+        self._named = NamedValues(dtype)
         self._rows_cache: dict[str, int] = {}
         # Communicators created on this object by other modules (distmm.ops) are registered
         # here, so that close() frees them too.
@@ -680,21 +683,17 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         require(isinstance(name, str) and name != "",
                 f"a value vector's name must be a non-empty string, got {name!r}")
         self._agree(self._check_values(values))
-        named = self.__dict__.setdefault("_named", {})
-        named[name] = {"a": np.array(values, dtype=self.dtype, copy=True)}
+        self._named.set(name, values)
         self._forget_prepared()
 
     def named_values(self, name: str) -> np.ndarray:
         """The vector registered as ``name`` (value order; a view: do not resize). Not
         collective."""
-        named = self.__dict__.get("_named", {})
-        require(name in named, f"no value vector named {name!r}; registered: "
-                               f"{', '.join(sorted(named)) or 'none'} (see set_named_values)")
-        return named[name]["a"]
+        return self._named.get(name)
 
     def drop_named_values(self, name: str) -> None:
         """Forget the vector registered as ``name`` and its moved copies. Not collective."""
-        self.__dict__.get("_named", {}).pop(name, None)
+        self._named.drop(name)
         self._forget_prepared()
 
     def _named_or(self, values: np.ndarray | str | None) -> np.ndarray | None:
@@ -709,164 +708,13 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         return self.values if values is None else values
 
     # ----------------------------------------------------------------- dense data in and out
-    def local_rows(self, side: str) -> np.ndarray:
-        """Original row ids of ``side``'s block on this rank ("a": rows of A, "b": rows of B)."""
-        perm = self.row_perm if side == "a" else self.col_perm
-        return perm[self.dense_rows(side, self.rank)]
-
-    def dense(self, side: str, r: int | None = None, fill=0.0) -> DenseBlock:
-        """A new width-r dense matrix on ``side``, as this rank's typed block.
-
-        Parameters
-        ----------
-        side : {"a", "b"}
-            "a": m x r, rows indexed like S's rows; "b": n x r, like S's columns.
-        r : int, optional
-            The dense width (default: the ``r`` given at construction). Every rank must pass
-            the same r; it must satisfy :meth:`r_rule`.
-        fill : float or callable
-            A constant, or ``fill(rows, cols)`` returning the ``(len(rows), len(cols))``
-            entries for the original row ids ``rows`` and global column indices ``cols`` of
-            this rank's block (e.g. :func:`distmm.core.dense.hashed_normal`: the same matrix at
-            every rank count). It is called on consecutive runs of the block's rows of about
-            ``FILL_CHUNK`` entries each, so that its temporaries stay small beside the block;
-            an entry must depend only on its row id and column.
-
-        Not collective (no communication), but meant to be called on every rank.
-        """
-        self._require_open()
-        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        r = self._check_r(self._default_r(r))
-        block = aligned_empty(self.local_shape(side, r), self.dtype)
-        if callable(fill):
-            cols = np.arange(r, dtype=np.int64)[self.dense_cols(side, self.rank, r)]
-            rows = self.local_rows(side)
-            step = max(1, FILL_CHUNK // max(1, cols.size))
-            for lo in range(0, max(rows.size, 1), step):  # an empty block still checks fill
-                part = rows[lo:lo + step]
-                values = np.asarray(fill(part, cols))
-                require(values.shape == (part.size, cols.size),
-                        f"fill returned shape {values.shape} for {part.size} rows and "
-                        f"{cols.size} columns of this rank's block, expected "
-                        f"{(part.size, cols.size)}")
-                block[lo:lo + step] = values
-        else:
-            block.fill(fill)
-        return self._block(side, r, block)
-
-    def wrap(self, side: str, X_loc: np.ndarray, r: int | None = None) -> DenseBlock:
-        """Type this rank's block of a width-r matrix (no copy) as a DenseBlock of ``side``.
-
-        For blocks filled by hand (with :meth:`local_rows` and :meth:`dense_cols`). ``r``
-        defaults to the local width in families that keep whole rows and to the construction
-        default in the others. Checks the local shape and dtype; not collective."""
-        self._require_open()
-        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        if r is None and not self.splits_r and isinstance(X_loc, np.ndarray) and X_loc.ndim == 2:
-            r = X_loc.shape[1]
-        r = self._check_r(self._default_r(r))
-        msg = self._block_problem(side, X_loc, "the block", scan=False)
-        if msg is None and X_loc.shape[1] != self.local_width(r):
-            msg = (f"the block has {X_loc.shape[1]} columns on this rank but its share of "
-                   f"r={r} is {self.local_width(r)}")
-        if msg is not None:
-            raise InputError(msg + f" (rank {self.rank})")
-        return self._block(side, r, X_loc)
-
-    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> DenseBlock:
-        """Distribute a global dense matrix (m x r for "a", n x r for "b", original order).
-
-        Collective. r is X's width (it must satisfy :meth:`r_rule`). With ``root=None`` every
-        rank passes the whole matrix and takes its block without communicating; otherwise only
-        ``root``'s ``X`` is read. Returns this rank's block, a C-contiguous
-        :class:`~distmm.core.dense.DenseBlock` in the algorithm's dtype.
-        """
-        self._require_open()
-        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        nrows = self.shape[0] if side == "a" else self.shape[1]
-        perm = self.row_perm if side == "a" else self.col_perm
-        if root is None:
-            # Every rank reads only its own rows (X may be a memory-mapped file), so the
-            # finiteness check runs on the local block, then all ranks agree.
-            msg = _check_global(X, nrows, side, check_finite=False)
-            msg = msg or self._r_problem(X.shape[1])
-            block = None
-            if msg is None:
-                r = X.shape[1]
-                block = np.ascontiguousarray(
-                    X[np.sort(perm[self.dense_rows(side, self.rank)])], dtype=self.dtype)
-                order = np.argsort(np.argsort(perm[self.dense_rows(side, self.rank)]))
-                block = aligned_copy(block[order][:, self.dense_cols(side, self.rank, r)])
-                if not np.isfinite(block).all():
-                    msg = f"the global matrix for side {side!r} contains NaN or infinite values"
-            self._agree(msg)
-            return self._block(side, r, block)
-        msg = _check_global(X, nrows, side) if self.rank == root else None
-        msg = msg or (self._r_problem(X.shape[1]) if self.rank == root else None)
-        self._agree(msg)
-        r = self.comm.bcast(X.shape[1] if self.rank == root else None, root=root)
-        blocks, counts = None, None
-        if self.rank == root:
-            parts = [np.ascontiguousarray(X[perm[self.dense_rows(side, k)]]
-                                          [:, self.dense_cols(side, k, r)], dtype=self.dtype)
-                     for k in range(self.p)]
-            counts = [part.size for part in parts]
-            blocks = np.concatenate([part.reshape(-1) for part in parts])
-        out = aligned_empty(self.local_shape(side, r), self.dtype)
-        t = mpi_type(self.dtype)
-        if self.rank == root:
-            displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
-            self.comm.Scatterv([blocks, (counts, displs), t], [out, out.size, t], root=root)
-        else:
-            self.comm.Scatterv(None, [out, out.size, t], root=root)
-        return self._block(side, r, out)
-
-    def gather(self, side: str, X_loc: np.ndarray, root: int = 0) -> np.ndarray | None:
-        """Collect a distributed dense matrix on ``root`` in original row order (collective).
-
-        r is read from the blocks. Returns the global (m or n) x r matrix on ``root`` and None
-        elsewhere."""
-        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        r = self._begin("gather", ((side, X_loc, "dense block"),))
-        nrows = self.shape[0] if side == "a" else self.shape[1]
-        perm = self.row_perm if side == "a" else self.col_perm
-        t = mpi_type(self.dtype)
-        send = np.ascontiguousarray(X_loc)
-        if self.rank != root:
-            self.comm.Gatherv([send, send.size, t], None, root=root)
-            return None
-        shapes = [(self.dense_rows(side, k).size, self.local_width(r, k))
-                  for k in range(self.p)]
-        counts = [a * b for a, b in shapes]
-        recv = np.empty(sum(counts), dtype=self.dtype)
-        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        self.comm.Gatherv([send, send.size, t], [recv, (counts, displs), t], root=root)
-        out = np.zeros((nrows, r), dtype=self.dtype)
-        for k in range(self.p):
-            block = recv[displs[k]:displs[k] + counts[k]].reshape(shapes[k])
-            out[np.ix_(perm[self.dense_rows(side, k)],
-                       np.arange(r)[self.dense_cols(side, k, r)])] = block
-        return out
-
-    def gather_values(self, values: np.ndarray | None = None, root: int = 0
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Collect values in value order (S's own if None) on ``root`` as COO in original
-        coordinates, sorted by (row, col). Collective; None on other ranks."""
-        self._require_open()
-        if values is None:
-            values = self.values
-        self._agree(self._check_values(values))
-        rows, cols = self.value_coordinates()
-        rows = self.row_perm[rows]
-        cols = self.col_perm[cols]
-        parts = self.comm.gather((rows, cols, np.asarray(values)), root=root)
-        if self.rank != root:
-            return None
-        R = concat_ids([pr[0] for pr in parts])
-        C = concat_ids([pr[1] for pr in parts])
-        V = np.concatenate([pr[2] for pr in parts]) if parts else np.zeros(0, self.dtype)
-        order = np.lexsort((C, R))
-        return R[order], C[order], V[order]
+    # (dense_io.py: the layout front-ends, written on the matrix's public layout)
+    local_rows = dense_io.local_rows
+    dense = dense_io.dense
+    wrap = dense_io.wrap
+    scatter = dense_io.scatter
+    gather = dense_io.gather
+    gather_values = dense_io.gather_values
 
     def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
         """Global permuted (row, col) of S for each stored nonzero in value order."""
@@ -963,142 +811,9 @@ def _plain(X: np.ndarray | None) -> np.ndarray | None:
     return view
 
 
-def _check_global(X, nrows: int, side: str, check_finite: bool = True) -> str | None:
-    if not isinstance(X, np.ndarray) or X.ndim != 2:
-        return f"the global matrix for side {side!r} must be a 2-D numpy array"
-    if X.shape[0] != nrows:
-        return f"the global matrix for side {side!r} has {X.shape[0]} rows, expected {nrows}"
-    if X.shape[1] < 1:
-        return "dense operands need r >= 1 columns"
-    if check_finite and not np.isfinite(X).all():
-        return f"the global matrix for side {side!r} contains NaN or infinite values"
-    return None
-
-
-
-
-class TwoOrientationAlgorithm(DistributedMatrix):
-    """A family that stores S as orientation "a" (S) and, built on first use, "b" (S^T).
-
-    Subclasses fill ``self._o["a"]`` at construction, define ``_owner(name, rows, cols)``
-    (the rank storing each entry of S in an orientation) and ``_build_b(rows, cols, vals)``
-    (place S^T's entries, given in S's frame, as ``self._o["b"]``). S's values live in
-    orientation "a"; after :meth:`set_values` they reach "b" with one all-to-all of the values.
-    """
-
-    _plan = None
-    _b_stale = False
-
-    def _build_b(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
-        raise NotImplementedError
-
-    @staticmethod
-    def _frames(name: str) -> tuple[str, str]:
-        """(X side, Y side) of an orientation: X is replicated along the fiber, Y is not."""
-        return ("a", "b") if name == "a" else ("b", "a")
-
-    # The fiber collectives of the loop (paper section IV-A): every family with two
-    # orientations replicates the X operand along the fiber and reduces X-side outputs there.
-    def _fiber_rows(self, name: str) -> np.ndarray:
-        """Rows of the X-side block of each rank of this rank's fiber, in fiber order, in
-        orientation ``name``: the pieces that make up the X superblock. Not collective."""
-        raise NotImplementedError
-
-    def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
-        """All-gather this fiber's X blocks into the X superblock T (phase "replication";
-        collective over the fiber). In a fiber of one rank the block is the superblock and is
-        returned as it is. T is kept on the object and overwritten by the next call."""
-        if self.c == 1:
-            return X_loc
-        rows, w = self._fiber_rows(name), X_loc.shape[1]
-        T = self._buffer(("T", name), (int(rows.sum()), w))
-        self.fiber.allgatherv(X_loc, T, rows * w)
-        return T
-
-    def _reduce(self, name: str, T: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Reduce-scatter the X superblock T back to the fiber's blocks (phase "reduction";
-        collective over the fiber): this rank's block, written into ``out`` when given."""
-        rows, w = self._fiber_rows(name), T.shape[1]
-        if out is None:
-            out = aligned_empty((int(rows[self.fiber.rank]), w), self.dtype)
-        self.fiber.reduce_scatter(T, out, rows * w)
-        return out
-
-    def _orientation(self, name: str) -> Orientation:
-        """The stored orientation, building "b" (S^T) from "a" on first use (collective)."""
-        if name not in self._o:
-            a = self._o["a"]
-            rows, cols = a.coordinates()
-            self._build_b(rows, cols, a.values)
-            del rows, cols
-            release_freed_memory()  # the temporaries of placing S^T
-            self._b_stale = False
-        elif name == "b" and self._b_stale:
-            self._move_values(self._b_plan(), self._o["a"].values, self._o["b"].values)
-            self._b_stale = False
-        return self._o[name]
-
-    def _b_plan(self):
-        """How values move from orientation "a"'s order to "b"'s (built once; collective
-        only in that orientation "b" must exist)."""
-        if self._plan is None:
-            if "b" not in self._o:
-                self._orientation("b")
-            self._plan = self._value_plan(
-                self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
-                lambda i, j: self._owner("b", i, j))
-        return self._plan
-
-    def _values_for(self, name: str, values: np.ndarray | str | None) -> np.ndarray:
-        """Values in orientation ``name``'s order (collective when they must move).
-
-        ``values`` is None (S's own), the name of a registered vector
-        (:meth:`set_named_values`: moved to "b" on first use and kept there under its name),
-        or any other vector in value order ("a"), moved at every call."""
-        o = self._orientation(name)
-        if values is None:
-            return o.values
-        if isinstance(values, str):
-            self.named_values(values)  # InputError for an unknown name
-            entry = self.__dict__["_named"][values]
-            if name == "b" and "b" not in entry:
-                entry["b"] = np.empty(o.nnz, dtype=self.dtype)
-                self._move_values(self._b_plan(), entry["a"], entry["b"])
-            return entry[name]
-        if name == "a":
-            return values
-        # a copy (at p > 1 an exchange) outside the kernels and shifts: a replay of this call
-        # would run on this call's copy, stale once the caller changes ``values`` in place
-        self._not_replayable()
-        moved = np.empty(o.nnz, dtype=self.dtype)
-        self._move_values(self._b_plan(), values, moved)
-        return moved
-
-    # The paper's three kernels in orientation "a" (S itself), as loop pieces of the family.
-    def _sddmm(self, A_loc, B_loc, vals, r, out):
-        return self._sddmm_in("a", A_loc, B_loc, vals, r, out=out)[0]
-
-    def _spmm_a(self, B_loc, vals, r, out):
-        return self._spmm_x_in("a", B_loc, vals, r, out)
-
-    def _spmm_b(self, A_loc, vals, r, out):
-        return self._spmm_y_in("a", A_loc, vals, r, out=out)
-
-    @property
-    def values(self) -> np.ndarray:
-        """S's current values on this rank, in value order (orientation "a")."""
-        return self._o["a"].values
-
-    def _store_values(self, values: np.ndarray) -> None:
-        self._o["a"].values[...] = values
-        self._b_stale = "b" in self._o
-
-    def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._o["a"].coordinates()
 
 
 # The name family modules written before the public type was named still use.
 DistributedAlgorithm = DistributedMatrix
 
-__all__ = ["DistributedAlgorithm", "DistributedMatrix", "InputError", "Orientation",
-           "TwoOrientationAlgorithm"]
+__all__ = ["DistributedAlgorithm", "DistributedMatrix", "InputError", "Orientation"]

@@ -108,9 +108,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
 from distmm.algorithms.model import FamilyModel, KernelCalls
 from distmm.algorithms.packets import index_words, pack, packet_block, packet_values, word_dtype
+from distmm.algorithms.placement import Orientation
+from distmm.algorithms.two_orientation import TwoOrientationAlgorithm
 from distmm.core.aligned import aligned_copy
 from distmm.core.comm import CountingComm
 from distmm.core.coo import CooShare

@@ -34,8 +34,8 @@ import math
 
 import numpy as np
 
-from distmm.algorithms.base import TwoOrientationAlgorithm
 from distmm.algorithms.model import FamilyModel, KernelCalls
+from distmm.algorithms.two_orientation import TwoOrientationAlgorithm
 from distmm.core.aligned import aligned_empty
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid15D, fits_15d

@@ -79,7 +79,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
 from distmm.algorithms.model import FamilyModel, KernelCalls
 from distmm.algorithms.packets import (
     WORDS_PER_NONZERO,
@@ -89,6 +88,8 @@ from distmm.algorithms.packets import (
     packet_values,
     word_dtype,
 )
+from distmm.algorithms.placement import Orientation
+from distmm.algorithms.two_orientation import TwoOrientationAlgorithm
 from distmm.core.aligned import aligned_empty
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid15D, fits_15d
