@@ -112,7 +112,6 @@ def toggle(S, feature: str, on: bool, real: tuple) -> None:
     """``feature`` on (distmm as it is) or off: "swaps" (no call on new operands traced),
     "reuse" (every replay without out= makes a new result) or "widths" (one call key per
     operation, whatever the width)."""
-    from distmm.algorithms import replay
     from distmm.algorithms.base import DistributedMatrix
     from distmm.algorithms.calls import CallChecks
     from distmm.algorithms.replay import CallReplay
@@ -121,7 +120,7 @@ def toggle(S, feature: str, on: bool, real: tuple) -> None:
         CallChecks._like_last = real[0] if on else (lambda self, *args: None)
         CallReplay._replay_alike = real[1] if on else (lambda self, *args: None)
     elif feature == "reuse":
-        replay.EXACT_REFCOUNTS = real[2] if on else False
+        CallReplay.reuse_results = real[2] if on else False
     else:
         DistributedMatrix._call_key = real[3] if on else (lambda self, op, X: op)
     S.release_buffers()  # each side starts from no replay
@@ -159,7 +158,6 @@ def main(argv=None) -> int:
     # isort: split
     from mpi4py import MPI
 
-    from distmm.algorithms import replay
     from distmm.algorithms.base import DistributedMatrix
     from distmm.algorithms.calls import CallChecks
     from distmm.algorithms.replay import CallReplay
@@ -168,7 +166,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     comm = MPI.COMM_WORLD
-    real = (CallChecks._like_last, CallReplay._replay_alike, replay.EXACT_REFCOUNTS,
+    real = (CallChecks._like_last, CallReplay._replay_alike, CallReplay.reuse_results,
             DistributedMatrix._call_key)
     S_global = e2e.load_matrix(args.matrix) if comm.rank == 0 else None
     for dtype in args.dtypes:

@@ -48,7 +48,7 @@ from distmm.errors import InputError
 
 CHECKS = ("always", "once", "off")
 # Call keys (``_call_key``: one per operation and width) whose operands an object remembers at
-# most: the replays' (replay.REPLAY_WIDTHS per operation) and the newest others.
+# most: the replays' (CallReplay.replay_widths per operation) and the newest others.
 MEMO_KEYS = 32
 
 

@@ -44,8 +44,8 @@ operation. A call looks first at its operation's newest replay (``_newest``), at
 for the key, and at its own width's only when that is not it (:meth:`_replay_other`).
 The object's replay of a kind holds its arguments (views of the operands and buffers)
 until the next call of its kind that cannot be replayed, or until the replays of
-:data:`REPLAY_WIDTHS` newer widths of its operation are kept (:meth:`_keep_widths`); every
-replay, the bound calls' included, is dropped by :meth:`~DistributedMatrix.set_values`,
+:attr:`CallReplay.replay_widths` newer widths of its operation are kept (:meth:`_keep_widths`);
+every replay, the bound calls' included, is dropped by :meth:`~DistributedMatrix.set_values`,
 a change of named vectors, :meth:`~DistributedMatrix.release_buffers`, a change of the
 plan state and :meth:`~DistributedMatrix.close`. Only under ``checks="once"`` (the
 default): a call under ``"always"`` is checked in full every time, and one under ``"off"`` is
@@ -72,6 +72,14 @@ class CallReplay:
     Uses the object's ``checks``, ``kernel``, ``stats``, ``_plan_state``, ``_memo`` and
     :meth:`_recall` (calls.py), and the family hook :meth:`_replayable`."""
 
+    # The widths of one operation whose replays an object keeps at a time (_keep_widths): the
+    # layers of a model, each with its width, all replay.
+    replay_widths = 4
+    # Whether a replay without out= may write again the result the caller let go
+    # (_replay_into_new): only where sys.getrefcount counts every reference (CPython with its
+    # GIL; free-threaded CPython defers and splits counts, PyPy has none).
+    reuse_results = (sys.implementation.name == "cpython"
+                     and getattr(sys, "_is_gil_enabled", lambda: True)())
     # set while a bound call makes its method call in full (BoundCall.__call__)
     _binding = False
     # whether the call being traced has an out= buffer (_trace_if_repeated)
@@ -246,7 +254,7 @@ class CallReplay:
         filled = _filled(steps, ((slots, new),))
         self._run_steps(filled)
         result = new if block is None else DenseBlock(new, block[0], block[1], self)
-        if not EXACT_REFCOUNTS:
+        if not self.reuse_results:
             return result
         # (result, the plain array, the steps it was placed in, those steps with it, the
         # reference counts of result and its bases while only this list refers to them, how
@@ -403,13 +411,13 @@ class CallReplay:
             del self._newest[key_op(key)]
 
     def _keep_widths(self, op: str) -> None:
-        """Keep the replays of at most :data:`REPLAY_WIDTHS` widths of ``op`` (the newest;
+        """Keep the replays of at most :attr:`replay_widths` widths of ``op`` (the newest;
         calls keyed by width: ``_call_key``): each holds its operands and its width's buffers,
         and a loop over many widths (a sweep of r) would otherwise keep them all alive. The
         dropped widths' remembered operands, result and swap notes go with them. Not
         collective."""
         keys = [k for k in self._replays if k.__class__ is tuple and k[0] == op]
-        for old in keys[:-REPLAY_WIDTHS]:
+        for old in keys[:-self.replay_widths]:
             self._forget_key(old)
 
     def _forget_key(self, key) -> None:
@@ -433,16 +441,6 @@ class CallReplay:
         self._swap_failed.clear()
         for call in self._bound_calls:
             call._kept = None
-
-
-# The widths of one operation whose replays an object keeps at a time (_keep_widths): the
-# layers of a model, each with its width, all replay.
-REPLAY_WIDTHS = 4
-
-# Whether sys.getrefcount counts every reference (CPython with its GIL): elsewhere a result
-# is never written again (free-threaded CPython defers and splits counts; PyPy has none).
-EXACT_REFCOUNTS = (sys.implementation.name == "cpython"
-                   and getattr(sys, "_is_gil_enabled", lambda: True)())
 
 
 def _ref_counts(result: np.ndarray) -> tuple[int, ...]:

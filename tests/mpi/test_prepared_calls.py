@@ -831,11 +831,11 @@ def test_calls_at_widths_in_turns_each_keep_their_replay(monkeypatch):
     (``_call_key``), so after two calls of each width every call is replayed; the results are
     the oracle's and bitwise those of an object that sees each width alone, with the same
     counted words. A sweep over more widths keeps the replays of the newest
-    ``REPLAY_WIDTHS`` only, and what they hold is released."""
+    ``replay_widths`` only, and what they hold is released."""
     import gc
     import weakref
 
-    from distmm.algorithms.replay import REPLAY_WIDTHS
+    from distmm.algorithms.replay import CallReplay
     from distmm.core.memory import OPS
 
     obj, S, A, B, _, _ = _setup("15d-dense-shift", 1)
@@ -878,7 +878,7 @@ def test_calls_at_widths_in_turns_each_keep_their_replay(monkeypatch):
         for _ in range(3):
             obj.spmm_a(Br, out=out)
     kept = [k[1] for k in obj._replays if not isinstance(k, str) and k[0] == "spmm_a"]
-    assert REPLAY_WIDTHS == 4 and sorted(kept) == [1, 2, 3, 4], kept
+    assert CallReplay.replay_widths == 4 and sorted(kept) == [1, 2, 3, 4], kept
     gc.collect()
     assert [gone() is None for gone in held] == [True, True]
     obj.close()
