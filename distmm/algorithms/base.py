@@ -1,11 +1,19 @@
-"""What every distributed algorithm shares: placing S, permutations, dense scatter/gather,
-moving S's values between its two stored orientations, checks, and the run report.
+"""The distributed matrix (:class:`DistributedMatrix`), the type users hold and every
+algorithm family's base, assembled from parts with one job each.
 
-An algorithm object binds a sparse matrix S (m x n) to a process grid, a replication factor, a
-node model and a dtype. Dense operands live in the algorithm's own distribution: each rank holds
-one block of A (m x r) and one of B (n x r); every operation takes and returns blocks in that
+A distributed matrix binds a sparse matrix S (m x n) to a process grid, a replication factor,
+a node model and a dtype. Dense operands live in its own distribution: each rank holds one
+block of A (m x r) and one of B (n x r); every operation takes and returns blocks in that
 distribution, so training loops chain calls without reshuffling. SDDMM results and S's values
 are flat arrays aligned with the rank's stored nonzeros of S ("value order").
+
+The parts: :mod:`.placement` (placing S, the permutations, moving values between
+orientations), :mod:`.values` (named value vectors), :mod:`.stats` (``S.stats``: every
+diagnostic), :mod:`.calls` (per-call checks), :mod:`.replay` (replayed repeats and bound
+calls), :mod:`.prepared` (prepared kernel calls and scratch buffers), :mod:`.operations`
+(the five operations' front-ends), :mod:`.dense_io` (dense blocks in and out) and
+:mod:`distmm.ops` (the edge primitives); a family's cost formulas sit on its ``model``
+(:mod:`.model`). This module holds construction, the layout hooks and the lifetime.
 
 Load balance (paper section VI): rows and columns are permuted before distribution (the same
 permutation for both when S is square, so A and B of a graph share one layout). By default
@@ -16,7 +24,6 @@ balance_permutation`). The permutation is invisible to callers of the scatter/ga
 callers that fill their blocks themselves read :meth:`local_rows` to learn which original rows
 a block holds.
 """
-
 from __future__ import annotations
 
 import weakref
@@ -24,14 +31,13 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from distmm.algorithms import dense_io
+from distmm.algorithms import dense_io, operations, prepared
 from distmm.algorithms.calls import CHECKS, CallChecks
 from distmm.algorithms.model import FamilyModel
 from distmm.algorithms.placement import Orientation, Placement, check_share
 from distmm.algorithms.replay import CallReplay
 from distmm.algorithms.stats import MatrixStats
 from distmm.algorithms.values import NamedValues
-from distmm.core.aligned import aligned_empty
 from distmm.core.comm import CountingComm, pairwise_setting
 from distmm.core.coo import CooShare
 from distmm.core.dense import DenseBlock
@@ -40,7 +46,6 @@ from distmm.core.layout import block_offsets
 from distmm.core.permute import applied_mode, inverse_permutation
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model, threads
-from distmm.kernels.numba_util import prepared_layout
 from distmm.ops.mixin import EdgeOps
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -332,101 +337,12 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         nrows = self.shape[0] if side == "a" else self.shape[1]
         return DenseBlock(array, side, (nrows, r), self)
 
-    def _buffer(self, role: str, shape: tuple[int, ...], dtype=None) -> np.ndarray:
-        """A scratch array kept on the object between calls (one per role, shape, dtype).
-
-        Only for buffers that never leave the call: their contents are overwritten by the
-        next call that uses the same role."""
-        dtype = self.dtype if dtype is None else np.dtype(dtype)
-        key = (role, tuple(int(x) for x in shape), dtype)
-        buf = self._scratch.get(key)
-        if buf is None:
-            buf = self._scratch[key] = aligned_empty(key[1], dtype)
-        return buf
-
-    def _run_kernel(self, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
-                    X: np.ndarray, Y: np.ndarray | None, out: np.ndarray,
-                    accumulate: bool = True) -> None:
-        """Run one local kernel; its own seconds (not this wrapper's) make the "compute" phase.
-
-        The node model prepares the call once (:meth:`NodeModel.prepare`: operand checks,
-        flop and byte counts, the kernel's plan), and the prepared call is kept under ``key``
-        (the call kind, and the loop's step within it). The operands are views that the loop
-        cuts the same way from ``sources`` for the same key, so a kept call serves again
-        while every source is an array of the same shape, strides, dtype and writability as
-        the one it was prepared with (then the checks would pass again and the plan is the
-        same): the very same objects, or new ones such as the new result array of each call
-        without ``out=`` or an intermediate array made per call. A traced call (replay.py)
-        notes whether each kernel was such a kept call; the replay itself checks the operands
-        by identity, keeps running the traced call's own intermediates, and writes a call
-        without ``out=`` into a new array. The key remembers the last ``PREPARED_SOURCES``
-        sets of sources it served, so that calls on several sets of operands made in turns
-        (bound calls per attention head) find theirs by id.
-        ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
-        vector are replaced, when the node model's plan state (the numba thread count) changes
-        (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
-        sources are held weakly: a kept call keeps no array alive.
-
-        The entries of a key are found by the sources' ids (then checked by identity, as an
-        id can be reused once its object is gone): a call whose result is a new array each
-        time (no ``out=``, the PyTorch functions) misses every entry, and comparing its
-        sources with each entry in turn was a good part of such a call on a small graph."""
-        entries = self._prepared.get(key) if key is not None else None
-        kept = None
-        ids = tuple(map(id, sources))
-        if entries is not None:
-            kept = entries.get(ids)
-            if kept is not None:
-                for (ref, like), x in zip(kept[0], sources, strict=True):
-                    if ref() is not x or (x is not None and x.shape != like[0]):
-                        kept = None
-                        break
-            if kept is None:
-                first = next(iter(entries.values()))  # every entry's sources are alike
-                if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
-                    # the same prepared call serves these sources too. A repeated or bound
-                    # call's sources get an entry of their own, so that calls on several sets
-                    # of operands in turns find it by id; a call on operands the last call did
-                    # not pass (new arrays each time) gets none it would not use again
-                    kept = first
-                    if self._repeat:
-                        kept = (_source_refs(sources), first[1])
-                        entries.pop(ids, None)  # a dead entry under a reused id
-                        entries[ids] = kept
-                        if len(entries) > PREPARED_SOURCES:
-                            del entries[next(iter(entries))]  # the oldest
-        reused = kept is not None
-        if kept is None:
-            kept = (_source_refs(sources), self.kernel.prepare(op, S, vals, X, Y, out, accumulate))
-            if key is not None and self.checks != "always":
-                self._prepared[key] = {ids: kept}
-        run = kept[1]
-        args = (vals, X, out) if Y is None else (vals, X, Y, out)
-        self.stats.seconds["compute"] += run(*args)
-        if self._trace is not None:
-            self._traced(reused, run, args)
-
-    def _forget_prepared(self) -> None:
-        """Drop the kept kernel calls (see :meth:`_run_kernel`) and the replays built on them
-        (replay.py). Not collective."""
-        self._prepared.clear()
-        self._forget_replays()
-
-    def release_buffers(self) -> None:
-        """Free what the object keeps between calls to make the next call cheaper: the
-        scratch buffers of every width used so far (replication, shifts, reduction), the
-        prepared kernel calls, and the kept replays with the operands, ``out=`` buffers and
-        intermediates they hold. S's blocks, its cached transposes and named vectors stay.
-
-        For a loop that moves on to another width or other operands: the object keeps each
-        width's buffers and each operation's last replayed operands until then, so a sweep
-        over r holds the buffers of every width it visited. The next call of each kind
-        allocates and prepares again, as the first did. Not collective (local state only);
-        call it between calls, on any ranks.
-        """
-        self._require_open()
-        self._scratch.clear()
-        self._forget_prepared()
+    # ----------------------------------------------------------------- prepared kernel calls
+    # (prepared.py: scratch buffers and prepared kernel calls kept between calls)
+    _buffer = prepared._buffer
+    _run_kernel = prepared._run_kernel
+    _forget_prepared = prepared._forget_prepared
+    release_buffers = prepared.release_buffers
 
     # ----------------------------------------------------------------- placing S
     # The family's _setup places S through these (placement.py does the work).
@@ -471,188 +387,16 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         return self._full_check(pairs, values, None, None)
 
     # ----------------------------------------------------------------- public operations
-    # Each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm (side, ...), given the
-    # checked operands, the call's r and an optional output buffer.
-    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | None = None,
-              out: np.ndarray | None = None) -> np.ndarray:
-        """SDDMM: R = S(values) * (A B^T) at S's nonzeros. Collective.
-
-        Parameters
-        ----------
-        A_loc, B_loc : DenseBlock or ndarray
-            This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
-        values : ndarray, optional
-            Values of S in this rank's value order, or the name of a vector registered with
-            :meth:`set_named_values` (default: S's current values).
-        out : ndarray, optional
-            A 1-D buffer of this rank's stored nonzeros (dtype of S) to write R into.
-
-        Returns
-        -------
-        ndarray
-            This rank's R in value order (``out`` when given).
-        """
-        if isinstance(values, str):  # not a call: this runs before every replay
-            values = self.named_values(values)
-        if (done := self._replay("sddmm", (A_loc, B_loc, values, out))) is not None:
-            return done
-        key = self._call_key("sddmm", A_loc)
-        dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-        r = self._begin(key, dense, values, out, "values")
-        vals = self.values if values is None else values
-        res = self._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
-        res = res if out is None else out
-        self._keep_replay(key, res)
-        return res
-
-    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None,
-               out: np.ndarray | None = None) -> DenseBlock:
-        """SpMMA: S(values) @ B, an m x r side-"a" matrix. Collective.
-
-        Parameters
-        ----------
-        B_loc : DenseBlock or ndarray
-            This rank's side-"b" block of B (n x r); r is read from it.
-        values : ndarray, optional
-            Values of S in this rank's value order, or the name of a vector registered with
-            :meth:`set_named_values` (default: S's current values).
-        out : DenseBlock or ndarray, optional
-            A side-"a" block of the same r to write into (reusable across calls).
-
-        Returns
-        -------
-        DenseBlock
-            This rank's side-"a" block of the result (``out`` when given).
-        """
-        if isinstance(values, str):  # not a call: this runs before every replay
-            values = self.named_values(values)
-        if (done := self._replay("spmm_a", (B_loc, values, out))) is not None:
-            return done
-        key = self._call_key("spmm_a", B_loc)
-        dense = (("b", B_loc, "B"),)
-        r = self._begin(key, dense, values, out, "a")
-        vals = self.values if values is None else values
-        res = self._spmm_a(_plain(B_loc), vals, r, _plain(out))
-        res = self._block("a", r, res if out is None else out)
-        self._keep_replay(key, res)
-        return res
-
-    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None,
-               out: np.ndarray | None = None) -> DenseBlock:
-        """SpMMB: S(values)^T @ A, an n x r side-"b" matrix; the mirror of :meth:`spmm_a`.
-
-        Collective.
-
-        Parameters
-        ----------
-        A_loc : DenseBlock or ndarray
-            This rank's side-"a" block of A (m x r).
-        values : ndarray, optional
-            Values of S in this rank's value order, or the name of a vector registered with
-            :meth:`set_named_values` (default: S's current values).
-        out : DenseBlock or ndarray, optional
-            A side-"b" block of the same r to write into.
-
-        Returns
-        -------
-        DenseBlock
-            This rank's side-"b" block of the result (``out`` when given).
-        """
-        if isinstance(values, str):  # not a call: this runs before every replay
-            values = self.named_values(values)
-        if (done := self._replay("spmm_b", (A_loc, values, out))) is not None:
-            return done
-        key = self._call_key("spmm_b", A_loc)
-        dense = (("a", A_loc, "A"),)
-        r = self._begin(key, dense, values, out, "b")
-        vals = self.values if values is None else values
-        res = self._spmm_b(_plain(A_loc), vals, r, _plain(out))
-        res = self._block("b", r, res if out is None else out)
-        self._keep_replay(key, res)
-        return res
-
-    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-                  values: np.ndarray | str | None = None,
-                  out: np.ndarray | None = None) -> DenseBlock:
-        """FusedMMA: (S(values) * (A B^T)) @ B, an m x r side-"a" matrix. Collective.
-
-        Parameters
-        ----------
-        A_loc, B_loc : DenseBlock or ndarray
-            This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
-        strategy : str, optional
-            One of :attr:`strategies` ("none": SDDMM then SpMM as two calls; "reuse":
-            replication reuse; "fusion": local kernel fusion, where the family has it);
-            default: the family's most eliding one (the last of :attr:`strategies`).
-        values : ndarray or str, optional
-            Values of S in this rank's value order, or the name of a vector registered with
-            :meth:`set_named_values` (default: S's current values). A strategy that runs on
-            the stored S^T needs the values in S^T's order: S's own and named vectors are
-            moved there once and kept; an explicit array is moved at every call (one
-            all-to-all of this rank's nonzero values, phase "values"), so a loop that reuses a
-            vector should register it by name.
-        out : DenseBlock or ndarray, optional
-            A side-"a" block of the same r to write into.
-
-        Returns
-        -------
-        DenseBlock
-            This rank's side-"a" block of the result (``out`` when given).
-        """
-        return self._fused_call("a", A_loc, B_loc, strategy, out, values)
-
-    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-                  values: np.ndarray | str | None = None,
-                  out: np.ndarray | None = None) -> DenseBlock:
-        """FusedMMB: (S * (A B^T))^T @ A, an n x r side-"b" matrix. Collective.
-
-        The mirror of :meth:`fusedmm_a`: same parameters, ``out`` a side-"b" block, returns
-        this rank's side-"b" block of the result."""
-        return self._fused_call("b", A_loc, B_loc, strategy, out, values)
-
-    def _fused_call(self, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
-        strategy = strategy or self.strategies[-1]
-        op = "fusedmm_a" if side == "a" else "fusedmm_b"
-        resolved = self.named_values(values) if isinstance(values, str) else values
-        # a replay was kept only for a valid strategy, so the check waits for the full call
-        if (done := self._replay(op, (A_loc, B_loc, resolved, out), strategy)) is not None:
-            return done
-        kind = self._call_key(op, A_loc)
-        self._check_strategy(strategy)
-        dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-        r = self._begin(kind, dense, resolved, out, side)
-        # A name travels on as it is, so that the family finds the vector's copy in the
-        # stored S^T's order under that name (_values_for).
-        res = self._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
-                            values)
-        res = self._block(side, r, res if out is None else out)
-        self._keep_replay(kind, res, strategy)
-        return res
-
-    def _check_strategy(self, strategy: str) -> None:
-        """Rank-independent check of a FusedMM strategy name."""
-        if strategy not in self.strategies:  # the message is built only when it is needed
-            raise InputError(f"unknown FusedMM strategy {strategy!r} for {self.name}; it "
-                             f"supports only {', '.join(self.strategies)}{self.strategy_note}")
-
-    @staticmethod
-    def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:
-        """``result`` copied into ``out`` when given (else ``result`` itself)."""
-        if out is None:
-            return result
-        np.copyto(out, result)
-        return out
-
-    def as_operator(self, values: np.ndarray | None = None):
-        """S as a linear operator for iterative solvers (see :class:`distmm.operator.Operator`).
-
-        ``matvec(B)`` is :meth:`spmm_a` (S @ B, side "b" in, side "a" out), ``rmatvec(A)`` is
-        :meth:`spmm_b` (S^T @ A); ``.T`` / ``.H`` swap them. ``values`` pins S's values
-        (default: S's current values at each call). Not collective."""
-        from distmm.operator import Operator
-
-        self._require_open()
-        return Operator(self, values)
+    # (operations.py; each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm)
+    sddmm = operations.sddmm
+    spmm_a = operations.spmm_a
+    spmm_b = operations.spmm_b
+    fusedmm_a = operations.fusedmm_a
+    fusedmm_b = operations.fusedmm_b
+    _fused_call = operations._fused_call
+    _check_strategy = operations._check_strategy
+    _into = staticmethod(operations._into)
+    as_operator = operations.as_operator
 
     # ----------------------------------------------------------------- values of S
     @property
@@ -767,50 +511,6 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# How many sets of sources one prepared kernel call remembers by id (_run_kernel): the
-# operand sets of one operation that a loop can use in turns and have their kernel found by
-# one dict access (the others compare layouts first; every one of them still replays).
-PREPARED_SOURCES = 8
-
-
-def _no_operand() -> None:
-    """Stands for the weak reference of an absent operand (it is None again)."""
-    return None
-
-
-def _source_refs(sources: tuple) -> tuple:
-    """What :meth:`DistributedMatrix._run_kernel` keeps of a prepared call's sources: a
-    weak reference to each and its :func:`~distmm.kernels.numba_util.prepared_layout`."""
-    return tuple((_no_operand, None) if x is None else (weakref.ref(x), prepared_layout(x))
-                 for x in sources)
-
-
-def _alike(x: np.ndarray | None, like: tuple | None) -> bool:
-    """Whether ``x`` may stand in for the source a call was prepared with (``like``: its
-    :func:`~distmm.kernels.numba_util.prepared_layout`; None: there was none): views cut
-    from it the same way pass the same operand checks and have the same numba types (the
-    prepared call runs the compiled code of its first call's types)."""
-    if x is None or like is None:
-        return x is None and like is None
-    return isinstance(x, np.ndarray) and prepared_layout(x) == like
-
-
-def _plain(X: np.ndarray | None) -> np.ndarray | None:
-    """A plain ndarray view of a block (the kernels and the loops see no subclass).
-
-    A plain array is returned as it is, and a block's view is kept on the block, so that a
-    loop called again with the same operand objects sees the same objects
-    (:meth:`DistributedMatrix._run_kernel` keeps prepared calls by identity)."""
-    if X is None or type(X) is np.ndarray:
-        return X
-    view = X.__dict__.get("_plain_view")
-    if view is None or view.shape != X.shape or view.strides != X.strides:
-        view = X.__dict__["_plain_view"] = X.view(np.ndarray)
-    return view
-
-
 
 
 # The name family modules written before the public type was named still use.
