@@ -14,7 +14,7 @@ without one, each call returning a new array, as ``y = S.fusedmm_a(A, B)`` in a 
 ``--new-operands K``: each call on the next of K copies of A and B, in turns, as a loop that
 makes new operand arrays every step passes objects the last call did not see). Per
 rank, the call time is the loop's wall time / calls; the phases are the object's per-phase
-seconds (``S.report()``: compute = the local kernels; replication, propagation, reduction =
+seconds (``S.stats.report()``: compute = the local kernels; replication, propagation, reduction =
 the paper's communication); overhead = call time - (compute + replication + propagation +
 reduction), i.e. everything a call spends outside the kernels and the paper's communication
 (the checks, Python dispatch, buffer set-up and copies). Each figure is the slowest rank's,
@@ -63,7 +63,7 @@ def measure(share, comm, args, checks: str) -> dict:
                 return S.fusedmm_a(X, Y, args.strategy, out=out)
         for _ in range(2):
             call()
-        S.reset_stats()
+        S.stats.reset()
         comm.Barrier()
         t0 = time.perf_counter()
         for _ in range(args.calls):
@@ -74,7 +74,7 @@ def measure(share, comm, args, checks: str) -> dict:
         overhead = wall - sum(per_phase[ph] for ph in LOOP_PHASES)
         mine = {"call": wall, **per_phase, "overhead": overhead}
         worst = {k: comm.allreduce(v, op=MPI.MAX) for k, v in mine.items()}
-        desc = S.describe()
+        desc = S.stats.describe()
     return {"checks": checks, **worst, "algorithm": desc["algorithm"], "c": desc["c"],
             "strategy": args.strategy or S.strategies[-1]}
 

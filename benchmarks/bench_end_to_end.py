@@ -194,7 +194,7 @@ def best_split(comm, S, fn, calls: int, keys: tuple) -> tuple[float, np.ndarray]
 
     best, split = float("inf"), None
     for _ in range(calls):
-        S.reset_stats()
+        S.stats.reset()
         comm.Barrier()
         t0 = time.perf_counter()
         fn()
@@ -283,12 +283,12 @@ def worker_distmm(args) -> None:
                     # the results of the width's earlier calls (each object keeps its last
                     # replayed call's operands, docs/api.md)
                     extra = kept + (A.nbytes if op == "spmm_a" else 0)
-                    model = S.memory_model(op, None, r)
+                    model = S.stats.memory_model(op, None, r)
                     model = comm.allreduce(model.held + sum(model.call.values()) + extra,
                                            op=MPI.MAX)
                     kept += out.nbytes
                     common = {"dtype": dtype, "r": r, "op": op,
-                              "permute": S.describe()["permute"],
+                              "permute": S.stats.describe()["permute"],
                               "intranode": distmm.intranode.STATE}
                     if comm.rank == 0:
                         emit(dict(common, call="method", peak_rss=rss, data_bytes=data,

@@ -27,7 +27,8 @@ from distmm.process import prepare_process
 
 _EXPORTS = {
     "ALGORITHMS": "distmm.api",
-    "OPS": "distmm.api",
+    "OPS": "distmm.core.operations",
+    "DistributedMatrix": "distmm.algorithms.base",
     "distribute": "distmm.api",
     "CooShare": "distmm.core.coo",
     "DenseBlock": "distmm.core.dense",
@@ -38,15 +39,17 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads them
-    from distmm.api import ALGORITHMS, OPS, distribute
+    from distmm.algorithms.base import DistributedMatrix
+    from distmm.api import ALGORITHMS, distribute
     from distmm.core.coo import CooShare
     from distmm.core.dense import DenseBlock, hashed_normal
+    from distmm.core.operations import OPS
     from distmm.errors import DistmmError, InputError
     from distmm.operator import Operator
 
 
-__all__ = ["ALGORITHMS", "OPS", "CooShare", "DenseBlock", "DistmmError", "InputError",
-           "Operator", "distribute", "hashed_normal", "prepare_process"]
+__all__ = ["ALGORITHMS", "OPS", "CooShare", "DenseBlock", "DistmmError", "DistributedMatrix",
+           "InputError", "Operator", "distribute", "hashed_normal", "prepare_process"]
 
 
 def __getattr__(name: str):

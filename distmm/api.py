@@ -9,14 +9,17 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from distmm.algorithms import ALGORITHMS
-from distmm.algorithms.base import DistributedAlgorithm
+from distmm.algorithms.base import DistributedAlgorithm, DistributedMatrix
 from distmm.core.coo import CooShare
 from distmm.core.memory import physical_memory, release_freed_memory
+from distmm.core.operations import CLI_OPS
 from distmm.core.permute import permute_mode
 from distmm.errors import Checks, InputError, agree, as_int, require
 from distmm.kernels import NodeModel
 
-OPS = ("sddmm", "spmm-a", "spmm-b", "fusedmm-a", "fusedmm-b")
+# The command line's spellings, which run_op and op_flops below take (distmm.core.operations
+# maps them to the Python names; ``distmm.OPS`` is the Python one).
+OPS = CLI_OPS
 
 
 def as_coo_share(S, comm: MPI.Comm, root: int | None = 0,
@@ -130,7 +133,7 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
             f"node_model must be a name or a NodeModel, got {type(node_model).__name__}")
     settings = {"algorithm": algorithm, "c": c, "r": r, "dtype": str(dtype),
                 "node_model": f"{node_model.name} {node_model.options()}",
-                "permute": ("shared" if isinstance(permute, DistributedAlgorithm)
+                "permute": ("shared" if isinstance(permute, DistributedMatrix)
                             else permute_mode(permute)), "seed": seed, "order": order, "root": root,
                 "check_finite": bool(check_finite), "overlap": bool(overlap),
                 "checks": checks, "_dtype": dtype, "_kernel": node_model}
@@ -174,10 +177,10 @@ def _value_overflow(share: CooShare, dtype: np.dtype) -> str | None:
 
 def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-shift",
                c: int = 1, r: int | None = None, node_model: str | NodeModel = "reference",
-               dtype=np.float32, permute: bool | str | DistributedAlgorithm = "auto",
+               dtype=np.float32, permute: bool | str | DistributedMatrix = "auto",
                seed: int = 0, order: str = "fiber",
                root: int | None = 0, check_finite: bool = True,
-               overlap: bool = False, checks: str = "once") -> DistributedAlgorithm:
+               overlap: bool = False, checks: str = "once") -> DistributedMatrix:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
 
     Collective over ``comm``: every rank calls it with the same parameters. Placing S also
@@ -206,7 +209,7 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         :func:`distmm.kernels.make_node_model`.
     dtype : numpy dtype
         ``float32`` (default) or ``float64``: the type of S's values and the dense blocks.
-    permute : {"auto", "blocks", "random", "none"}, bool or DistributedAlgorithm
+    permute : {"auto", "blocks", "random", "none"}, bool or DistributedMatrix
         Load balance (seeded by ``seed``): ``"auto"`` (default: none on one rank, else
         ``"blocks"``), ``"blocks"`` (rows go to blocks at random in runs of consecutive ids
         and keep their natural order inside each block, which keeps a real graph's locality),
@@ -234,7 +237,7 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
 
     Returns
     -------
-    DistributedAlgorithm
+    DistributedMatrix
         The object bound to S, the grid, c, the node model and the dtype. Its methods
         (``sddmm``, ``spmm_a``, ``spmm_b``, ``fusedmm_a``, ``fusedmm_b``, ``set_values``,
         ``scatter``, ``gather``, ``report``, ...) are collective and take and return dense
@@ -333,7 +336,7 @@ def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,
     return obj.fusedmm_b(A_loc, B_loc, strategy=strategy, out=out)
 
 
-def result_buffer(obj: DistributedAlgorithm, op: str, r: int) -> np.ndarray:
+def result_buffer(obj: DistributedMatrix, op: str, r: int) -> np.ndarray:
     """A buffer for the result of ``op`` at width r on this rank, to pass to :func:`run_op`
     as ``out``: a side's dense block, or (SDDMM) one value per stored nonzero in value order.
     Not collective (meant to be called on every rank)."""

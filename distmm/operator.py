@@ -25,7 +25,7 @@ class Operator:
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
         The distributed S.
     values : ndarray, optional
         Values of S in the object's value order, pinned for every product (default: S's

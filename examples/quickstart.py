@@ -33,7 +33,7 @@ for _ in range(3):                                   # e.g. three GAT-like steps
     op.set_values(np.abs(op.sddmm(A, B)) + 1e-3)
 
 result = op.gather("a", A)                           # on rank 0, original row order
-report = op.report()                                 # collective: every rank calls it
+report = op.stats.report()                                 # collective: every rank calls it
 if comm.rank == 0:
     words = report["phases"]
     print("result", result.shape, "finite:", bool(np.isfinite(result).all()))

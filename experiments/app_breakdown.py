@@ -15,7 +15,7 @@ random weights. This script runs both, through the shared runner (records, resum
   only: for every other family the record says so (``"unsupported"``: the library's message)
   instead of a time. Strategy ``none`` is the unfused attention (``S.sddmm_add``,
   ``S.edge_softmax``, one ``S.spmm_a`` per head); ``fusion`` is the fused online-softmax loop
-  (:func:`distmm.apps.gat_fused.fused_attention`), forward only. The paper did not run fusion
+  (``DenseShift15D.fused_attention``), forward only. The paper did not run fusion
   for GAT ("incompatible with softmax regularization"); distmm's online softmax makes it one.
 
 Split of one epoch / pass (seconds of the slowest rank, the one whose wall time is the
@@ -300,10 +300,9 @@ def measure_gat(cfg: dict, source, comm, machine) -> dict | None:
     library's refusal (``"unsupported"``) for a family GAT does not run on."""
     import numpy as np
 
-    from distmm.apps import gat as gat_mod
+    from distmm.algorithms.dense_shift_15d import fused_attention_words
     from distmm.apps.als import release
     from distmm.apps.gat import DistGAT, Dropout, cross_entropy, distribute_graph
-    from distmm.apps.gat_fused import fused_words
     from distmm.apps.gat_model import GATModel
 
     w = cfg["workload"]
@@ -334,8 +333,8 @@ def measure_gat(cfg: dict, source, comm, machine) -> dict | None:
 
     clock = KernelClock(obj.stats)
     clock.wrap_methods(obj)
-    original = gat_mod.fused_attention
-    gat_mod.fused_attention = clock.wrap(original)  # DistGAT calls it through this module
+    if fused:  # DistGAT calls the family's fused loop through the object
+        obj.fused_attention = clock.wrap(obj.fused_attention)
     try:
         one_pass()  # warm-up: compilation, edge plans, S^T
         window, reps = Window(obj, clock), []
@@ -344,11 +343,11 @@ def measure_gat(cfg: dict, source, comm, machine) -> dict | None:
             one_pass()
             reps.append(window.stop())
     finally:
-        gat_mod.fused_attention = original
+        obj.__dict__.pop("fused_attention", None)
         clock.unwrap()
     nnz = int(comm.allreduce(obj.values.size))
     if fused:
-        per_rank = [fused_words(obj, H, F, k) for k in range(obj.p)]
+        per_rank = [fused_attention_words(obj, H, F, k) for k in range(obj.p)]
         words = {ph: sum(d[ph] for d in per_rank) / obj.p for ph in costmodel.PHASES}
     else:
         calls = {"spmm_a": H} if w["pass"] == "forward" else {"spmm_a": H, "sddmm": H,

@@ -34,7 +34,7 @@ def banded(n: int, d: int) -> sp.coo_matrix:
 def counted(obj, r: int, strategy: str) -> float:
     A, B = random_blocks(obj, r, 0)
     obj.fusedmm_a(A, B, strategy)  # builds S^T where the strategy needs it
-    obj.reset_stats()
+    obj.stats.reset()
     obj.fusedmm_a(A, B, strategy)
     mine = sum(obj.stats.words(ph) for ph in ("replication", "propagation", "reduction"))
     return obj.comm.allreduce(mine, op=MPI.MAX)

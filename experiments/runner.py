@@ -278,10 +278,10 @@ def measure_one(cfg: dict, source, comm, machine) -> dict:
     calls()  # warm-up: JIT, S^T construction
     times, reports = [], []
     for _ in range(cfg["repeat"]):
-        obj.reset_stats()
+        obj.stats.reset()
         _, seconds = timed(comm, calls)
         times.append(seconds)
-        reports.append(obj.report())
+        reports.append(obj.stats.report())
     nnz = int(comm.allreduce(obj.values.size))
     m, n = source.shape
     if comm.rank != 0:

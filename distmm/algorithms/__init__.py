@@ -12,20 +12,20 @@ family by name through :func:`distmm.distribute`. docs/algorithms/ describes eac
 
 from __future__ import annotations
 
-from distmm.algorithms.base import DistributedAlgorithm
+from distmm.algorithms.base import DistributedMatrix
 from distmm.algorithms.dense_replicate_25d import DenseReplicate25D
 from distmm.algorithms.dense_shift_15d import DenseShift15D
 from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
 from distmm.errors import require
 
-ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
+ALGORITHMS: dict[str, type[DistributedMatrix]] = {
     cls.name: cls for cls in (DenseShift15D, SparseShift15D, DenseReplicate25D,
                               SparseReplicate25D)
 }
 
 
-def family(name: str) -> type[DistributedAlgorithm]:
+def family(name: str) -> type[DistributedMatrix]:
     """The class of the family called ``name``; InputError naming the families otherwise."""
     require(name in ALGORITHMS,
             f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")

@@ -1,11 +1,19 @@
-"""What every distributed algorithm shares: placing S, permutations, dense scatter/gather,
-moving S's values between its two stored orientations, checks, and the run report.
+"""The distributed matrix (:class:`DistributedMatrix`), the type users hold and every
+algorithm family's base, assembled from parts with one job each.
 
-An algorithm object binds a sparse matrix S (m x n) to a process grid, a replication factor, a
-node model and a dtype. Dense operands live in the algorithm's own distribution: each rank holds
-one block of A (m x r) and one of B (n x r); every operation takes and returns blocks in that
+A distributed matrix binds a sparse matrix S (m x n) to a process grid, a replication factor,
+a node model and a dtype. Dense operands live in its own distribution: each rank holds one
+block of A (m x r) and one of B (n x r); every operation takes and returns blocks in that
 distribution, so training loops chain calls without reshuffling. SDDMM results and S's values
 are flat arrays aligned with the rank's stored nonzeros of S ("value order").
+
+The parts: :mod:`.placement` (placing S, the permutations, moving values between
+orientations), :mod:`.values` (named value vectors), :mod:`.stats` (``S.stats``: every
+diagnostic), :mod:`.calls` (per-call checks), :mod:`.replay` (replayed repeats and bound
+calls), :mod:`.prepared` (prepared kernel calls and scratch buffers), :mod:`.operations`
+(the five operations' front-ends), :mod:`.dense_io` (dense blocks in and out) and
+:mod:`distmm.ops` (the edge primitives); a family's cost formulas sit on its ``model``
+(:mod:`.model`). This module holds construction, the layout hooks and the lifetime.
 
 Load balance (paper section VI): rows and columns are permuted before distribution (the same
 permutation for both when S is square, so A and B of a graph share one layout). By default
@@ -16,30 +24,28 @@ balance_permutation`). The permutation is invisible to callers of the scatter/ga
 callers that fill their blocks themselves read :meth:`local_rows` to learn which original rows
 a block holds.
 """
-
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
+from distmm.algorithms import dense_io, operations, prepared
 from distmm.algorithms.calls import CHECKS, CallChecks
+from distmm.algorithms.model import FamilyModel
+from distmm.algorithms.placement import Orientation, Placement, check_share
 from distmm.algorithms.replay import CallReplay
-from distmm.core.aligned import aligned_copy, aligned_empty
-from distmm.core.comm import CommStats, CountingComm, gather_report, mpi_type, pairwise_setting
+from distmm.algorithms.stats import MatrixStats
+from distmm.algorithms.values import NamedValues
+from distmm.core.comm import CountingComm, pairwise_setting
 from distmm.core.coo import CooShare
-from distmm.core.dense import FILL_CHUNK, SIDES, DenseBlock
+from distmm.core.dense import DenseBlock
 from distmm.core.grid import ProcessGrid15D, ProcessGrid25D, check_grid
 from distmm.core.layout import block_offsets
-from distmm.core.memory import Memory, held_bytes, release_freed_memory
-from distmm.core.permute import applied_mode, balance_permutation, inverse_permutation
-from distmm.core.sparse import CSRBlock
+from distmm.core.permute import applied_mode, inverse_permutation
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model, threads
-from distmm.kernels.numba_util import prepared_layout
 from distmm.ops.mixin import EdgeOps
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -54,7 +60,7 @@ def track_objects(into: list | None) -> None:
 
     Not collective. ``None`` stops recording. For harnesses and sweeps that build objects in
     loops: MPI has a fixed number of communicator ids per process (2048 in MPICH), and every
-    object holds a few until :meth:`DistributedAlgorithm.close`, so such code closes what it
+    object holds a few until :meth:`DistributedMatrix.close`, so such code closes what it
     recorded, in the order it was built (the same order on every rank, since close is
     collective).
     """
@@ -62,52 +68,29 @@ def track_objects(into: list | None) -> None:
     _TRACKED = into
 
 
-@dataclass
-class Orientation:
-    """One stored orientation of S on this rank, as a list of CSR blocks.
+class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
+    """A sparse matrix S distributed over MPI ranks: what :func:`distmm.distribute` returns.
 
-    In orientation "a" the blocks are pieces of S (rows index A, columns index B); in
-    orientation "b" they are pieces of S^T (rows index B, columns index A). ``values`` is the
-    flat array of the blocks' values in value order; each block's ``data`` is a view into it.
-    ``row_base`` is the global (permuted) index of local row 0 and ``col_bases[t]`` the global
-    index of local column 0 of block t.
-    """
+    The type users hold, and the base class of every algorithm family (one subclass per
+    family, :data:`distmm.algorithms.ALGORITHMS`). Its surface is what a training loop uses:
+    the operations (:meth:`sddmm`, :meth:`spmm_a`, :meth:`spmm_b`, :meth:`fusedmm_a`,
+    :meth:`fusedmm_b`), dense layouts (:meth:`dense`, :meth:`scatter`, :meth:`gather`,
+    :meth:`wrap`, :meth:`local_rows`), S's values (:attr:`values`, :meth:`set_values`,
+    named vectors), the edge primitives (:mod:`distmm.ops`), :meth:`bind`,
+    :meth:`as_operator` and :meth:`close`. Diagnostics (words, timings, memory, the run
+    report) live behind :attr:`stats` (:class:`~distmm.algorithms.stats.MatrixStats`); the
+    family's cost-model formulas on its class, ``type(S).model``.
 
-    name: str
-    blocks: list[CSRBlock]
-    offsets: np.ndarray
-    values: np.ndarray
-    row_base: int
-    col_bases: np.ndarray
+    A family defines the grid (``grid_class``, whose shape rule is ``model.grid_allows``),
+    ``_setup`` (placing S with :meth:`_place`), the owner of each nonzero in each
+    orientation, the dense blocks each rank holds (``dense_rows``), and the loop pieces
+    ``_sddmm``, ``_spmm_a``, ``_spmm_b``, ``_fusedmm``; its formulas go on a
+    :class:`~distmm.algorithms.model.FamilyModel` subclass set as ``model``.
 
-    def block_values(self, values: np.ndarray, t: int) -> np.ndarray:
-        return values[self.offsets[t]:self.offsets[t + 1]]
-
-    @property
-    def nnz(self) -> int:
-        return int(self.offsets[-1])
-
-    def coordinates(self) -> tuple[np.ndarray, np.ndarray]:
-        """Global (permuted) (row, col) in this orientation's frame of every stored nonzero."""
-        rows = [blk.row_ids() + self.row_base for blk in self.blocks]
-        cols = [blk.indices.astype(np.int64) + base
-                for blk, base in zip(self.blocks, self.col_bases, strict=True)]
-        return _cat(rows), _cat(cols)
-
-
-def _cat(parts: Sequence[np.ndarray]) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
-class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
-    """Base class: S placed on a grid, with the helpers every algorithm family uses.
-
-    Subclasses define the grid (``grid_class``, whose shape rule is ``grid_allows``), the
-    owner of each nonzero in each orientation, the dense blocks each rank holds, and the
-    operations. Construction is collective over ``comm`` (p ranks): ``c`` is the replication
-    factor (``grid_allows(p, c)``), ``order`` the rank order of the grid
-    (:data:`distmm.core.grid.RANK_ORDERS`), ``overlap`` overlaps each propagation shift with the
-    local kernel; the rest is described at :func:`distmm.distribute`. Every argument is
+    Construction is collective over ``comm`` (p ranks): ``c`` is the replication factor
+    (``model.grid_allows(p, c)``), ``order`` the rank order of the grid
+    (:data:`distmm.core.grid.RANK_ORDERS`), ``overlap`` overlaps each propagation shift with
+    the local kernel; the rest is described at :func:`distmm.distribute`. Every argument is
     checked the same way on every rank before any message.
 
     The dense width r is a property of each call, read from its blocks: S's placement does not
@@ -119,6 +102,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
     """
 
     name = "abstract"
+    # The family's cost model (static formulas; model.py): ``ALGORITHMS[name].model``.
+    model: type[FamilyModel] = FamilyModel
     strategies: tuple[str, ...] = ()
     # Whether the family cuts the r columns of A and B into column blocks across ranks.
     splits_r = False
@@ -190,12 +175,15 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         # the bound calls made by bind, each keeping a replay of its own (replay.py)
         self._bound_calls: weakref.WeakSet = weakref.WeakSet()
         self._col_cache: dict[int, np.ndarray] = {}
+        # named vectors of edge values beside S's own (values.py)
+        self._named = NamedValues(dtype)
         self._rows_cache: dict[str, int] = {}
         # Communicators created on this object by other modules (distmm.ops) are registered
         # here, so that close() frees them too.
         self.__dict__.setdefault("_extra_comms", [])
-        self.stats = CommStats()
+        self.stats = MatrixStats(self)
         self.world = CountingComm(comm, self.stats)
+        self.placement = Placement(comm, self.world, self.stats, dtype, self.shape)
         # A name makes a fresh model with default options; an instance (configured by the
         # caller, e.g. from --node-config) is used as it is.
         self.kernel = (node_model if isinstance(node_model, NodeModel)
@@ -205,8 +193,8 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         # before the weights index by it; the pairwise-exchange threshold decides, on every
         # rank alike, how the fiber collectives move (distmm.core.comm)
         pairwise_problem, pairwise = pairwise_setting()
-        self._agree(_check_share(source, check_finite) or pairwise_problem, same=pairwise)
-        if isinstance(permute, DistributedAlgorithm):  # share another object's layout
+        self._agree(check_share(source, check_finite) or pairwise_problem, same=pairwise)
+        if isinstance(permute, DistributedMatrix):  # share another object's layout
             require(permute.shape == self.shape and permute.p == self.p,
                     f"permute=<object>: the object's S is {permute.shape[0]} x "
                     f"{permute.shape[1]} on {permute.p} ranks, this S is {m} x {n} on "
@@ -215,7 +203,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
             self.row_perm, self.col_perm = permute.row_perm, permute.col_perm
         else:
             self.permute = permute
-            self.row_perm, self.col_perm = self._balance_permutations(
+            self.row_perm, self.col_perm = self.placement.balance_permutations(
                 source, applied_mode(permute, self.p), seed)
         self.row_inv = inverse_permutation(self.row_perm)
         self.col_inv = self.row_inv if self.col_perm is self.row_perm else inverse_permutation(
@@ -239,7 +227,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
     @classmethod
     def _check_grid(cls, p: int, c, order: str = "fiber") -> None:
         """The family's grid rule for p and c (and the rank order), with its message."""
-        check_grid(p, c, order, cls.grid_allows, cls.grid_class.rule,
+        check_grid(p, c, order, cls.model.grid_allows, cls.grid_class.rule,
                    f"the {cls.name} algorithm")
 
     def _setup(self, source: CooShare) -> None:
@@ -248,41 +236,7 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         construction)."""
         raise NotImplementedError
 
-    def _balance_permutations(self, source: CooShare, mode: str, seed: int
-                              ) -> tuple[np.ndarray, np.ndarray]:
-        """The row and column permutations for load balance by ``mode`` (one shared
-        permutation when S is square; collective: the "blocks" weights are all-reduced)."""
-        # Rows are assigned to the p finest row blocks any family uses (the 1.5D families'
-        # blocks; each 2.5D block is a union of consecutive ones), so "blocks" keeps the
-        # natural order inside every 1.5D block and inside each p-th of a 2.5D block.
-        m, n = self.shape
-        row_w = col_w = None
-        if mode == "blocks":
-            row_w, col_w = self._row_weights(source)
-        if m == n:
-            perm = balance_permutation(mode, m, self.p, seed,
-                                       None if row_w is None else [row_w, col_w])
-            return perm, perm
-        return (balance_permutation(mode, m, self.p, seed, None if row_w is None else [row_w]),
-                balance_permutation(mode, n, self.p, seed + 1,
-                                    None if col_w is None else [col_w]))
-
-    def _row_weights(self, source: CooShare) -> tuple[np.ndarray, np.ndarray]:
-        """Global nonzeros per row and per column of S (collective: one all-reduce of m + n
-        integers, counted under "distribute"), the weights the permutation balances."""
-        m, n = self.shape
-        local = np.concatenate((np.bincount(source.rows, minlength=m),
-                                np.bincount(source.cols, minlength=n))).astype(np.int64)
-        total = np.empty_like(local)
-        self.world.allreduce(local, total, phase="distribute")
-        return total[:m], total[m:]
-
     # ----------------------------------------------------------------- subclass hooks
-    @staticmethod
-    def grid_allows(p: int, c: int) -> bool:
-        """Whether p ranks form this family's grid with replication factor c."""
-        raise NotImplementedError
-
     def dense_rows(self, side: str, rank: int) -> np.ndarray:
         """Global permuted rows of ``side``'s dense block on ``rank`` (local order)."""
         raise NotImplementedError
@@ -291,31 +245,9 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         """(the smallest dense width r a call may use, why). Not collective."""
         return 1, "at least one column"
 
-    # The cost model: every family states, as static methods of its class, ``grid_allows(p,
-    # c)``, ``min_width(p, c)``, ``table3``, ``one_rank_layer_saving``, ``nonzero_visits``,
-    # ``table4_best_c``, ``local_calls`` and ``exact_words``; :mod:`distmm.perf.costmodel` asks
-    # them through the registry. Only the departures from Table III have a default: none.
-    @staticmethod
-    def departure(strategy: str, n: int, r: int, p: int, c: float,
-                  phi: float = 0.0) -> tuple[float, float]:
-        """(messages, words) per rank of one FusedMM that Table III counts and distmm does not
-        send, beyond the shifts of a one-rank layer (default: none)."""
-        return 0.0, 0.0
-
-    def expected_words(self, op: str, r: int, strategy: str = "none"
-                       ) -> dict[str, dict[str, float]]:
-        """What one call of ``op`` (sddmm, spmm_a, spmm_b, fusedmm_a, fusedmm_b) at width r
-        with ``strategy`` sends from this rank: the family's ``exact_words`` for this object's
-        shape and this rank's own counts (the nonzeros it shifts, its grid position), as
-        ``{phase: {"words": w, "messages": k}}``; it receives as much. Exact wherever the
-        family's formula is (see its ``exact_words``). Collective when the stored S^T must be
-        built first (every rank calls it then); otherwise not."""
-        m, n = self.shape
-        return self.exact_words(op, m, n, r, self.p, self.c, strategy,
-                                **self._exact_counts(op, strategy))
-
     def _exact_counts(self, op: str, strategy: str) -> dict:
-        """This rank's own counts that the family's ``exact_words`` takes (default: none)."""
+        """This rank's own counts that the family's ``model.exact_words`` takes (default:
+        none; :meth:`MatrixStats.expected_words`)."""
         return {}
 
     def _col_blocks(self) -> int:
@@ -405,174 +337,34 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         nrows = self.shape[0] if side == "a" else self.shape[1]
         return DenseBlock(array, side, (nrows, r), self)
 
-    def _buffer(self, role: str, shape: tuple[int, ...], dtype=None) -> np.ndarray:
-        """A scratch array kept on the object between calls (one per role, shape, dtype).
-
-        Only for buffers that never leave the call: their contents are overwritten by the
-        next call that uses the same role."""
-        dtype = self.dtype if dtype is None else np.dtype(dtype)
-        key = (role, tuple(int(x) for x in shape), dtype)
-        buf = self._scratch.get(key)
-        if buf is None:
-            buf = self._scratch[key] = aligned_empty(key[1], dtype)
-        return buf
-
-    def _run_kernel(self, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
-                    X: np.ndarray, Y: np.ndarray | None, out: np.ndarray,
-                    accumulate: bool = True) -> None:
-        """Run one local kernel; its own seconds (not this wrapper's) make the "compute" phase.
-
-        The node model prepares the call once (:meth:`NodeModel.prepare`: operand checks,
-        flop and byte counts, the kernel's plan), and the prepared call is kept under ``key``
-        (the call kind, and the loop's step within it). The operands are views that the loop
-        cuts the same way from ``sources`` for the same key, so a kept call serves again
-        while every source is an array of the same shape, strides, dtype and writability as
-        the one it was prepared with (then the checks would pass again and the plan is the
-        same): the very same objects, or new ones such as the new result array of each call
-        without ``out=`` or an intermediate array made per call. A traced call (replay.py)
-        notes whether each kernel was such a kept call; the replay itself checks the operands
-        by identity, keeps running the traced call's own intermediates, and writes a call
-        without ``out=`` into a new array. The key remembers the last ``PREPARED_SOURCES``
-        sets of sources it served, so that calls on several sets of operands made in turns
-        (bound calls per attention head) find theirs by id.
-        ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
-        vector are replaced, when the node model's plan state (the numba thread count) changes
-        (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
-        sources are held weakly: a kept call keeps no array alive.
-
-        The entries of a key are found by the sources' ids (then checked by identity, as an
-        id can be reused once its object is gone): a call whose result is a new array each
-        time (no ``out=``, the PyTorch functions) misses every entry, and comparing its
-        sources with each entry in turn was a good part of such a call on a small graph."""
-        entries = self._prepared.get(key) if key is not None else None
-        kept = None
-        ids = tuple(map(id, sources))
-        if entries is not None:
-            kept = entries.get(ids)
-            if kept is not None:
-                for (ref, like), x in zip(kept[0], sources, strict=True):
-                    if ref() is not x or (x is not None and x.shape != like[0]):
-                        kept = None
-                        break
-            if kept is None:
-                first = next(iter(entries.values()))  # every entry's sources are alike
-                if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
-                    # the same prepared call serves these sources too. A repeated or bound
-                    # call's sources get an entry of their own, so that calls on several sets
-                    # of operands in turns find it by id; a call on operands the last call did
-                    # not pass (new arrays each time) gets none it would not use again
-                    kept = first
-                    if self._repeat:
-                        kept = (_source_refs(sources), first[1])
-                        entries.pop(ids, None)  # a dead entry under a reused id
-                        entries[ids] = kept
-                        if len(entries) > PREPARED_SOURCES:
-                            del entries[next(iter(entries))]  # the oldest
-        reused = kept is not None
-        if kept is None:
-            kept = (_source_refs(sources), self.kernel.prepare(op, S, vals, X, Y, out, accumulate))
-            if key is not None and self.checks != "always":
-                self._prepared[key] = {ids: kept}
-        run = kept[1]
-        args = (vals, X, out) if Y is None else (vals, X, Y, out)
-        self.stats.seconds["compute"] += run(*args)
-        if self._trace is not None:
-            self._traced(reused, run, args)
-
-    def _forget_prepared(self) -> None:
-        """Drop the kept kernel calls (see :meth:`_run_kernel`) and the replays built on them
-        (replay.py). Not collective."""
-        self._prepared.clear()
-        self._forget_replays()
-
-    def release_buffers(self) -> None:
-        """Free what the object keeps between calls to make the next call cheaper: the
-        scratch buffers of every width used so far (replication, shifts, reduction), the
-        prepared kernel calls, and the kept replays with the operands, ``out=`` buffers and
-        intermediates they hold. S's blocks, its cached transposes and named vectors stay.
-
-        For a loop that moves on to another width or other operands: the object keeps each
-        width's buffers and each operation's last replayed operands until then, so a sweep
-        over r holds the buffers of every width it visited. The next call of each kind
-        allocates and prepares again, as the first did. Not collective (local state only);
-        call it between calls, on any ranks.
-        """
-        self._require_open()
-        self._scratch.clear()
-        self._forget_prepared()
+    # ----------------------------------------------------------------- prepared kernel calls
+    # (prepared.py: scratch buffers and prepared kernel calls kept between calls)
+    _buffer = prepared._buffer
+    _run_kernel = prepared._run_kernel
+    _forget_prepared = prepared._forget_prepared
+    release_buffers = prepared.release_buffers
 
     # ----------------------------------------------------------------- placing S
+    # The family's _setup places S through these (placement.py does the work).
     def _place(self, name: str, owners: np.ndarray, rows: np.ndarray, cols: np.ndarray,
                vals: np.ndarray, layout: callable) -> Orientation:
-        """Send each entry to its owner and build the owner's blocks (collective).
-
-        ``rows``/``cols`` are permuted global coordinates in the orientation's frame and
-        ``layout(rows, cols)`` returns, on the owner, ``(block_index, local_row, local_col,
-        nblocks, block_shapes, row_base, col_bases)``.
-        """
-        rows, cols, vals = self._exchange(owners, (rows, cols, vals))
-        t, lr, lc, nblocks, shapes, row_base, col_bases = layout(rows, cols)
-        order = np.argsort(t, kind="stable")
-        bounds = np.searchsorted(t[order], np.arange(nblocks + 1))
-        blocks = []
-        for b in range(nblocks):
-            sel = order[bounds[b]:bounds[b + 1]]
-            blocks.append(CSRBlock.from_coo(lr[sel], lc[sel], vals[sel], shapes[b], self.dtype))
-        offsets = np.zeros(nblocks + 1, dtype=np.int64)
-        np.cumsum([blk.nnz for blk in blocks], out=offsets[1:])
-        values = np.empty(int(offsets[-1]), dtype=self.dtype)
-        for b, blk in enumerate(blocks):
-            values[offsets[b]:offsets[b + 1]] = blk.data
-            blk.data = values[offsets[b]:offsets[b + 1]]
-        return Orientation(name, blocks, offsets, values, row_base, np.asarray(col_bases))
+        """Send each entry to its owner and build the owner's blocks (collective):
+        :meth:`Placement.place`."""
+        return self.placement.place(name, owners, rows, cols, vals, layout)
 
     def _exchange(self, owners: np.ndarray, arrays: tuple[np.ndarray, ...]
                   ) -> tuple[np.ndarray, ...]:
         """Route entry k of every array to rank ``owners[k]`` (collective, phase distribute)."""
-        order = np.argsort(owners, kind="stable")
-        sendcounts = np.bincount(owners, minlength=self.p).astype(np.int64)
-        recvcounts = np.empty(self.p, dtype=np.int64)
-        with self.stats.timer("distribute"):
-            self.comm.Alltoall(sendcounts, recvcounts)
-        self.stats.add("distribute", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
-        out = []
-        for arr in arrays:
-            send = np.ascontiguousarray(arr[order])
-            recv = np.empty(int(recvcounts.sum()), dtype=send.dtype)
-            self.world.alltoallv(send, sendcounts, recv, recvcounts, phase="distribute")
-            out.append(recv)
-        return tuple(out)
+        return self.placement.exchange(owners, arrays)
 
     def _value_plan(self, src: Orientation, dst: Orientation, src_owner, dst_owner):
-        """How to move values from ``src`` value order to ``dst`` value order.
-
-        Both sides sort their nonzeros by (other side's owner, global key) without
-        communicating, so the k-th value sent from rank a to rank b is the k-th nonzero of b
-        that a owns. ``src_owner(rows, cols)`` gives the owner in ``src``'s orientation of
-        entries given in S's frame; likewise ``dst_owner``.
-        """
-        n = self.shape[1]
-        si, sj = self._s_frame(src)
-        di, dj = self._s_frame(dst)
-        s_to = dst_owner(si, sj)
-        d_from = src_owner(di, dj)
-        send_order = np.lexsort((si * n + sj, s_to))
-        recv_order = np.lexsort((di * n + dj, d_from))
-        sendcounts = np.bincount(s_to, minlength=self.p)
-        recvcounts = np.bincount(d_from, minlength=self.p)
-        return send_order, sendcounts, recv_order, recvcounts
-
-    @staticmethod
-    def _s_frame(o: Orientation) -> tuple[np.ndarray, np.ndarray]:
-        rows, cols = o.coordinates()
-        return (rows, cols) if o.name == "a" else (cols, rows)
+        """How to move values from ``src`` value order to ``dst`` value order
+        (:meth:`Placement.value_plan`)."""
+        return self.placement.value_plan(src, dst, src_owner, dst_owner)
 
     def _move_values(self, plan, src_values: np.ndarray, dst_values: np.ndarray) -> None:
-        send_order, sendcounts, recv_order, recvcounts = plan
-        recv = np.empty(recv_order.size, dtype=src_values.dtype)
-        self.world.alltoallv(np.ascontiguousarray(src_values[send_order]), sendcounts, recv,
-                             recvcounts, phase="values")
-        dst_values[recv_order] = recv
+        """Move values along a :meth:`_value_plan` (collective, phase "values")."""
+        self.placement.move_values(plan, src_values, dst_values)
 
     # ----------------------------------------------------------------- checks
     def _agree(self, message: str | None, same: dict | None = None) -> None:
@@ -595,188 +387,16 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         return self._full_check(pairs, values, None, None)
 
     # ----------------------------------------------------------------- public operations
-    # Each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm (side, ...), given the
-    # checked operands, the call's r and an optional output buffer.
-    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | None = None,
-              out: np.ndarray | None = None) -> np.ndarray:
-        """SDDMM: R = S(values) * (A B^T) at S's nonzeros. Collective.
-
-        Parameters
-        ----------
-        A_loc, B_loc : DenseBlock or ndarray
-            This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
-        values : ndarray, optional
-            Values of S in this rank's value order, or the name of a vector registered with
-            :meth:`set_named_values` (default: S's current values).
-        out : ndarray, optional
-            A 1-D buffer of this rank's stored nonzeros (dtype of S) to write R into.
-
-        Returns
-        -------
-        ndarray
-            This rank's R in value order (``out`` when given).
-        """
-        if isinstance(values, str):  # not a call: this runs before every replay
-            values = self.named_values(values)
-        if (done := self._replay("sddmm", (A_loc, B_loc, values, out))) is not None:
-            return done
-        key = self._call_key("sddmm", A_loc)
-        dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-        r = self._begin(key, dense, values, out, "values")
-        vals = self.values if values is None else values
-        res = self._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
-        res = res if out is None else out
-        self._keep_replay(key, res)
-        return res
-
-    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None,
-               out: np.ndarray | None = None) -> DenseBlock:
-        """SpMMA: S(values) @ B, an m x r side-"a" matrix. Collective.
-
-        Parameters
-        ----------
-        B_loc : DenseBlock or ndarray
-            This rank's side-"b" block of B (n x r); r is read from it.
-        values : ndarray, optional
-            Values of S in this rank's value order, or the name of a vector registered with
-            :meth:`set_named_values` (default: S's current values).
-        out : DenseBlock or ndarray, optional
-            A side-"a" block of the same r to write into (reusable across calls).
-
-        Returns
-        -------
-        DenseBlock
-            This rank's side-"a" block of the result (``out`` when given).
-        """
-        if isinstance(values, str):  # not a call: this runs before every replay
-            values = self.named_values(values)
-        if (done := self._replay("spmm_a", (B_loc, values, out))) is not None:
-            return done
-        key = self._call_key("spmm_a", B_loc)
-        dense = (("b", B_loc, "B"),)
-        r = self._begin(key, dense, values, out, "a")
-        vals = self.values if values is None else values
-        res = self._spmm_a(_plain(B_loc), vals, r, _plain(out))
-        res = self._block("a", r, res if out is None else out)
-        self._keep_replay(key, res)
-        return res
-
-    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None,
-               out: np.ndarray | None = None) -> DenseBlock:
-        """SpMMB: S(values)^T @ A, an n x r side-"b" matrix; the mirror of :meth:`spmm_a`.
-
-        Collective.
-
-        Parameters
-        ----------
-        A_loc : DenseBlock or ndarray
-            This rank's side-"a" block of A (m x r).
-        values : ndarray, optional
-            Values of S in this rank's value order, or the name of a vector registered with
-            :meth:`set_named_values` (default: S's current values).
-        out : DenseBlock or ndarray, optional
-            A side-"b" block of the same r to write into.
-
-        Returns
-        -------
-        DenseBlock
-            This rank's side-"b" block of the result (``out`` when given).
-        """
-        if isinstance(values, str):  # not a call: this runs before every replay
-            values = self.named_values(values)
-        if (done := self._replay("spmm_b", (A_loc, values, out))) is not None:
-            return done
-        key = self._call_key("spmm_b", A_loc)
-        dense = (("a", A_loc, "A"),)
-        r = self._begin(key, dense, values, out, "b")
-        vals = self.values if values is None else values
-        res = self._spmm_b(_plain(A_loc), vals, r, _plain(out))
-        res = self._block("b", r, res if out is None else out)
-        self._keep_replay(key, res)
-        return res
-
-    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-                  values: np.ndarray | str | None = None,
-                  out: np.ndarray | None = None) -> DenseBlock:
-        """FusedMMA: (S(values) * (A B^T)) @ B, an m x r side-"a" matrix. Collective.
-
-        Parameters
-        ----------
-        A_loc, B_loc : DenseBlock or ndarray
-            This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
-        strategy : str, optional
-            One of :attr:`strategies` ("none": SDDMM then SpMM as two calls; "reuse":
-            replication reuse; "fusion": local kernel fusion, where the family has it);
-            default: the family's most eliding one (the last of :attr:`strategies`).
-        values : ndarray or str, optional
-            Values of S in this rank's value order, or the name of a vector registered with
-            :meth:`set_named_values` (default: S's current values). A strategy that runs on
-            the stored S^T needs the values in S^T's order: S's own and named vectors are
-            moved there once and kept; an explicit array is moved at every call (one
-            all-to-all of this rank's nonzero values, phase "values"), so a loop that reuses a
-            vector should register it by name.
-        out : DenseBlock or ndarray, optional
-            A side-"a" block of the same r to write into.
-
-        Returns
-        -------
-        DenseBlock
-            This rank's side-"a" block of the result (``out`` when given).
-        """
-        return self._fused_call("a", A_loc, B_loc, strategy, out, values)
-
-    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-                  values: np.ndarray | str | None = None,
-                  out: np.ndarray | None = None) -> DenseBlock:
-        """FusedMMB: (S * (A B^T))^T @ A, an n x r side-"b" matrix. Collective.
-
-        The mirror of :meth:`fusedmm_a`: same parameters, ``out`` a side-"b" block, returns
-        this rank's side-"b" block of the result."""
-        return self._fused_call("b", A_loc, B_loc, strategy, out, values)
-
-    def _fused_call(self, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
-        strategy = strategy or self.strategies[-1]
-        op = "fusedmm_a" if side == "a" else "fusedmm_b"
-        resolved = self.named_values(values) if isinstance(values, str) else values
-        # a replay was kept only for a valid strategy, so the check waits for the full call
-        if (done := self._replay(op, (A_loc, B_loc, resolved, out), strategy)) is not None:
-            return done
-        kind = self._call_key(op, A_loc)
-        self._check_strategy(strategy)
-        dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-        r = self._begin(kind, dense, resolved, out, side)
-        # A name travels on as it is, so that the family finds the vector's copy in the
-        # stored S^T's order under that name (_values_for).
-        res = self._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
-                            values)
-        res = self._block(side, r, res if out is None else out)
-        self._keep_replay(kind, res, strategy)
-        return res
-
-    def _check_strategy(self, strategy: str) -> None:
-        """Rank-independent check of a FusedMM strategy name."""
-        if strategy not in self.strategies:  # the message is built only when it is needed
-            raise InputError(f"unknown FusedMM strategy {strategy!r} for {self.name}; it "
-                             f"supports only {', '.join(self.strategies)}{self.strategy_note}")
-
-    @staticmethod
-    def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:
-        """``result`` copied into ``out`` when given (else ``result`` itself)."""
-        if out is None:
-            return result
-        np.copyto(out, result)
-        return out
-
-    def as_operator(self, values: np.ndarray | None = None):
-        """S as a linear operator for iterative solvers (see :class:`distmm.operator.Operator`).
-
-        ``matvec(B)`` is :meth:`spmm_a` (S @ B, side "b" in, side "a" out), ``rmatvec(A)`` is
-        :meth:`spmm_b` (S^T @ A); ``.T`` / ``.H`` swap them. ``values`` pins S's values
-        (default: S's current values at each call). Not collective."""
-        from distmm.operator import Operator
-
-        self._require_open()
-        return Operator(self, values)
+    # (operations.py; each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm)
+    sddmm = operations.sddmm
+    spmm_a = operations.spmm_a
+    spmm_b = operations.spmm_b
+    fusedmm_a = operations.fusedmm_a
+    fusedmm_b = operations.fusedmm_b
+    _fused_call = operations._fused_call
+    _check_strategy = operations._check_strategy
+    _into = staticmethod(operations._into)
+    as_operator = operations.as_operator
 
     # ----------------------------------------------------------------- values of S
     @property
@@ -807,21 +427,17 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         require(isinstance(name, str) and name != "",
                 f"a value vector's name must be a non-empty string, got {name!r}")
         self._agree(self._check_values(values))
-        named = self.__dict__.setdefault("_named", {})
-        named[name] = {"a": np.array(values, dtype=self.dtype, copy=True)}
+        self._named.set(name, values)
         self._forget_prepared()
 
     def named_values(self, name: str) -> np.ndarray:
         """The vector registered as ``name`` (value order; a view: do not resize). Not
         collective."""
-        named = self.__dict__.get("_named", {})
-        require(name in named, f"no value vector named {name!r}; registered: "
-                               f"{', '.join(sorted(named)) or 'none'} (see set_named_values)")
-        return named[name]["a"]
+        return self._named.get(name)
 
     def drop_named_values(self, name: str) -> None:
         """Forget the vector registered as ``name`` and its moved copies. Not collective."""
-        self.__dict__.get("_named", {}).pop(name, None)
+        self._named.drop(name)
         self._forget_prepared()
 
     def _named_or(self, values: np.ndarray | str | None) -> np.ndarray | None:
@@ -836,224 +452,33 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         return self.values if values is None else values
 
     # ----------------------------------------------------------------- dense data in and out
-    def local_rows(self, side: str) -> np.ndarray:
-        """Original row ids of ``side``'s block on this rank ("a": rows of A, "b": rows of B)."""
-        perm = self.row_perm if side == "a" else self.col_perm
-        return perm[self.dense_rows(side, self.rank)]
-
-    def dense(self, side: str, r: int | None = None, fill=0.0) -> DenseBlock:
-        """A new width-r dense matrix on ``side``, as this rank's typed block.
-
-        Parameters
-        ----------
-        side : {"a", "b"}
-            "a": m x r, rows indexed like S's rows; "b": n x r, like S's columns.
-        r : int, optional
-            The dense width (default: the ``r`` given at construction). Every rank must pass
-            the same r; it must satisfy :meth:`r_rule`.
-        fill : float or callable
-            A constant, or ``fill(rows, cols)`` returning the ``(len(rows), len(cols))``
-            entries for the original row ids ``rows`` and global column indices ``cols`` of
-            this rank's block (e.g. :func:`distmm.core.dense.hashed_normal`: the same matrix at
-            every rank count). It is called on consecutive runs of the block's rows of about
-            ``FILL_CHUNK`` entries each, so that its temporaries stay small beside the block;
-            an entry must depend only on its row id and column.
-
-        Not collective (no communication), but meant to be called on every rank.
-        """
-        self._require_open()
-        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        r = self._check_r(self._default_r(r))
-        block = aligned_empty(self.local_shape(side, r), self.dtype)
-        if callable(fill):
-            cols = np.arange(r, dtype=np.int64)[self.dense_cols(side, self.rank, r)]
-            rows = self.local_rows(side)
-            step = max(1, FILL_CHUNK // max(1, cols.size))
-            for lo in range(0, max(rows.size, 1), step):  # an empty block still checks fill
-                part = rows[lo:lo + step]
-                values = np.asarray(fill(part, cols))
-                require(values.shape == (part.size, cols.size),
-                        f"fill returned shape {values.shape} for {part.size} rows and "
-                        f"{cols.size} columns of this rank's block, expected "
-                        f"{(part.size, cols.size)}")
-                block[lo:lo + step] = values
-        else:
-            block.fill(fill)
-        return self._block(side, r, block)
-
-    def wrap(self, side: str, X_loc: np.ndarray, r: int | None = None) -> DenseBlock:
-        """Type this rank's block of a width-r matrix (no copy) as a DenseBlock of ``side``.
-
-        For blocks filled by hand (with :meth:`local_rows` and :meth:`dense_cols`). ``r``
-        defaults to the local width in families that keep whole rows and to the construction
-        default in the others. Checks the local shape and dtype; not collective."""
-        self._require_open()
-        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        if r is None and not self.splits_r and isinstance(X_loc, np.ndarray) and X_loc.ndim == 2:
-            r = X_loc.shape[1]
-        r = self._check_r(self._default_r(r))
-        msg = self._block_problem(side, X_loc, "the block", scan=False)
-        if msg is None and X_loc.shape[1] != self.local_width(r):
-            msg = (f"the block has {X_loc.shape[1]} columns on this rank but its share of "
-                   f"r={r} is {self.local_width(r)}")
-        if msg is not None:
-            raise InputError(msg + f" (rank {self.rank})")
-        return self._block(side, r, X_loc)
-
-    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> DenseBlock:
-        """Distribute a global dense matrix (m x r for "a", n x r for "b", original order).
-
-        Collective. r is X's width (it must satisfy :meth:`r_rule`). With ``root=None`` every
-        rank passes the whole matrix and takes its block without communicating; otherwise only
-        ``root``'s ``X`` is read. Returns this rank's block, a C-contiguous
-        :class:`~distmm.core.dense.DenseBlock` in the algorithm's dtype.
-        """
-        self._require_open()
-        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        nrows = self.shape[0] if side == "a" else self.shape[1]
-        perm = self.row_perm if side == "a" else self.col_perm
-        if root is None:
-            # Every rank reads only its own rows (X may be a memory-mapped file), so the
-            # finiteness check runs on the local block, then all ranks agree.
-            msg = _check_global(X, nrows, side, check_finite=False)
-            msg = msg or self._r_problem(X.shape[1])
-            block = None
-            if msg is None:
-                r = X.shape[1]
-                block = np.ascontiguousarray(
-                    X[np.sort(perm[self.dense_rows(side, self.rank)])], dtype=self.dtype)
-                order = np.argsort(np.argsort(perm[self.dense_rows(side, self.rank)]))
-                block = aligned_copy(block[order][:, self.dense_cols(side, self.rank, r)])
-                if not np.isfinite(block).all():
-                    msg = f"the global matrix for side {side!r} contains NaN or infinite values"
-            self._agree(msg)
-            return self._block(side, r, block)
-        msg = _check_global(X, nrows, side) if self.rank == root else None
-        msg = msg or (self._r_problem(X.shape[1]) if self.rank == root else None)
-        self._agree(msg)
-        r = self.comm.bcast(X.shape[1] if self.rank == root else None, root=root)
-        blocks, counts = None, None
-        if self.rank == root:
-            parts = [np.ascontiguousarray(X[perm[self.dense_rows(side, k)]]
-                                          [:, self.dense_cols(side, k, r)], dtype=self.dtype)
-                     for k in range(self.p)]
-            counts = [part.size for part in parts]
-            blocks = np.concatenate([part.reshape(-1) for part in parts])
-        out = aligned_empty(self.local_shape(side, r), self.dtype)
-        t = mpi_type(self.dtype)
-        if self.rank == root:
-            displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
-            self.comm.Scatterv([blocks, (counts, displs), t], [out, out.size, t], root=root)
-        else:
-            self.comm.Scatterv(None, [out, out.size, t], root=root)
-        return self._block(side, r, out)
-
-    def gather(self, side: str, X_loc: np.ndarray, root: int = 0) -> np.ndarray | None:
-        """Collect a distributed dense matrix on ``root`` in original row order (collective).
-
-        r is read from the blocks. Returns the global (m or n) x r matrix on ``root`` and None
-        elsewhere."""
-        require(side in SIDES, f"side must be 'a' or 'b', got {side!r}")
-        r = self._begin("gather", ((side, X_loc, "dense block"),))
-        nrows = self.shape[0] if side == "a" else self.shape[1]
-        perm = self.row_perm if side == "a" else self.col_perm
-        t = mpi_type(self.dtype)
-        send = np.ascontiguousarray(X_loc)
-        if self.rank != root:
-            self.comm.Gatherv([send, send.size, t], None, root=root)
-            return None
-        shapes = [(self.dense_rows(side, k).size, self.local_width(r, k))
-                  for k in range(self.p)]
-        counts = [a * b for a, b in shapes]
-        recv = np.empty(sum(counts), dtype=self.dtype)
-        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        self.comm.Gatherv([send, send.size, t], [recv, (counts, displs), t], root=root)
-        out = np.zeros((nrows, r), dtype=self.dtype)
-        for k in range(self.p):
-            block = recv[displs[k]:displs[k] + counts[k]].reshape(shapes[k])
-            out[np.ix_(perm[self.dense_rows(side, k)],
-                       np.arange(r)[self.dense_cols(side, k, r)])] = block
-        return out
-
-    def gather_values(self, values: np.ndarray | None = None, root: int = 0
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Collect values in value order (S's own if None) on ``root`` as COO in original
-        coordinates, sorted by (row, col). Collective; None on other ranks."""
-        self._require_open()
-        if values is None:
-            values = self.values
-        self._agree(self._check_values(values))
-        rows, cols = self.value_coordinates()
-        rows = self.row_perm[rows]
-        cols = self.col_perm[cols]
-        parts = self.comm.gather((rows, cols, np.asarray(values)), root=root)
-        if self.rank != root:
-            return None
-        R = _cat([pr[0] for pr in parts])
-        C = _cat([pr[1] for pr in parts])
-        V = np.concatenate([pr[2] for pr in parts]) if parts else np.zeros(0, self.dtype)
-        order = np.lexsort((C, R))
-        return R[order], C[order], V[order]
+    # (dense_io.py: the layout front-ends, written on the matrix's public layout)
+    local_rows = dense_io.local_rows
+    dense = dense_io.dense
+    wrap = dense_io.wrap
+    scatter = dense_io.scatter
+    gather = dense_io.gather
+    gather_values = dense_io.gather_values
 
     def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
         """Global permuted (row, col) of S for each stored nonzero in value order."""
         raise NotImplementedError
 
-    # ----------------------------------------------------------------- reports
-    def reset_stats(self) -> None:
-        """Zero the communication and kernel counters (not collective)."""
-        self.stats.reset()
-        self.kernel.stats.reset()
+    # ----------------------------------------------------------------- diagnostics
+    # Everything a training loop does not need lives in ``self.stats`` (stats.py); the
+    # family gives it these hooks.
+    def _describe(self) -> dict:
+        """The family's own entries of ``stats.describe()`` (default: none)."""
+        return {}
 
-    def report(self, root: int = 0) -> dict | None:
-        """Per-phase words, messages and seconds, and kernel stats, summarised over ranks.
-
-        Collective; returns the report on ``root`` and None elsewhere."""
-        per_rank = self.stats.as_dict()
-        for op, st in self.kernel.stats.as_dict().items():
-            per_rank[f"kernel:{op}"] = st
-        rep = gather_report(self.comm, per_rank, root=root)
-        if rep is not None:
-            rep["config"] = self.describe()
-        return rep
-
-    def describe(self) -> dict:
-        """The configuration as a JSON-ready dict."""
-        return {"algorithm": self.name, "p": self.p, "m": self.shape[0], "n": self.shape[1],
-                "node_model": self.node_model, "node_options": self.kernel.options(),
-                "dtype": str(self.dtype), "permute": applied_mode(self.permute, self.p),
-                "checks": self.checks, "c": self.c, "order": self.grid.order,
-                "overlap": self.overlap,
-                **({"r": self.r} if self.r is not None else {})}
-
-    # ----------------------------------------------------------------- memory
-    # Every family states its memory model as a static method of its class,
-    # ``memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap, local)`` returning a
-    # :class:`distmm.core.memory.Memory`; ``local`` takes a rank's own sizes (:meth:`memory_counts`)
-    # in place of the worst-rank sizes the model assumes without them.
+    # Every family states its memory model as ``model.memory_bytes(op, strategy, m, n, nnz,
+    # r, p, c, dtype, overlap, local)`` returning a :class:`distmm.core.memory.Memory`;
+    # ``local`` takes a rank's own sizes (:meth:`memory_counts`) in place of the worst-rank
+    # sizes the model assumes without them (``stats.memory_model``).
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's sizes that the family's memory model reads, for width ``r`` (rows of
         its blocks, its stored nonzeros per orientation built so far). Not collective."""
         raise NotImplementedError
-
-    def memory_model(self, op: str = "fusedmm_a", strategy: str | None = None,
-                     r: int | None = None) -> Memory:
-        """The family's memory model of one ``op`` on this rank, with its real block sizes.
-
-        Not collective. ``strategy`` defaults to the family's default; ``r`` to the width
-        given at construction. S's global nonzero count (which only the distribution term
-        uses, for the caller's COO share) is taken as p times this rank's."""
-        strategy = strategy or self.strategies[-1]
-        r = self._default_r(r)
-        counts = self.memory_counts(r)
-        return type(self).memory_bytes(op, strategy, self.shape[0], self.shape[1],
-                                       self.p * counts["nnz_a"], r, self.p, self.c,
-                                       self.dtype, self.overlap, local=counts)
-
-    def memory_held(self) -> int:
-        """Bytes of the arrays this object holds now (S's blocks, permutations, the buffers
-        kept between calls), measured (:func:`distmm.core.memory.held_bytes`). Not collective."""
-        return held_bytes(self)
 
     # ----------------------------------------------------------------- lifetime
     def close(self) -> None:
@@ -1081,200 +506,14 @@ class DistributedAlgorithm(CallChecks, CallReplay, EdgeOps):
         """Whether :meth:`close` has run."""
         return self._closed
 
-    def __enter__(self) -> DistributedAlgorithm:
+    def __enter__(self) -> DistributedMatrix:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-# How many sets of sources one prepared kernel call remembers by id (_run_kernel): the
-# operand sets of one operation that a loop can use in turns and have their kernel found by
-# one dict access (the others compare layouts first; every one of them still replays).
-PREPARED_SOURCES = 8
+# The name family modules written before the public type was named still use.
+DistributedAlgorithm = DistributedMatrix
 
-
-def _no_operand() -> None:
-    """Stands for the weak reference of an absent operand (it is None again)."""
-    return None
-
-
-def _source_refs(sources: tuple) -> tuple:
-    """What :meth:`DistributedAlgorithm._run_kernel` keeps of a prepared call's sources: a
-    weak reference to each and its :func:`~distmm.kernels.numba_util.prepared_layout`."""
-    return tuple((_no_operand, None) if x is None else (weakref.ref(x), prepared_layout(x))
-                 for x in sources)
-
-
-def _alike(x: np.ndarray | None, like: tuple | None) -> bool:
-    """Whether ``x`` may stand in for the source a call was prepared with (``like``: its
-    :func:`~distmm.kernels.numba_util.prepared_layout`; None: there was none): views cut
-    from it the same way pass the same operand checks and have the same numba types (the
-    prepared call runs the compiled code of its first call's types)."""
-    if x is None or like is None:
-        return x is None and like is None
-    return isinstance(x, np.ndarray) and prepared_layout(x) == like
-
-
-def _plain(X: np.ndarray | None) -> np.ndarray | None:
-    """A plain ndarray view of a block (the kernels and the loops see no subclass).
-
-    A plain array is returned as it is, and a block's view is kept on the block, so that a
-    loop called again with the same operand objects sees the same objects
-    (:meth:`DistributedAlgorithm._run_kernel` keeps prepared calls by identity)."""
-    if X is None or type(X) is np.ndarray:
-        return X
-    view = X.__dict__.get("_plain_view")
-    if view is None or view.shape != X.shape or view.strides != X.strides:
-        view = X.__dict__["_plain_view"] = X.view(np.ndarray)
-    return view
-
-
-def _check_share(source: CooShare, check_finite: bool) -> str | None:
-    """Local check of a rank's COO share (a hand-made one may hold anything)."""
-    m, n = source.shape
-    if min(m, n) < 0:
-        return f"the sparse matrix has a negative dimension {source.shape}"
-    if source.nnz and (source.rows.min() < 0 or source.rows.max() >= m
-                       or source.cols.min() < 0 or source.cols.max() >= n):
-        return f"a nonzero of the sparse matrix lies outside its shape {source.shape}"
-    if check_finite and not np.isfinite(source.vals).all():
-        return "the sparse matrix has NaN or infinite values"
-    return None
-
-
-def _check_global(X, nrows: int, side: str, check_finite: bool = True) -> str | None:
-    if not isinstance(X, np.ndarray) or X.ndim != 2:
-        return f"the global matrix for side {side!r} must be a 2-D numpy array"
-    if X.shape[0] != nrows:
-        return f"the global matrix for side {side!r} has {X.shape[0]} rows, expected {nrows}"
-    if X.shape[1] < 1:
-        return "dense operands need r >= 1 columns"
-    if check_finite and not np.isfinite(X).all():
-        return f"the global matrix for side {side!r} contains NaN or infinite values"
-    return None
-
-
-
-
-class TwoOrientationAlgorithm(DistributedAlgorithm):
-    """A family that stores S as orientation "a" (S) and, built on first use, "b" (S^T).
-
-    Subclasses fill ``self._o["a"]`` at construction, define ``_owner(name, rows, cols)``
-    (the rank storing each entry of S in an orientation) and ``_build_b(rows, cols, vals)``
-    (place S^T's entries, given in S's frame, as ``self._o["b"]``). S's values live in
-    orientation "a"; after :meth:`set_values` they reach "b" with one all-to-all of the values.
-    """
-
-    _plan = None
-    _b_stale = False
-
-    def _build_b(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
-        raise NotImplementedError
-
-    @staticmethod
-    def _frames(name: str) -> tuple[str, str]:
-        """(X side, Y side) of an orientation: X is replicated along the fiber, Y is not."""
-        return ("a", "b") if name == "a" else ("b", "a")
-
-    # The fiber collectives of the loop (paper section IV-A): every family with two
-    # orientations replicates the X operand along the fiber and reduces X-side outputs there.
-    def _fiber_rows(self, name: str) -> np.ndarray:
-        """Rows of the X-side block of each rank of this rank's fiber, in fiber order, in
-        orientation ``name``: the pieces that make up the X superblock. Not collective."""
-        raise NotImplementedError
-
-    def _replicate(self, name: str, X_loc: np.ndarray) -> np.ndarray:
-        """All-gather this fiber's X blocks into the X superblock T (phase "replication";
-        collective over the fiber). In a fiber of one rank the block is the superblock and is
-        returned as it is. T is kept on the object and overwritten by the next call."""
-        if self.c == 1:
-            return X_loc
-        rows, w = self._fiber_rows(name), X_loc.shape[1]
-        T = self._buffer(("T", name), (int(rows.sum()), w))
-        self.fiber.allgatherv(X_loc, T, rows * w)
-        return T
-
-    def _reduce(self, name: str, T: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Reduce-scatter the X superblock T back to the fiber's blocks (phase "reduction";
-        collective over the fiber): this rank's block, written into ``out`` when given."""
-        rows, w = self._fiber_rows(name), T.shape[1]
-        if out is None:
-            out = aligned_empty((int(rows[self.fiber.rank]), w), self.dtype)
-        self.fiber.reduce_scatter(T, out, rows * w)
-        return out
-
-    def _orientation(self, name: str) -> Orientation:
-        """The stored orientation, building "b" (S^T) from "a" on first use (collective)."""
-        if name not in self._o:
-            a = self._o["a"]
-            rows, cols = a.coordinates()
-            self._build_b(rows, cols, a.values)
-            del rows, cols
-            release_freed_memory()  # the temporaries of placing S^T
-            self._b_stale = False
-        elif name == "b" and self._b_stale:
-            self._move_values(self._b_plan(), self._o["a"].values, self._o["b"].values)
-            self._b_stale = False
-        return self._o[name]
-
-    def _b_plan(self):
-        """How values move from orientation "a"'s order to "b"'s (built once; collective
-        only in that orientation "b" must exist)."""
-        if self._plan is None:
-            if "b" not in self._o:
-                self._orientation("b")
-            self._plan = self._value_plan(
-                self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
-                lambda i, j: self._owner("b", i, j))
-        return self._plan
-
-    def _values_for(self, name: str, values: np.ndarray | str | None) -> np.ndarray:
-        """Values in orientation ``name``'s order (collective when they must move).
-
-        ``values`` is None (S's own), the name of a registered vector
-        (:meth:`set_named_values`: moved to "b" on first use and kept there under its name),
-        or any other vector in value order ("a"), moved at every call."""
-        o = self._orientation(name)
-        if values is None:
-            return o.values
-        if isinstance(values, str):
-            self.named_values(values)  # InputError for an unknown name
-            entry = self.__dict__["_named"][values]
-            if name == "b" and "b" not in entry:
-                entry["b"] = np.empty(o.nnz, dtype=self.dtype)
-                self._move_values(self._b_plan(), entry["a"], entry["b"])
-            return entry[name]
-        if name == "a":
-            return values
-        # a copy (at p > 1 an exchange) outside the kernels and shifts: a replay of this call
-        # would run on this call's copy, stale once the caller changes ``values`` in place
-        self._not_replayable()
-        moved = np.empty(o.nnz, dtype=self.dtype)
-        self._move_values(self._b_plan(), values, moved)
-        return moved
-
-    # The paper's three kernels in orientation "a" (S itself), as loop pieces of the family.
-    def _sddmm(self, A_loc, B_loc, vals, r, out):
-        return self._sddmm_in("a", A_loc, B_loc, vals, r, out=out)[0]
-
-    def _spmm_a(self, B_loc, vals, r, out):
-        return self._spmm_x_in("a", B_loc, vals, r, out)
-
-    def _spmm_b(self, A_loc, vals, r, out):
-        return self._spmm_y_in("a", A_loc, vals, r, out=out)
-
-    @property
-    def values(self) -> np.ndarray:
-        """S's current values on this rank, in value order (orientation "a")."""
-        return self._o["a"].values
-
-    def _store_values(self, values: np.ndarray) -> None:
-        self._o["a"].values[...] = values
-        self._b_stale = "b" in self._o
-
-    def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._o["a"].coordinates()
-
-
-__all__ = ["DistributedAlgorithm", "InputError", "Orientation", "TwoOrientationAlgorithm"]
+__all__ = ["DistributedAlgorithm", "DistributedMatrix", "InputError", "Orientation"]

@@ -48,7 +48,7 @@ from distmm.errors import InputError
 
 CHECKS = ("always", "once", "off")
 # Call keys (``_call_key``: one per operation and width) whose operands an object remembers at
-# most: the replays' (replay.REPLAY_WIDTHS per operation) and the newest others.
+# most: the replays' (CallReplay.replay_widths per operation) and the newest others.
 MEMO_KEYS = 32
 
 
@@ -92,7 +92,7 @@ def same_layout(X: np.ndarray, held: tuple) -> bool:
 
 
 class CallChecks:
-    """Mixin of :class:`~distmm.algorithms.base.DistributedAlgorithm`: the per-call checks.
+    """Mixin of :class:`~distmm.algorithms.base.DistributedMatrix`: the per-call checks.
 
     Uses the object's ``comm``, ``p``, ``rank``, ``dtype``, ``stats``, ``checks``,
     ``check_finite``, ``splits_r``, ``values`` and its layout hooks (``_local_rows``,

@@ -108,9 +108,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
-from distmm.algorithms.model import KernelCalls
+from distmm.algorithms.model import FamilyModel, KernelCalls
 from distmm.algorithms.packets import index_words, pack, packet_block, packet_values, word_dtype
+from distmm.algorithms.placement import Orientation
+from distmm.algorithms.two_orientation import TwoOrientationAlgorithm
 from distmm.core.aligned import aligned_copy
 from distmm.core.comm import CountingComm
 from distmm.core.coo import CooShare
@@ -153,6 +154,179 @@ class _Loop:
     s_src: int
 
 
+class DenseReplicate25DModel(FamilyModel):
+    """The cost model of :class:`DenseReplicate25D` (``DenseReplicate25D.model``): its grid and
+    width rules, Table III/IV rows, kernel calls, exact words and memory (static methods)."""
+
+    @staticmethod
+    def orientation_of(op: str, strategy: str = "none") -> str:
+        """The orientation of S ("a" or "b") whose blocks ``op`` shifts."""
+        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
+        if op == "fusedmm_a":
+            return "b" if strategy == "reuse" else "a"
+        if op == "fusedmm_b":
+            return "a" if strategy == "reuse" else "b"
+        return "a"
+
+    # ----------------------------------------------------------------- the cost model
+    grid_allows = staticmethod(fits_25d)
+
+    @staticmethod
+    def min_width(p: int, c: int) -> int:
+        """The smallest dense width r a call may use: one column per grid column, sqrt(p/c)."""
+        return math.isqrt(p // c)
+
+    @staticmethod
+    def table3(strategy: str, n: int, r: int, p: int, c: float,
+               phi: float = 0.0) -> tuple[float, float]:
+        """Table III, 2.5D dense replicating: (messages, words) per rank of one FusedMM."""
+        nr = n * r
+        repl = 2 if strategy == "none" else 1
+        return (4 * math.sqrt(p / c) + repl * (c - 1),
+                nr * ((6 * phi + 2) / math.sqrt(p * c) + repl * (c - 1) / p))
+
+    @staticmethod
+    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
+                              phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
+        return 4 * math.sqrt(p / c), n * r * (6 * phi + 2) / math.sqrt(p * c)
+
+    @staticmethod
+    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
+        """Nonzeros one rank's kernels walk in one FusedMM: nnz/sqrt(pc) per kernel."""
+        return 2 * nnz / math.sqrt(p * c)
+
+    @staticmethod
+    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
+        """Table IV, 2.5D dense replicating: the real c minimising Table III's words."""
+        return (p * (1 + 3 * phi) ** 2 / (4 if strategy == "none" else 1)) ** (1 / 3)
+
+    @staticmethod
+    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
+                    c: int) -> list[KernelCalls]:
+        """s steps per kernel on (m/s) x (n/(sc)) blocks of nnz/p nonzeros at width r/s; every
+        block but the home one is rebuilt from its packet. "none": SDDMM + SpMMA; "reuse":
+        SDDMM + SpMMB on S^T's (n/s) x (m/(sc)) blocks, whose transposes must be built for
+        every block that arrived (s - 1 of s)."""
+        s = math.isqrt(p // c)
+        z, w = nnz / p, r / s
+        rows, cols = (m / s, n / (s * c)) if strategy == "none" else (n / s, m / (s * c))
+        out = []
+        for kind in ("sddmm", "spmm_a" if strategy == "none" else "spmm_b"):
+            out.append(KernelCalls(kind, 1, z, rows, cols, w))
+            if s > 1:  # the other s - 1 blocks arrive as packets
+                out.append(KernelCalls(kind, s - 1, z, rows, cols, w, unpacked=True,
+                                       transposed=kind == "spmm_b"))
+        return out
+
+    @staticmethod
+    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
+                     c: int, dtype=np.float32, overlap: bool = False,
+                     local: dict[str, int] | None = None) -> Memory:
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
+
+        Per orientation used: the home CSR block (X superblock rows), its coordinates as wire
+        words (2 a nonzero) and, where the call runs SpMMB on it, its cached transpose; the
+        replicated X superblock or the X-side accumulator at width r/s; two packet buffers of
+        3 words per nonzero of the largest block the rank sees and two dense buffers of the
+        largest Y block (the same with or without overlap; one each when s = 1); the
+        caller's dense blocks. Without ``local`` (:meth:`memory_counts`), the largest blocks
+        of any rank and nnz/p nonzeros a block."""
+        s, it = math.isqrt(p // c), np.dtype(dtype).itemsize
+        word = word_dtype(dtype).itemsize
+        k = merged({"rows_a": ceil_div(m, s * c), "rows_b": ceil_div(n, s * c),
+                    "width": ceil_div(r, s), "super_a": ceil_div(m, s),
+                    "super_b": ceil_div(n, s), "hcols_a": ceil_div(n, s * c),
+                    "hcols_b": ceil_div(m, s * c), "ymax_a": ceil_div(n, s * c),
+                    "ymax_b": ceil_div(m, s * c), "nnz_a": ceil_div(nnz, p),
+                    "nnz_b": ceil_div(nnz, p), "zmax_a": ceil_div(nnz, p),
+                    "zmax_b": ceil_div(nnz, p), "share": ceil_div(nnz, p)}, local)
+        w = k["width"]
+        used = modes(op, strategy)
+        # Offsets of A's and B's row blocks and of the column blocks of r.
+        parts = {"permutations": perm_bytes(m, n),
+                 "bookkeeping": 16 * (s * c + 1) + 8 * (s + 1)}
+        call: dict[str, int] = {}
+        for o in sorted({"a"} | {o for o, _ in used}):
+            parts[f"S {o}"] = csr_bytes(k[f"super_{o}"], k[f"nnz_{o}"], it) \
+                + 2 * k[f"nnz_{o}"] * word
+            parts["bookkeeping"] += 24 + 16 * s  # value offsets, column base, step sizes
+        for o, mode in used:
+            z, zmax, ymax = k[f"nnz_{o}"], k[f"zmax_{o}"], k[f"ymax_{o}"]
+            sup = k[f"super_{o}"] * w * it
+            if mode == "spmm_x":  # the superblock accumulator of the reduction
+                parts["reduction"] = sup
+            elif c > 1:  # a fiber of one rank replicates nothing: T is the block
+                parts["replication"] = sup
+            if mode == "spmm_x":
+                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(sup, c)
+            parts["shift"] = min(s, 2) * (3 * zmax * word + ymax * w * it)
+            block = unpack_bytes(k[f"super_{o}"], zmax, word) if s > 1 else 0
+            if mode == "spmm_y":
+                parts[f"S {o} transpose"] = transpose_bytes(k[f"hcols_{o}"], z)
+                block += zmax * it + (transpose_bytes(ymax, zmax) + 16 * zmax
+                                      if s > 1 else 0)
+            call["unpacked block"] = max(call.get("unpacked block", 0), block)
+            if mode == "sddmm":
+                call["unit values"] = zmax * it
+                if op.startswith("fusedmm"):
+                    call["SDDMM result"] = z * it
+        return two_orientation_memory(parts, call, k, used, op, w, it, k["nnz_a"], k["nnz_b"])
+
+    @staticmethod
+    def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
+                    nnz: float | None = None, shifted_nnz: float | None = None
+                    ) -> dict[str, dict[str, float]]:
+        """Words and messages sent per rank, per phase, by one ``op`` (see module docstring).
+
+        Exact when s*c divides m and n and s divides r (s = sqrt(p/c)). ``shifted_nnz`` is
+        the number of nonzeros this rank sends in one propagation loop (its group's s blocks;
+        :meth:`shifted_nnz`); without it the blocks are taken as balanced, s * nnz / p.
+        Returns ``{phase: {"words": w, "messages": k}}`` for replication, propagation and
+        reduction. Not collective.
+        """
+        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
+        DenseReplicate25D._check_grid(p, c)
+        s = math.isqrt(p // c)
+        if op.startswith("fusedmm"):
+            require(strategy in STRATEGIES,
+                    f"unknown FusedMM strategy {strategy!r}; choose one of "
+                    f"{', '.join(STRATEGIES)}")
+        if op == "fusedmm_b":
+            # FusedMMB is FusedMMA on the transposed problem (section IV-B).
+            return DenseReplicate25DModel.exact_words("fusedmm_a", n, m, r, p, c, strategy, nnz,
+                                                 shifted_nnz)
+        if shifted_nnz is None:
+            require(nnz is not None, "exact_words needs nnz or shifted_nnz")
+            shifted_nnz = s * nnz / p
+        a_blk, b_blk = m * r / p, n * r / p
+        shifts = s if s > 1 else 0
+        z = shifted_nnz if s > 1 else 0
+        out = {ph: {"words": 0.0, "messages": 0} for ph in PHASES}
+
+        def add(phase: str, words: float, msgs: int) -> None:
+            out[phase]["words"] += words
+            out[phase]["messages"] += msgs
+
+        def loop(dense_blk: float, times: int = 1) -> None:
+            add("propagation", times * (3 * z + shifts * dense_blk), times * 2 * shifts)
+
+        if op in ("sddmm", "spmm_b"):
+            add("replication", (c - 1) * a_blk, c - 1)
+            loop(b_blk)
+        elif op == "spmm_a":
+            loop(b_blk)
+            add("reduction", (c - 1) * a_blk, c - 1)
+        elif strategy == "none":
+            add("replication", (c - 1) * a_blk, c - 1)
+            loop(b_blk, 2)
+            add("reduction", (c - 1) * a_blk, c - 1)
+        else:
+            add("replication", (c - 1) * b_blk, c - 1)
+            loop(a_blk, 2)
+        return out
+
+
 class DenseReplicate25D(TwoOrientationAlgorithm):
     """S distributed for the 2.5D dense replicating algorithms; SDDMM, SpMM and FusedMM on it.
 
@@ -164,6 +338,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
     """
 
     name = "25d-dense-replicate"
+    model = DenseReplicate25DModel
     strategies = STRATEGIES
     strategy_note = (" (local kernel fusion is not possible with this algorithm: A and B are "
                      "divided by columns, so no rank holds whole dot products; paper sections "
@@ -270,7 +445,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
 
     def r_rule(self) -> tuple[int, str]:
         """r >= s = sqrt(p/c): the s columns of a layer each hold one column block of r."""
-        low = self.min_width(self.p, self.c)
+        low = self.model.min_width(self.p, self.c)
         return low, (
             f"A and B are split into s = sqrt(p/c) = {low} column blocks, one per grid "
             "column; use a larger r or a larger c")
@@ -285,9 +460,8 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
     def _build_b(self, rows, cols, vals) -> None:
         self._add_orientation("b", rows, cols, vals)
 
-    def describe(self) -> dict:
-        """The configuration as a JSON-ready dict. Not collective."""
-        return {**super().describe(), "s": self.s,
+    def _describe(self) -> dict:
+        return {"s": self.s,
                 "layout": "A per Table II; B and S stored with Algorithm 2's initial skew"}
 
     # ----------------------------------------------------------------- the loop (Algorithm 2)
@@ -399,22 +573,13 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         return self._spmm_y_in(other, None, R, r, T=T, out=out)
 
     # ----------------------------------------------------------------- communication model
-    @staticmethod
-    def orientation_of(op: str, strategy: str = "none") -> str:
-        """The orientation of S ("a" or "b") whose blocks ``op`` shifts."""
-        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
-        if op == "fusedmm_a":
-            return "b" if strategy == "reuse" else "a"
-        if op == "fusedmm_b":
-            return "a" if strategy == "reuse" else "b"
-        return "a"
 
     def shifted_nnz(self, op: str, strategy: str = "none") -> int:
         """Nonzeros this rank sends in one propagation loop of ``op`` (0 when s = 1).
 
         Collective when it has to build the transposed orientation; pass the result to
         :meth:`exact_words` as ``shifted_nnz``."""
-        lp = self._loops.get(self.orientation_of(op, strategy))
+        lp = self._loops.get(self.model.orientation_of(op, strategy))
         if lp is None:
             self._orientation("b")
             lp = self._loops["b"]
@@ -422,112 +587,6 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
 
     def _exact_counts(self, op: str, strategy: str) -> dict:
         return {"shifted_nnz": self.shifted_nnz(op, strategy)}
-
-    # ----------------------------------------------------------------- the cost model
-    grid_allows = staticmethod(fits_25d)
-
-    @staticmethod
-    def min_width(p: int, c: int) -> int:
-        """The smallest dense width r a call may use: one column per grid column, sqrt(p/c)."""
-        return math.isqrt(p // c)
-
-    @staticmethod
-    def table3(strategy: str, n: int, r: int, p: int, c: float,
-               phi: float = 0.0) -> tuple[float, float]:
-        """Table III, 2.5D dense replicating: (messages, words) per rank of one FusedMM."""
-        nr = n * r
-        repl = 2 if strategy == "none" else 1
-        return (4 * math.sqrt(p / c) + repl * (c - 1),
-                nr * ((6 * phi + 2) / math.sqrt(p * c) + repl * (c - 1) / p))
-
-    @staticmethod
-    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
-                              phi: float = 0.0) -> tuple[float, float]:
-        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
-        return 4 * math.sqrt(p / c), n * r * (6 * phi + 2) / math.sqrt(p * c)
-
-    @staticmethod
-    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
-        """Nonzeros one rank's kernels walk in one FusedMM: nnz/sqrt(pc) per kernel."""
-        return 2 * nnz / math.sqrt(p * c)
-
-    @staticmethod
-    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
-        """Table IV, 2.5D dense replicating: the real c minimising Table III's words."""
-        return (p * (1 + 3 * phi) ** 2 / (4 if strategy == "none" else 1)) ** (1 / 3)
-
-    @staticmethod
-    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
-                    c: int) -> list[KernelCalls]:
-        """s steps per kernel on (m/s) x (n/(sc)) blocks of nnz/p nonzeros at width r/s; every
-        block but the home one is rebuilt from its packet. "none": SDDMM + SpMMA; "reuse":
-        SDDMM + SpMMB on S^T's (n/s) x (m/(sc)) blocks, whose transposes must be built for
-        every block that arrived (s - 1 of s)."""
-        s = math.isqrt(p // c)
-        z, w = nnz / p, r / s
-        rows, cols = (m / s, n / (s * c)) if strategy == "none" else (n / s, m / (s * c))
-        out = []
-        for kind in ("sddmm", "spmm_a" if strategy == "none" else "spmm_b"):
-            out.append(KernelCalls(kind, 1, z, rows, cols, w))
-            if s > 1:  # the other s - 1 blocks arrive as packets
-                out.append(KernelCalls(kind, s - 1, z, rows, cols, w, unpacked=True,
-                                       transposed=kind == "spmm_b"))
-        return out
-
-
-    @staticmethod
-    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
-                     c: int, dtype=np.float32, overlap: bool = False,
-                     local: dict[str, int] | None = None) -> Memory:
-        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
-
-        Per orientation used: the home CSR block (X superblock rows), its coordinates as wire
-        words (2 a nonzero) and, where the call runs SpMMB on it, its cached transpose; the
-        replicated X superblock or the X-side accumulator at width r/s; two packet buffers of
-        3 words per nonzero of the largest block the rank sees and two dense buffers of the
-        largest Y block (the same with or without overlap; one each when s = 1); the
-        caller's dense blocks. Without ``local`` (:meth:`memory_counts`), the largest blocks
-        of any rank and nnz/p nonzeros a block."""
-        s, it = math.isqrt(p // c), np.dtype(dtype).itemsize
-        word = word_dtype(dtype).itemsize
-        k = merged({"rows_a": ceil_div(m, s * c), "rows_b": ceil_div(n, s * c),
-                    "width": ceil_div(r, s), "super_a": ceil_div(m, s),
-                    "super_b": ceil_div(n, s), "hcols_a": ceil_div(n, s * c),
-                    "hcols_b": ceil_div(m, s * c), "ymax_a": ceil_div(n, s * c),
-                    "ymax_b": ceil_div(m, s * c), "nnz_a": ceil_div(nnz, p),
-                    "nnz_b": ceil_div(nnz, p), "zmax_a": ceil_div(nnz, p),
-                    "zmax_b": ceil_div(nnz, p), "share": ceil_div(nnz, p)}, local)
-        w = k["width"]
-        used = modes(op, strategy)
-        # Offsets of A's and B's row blocks and of the column blocks of r.
-        parts = {"permutations": perm_bytes(m, n),
-                 "bookkeeping": 16 * (s * c + 1) + 8 * (s + 1)}
-        call: dict[str, int] = {}
-        for o in sorted({"a"} | {o for o, _ in used}):
-            parts[f"S {o}"] = csr_bytes(k[f"super_{o}"], k[f"nnz_{o}"], it) \
-                + 2 * k[f"nnz_{o}"] * word
-            parts["bookkeeping"] += 24 + 16 * s  # value offsets, column base, step sizes
-        for o, mode in used:
-            z, zmax, ymax = k[f"nnz_{o}"], k[f"zmax_{o}"], k[f"ymax_{o}"]
-            sup = k[f"super_{o}"] * w * it
-            if mode == "spmm_x":  # the superblock accumulator of the reduction
-                parts["reduction"] = sup
-            elif c > 1:  # a fiber of one rank replicates nothing: T is the block
-                parts["replication"] = sup
-            if mode == "spmm_x":
-                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(sup, c)
-            parts["shift"] = min(s, 2) * (3 * zmax * word + ymax * w * it)
-            block = unpack_bytes(k[f"super_{o}"], zmax, word) if s > 1 else 0
-            if mode == "spmm_y":
-                parts[f"S {o} transpose"] = transpose_bytes(k[f"hcols_{o}"], z)
-                block += zmax * it + (transpose_bytes(ymax, zmax) + 16 * zmax
-                                      if s > 1 else 0)
-            call["unpacked block"] = max(call.get("unpacked block", 0), block)
-            if mode == "sddmm":
-                call["unit values"] = zmax * it
-                if op.startswith("fusedmm"):
-                    call["SDDMM result"] = z * it
-        return two_orientation_memory(parts, call, k, used, op, w, it, k["nnz_a"], k["nnz_b"])
 
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""
@@ -540,58 +599,6 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
                         f"ymax_{o}": int(lp.step_yrows.max())})
         return out
 
-    @staticmethod
-    def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
-                    nnz: float | None = None, shifted_nnz: float | None = None
-                    ) -> dict[str, dict[str, float]]:
-        """Words and messages sent per rank, per phase, by one ``op`` (see module docstring).
-
-        Exact when s*c divides m and n and s divides r (s = sqrt(p/c)). ``shifted_nnz`` is
-        the number of nonzeros this rank sends in one propagation loop (its group's s blocks;
-        :meth:`shifted_nnz`); without it the blocks are taken as balanced, s * nnz / p.
-        Returns ``{phase: {"words": w, "messages": k}}`` for replication, propagation and
-        reduction. Not collective.
-        """
-        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
-        DenseReplicate25D._check_grid(p, c)
-        s = math.isqrt(p // c)
-        if op.startswith("fusedmm"):
-            require(strategy in STRATEGIES,
-                    f"unknown FusedMM strategy {strategy!r}; choose one of "
-                    f"{', '.join(STRATEGIES)}")
-        if op == "fusedmm_b":
-            # FusedMMB is FusedMMA on the transposed problem (section IV-B).
-            return DenseReplicate25D.exact_words("fusedmm_a", n, m, r, p, c, strategy, nnz,
-                                                 shifted_nnz)
-        if shifted_nnz is None:
-            require(nnz is not None, "exact_words needs nnz or shifted_nnz")
-            shifted_nnz = s * nnz / p
-        a_blk, b_blk = m * r / p, n * r / p
-        shifts = s if s > 1 else 0
-        z = shifted_nnz if s > 1 else 0
-        out = {ph: {"words": 0.0, "messages": 0} for ph in PHASES}
-
-        def add(phase: str, words: float, msgs: int) -> None:
-            out[phase]["words"] += words
-            out[phase]["messages"] += msgs
-
-        def loop(dense_blk: float, times: int = 1) -> None:
-            add("propagation", times * (3 * z + shifts * dense_blk), times * 2 * shifts)
-
-        if op in ("sddmm", "spmm_b"):
-            add("replication", (c - 1) * a_blk, c - 1)
-            loop(b_blk)
-        elif op == "spmm_a":
-            loop(b_blk)
-            add("reduction", (c - 1) * a_blk, c - 1)
-        elif strategy == "none":
-            add("replication", (c - 1) * a_blk, c - 1)
-            loop(b_blk, 2)
-            add("reduction", (c - 1) * a_blk, c - 1)
-        else:
-            add("replication", (c - 1) * b_blk, c - 1)
-            loop(a_blk, 2)
-        return out
 
 
 __all__ = ["DenseReplicate25D"]

@@ -34,8 +34,8 @@ import math
 
 import numpy as np
 
-from distmm.algorithms.base import TwoOrientationAlgorithm
-from distmm.algorithms.model import KernelCalls
+from distmm.algorithms.model import FamilyModel, KernelCalls
+from distmm.algorithms.two_orientation import TwoOrientationAlgorithm
 from distmm.core.aligned import aligned_empty
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid15D, fits_15d
@@ -57,64 +57,9 @@ from distmm.errors import require
 STRATEGIES = ("none", "reuse", "fusion")
 
 
-class DenseShift15D(TwoOrientationAlgorithm):
-    """S distributed for the 1.5D dense shifting algorithms; SDDMM, SpMM and FusedMM on it.
-
-    Collective construction over ``comm`` with p ranks and replication factor ``c`` (c must
-    divide p). Every operation is collective over ``comm`` and takes/returns dense blocks in
-    this object's distribution: rank (u, v) holds rows ``dense_rows(side, rank)`` of A ("a",
-    m x r) and B ("b", n x r), all r columns.
-    """
-
-    name = "15d-dense-shift"
-    strategies = STRATEGIES
-    supports_overlap = True
-    grid_class = ProcessGrid15D
-
-    def _setup(self, source: CooShare) -> None:
-        # A and B keep whole rows, so any r >= 1 works per call; ``r`` is only a default width.
-        m, n = self.shape
-        self.offsets = {"a": block_offsets(m, self.p), "b": block_offsets(n, self.p)}
-        rows = self.row_inv[source.rows]
-        cols = self.col_inv[source.cols]
-        self._o = {"a": self._place("a", self._owner("a", rows, cols), rows, cols,
-                                    source.vals, self._layout("a"))}
-
-    # ----------------------------------------------------------------- layout
-    def _owner(self, name: str, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """World rank storing each S entry (given in S's frame) in orientation ``name``."""
-        x, y = (rows, cols) if name == "a" else (cols, rows)
-        xs, ys = self._frames(name)
-        xb = block_of(x, self.offsets[xs])
-        yb = block_of(y, self.offsets[ys])
-        return self.grid.world_rank(xb // self.c, yb % self.c).astype(np.int64)
-
-    def _layout(self, name: str):
-        xs, ys = self._frames(name)
-        xo, yo = self.offsets[xs], self.offsets[ys]
-        c, q, fiber = self.c, self.q, self.grid.fiber_blocks()
-        row_base = int(xo[fiber.start])
-        nrows = int(xo[fiber.stop] - row_base)
-        col_bases = yo[:-1][self.grid.layer_blocks()].copy()
-        shapes = [(nrows, int(w)) for w in np.diff(yo)[self.grid.layer_blocks()]]
-
-        def layout(x: np.ndarray, y: np.ndarray):
-            yb = block_of(y, yo)
-            t = yb // c
-            return t, x - row_base, y - yo[yb], q, shapes, row_base, col_bases
-
-        def frame(rows, cols):
-            return (rows, cols) if name == "a" else (cols, rows)
-
-        return lambda rows, cols: layout(*frame(rows, cols))
-
-    def dense_rows(self, side: str, rank: int) -> np.ndarray:
-        u, v = self.grid.position(rank)
-        return block_range(self.offsets[side], u * self.c + v)
-
-    def _build_b(self, rows, cols, vals) -> None:
-        self._o["b"] = self._place("b", self._owner("b", rows, cols), rows, cols, vals,
-                                   self._layout("b"))
+class DenseShift15DModel(FamilyModel):
+    """The cost model of :class:`DenseShift15D` (``DenseShift15D.model``): its grid and
+    width rules, Table III/IV rows, kernel calls, exact words and memory (static methods)."""
 
     # ----------------------------------------------------------------- the cost model
     grid_allows = staticmethod(fits_15d)
@@ -179,7 +124,6 @@ class DenseShift15D(TwoOrientationAlgorithm):
             return [KernelCalls(kind, q, z, m * c / p, n / p, r) for kind in ("sddmm", "spmm_a")]
         return [KernelCalls(kind, q, z, n * c / p, m / p, r) for kind in ("sddmm", "spmm_b")]
 
-
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
                     nnz: float | None = None) -> dict[str, dict[str, float]]:
@@ -233,6 +177,67 @@ class DenseShift15D(TwoOrientationAlgorithm):
             if mode == "sddmm" and op.startswith("fusedmm"):
                 call["SDDMM result"] = k[f"nnz_{o}"] * it
         return two_orientation_memory(parts, call, k, used, op, r, it, k["zmax_a"], k["zmax_b"])
+
+
+class DenseShift15D(TwoOrientationAlgorithm):
+    """S distributed for the 1.5D dense shifting algorithms; SDDMM, SpMM and FusedMM on it.
+
+    Collective construction over ``comm`` with p ranks and replication factor ``c`` (c must
+    divide p). Every operation is collective over ``comm`` and takes/returns dense blocks in
+    this object's distribution: rank (u, v) holds rows ``dense_rows(side, rank)`` of A ("a",
+    m x r) and B ("b", n x r), all r columns.
+    """
+
+    name = "15d-dense-shift"
+    model = DenseShift15DModel
+    strategies = STRATEGIES
+    supports_overlap = True
+    grid_class = ProcessGrid15D
+
+    def _setup(self, source: CooShare) -> None:
+        # A and B keep whole rows, so any r >= 1 works per call; ``r`` is only a default width.
+        m, n = self.shape
+        self.offsets = {"a": block_offsets(m, self.p), "b": block_offsets(n, self.p)}
+        rows = self.row_inv[source.rows]
+        cols = self.col_inv[source.cols]
+        self._o = {"a": self._place("a", self._owner("a", rows, cols), rows, cols,
+                                    source.vals, self._layout("a"))}
+
+    # ----------------------------------------------------------------- layout
+    def _owner(self, name: str, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """World rank storing each S entry (given in S's frame) in orientation ``name``."""
+        x, y = (rows, cols) if name == "a" else (cols, rows)
+        xs, ys = self._frames(name)
+        xb = block_of(x, self.offsets[xs])
+        yb = block_of(y, self.offsets[ys])
+        return self.grid.world_rank(xb // self.c, yb % self.c).astype(np.int64)
+
+    def _layout(self, name: str):
+        xs, ys = self._frames(name)
+        xo, yo = self.offsets[xs], self.offsets[ys]
+        c, q, fiber = self.c, self.q, self.grid.fiber_blocks()
+        row_base = int(xo[fiber.start])
+        nrows = int(xo[fiber.stop] - row_base)
+        col_bases = yo[:-1][self.grid.layer_blocks()].copy()
+        shapes = [(nrows, int(w)) for w in np.diff(yo)[self.grid.layer_blocks()]]
+
+        def layout(x: np.ndarray, y: np.ndarray):
+            yb = block_of(y, yo)
+            t = yb // c
+            return t, x - row_base, y - yo[yb], q, shapes, row_base, col_bases
+
+        def frame(rows, cols):
+            return (rows, cols) if name == "a" else (cols, rows)
+
+        return lambda rows, cols: layout(*frame(rows, cols))
+
+    def dense_rows(self, side: str, rank: int) -> np.ndarray:
+        u, v = self.grid.position(rank)
+        return block_range(self.offsets[side], u * self.c + v)
+
+    def _build_b(self, rows, cols, vals) -> None:
+        self._o["b"] = self._place("b", self._owner("b", rows, cols), rows, cols, vals,
+                                   self._layout("b"))
 
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""
@@ -417,6 +422,123 @@ class DenseShift15D(TwoOrientationAlgorithm):
         R, T = self._sddmm_in(other, Y, X, self._values_for(other, values), r)
         return self._spmm_y_in(other, None, R, r, T=T, out=out)
 
+    # ----------------------------------------------------------------- fused GAT attention
+    def fused_attention(self, s_dst: np.ndarray, s_src: np.ndarray, Z: np.ndarray,
+                        negative_slope: float = 0.2,
+                        edge_scale: np.ndarray | None = None) -> np.ndarray:
+        """GAT attention in one loop of Algorithm 1 with an online softmax (forward):
+        ``out_i,h = sum_j softmax_j(LeakyReLU(s_dst[i,h] + s_src[j,h])) * scale_ij,h z_j,h``.
+
+        The paper (Figure 9's caption) calls 1.5D local kernel fusion "incompatible with
+        softmax regularization of learned edge weights": the softmax of row i needs all of row
+        i's scores before any of them can weight a z_j. The online softmax of memory-efficient
+        attention kernels removes that obstacle. Each rank keeps, per row of its row
+        superblock and head, a running maximum m, a running sum l of exp(e - m) and an
+        accumulator acc of exp(e - m) z_j; when a block of B's rows arrives during the shifts,
+        the block's scores are computed from the per-node scalars it carries, m is raised, l
+        and acc are rescaled by exp(m_old - m_new), and the block's contributions are added. No
+        SDDMM output is materialised (scores live one block at a time) and S's values are not
+        touched.
+
+        Communication, on rank (u, v) with H heads of F features (exact:
+        :func:`fused_attention_words`): replication, an all-gather of s_dst (H per row) over
+        the fiber; propagation, q - 1 shifts of the B block [z | s_src] (H (F + 1) per row)
+        around the layer (as the family's input passes, Algorithm 1's last shift is not sent);
+        reduction, the c ranks of a fiber hold partial (m, l, acc) of the same rows over
+        different columns: each sends every other member the partials of that member's rows
+        (one all-to-all, H (F + 2) per row) and the owner merges them: M = max m_k,
+        l = sum l_k exp(m_k - M), acc = sum acc_k exp(m_k - M); out = acc / l. The unfused
+        layer (``S.sddmm_add``, ``S.edge_softmax``, one ``S.spmm_a`` per head) moves the
+        per-node scores, two edge all-reduces and, per head, q - 1 shifts of width F and a
+        reduce-scatter of width F.
+
+        Parameters
+        ----------
+        s_dst, s_src : ndarray, shape (local nodes, H)
+            Per-node scores (A side and B side), in the matrix's dtype. S must be square with
+            A and B sharing one layout.
+        Z : ndarray, shape (local nodes, H * F)
+            The nodes' features per head (B side).
+        negative_slope : float
+            LeakyReLU's slope below zero.
+        edge_scale : ndarray, shape (nnz_local, H), optional
+            Factors applied to the normalised coefficients (attention dropout), value order.
+
+        Returns
+        -------
+        ndarray, shape (local nodes, H, F)
+            This rank's rows of the output (A side); a row without nonzeros gives 0.
+
+        Collective over the matrix's communicator.
+        """
+        H = s_dst.shape[1]
+        F = Z.shape[1] // H
+        dt = self.dtype
+        u, v, c, q = self.grid.u, self.grid.v, self.c, self.q
+        fib, lay = _attention_rows(self, u, v)
+        # replication: the superblock's destination scores
+        T = np.empty((sum(fib), H), dtype=dt)
+        self.fiber.allgatherv(np.ascontiguousarray(s_dst, dtype=dt), T, [k * H for k in fib])
+        o = self._orientation("a")
+        nrows = sum(fib)
+        m = np.full((nrows, H), -np.inf, dtype=dt)
+        lsum = np.zeros((nrows, H), dtype=dt)
+        acc = np.zeros((H, nrows, F), dtype=dt)
+        width = H * (F + 1)
+        cur = np.zeros((max(lay), width), dtype=dt)
+        nxt = np.empty_like(cur)
+        cur[:lay[u], :H * F] = Z
+        cur[:lay[u], H * F:] = s_src
+        left, right = (u - 1) % q, (u + 1) % q
+        kernel = self.kernel
+        for step in range(q):
+            t = (u + step) % q
+            blk = o.blocks[t]
+            Yb = cur[:lay[t]]
+            if blk.nnz:
+                with self.stats.timer("compute"):
+                    rows = blk.row_ids()
+                    pre = T[rows] + Yb[blk.indices, H * F:]
+                    e = np.where(pre > 0, pre, negative_slope * pre)
+                    starts = blk.indptr[:-1][np.diff(blk.indptr) > 0]
+                    present = np.flatnonzero(np.diff(blk.indptr) > 0)
+                    bmax = np.maximum.reduceat(e, starts, axis=0)
+                    new = np.maximum(m[present], bmax)
+                    old = m[present]
+                    scale = np.where(np.isneginf(old), 0.0, np.exp(old - new)).astype(dt)
+                    m[present] = new
+                    lsum[present] *= scale
+                    acc[:, present, :] *= scale.T[:, :, None]
+                    p = np.exp(e - m[rows])
+                    lsum[present] += np.add.reduceat(p, starts, axis=0)
+                    if edge_scale is not None:
+                        p = p * o.block_values(edge_scale, t)
+                    for h in range(H):
+                        kernel.spmm_a(blk, np.ascontiguousarray(p[:, h]),
+                                      np.ascontiguousarray(Yb[:, h * F:(h + 1) * F]), acc[h])
+            if step < q - 1:
+                self.layer.shift(cur[:lay[t]], nxt[:lay[(t + 1) % q]], dest=left, source=right)
+                cur, nxt = nxt, cur
+        # reduction: merge the fiber's partials of each member's rows on that member
+        part = np.concatenate([m, lsum, acc.transpose(1, 0, 2).reshape(nrows, H * F)], axis=1)
+        w = H * (F + 2)
+        own = fib[v]
+        if c > 1:
+            recv = np.empty((c, own, w), dtype=dt)
+            self.fiber.alltoallv(np.ascontiguousarray(part), [k * w for k in fib], recv,
+                                [own * w] * c, phase="reduction")
+        else:
+            recv = part[None]
+        ms, ls, accs = recv[:, :, :H], recv[:, :, H:2 * H], recv[:, :, 2 * H:].reshape(c, own, H, F)
+        M = ms.max(axis=0)
+        with np.errstate(invalid="ignore"):
+            fac = np.where(np.isneginf(ms), 0.0, np.exp(ms - M[None])).astype(dt)
+        total = (ls * fac).sum(axis=0)
+        num = (accs * fac[..., None]).sum(axis=0)
+        out = np.zeros((own, H, F), dtype=dt)
+        np.divide(num, total[..., None], out=out, where=total[..., None] > 0)
+        return out
+
 
 def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
                           strategy: str = "none") -> dict[str, dict[str, float]]:
@@ -465,3 +587,28 @@ def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
     else:
         require(False, f"unknown strategy {strategy!r}")
     return {"replication": repl, "propagation": prop, "reduction": red}
+
+
+def _attention_rows(S: DenseShift15D, u: int, v: int) -> tuple[list[int], list[int]]:
+    """Rows of the A blocks of fiber u and of the B blocks of layer v, in fiber and layer
+    order (the fused attention's replicated and shifted pieces)."""
+    return (np.diff(S.offsets["a"])[S.grid.fiber_blocks(u)].tolist(),
+            np.diff(S.offsets["b"])[S.grid.layer_blocks(v)].tolist())
+
+
+def fused_attention_words(S: DenseShift15D, heads: int, features: int,
+                          rank: int) -> dict[str, int]:
+    """Words ``rank`` sends per phase in one :meth:`DenseShift15D.fused_attention` on ``S``
+    with ``heads`` heads of ``features`` features. Not collective."""
+    u, v = S.grid.position(rank)
+    fib, lay = _attention_rows(S, u, v)
+    own = fib[v]
+    c, q = S.c, S.q
+    out = {"replication": own * heads * (c - 1) if c > 1 else 0,
+           "reduction": (sum(fib) - own) * heads * (features + 2) if c > 1 else 0,
+           "propagation": 0}
+    if q > 1:
+        width = heads * (features + 1)
+        # step s < q - 1 sends the block of layer position (u + s) mod q
+        out["propagation"] = sum(lay[(u + s) % q] for s in range(q - 1)) * width
+    return out

@@ -45,3 +45,29 @@ class KernelCalls:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+class FamilyModel:
+    """A family's cost model: static formulas, reached as ``ALGORITHMS[name].model``.
+
+    Every family states, as static methods of its model class (in the family's own module):
+    ``grid_allows(p, c)`` (its grid rule), ``min_width(p, c)``, ``table3`` (its Table III
+    row), ``one_rank_layer_saving``, ``departure`` (what Table III counts and distmm does not
+    send), ``nonzero_visits``, ``table4_best_c``, ``local_calls`` (the kernel calls one rank
+    makes), ``exact_words`` (the words and messages each phase sends, exact where the family's
+    formula is) and ``memory_bytes``. :mod:`distmm.perf.costmodel`, the planner and the tests
+    ask them through the registry; none of them needs a distributed object. Only
+    :meth:`departure` has a default (none).
+    """
+
+    @staticmethod
+    def grid_allows(p: int, c: int) -> bool:
+        """Whether p ranks form this family's grid with replication factor c."""
+        raise NotImplementedError
+
+    @staticmethod
+    def departure(strategy: str, n: int, r: int, p: int, c: float,
+                  phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) per rank of one FusedMM that Table III counts and distmm does not
+        send, beyond the shifts of a one-rank layer (default: none)."""
+        return 0.0, 0.0

@@ -4,10 +4,10 @@ A training loop calls one operation many times with the same operand objects, of
 ``out=`` buffer. Where the family's whole call is then a fixed sequence of local kernels on
 the caller's arrays and cyclic shifts between the object's buffers (1.5D dense shifting with
 c = 1 and no overlap: nothing replicated, reduced or copied; on one rank a single kernel;
-:meth:`DistributedAlgorithm._replayable`), the second such call is traced (only a call that
+:meth:`DistributedMatrix._replayable`), the second such call is traced (only a call that
 passes the very operands of the call before, or a bound call's, is traced: a loop on new
 operands builds no replay it would not use): if every kernel ran through a prepared call
-kept from an earlier call (:meth:`DistributedAlgorithm._run_kernel`),
+kept from an earlier call (:meth:`DistributedMatrix._run_kernel`),
 the steps (each kernel's prepared call and arguments, each shift's buffers and partners) are
 kept, and every later call that passes the very same operands, unchanged (as
 :meth:`CallChecks._recall` checks them: the same objects, plain arrays with the same shapes,
@@ -36,7 +36,7 @@ of the same operation on other operands in between (another bound call, a method
 take it away: each bound call has its own, so several bound calls of one operation (the heads
 of a multi-head attention layer, say) all replay.
 
-A call's kind is its key (:meth:`~distmm.algorithms.base.DistributedAlgorithm._call_key`):
+A call's kind is its key (:meth:`~distmm.algorithms.base.DistributedMatrix._call_key`):
 the operation and the width of its first dense operand where the family keeps whole rows
 (the only family that replays), so that the layers of a model, calling one operation at
 several widths in turns, each keep their remembered operands and replay; elsewhere the
@@ -44,10 +44,10 @@ operation. A call looks first at its operation's newest replay (``_newest``), at
 for the key, and at its own width's only when that is not it (:meth:`_replay_other`).
 The object's replay of a kind holds its arguments (views of the operands and buffers)
 until the next call of its kind that cannot be replayed, or until the replays of
-:data:`REPLAY_WIDTHS` newer widths of its operation are kept (:meth:`_keep_widths`); every
-replay, the bound calls' included, is dropped by :meth:`~DistributedAlgorithm.set_values`,
-a change of named vectors, :meth:`~DistributedAlgorithm.release_buffers`, a change of the
-plan state and :meth:`~DistributedAlgorithm.close`. Only under ``checks="once"`` (the
+:attr:`CallReplay.replay_widths` newer widths of its operation are kept (:meth:`_keep_widths`);
+every replay, the bound calls' included, is dropped by :meth:`~DistributedMatrix.set_values`,
+a change of named vectors, :meth:`~DistributedMatrix.release_buffers`, a change of the
+plan state and :meth:`~DistributedMatrix.close`. Only under ``checks="once"`` (the
 default): a call under ``"always"`` is checked in full every time, and one under ``"off"`` is
 not remembered.
 """
@@ -61,17 +61,25 @@ import numpy as np
 from distmm.algorithms.calls import key_op, remembered, same_layout, unchanged
 from distmm.core.aligned import aligned_empty, padding
 from distmm.core.dense import DenseBlock
-from distmm.core.memory import OPS
+from distmm.core.operations import op_name
 from distmm.errors import InputError
 from distmm.kernels.numba_util import prepared_layout
 
 
 class CallReplay:
-    """Mixin of :class:`~distmm.algorithms.base.DistributedAlgorithm`: replayed calls.
+    """Mixin of :class:`~distmm.algorithms.base.DistributedMatrix`: replayed calls.
 
     Uses the object's ``checks``, ``kernel``, ``stats``, ``_plan_state``, ``_memo`` and
     :meth:`_recall` (calls.py), and the family hook :meth:`_replayable`."""
 
+    # The widths of one operation whose replays an object keeps at a time (_keep_widths): the
+    # layers of a model, each with its width, all replay.
+    replay_widths = 4
+    # Whether a replay without out= may write again the result the caller let go
+    # (_replay_into_new): only where sys.getrefcount counts every reference (CPython with its
+    # GIL; free-threaded CPython defers and splits counts, PyPy has none).
+    reuse_results = (sys.implementation.name == "cpython"
+                     and getattr(sys, "_is_gil_enabled", lambda: True)())
     # set while a bound call makes its method call in full (BoundCall.__call__)
     _binding = False
     # whether the call being traced has an out= buffer (_trace_if_repeated)
@@ -246,7 +254,7 @@ class CallReplay:
         filled = _filled(steps, ((slots, new),))
         self._run_steps(filled)
         result = new if block is None else DenseBlock(new, block[0], block[1], self)
-        if not EXACT_REFCOUNTS:
+        if not self.reuse_results:
             return result
         # (result, the plain array, the steps it was placed in, those steps with it, the
         # reference counts of result and its bases while only this list refers to them, how
@@ -274,7 +282,7 @@ class CallReplay:
         Parameters
         ----------
         op : {"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b"}
-            The operation.
+            The operation (the command line's spelling, ``"fusedmm-a"``, is accepted too).
         *operands
             Its dense operands, as the method takes them (``B`` for spmm_a, ``A, B`` for
             sddmm and FusedMM).
@@ -303,9 +311,11 @@ class CallReplay:
         only remembers the arguments; the first call checks them, on every rank).
         """
         self._require_open()
-        method = getattr(self, op, None) if op in OPS else None
-        if method is None:
-            raise InputError(f"bind: unknown operation {op!r}; choose one of {', '.join(OPS)}")
+        try:
+            op = op_name(op)
+        except InputError as e:
+            raise InputError(f"bind: {e}") from None
+        method = getattr(self, op)
         if out is None:
             raise InputError("bind needs out=: a bound call writes the same buffer every time")
         call = BoundCall(self, op, method, operands, dict(options, out=out))
@@ -401,13 +411,13 @@ class CallReplay:
             del self._newest[key_op(key)]
 
     def _keep_widths(self, op: str) -> None:
-        """Keep the replays of at most :data:`REPLAY_WIDTHS` widths of ``op`` (the newest;
+        """Keep the replays of at most :attr:`replay_widths` widths of ``op`` (the newest;
         calls keyed by width: ``_call_key``): each holds its operands and its width's buffers,
         and a loop over many widths (a sweep of r) would otherwise keep them all alive. The
         dropped widths' remembered operands, result and swap notes go with them. Not
         collective."""
         keys = [k for k in self._replays if k.__class__ is tuple and k[0] == op]
-        for old in keys[:-REPLAY_WIDTHS]:
+        for old in keys[:-self.replay_widths]:
             self._forget_key(old)
 
     def _forget_key(self, key) -> None:
@@ -431,16 +441,6 @@ class CallReplay:
         self._swap_failed.clear()
         for call in self._bound_calls:
             call._kept = None
-
-
-# The widths of one operation whose replays an object keeps at a time (_keep_widths): the
-# layers of a model, each with its width, all replay.
-REPLAY_WIDTHS = 4
-
-# Whether sys.getrefcount counts every reference (CPython with its GIL): elsewhere a result
-# is never written again (free-threaded CPython defers and splits counts; PyPy has none).
-EXACT_REFCOUNTS = (sys.implementation.name == "cpython"
-                   and getattr(sys, "_is_gil_enabled", lambda: True)())
 
 
 def _ref_counts(result: np.ndarray) -> tuple[int, ...]:

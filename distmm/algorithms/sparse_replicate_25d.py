@@ -96,8 +96,8 @@ import math
 
 import numpy as np
 
-from distmm.algorithms.base import DistributedAlgorithm, Orientation
-from distmm.algorithms.model import KernelCalls
+from distmm.algorithms.base import DistributedMatrix, Orientation
+from distmm.algorithms.model import FamilyModel, KernelCalls
 from distmm.core.aligned import aligned_copy
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid25D, fits_25d
@@ -119,7 +119,152 @@ from distmm.errors import require
 STRATEGIES = ("none",)
 
 
-class SparseReplicate25D(DistributedAlgorithm):
+class SparseReplicate25DModel(FamilyModel):
+    """The cost model of :class:`SparseReplicate25D` (``SparseReplicate25D.model``): its grid and
+    width rules, Table III/IV rows, kernel calls, exact words and memory (static methods)."""
+
+    # ----------------------------------------------------------------- cost model
+    # ----------------------------------------------------------------- the cost model
+    grid_allows = staticmethod(fits_25d)
+
+    @staticmethod
+    def min_width(p: int, c: int) -> int:
+        """The smallest dense width r a call may use: one column per layer and grid column,
+        sqrt(pc) = s c."""
+        return math.isqrt(p // c) * c
+
+    @staticmethod
+    def table3(strategy: str, n: int, r: int, p: int, c: float,
+               phi: float = 0.0) -> tuple[float, float]:
+        """Table III, 2.5D sparse replicating: (messages, words) per rank of one FusedMM."""
+        nr = n * r
+        return (4 * math.sqrt(p / c) + 3 * (c - 1),
+                nr / math.sqrt(p) * (4 / math.sqrt(c) + 3 * phi * (c - 1) / math.sqrt(p)))
+
+    @staticmethod
+    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
+                              phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
+        return 4 * math.sqrt(p / c), n * r * 4 / math.sqrt(p * c)
+
+    @staticmethod
+    def departure(strategy: str, n: int, r: int, p: int, c: float,
+                  phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) distmm does not send that Table III counts: SDDMM reduces
+        unscaled partial dot products and scales afterwards (section IV-A), which saves the
+        initial all-gather of S's values."""
+        return c - 1, (c - 1) * phi * n * r / p
+
+    @staticmethod
+    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
+        """Nonzeros one rank's kernels walk in one FusedMM: its block's nnz c/p, s times."""
+        return 2 * nnz * math.sqrt(c / p)
+
+    @staticmethod
+    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
+        """Section V-D's c = p^(1/3) (2 / (3 phi))^(2/3), which minimises Table III's words.
+        Table IV prints (p / (2 phi / 3)^2)^(1/3), with the fraction inverted: a typo."""
+        return p ** (1 / 3) * (2 / (3 * phi)) ** (2 / 3)
+
+    @staticmethod
+    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
+                    c: int) -> list[KernelCalls]:
+        """s steps per kernel on the stationary (m/s) x (n/s) block of nnz c/p nonzeros at
+        width r/sqrt(pc): SDDMM + SpMMA."""
+        s = math.isqrt(p // c)
+        z, w = nnz * c / p, r / (s * c)
+        return [KernelCalls(kind, s, z, m / s, n / s, w) for kind in ("sddmm", "spmm_a")]
+
+    @staticmethod
+    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
+                     c: int, dtype=np.float32, overlap: bool = False,
+                     local: dict[str, int] | None = None) -> Memory:
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
+
+        The stationary block's structure (shared by the fiber's c ranks, each holding it
+        whole) with its unit weights, the rank's 1/c share of the values, the partial dot
+        products (SDDMM) or all of the block's values (SpMM), the block's cached transpose
+        for SpMMB, two A and two B buffers at the layer's widest column block (the same with
+        or without overlap; one each when s = 1), the caller's dense blocks. Without ``local``
+        (:meth:`memory_counts`), the largest blocks of any rank and nnz c/p nonzeros a
+        block."""
+        s, it = math.isqrt(p // c), np.dtype(dtype).itemsize
+        k = merged({"rows_a": ceil_div(m, s), "rows_b": ceil_div(n, s),
+                    "width": ceil_div(r, s * c), "wmax": ceil_div(r, s * c),
+                    "block": ceil_div(nnz * c, p), "nnz_a": ceil_div(ceil_div(nnz * c, p), c),
+                    "share": ceil_div(nnz, p)}, local)
+        z, own, w = k["block"], k["nnz_a"], k["width"]
+        kinds = {"sddmm": ["sddmm"], "spmm_a": ["spmm_a"], "spmm_b": ["spmm_b"],
+                 "fusedmm_a": ["sddmm", "spmm_a"], "fusedmm_b": ["sddmm", "spmm_b"]}[op]
+        # Offsets of the row and column blocks of S, of r's column blocks, of the value
+        # shares; the block's value offsets and column base.
+        parts = {"permutations": perm_bytes(m, n),
+                 "bookkeeping": 16 * (s + 1) + 8 * (s * c + 1) + 8 * (c + 1) + 24,
+                 "S": csr_bytes(k["rows_a"], z, it) + own * it,
+                 "shift": min(s, 2) * (k["rows_a"] + k["rows_b"]) * k["wmax"] * it}
+        call: dict[str, int] = {}
+        if "sddmm" in kinds:
+            parts["reduction"] = z * it  # the partial dot products
+            call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(z * it, c)
+            if op.startswith("fusedmm"):
+                call["SDDMM result"] = own * it
+        if kinds[-1] != "sddmm":
+            parts["replication"] = z * it  # all of the block's values
+        if "spmm_b" in kinds:
+            parts["S transpose"] = transpose_bytes(k["rows_b"], z)
+            call["kernel values"] = z * it
+        parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, own, it))
+        # Each entry goes to the c ranks of its fiber: the share (24 bytes) and its permuted
+        # rows, columns and block (24) once, its owners and routed copies (32) c times.
+        dist = place_bytes(c * k["share"], z, z, it, kept=(48 + 32 * c) / c)
+        return Memory(parts, call, dist + parts["permutations"])
+
+    @staticmethod
+    def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
+                    *, block_nnz: float | None = None, nnz: float | None = None,
+                    i: int | None = None, j: int | None = None, k: int | None = None
+                    ) -> dict[str, dict[str, float]]:
+        """Words and messages sent per rank, per phase, by one call of ``op``.
+
+        ``op`` is one of sddmm, spmm_a, spmm_b, fusedmm_a, fusedmm_b (strategy "none").
+        ``block_nnz`` is the nonzero count of the rank's S block (shared by its fiber); with
+        only ``nnz`` (all of S's nonzeros) it is taken as nnz*c/p, uniform blocks. Needed when
+        c > 1. With the grid position (i, j, k) the result is exact for that rank for any sizes;
+        without it, m/s, n/s, r/c and block_nnz/c stand for the rank's A rows, B rows, layer
+        columns and value share (exact when they divide). Returns ``{phase: {"words",
+        "messages"}}`` for replication, propagation and reduction.
+        """
+        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
+        require(strategy in STRATEGIES, f"unknown strategy {strategy!r}")
+        SparseReplicate25D._check_grid(p, c)
+        s = math.isqrt(p // c)
+        if block_nnz is None and nnz is not None:
+            block_nnz = nnz * c / p
+        require(block_nnz is not None or c == 1,
+                "exact_words needs block_nnz (or nnz) to count the value collectives when c > 1")
+        block_nnz = 0 if block_nnz is None else block_nnz
+        if i is None or j is None or k is None:
+            mi, nj, rk, own = m / s, n / s, r / c, block_nnz / c
+        else:
+            mo, no, co = block_offsets(m, s), block_offsets(n, s), block_offsets(r, s * c)
+            vo = block_offsets(int(block_nnz), c)
+            mi, nj = int(mo[i + 1] - mo[i]), int(no[j + 1] - no[j])
+            rk, own = int(co[(k + 1) * s] - co[k * s]), int(vo[k + 1] - vo[k])
+        shifts = s if s > 1 else 0
+        fiber_msgs = c - 1
+        rounds = 2 if op.startswith("fusedmm") else 1
+        prop = {"words": rounds * (mi + nj) * rk if shifts else 0,
+                "messages": rounds * 2 * shifts}
+        repl = {"words": 0, "messages": 0}
+        red = {"words": 0, "messages": 0}
+        if op != "sddmm":
+            repl = {"words": (c - 1) * own, "messages": fiber_msgs}
+        if op in ("sddmm", "fusedmm_a", "fusedmm_b"):
+            red = {"words": block_nnz - own, "messages": fiber_msgs}
+        return {"replication": repl, "propagation": prop, "reduction": red}
+
+
+class SparseReplicate25D(DistributedMatrix):
     """S distributed for the 2.5D sparse replicating algorithm; SDDMM, SpMM and FusedMM on it.
 
     Construction is collective over ``comm`` (p ranks), with replication factor ``c`` (p/c
@@ -131,6 +276,7 @@ class SparseReplicate25D(DistributedAlgorithm):
     """
 
     name = "25d-sparse-replicate"
+    model = SparseReplicate25DModel
     strategies = STRATEGIES
     strategy_note = (" (it replicates no dense matrix, so neither replication reuse nor local "
                      "kernel fusion applies: paper section V-D)")
@@ -187,7 +333,7 @@ class SparseReplicate25D(DistributedAlgorithm):
     def r_rule(self) -> tuple[int, str]:
         """r >= sqrt(pc): r is cut into s*c column blocks, one per layer and grid column."""
         c = self.c
-        low = self.min_width(self.p, c)
+        low = self.model.min_width(self.p, c)
         return low, (
             f"r is cut into sqrt(p/c)*c = {low // c}*{c} = {low} column blocks, one per layer and "
             "grid column; use a larger r or a smaller c")
@@ -223,8 +369,8 @@ class SparseReplicate25D(DistributedAlgorithm):
         rows, cols = self._o.coordinates()
         return rows[self._own], cols[self._own]
 
-    def describe(self) -> dict:
-        return {**super().describe(), "s": self.s,
+    def _describe(self) -> dict:
+        return {"s": self.s,
                 "value_order": "k-th of c contiguous shares of the fiber's S block (CSR order)"}
 
     # ----------------------------------------------------------------- checks
@@ -330,103 +476,6 @@ class SparseReplicate25D(DistributedAlgorithm):
             return self._spmm("spmm_a", B_loc, R, r, out)
         return self._spmm("spmm_b", A_loc, R, r, out)
 
-    # ----------------------------------------------------------------- cost model
-    # ----------------------------------------------------------------- the cost model
-    grid_allows = staticmethod(fits_25d)
-
-    @staticmethod
-    def min_width(p: int, c: int) -> int:
-        """The smallest dense width r a call may use: one column per layer and grid column,
-        sqrt(pc) = s c."""
-        return math.isqrt(p // c) * c
-
-    @staticmethod
-    def table3(strategy: str, n: int, r: int, p: int, c: float,
-               phi: float = 0.0) -> tuple[float, float]:
-        """Table III, 2.5D sparse replicating: (messages, words) per rank of one FusedMM."""
-        nr = n * r
-        return (4 * math.sqrt(p / c) + 3 * (c - 1),
-                nr / math.sqrt(p) * (4 / math.sqrt(c) + 3 * phi * (c - 1) / math.sqrt(p)))
-
-    @staticmethod
-    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
-                              phi: float = 0.0) -> tuple[float, float]:
-        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
-        return 4 * math.sqrt(p / c), n * r * 4 / math.sqrt(p * c)
-
-    @staticmethod
-    def departure(strategy: str, n: int, r: int, p: int, c: float,
-                  phi: float = 0.0) -> tuple[float, float]:
-        """(messages, words) distmm does not send that Table III counts: SDDMM reduces
-        unscaled partial dot products and scales afterwards (section IV-A), which saves the
-        initial all-gather of S's values."""
-        return c - 1, (c - 1) * phi * n * r / p
-
-    @staticmethod
-    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
-        """Nonzeros one rank's kernels walk in one FusedMM: its block's nnz c/p, s times."""
-        return 2 * nnz * math.sqrt(c / p)
-
-    @staticmethod
-    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
-        """Section V-D's c = p^(1/3) (2 / (3 phi))^(2/3), which minimises Table III's words.
-        Table IV prints (p / (2 phi / 3)^2)^(1/3), with the fraction inverted: a typo."""
-        return p ** (1 / 3) * (2 / (3 * phi)) ** (2 / 3)
-
-    @staticmethod
-    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
-                    c: int) -> list[KernelCalls]:
-        """s steps per kernel on the stationary (m/s) x (n/s) block of nnz c/p nonzeros at
-        width r/sqrt(pc): SDDMM + SpMMA."""
-        s = math.isqrt(p // c)
-        z, w = nnz * c / p, r / (s * c)
-        return [KernelCalls(kind, s, z, m / s, n / s, w) for kind in ("sddmm", "spmm_a")]
-
-
-    @staticmethod
-    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
-                     c: int, dtype=np.float32, overlap: bool = False,
-                     local: dict[str, int] | None = None) -> Memory:
-        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
-
-        The stationary block's structure (shared by the fiber's c ranks, each holding it
-        whole) with its unit weights, the rank's 1/c share of the values, the partial dot
-        products (SDDMM) or all of the block's values (SpMM), the block's cached transpose
-        for SpMMB, two A and two B buffers at the layer's widest column block (the same with
-        or without overlap; one each when s = 1), the caller's dense blocks. Without ``local``
-        (:meth:`memory_counts`), the largest blocks of any rank and nnz c/p nonzeros a
-        block."""
-        s, it = math.isqrt(p // c), np.dtype(dtype).itemsize
-        k = merged({"rows_a": ceil_div(m, s), "rows_b": ceil_div(n, s),
-                    "width": ceil_div(r, s * c), "wmax": ceil_div(r, s * c),
-                    "block": ceil_div(nnz * c, p), "nnz_a": ceil_div(ceil_div(nnz * c, p), c),
-                    "share": ceil_div(nnz, p)}, local)
-        z, own, w = k["block"], k["nnz_a"], k["width"]
-        kinds = {"sddmm": ["sddmm"], "spmm_a": ["spmm_a"], "spmm_b": ["spmm_b"],
-                 "fusedmm_a": ["sddmm", "spmm_a"], "fusedmm_b": ["sddmm", "spmm_b"]}[op]
-        # Offsets of the row and column blocks of S, of r's column blocks, of the value
-        # shares; the block's value offsets and column base.
-        parts = {"permutations": perm_bytes(m, n),
-                 "bookkeeping": 16 * (s + 1) + 8 * (s * c + 1) + 8 * (c + 1) + 24,
-                 "S": csr_bytes(k["rows_a"], z, it) + own * it,
-                 "shift": min(s, 2) * (k["rows_a"] + k["rows_b"]) * k["wmax"] * it}
-        call: dict[str, int] = {}
-        if "sddmm" in kinds:
-            parts["reduction"] = z * it  # the partial dot products
-            call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(z * it, c)
-            if op.startswith("fusedmm"):
-                call["SDDMM result"] = own * it
-        if kinds[-1] != "sddmm":
-            parts["replication"] = z * it  # all of the block's values
-        if "spmm_b" in kinds:
-            parts["S transpose"] = transpose_bytes(k["rows_b"], z)
-            call["kernel values"] = z * it
-        parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], w, own, it))
-        # Each entry goes to the c ranks of its fiber: the share (24 bytes) and its permuted
-        # rows, columns and block (24) once, its owners and routed copies (32) c times.
-        dist = place_bytes(c * k["share"], z, z, it, kept=(48 + 32 * c) / c)
-        return Memory(parts, call, dist + parts["permutations"])
-
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes`."""
         mi, nj = self._S.shape
@@ -434,49 +483,6 @@ class SparseReplicate25D(DistributedAlgorithm):
                 "wmax": int(self._layer_widths(r).max()), "block": self._nnz_block,
                 "nnz_a": self._vals.size}
 
-    @staticmethod
-    def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
-                    *, block_nnz: float | None = None, nnz: float | None = None,
-                    i: int | None = None, j: int | None = None, k: int | None = None
-                    ) -> dict[str, dict[str, float]]:
-        """Words and messages sent per rank, per phase, by one call of ``op``.
-
-        ``op`` is one of sddmm, spmm_a, spmm_b, fusedmm_a, fusedmm_b (strategy "none").
-        ``block_nnz`` is the nonzero count of the rank's S block (shared by its fiber); with
-        only ``nnz`` (all of S's nonzeros) it is taken as nnz*c/p, uniform blocks. Needed when
-        c > 1. With the grid position (i, j, k) the result is exact for that rank for any sizes;
-        without it, m/s, n/s, r/c and block_nnz/c stand for the rank's A rows, B rows, layer
-        columns and value share (exact when they divide). Returns ``{phase: {"words",
-        "messages"}}`` for replication, propagation and reduction.
-        """
-        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
-        require(strategy in STRATEGIES, f"unknown strategy {strategy!r}")
-        SparseReplicate25D._check_grid(p, c)
-        s = math.isqrt(p // c)
-        if block_nnz is None and nnz is not None:
-            block_nnz = nnz * c / p
-        require(block_nnz is not None or c == 1,
-                "exact_words needs block_nnz (or nnz) to count the value collectives when c > 1")
-        block_nnz = 0 if block_nnz is None else block_nnz
-        if i is None or j is None or k is None:
-            mi, nj, rk, own = m / s, n / s, r / c, block_nnz / c
-        else:
-            mo, no, co = block_offsets(m, s), block_offsets(n, s), block_offsets(r, s * c)
-            vo = block_offsets(int(block_nnz), c)
-            mi, nj = int(mo[i + 1] - mo[i]), int(no[j + 1] - no[j])
-            rk, own = int(co[(k + 1) * s] - co[k * s]), int(vo[k + 1] - vo[k])
-        shifts = s if s > 1 else 0
-        fiber_msgs = c - 1
-        rounds = 2 if op.startswith("fusedmm") else 1
-        prop = {"words": rounds * (mi + nj) * rk if shifts else 0,
-                "messages": rounds * 2 * shifts}
-        repl = {"words": 0, "messages": 0}
-        red = {"words": 0, "messages": 0}
-        if op != "sddmm":
-            repl = {"words": (c - 1) * own, "messages": fiber_msgs}
-        if op in ("sddmm", "fusedmm_a", "fusedmm_b"):
-            red = {"words": block_nnz - own, "messages": fiber_msgs}
-        return {"replication": repl, "propagation": prop, "reduction": red}
 
 
 __all__ = ["SparseReplicate25D"]

@@ -69,7 +69,7 @@ minimiser is Table IV's c = sqrt(6 p phi). Differences from the paper's accounti
 layer has one rank, the shifts are local no-ops and the 6 phi/c term vanishes (as in
 :mod:`distmm.perf.costmodel`); and each round makes q shifts, the last returning the blocks home, as
 Algorithm 1 and Table III count, although an SpMM round could stop after q - 1 (SDDMM cannot:
-its output must come home). :meth:`SparseShift15D.exact_words` gives these formulas.
+its output must come home). :meth:`SparseShift15DModel.exact_words` gives these formulas.
 """
 
 from __future__ import annotations
@@ -79,8 +79,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from distmm.algorithms.base import Orientation, TwoOrientationAlgorithm
-from distmm.algorithms.model import KernelCalls
+from distmm.algorithms.model import FamilyModel, KernelCalls
 from distmm.algorithms.packets import (
     WORDS_PER_NONZERO,
     index_words,
@@ -89,6 +88,8 @@ from distmm.algorithms.packets import (
     packet_values,
     word_dtype,
 )
+from distmm.algorithms.placement import Orientation
+from distmm.algorithms.two_orientation import TwoOrientationAlgorithm
 from distmm.core.aligned import aligned_empty
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid15D, fits_15d
@@ -128,6 +129,185 @@ class _FiberOrientation(Orientation):
                 blk.indices.astype(np.int64) + int(self.col_bases[0]))
 
 
+class SparseShift15DModel(FamilyModel):
+    """The cost model of :class:`SparseShift15D` (``SparseShift15D.model``): its grid and
+    width rules, Table III/IV rows, kernel calls, exact words and memory (static methods)."""
+
+    # ----------------------------------------------------------------- the cost model
+    # ----------------------------------------------------------------- the cost model
+    grid_allows = staticmethod(fits_15d)
+
+    @staticmethod
+    def min_width(p: int, c: int) -> int:
+        """The smallest dense width r a call may use: one column per rank of a layer, p/c."""
+        return p // c
+
+    @staticmethod
+    def table3(strategy: str, n: int, r: int, p: int, c: float,
+               phi: float = 0.0) -> tuple[float, float]:
+        """Table III, 1.5D sparse shifting: (messages, words) per rank of one FusedMM ("none"
+        pays a second replication, as section V derives the rows the table omits)."""
+        nr = n * r
+        repl = 2 if strategy == "none" else 1
+        return 2 * p / c + repl * (c - 1), nr * (6 * phi / c + repl * (c - 1) / p)
+
+    @staticmethod
+    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
+                              phi: float = 0.0) -> tuple[float, float]:
+        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
+        return 2 * p / c, n * r * 6 * phi / c
+
+    @staticmethod
+    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
+        """Nonzeros one rank's kernels walk in one FusedMM: its layer's nnz/c, twice."""
+        return 2 * nnz / c
+
+    @staticmethod
+    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
+        """Table IV: sqrt(6 p phi) with replication reuse; sqrt(3 p phi) without elision (the
+        same derivation)."""
+        return math.sqrt((6 if strategy == "reuse" else 3) * p * phi)
+
+    @staticmethod
+    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
+                    c: int) -> list[KernelCalls]:
+        """q steps per kernel, each on a shifted m x (n/p) column block of S (nnz/p nonzeros)
+        at width r/q, rebuilt from its COO packet every step (even when q = 1). "none": SDDMM
+        + SpMMA; "reuse": SDDMM on S^T's n x (m/p) blocks, then SpMMA on their transposes as
+        they travelled ((m/p) x n)."""
+        q = p // c
+        z, w = nnz / p, r / q
+        if strategy == "none":
+            return [KernelCalls(kind, q, z, m, n / p, w, unpacked=True)
+                    for kind in ("sddmm", "spmm_a")]
+        return [KernelCalls("sddmm", q, z, n, m / p, w, unpacked=True),
+                KernelCalls("spmm_a", q, z, m / p, n, w, unpacked=True)]
+
+    @staticmethod
+    def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
+                    nnz: float | None = None, layer_nnz: dict[str, float] | None = None
+                    ) -> dict[str, dict[str, float]]:
+        """Words and messages sent per rank, per phase, by one operation. Not collective.
+
+        Exact when p divides m and n and p/c divides r. The shifted nonzeros are
+        ``layer_nnz["a"]`` (this rank's layer's column blocks of S, orientation "a") and
+        ``layer_nnz["b"]`` (its row blocks, orientation "b"), as :meth:`shifted_nnz` reports
+        for q > 1; missing entries default to ``nnz / c`` (balanced blocks). Returns
+        ``{phase: {"words": w, "messages": k}}`` for replication, propagation and reduction.
+        """
+        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
+        require(strategy in STRATEGIES, f"unknown strategy {strategy!r}")
+        require(p % c == 0, f"c={c} does not divide p={p}")
+        q = p // c
+        shifts = q if q > 1 else 0
+        layer_nnz = dict(layer_nnz or {})
+        for name in ("a", "b"):
+            if name not in layer_nnz:
+                require(nnz is not None, "exact_words needs nnz or layer_nnz")
+                layer_nnz[name] = nnz / c
+        a_blk, b_blk = m * r / p, n * r / p
+        phases = {ph: {"words": 0.0, "messages": 0}
+                  for ph in ("replication", "propagation", "reduction")}
+
+        def add(phase: str, words: float, msgs: int) -> None:
+            phases[phase]["words"] += words
+            phases[phase]["messages"] += msgs
+
+        def rounds(name: str, k: int) -> None:
+            if shifts:
+                add("propagation", k * WORDS_PER_NONZERO * layer_nnz[name], k * shifts)
+
+        gather_a = ("replication", (c - 1) * a_blk, c - 1)
+        if op in ("sddmm", "spmm_b"):
+            add(*gather_a)
+            rounds("a", 1)
+        elif op == "spmm_a":
+            rounds("a", 1)
+            add("reduction", (c - 1) * a_blk, c - 1)
+        elif strategy == "none":
+            add(*gather_a)
+            rounds("a", 2)
+            if op == "fusedmm_a":
+                add("reduction", (c - 1) * a_blk, c - 1)
+            else:
+                add(*gather_a)
+        elif op == "fusedmm_a":
+            add("replication", (c - 1) * b_blk, c - 1)
+            rounds("b", 2)
+        else:
+            add(*gather_a)
+            rounds("a", 2)
+        return phases
+
+    @staticmethod
+    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
+                     c: int, dtype=np.float32, overlap: bool = False,
+                     local: dict[str, int] | None = None) -> Memory:
+        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
+
+        Per orientation used: one CSR block with a row pointer over all m (or n) rows of the
+        X side, its packed coordinates (2 words a nonzero) for each frame the call ships and,
+        for the transposed frame, the block's cached transpose; the replicated X operand and
+        the X-side accumulator, all rows at width r/q; two packet buffers of 3 words per
+        nonzero of the layer's largest block (the same two with or without overlap; one when
+        q = 1); the fiber-order row maps of both sides; the caller's dense blocks. Without
+        ``local`` (:meth:`memory_counts`), the largest blocks of any rank and nnz/p nonzeros a
+        block."""
+        q, it = p // c, np.dtype(dtype).itemsize
+        word = word_dtype(dtype).itemsize
+        k = merged({"rows_a": q * ceil_div(m, p), "rows_b": q * ceil_div(n, p),
+                    "width": ceil_div(r, q), "ycols_a": ceil_div(n, p),
+                    "ycols_b": ceil_div(m, p), "nnz_a": ceil_div(nnz, p),
+                    "nnz_b": ceil_div(nnz, p), "zmax_a": ceil_div(nnz, p),
+                    "zmax_b": ceil_div(nnz, p), "share": ceil_div(nnz, p)}, local)
+        w, xrows = k["width"], {"a": m, "b": n}
+        # FusedMMB without elision stays in orientation "a" (SDDMM, then SpMMB on S).
+        used = ([("a", "sddmm"), ("a", "spmm_y")] if (op, strategy) == ("fusedmm_b", "none")
+                else modes(op, strategy))
+        # Offsets of A's and B's row blocks, layer starts, the column blocks of r.
+        parts = {"permutations": perm_bytes(m, n) + 16 * (m + n),
+                 "bookkeeping": 16 * (p + 1) + 16 * (c + 1) + 8 * (q + 1)}
+        call: dict[str, int] = {}
+        for o in sorted({"a"} | {o for o, _ in used}):
+            parts[f"S {o}"] = csr_bytes(xrows[o], k[f"nnz_{o}"], it)
+            parts["bookkeeping"] += 8 * q + 24  # the layer's block sizes; value offsets
+        for o, mode in used:
+            z, zmax = k[f"nnz_{o}"], k[f"zmax_{o}"]
+            frame = "csc" if mode == "spmm_y" else "csr"
+            parts[f"S {o} packed {frame}"] = 2 * z * word
+            if frame == "csc":
+                parts[f"S {o} transpose"] = transpose_bytes(k[f"ycols_{o}"], z)
+            if mode == "spmm_x":  # the superblock accumulator of the reduction
+                parts["reduction"] = xrows[o] * w * it
+            elif c > 1:  # a fiber of one rank replicates nothing: T is the block
+                parts["replication"] = xrows[o] * w * it
+            if mode == "spmm_x":
+                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(xrows[o] * w * it, c)
+            parts["shift"] = min(q, 2) * WORDS_PER_NONZERO * zmax * word
+            rows = xrows[o] if frame == "csr" else k[f"ycols_{o}"]
+            call["unpacked block"] = max(call.get("unpacked block", 0),
+                                         unpack_bytes(rows, zmax, word))
+            if mode == "sddmm":
+                call["unit values"] = zmax * it
+                if op.startswith("fusedmm"):
+                    call["SDDMM result"] = z * it
+        return two_orientation_memory(parts, call, k, used, op, w, it, k["nnz_a"], k["nnz_b"])
+
+    @classmethod
+    def best_c(cls, m: int, n: int, r: int, p: int, nnz: float, strategy: str = "reuse",
+               op: str = "fusedmm_a") -> int:
+        """The divisor c of p (with r >= p/c) minimising :meth:`exact_words` of one ``op``
+        with balanced blocks; ties go to the smaller c. Not collective."""
+        cs = [c for c in range(1, p + 1) if cls.grid_allows(p, c) and r >= cls.min_width(p, c)]
+        require(bool(cs), f"no replication factor fits p={p}, r={r} (need r >= p/c)")
+
+        def words(c: int) -> float:
+            return sum(ph["words"] for ph in
+                       cls.exact_words(op, m, n, r, p, c, strategy, nnz=nnz).values())
+
+        return min(cs, key=lambda c: (words(c), c))
+
+
 class SparseShift15D(TwoOrientationAlgorithm):
     """S distributed for the 1.5D sparse shifting algorithms; SDDMM, SpMM and FusedMM on it.
 
@@ -139,6 +319,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
     """
 
     name = "15d-sparse-shift"
+    model = SparseShift15DModel
     strategies = STRATEGIES
     strategy_note = (" (local kernel fusion needs whole dense rows, which this algorithm "
                      "splits by columns)")
@@ -213,7 +394,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
 
     def r_rule(self) -> tuple[int, str]:
         """r >= p/c: each of the p/c ranks of a layer holds one column block of r."""
-        low = self.min_width(self.p, self.c)
+        low = self.model.min_width(self.p, self.c)
         return low, (
             f"each of the p/c={low} ranks of a layer holds one of p/c column blocks of r; "
             "use a larger c or another algorithm")
@@ -357,167 +538,6 @@ class SparseShift15D(TwoOrientationAlgorithm):
         R, T = self._sddmm_in(name, X, Y, self._values_for(name, values), r)
         return self._spmm_y_in(name, None, R, r, T=T, out=out)
 
-    # ----------------------------------------------------------------- the cost model
-    # ----------------------------------------------------------------- the cost model
-    grid_allows = staticmethod(fits_15d)
-
-    @staticmethod
-    def min_width(p: int, c: int) -> int:
-        """The smallest dense width r a call may use: one column per rank of a layer, p/c."""
-        return p // c
-
-    @staticmethod
-    def table3(strategy: str, n: int, r: int, p: int, c: float,
-               phi: float = 0.0) -> tuple[float, float]:
-        """Table III, 1.5D sparse shifting: (messages, words) per rank of one FusedMM ("none"
-        pays a second replication, as section V derives the rows the table omits)."""
-        nr = n * r
-        repl = 2 if strategy == "none" else 1
-        return 2 * p / c + repl * (c - 1), nr * (6 * phi / c + repl * (c - 1) / p)
-
-    @staticmethod
-    def one_rank_layer_saving(strategy: str, n: int, r: int, p: int, c: float,
-                              phi: float = 0.0) -> tuple[float, float]:
-        """(messages, words) of Table III's shifts, which a layer of one rank does not send."""
-        return 2 * p / c, n * r * 6 * phi / c
-
-    @staticmethod
-    def nonzero_visits(strategy: str, nnz: float, p: int, c: float) -> float:
-        """Nonzeros one rank's kernels walk in one FusedMM: its layer's nnz/c, twice."""
-        return 2 * nnz / c
-
-    @staticmethod
-    def table4_best_c(strategy: str, p: int, phi: float = 0.0) -> float:
-        """Table IV: sqrt(6 p phi) with replication reuse; sqrt(3 p phi) without elision (the
-        same derivation)."""
-        return math.sqrt((6 if strategy == "reuse" else 3) * p * phi)
-
-    @staticmethod
-    def local_calls(strategy: str, m: float, n: float, nnz: float, r: float, p: int,
-                    c: int) -> list[KernelCalls]:
-        """q steps per kernel, each on a shifted m x (n/p) column block of S (nnz/p nonzeros)
-        at width r/q, rebuilt from its COO packet every step (even when q = 1). "none": SDDMM
-        + SpMMA; "reuse": SDDMM on S^T's n x (m/p) blocks, then SpMMA on their transposes as
-        they travelled ((m/p) x n)."""
-        q = p // c
-        z, w = nnz / p, r / q
-        if strategy == "none":
-            return [KernelCalls(kind, q, z, m, n / p, w, unpacked=True)
-                    for kind in ("sddmm", "spmm_a")]
-        return [KernelCalls("sddmm", q, z, n, m / p, w, unpacked=True),
-                KernelCalls("spmm_a", q, z, m / p, n, w, unpacked=True)]
-
-
-    @staticmethod
-    def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
-                    nnz: float | None = None, layer_nnz: dict[str, float] | None = None
-                    ) -> dict[str, dict[str, float]]:
-        """Words and messages sent per rank, per phase, by one operation. Not collective.
-
-        Exact when p divides m and n and p/c divides r. The shifted nonzeros are
-        ``layer_nnz["a"]`` (this rank's layer's column blocks of S, orientation "a") and
-        ``layer_nnz["b"]`` (its row blocks, orientation "b"), as :meth:`shifted_nnz` reports
-        for q > 1; missing entries default to ``nnz / c`` (balanced blocks). Returns
-        ``{phase: {"words": w, "messages": k}}`` for replication, propagation and reduction.
-        """
-        require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
-        require(strategy in STRATEGIES, f"unknown strategy {strategy!r}")
-        require(p % c == 0, f"c={c} does not divide p={p}")
-        q = p // c
-        shifts = q if q > 1 else 0
-        layer_nnz = dict(layer_nnz or {})
-        for name in ("a", "b"):
-            if name not in layer_nnz:
-                require(nnz is not None, "exact_words needs nnz or layer_nnz")
-                layer_nnz[name] = nnz / c
-        a_blk, b_blk = m * r / p, n * r / p
-        phases = {ph: {"words": 0.0, "messages": 0}
-                  for ph in ("replication", "propagation", "reduction")}
-
-        def add(phase: str, words: float, msgs: int) -> None:
-            phases[phase]["words"] += words
-            phases[phase]["messages"] += msgs
-
-        def rounds(name: str, k: int) -> None:
-            if shifts:
-                add("propagation", k * WORDS_PER_NONZERO * layer_nnz[name], k * shifts)
-
-        gather_a = ("replication", (c - 1) * a_blk, c - 1)
-        if op in ("sddmm", "spmm_b"):
-            add(*gather_a)
-            rounds("a", 1)
-        elif op == "spmm_a":
-            rounds("a", 1)
-            add("reduction", (c - 1) * a_blk, c - 1)
-        elif strategy == "none":
-            add(*gather_a)
-            rounds("a", 2)
-            if op == "fusedmm_a":
-                add("reduction", (c - 1) * a_blk, c - 1)
-            else:
-                add(*gather_a)
-        elif op == "fusedmm_a":
-            add("replication", (c - 1) * b_blk, c - 1)
-            rounds("b", 2)
-        else:
-            add(*gather_a)
-            rounds("a", 2)
-        return phases
-
-    @staticmethod
-    def memory_bytes(op: str, strategy: str, m: int, n: int, nnz: float, r: int, p: int,
-                     c: int, dtype=np.float32, overlap: bool = False,
-                     local: dict[str, int] | None = None) -> Memory:
-        """Bytes one rank holds for one ``op`` (see :mod:`distmm.core.memory`). Not collective.
-
-        Per orientation used: one CSR block with a row pointer over all m (or n) rows of the
-        X side, its packed coordinates (2 words a nonzero) for each frame the call ships and,
-        for the transposed frame, the block's cached transpose; the replicated X operand and
-        the X-side accumulator, all rows at width r/q; two packet buffers of 3 words per
-        nonzero of the layer's largest block (the same two with or without overlap; one when
-        q = 1); the fiber-order row maps of both sides; the caller's dense blocks. Without
-        ``local`` (:meth:`memory_counts`), the largest blocks of any rank and nnz/p nonzeros a
-        block."""
-        q, it = p // c, np.dtype(dtype).itemsize
-        word = word_dtype(dtype).itemsize
-        k = merged({"rows_a": q * ceil_div(m, p), "rows_b": q * ceil_div(n, p),
-                    "width": ceil_div(r, q), "ycols_a": ceil_div(n, p),
-                    "ycols_b": ceil_div(m, p), "nnz_a": ceil_div(nnz, p),
-                    "nnz_b": ceil_div(nnz, p), "zmax_a": ceil_div(nnz, p),
-                    "zmax_b": ceil_div(nnz, p), "share": ceil_div(nnz, p)}, local)
-        w, xrows = k["width"], {"a": m, "b": n}
-        # FusedMMB without elision stays in orientation "a" (SDDMM, then SpMMB on S).
-        used = ([("a", "sddmm"), ("a", "spmm_y")] if (op, strategy) == ("fusedmm_b", "none")
-                else modes(op, strategy))
-        # Offsets of A's and B's row blocks, layer starts, the column blocks of r.
-        parts = {"permutations": perm_bytes(m, n) + 16 * (m + n),
-                 "bookkeeping": 16 * (p + 1) + 16 * (c + 1) + 8 * (q + 1)}
-        call: dict[str, int] = {}
-        for o in sorted({"a"} | {o for o, _ in used}):
-            parts[f"S {o}"] = csr_bytes(xrows[o], k[f"nnz_{o}"], it)
-            parts["bookkeeping"] += 8 * q + 24  # the layer's block sizes; value offsets
-        for o, mode in used:
-            z, zmax = k[f"nnz_{o}"], k[f"zmax_{o}"]
-            frame = "csc" if mode == "spmm_y" else "csr"
-            parts[f"S {o} packed {frame}"] = 2 * z * word
-            if frame == "csc":
-                parts[f"S {o} transpose"] = transpose_bytes(k[f"ycols_{o}"], z)
-            if mode == "spmm_x":  # the superblock accumulator of the reduction
-                parts["reduction"] = xrows[o] * w * it
-            elif c > 1:  # a fiber of one rank replicates nothing: T is the block
-                parts["replication"] = xrows[o] * w * it
-            if mode == "spmm_x":
-                call["MPI reduce-scatter"] = mpi_reduce_scatter_bytes(xrows[o] * w * it, c)
-            parts["shift"] = min(q, 2) * WORDS_PER_NONZERO * zmax * word
-            rows = xrows[o] if frame == "csr" else k[f"ycols_{o}"]
-            call["unpacked block"] = max(call.get("unpacked block", 0),
-                                         unpack_bytes(rows, zmax, word))
-            if mode == "sddmm":
-                call["unit values"] = zmax * it
-                if op.startswith("fusedmm"):
-                    call["SDDMM result"] = z * it
-        return two_orientation_memory(parts, call, k, used, op, w, it, k["nnz_a"], k["nnz_b"])
-
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's block sizes for :meth:`memory_bytes` (orientations built so far)."""
         out = {"rows_a": self._local_rows("a"), "rows_b": self._local_rows("b"),
@@ -527,19 +547,6 @@ class SparseShift15D(TwoOrientationAlgorithm):
                         f"zmax_{o}": int(self._layer_nnz[o].max(initial=0))})
         return out
 
-    @classmethod
-    def best_c(cls, m: int, n: int, r: int, p: int, nnz: float, strategy: str = "reuse",
-               op: str = "fusedmm_a") -> int:
-        """The divisor c of p (with r >= p/c) minimising :meth:`exact_words` of one ``op``
-        with balanced blocks; ties go to the smaller c. Not collective."""
-        cs = [c for c in range(1, p + 1) if cls.grid_allows(p, c) and r >= cls.min_width(p, c)]
-        require(bool(cs), f"no replication factor fits p={p}, r={r} (need r >= p/c)")
-
-        def words(c: int) -> float:
-            return sum(ph["words"] for ph in
-                       cls.exact_words(op, m, n, r, p, c, strategy, nnz=nnz).values())
-
-        return min(cs, key=lambda c: (words(c), c))
 
 
 __all__ = ["STRATEGIES", "SparseShift15D"]

@@ -37,7 +37,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm import api, signals
-from distmm.algorithms.base import DistributedAlgorithm
+from distmm.algorithms.base import DistributedMatrix
 from distmm.apps.als_io import check_writable, load_checkpoint, read_ratings, save_factors
 from distmm.core.coo import CooShare
 from distmm.core.hashing import hash_uniform, mix64
@@ -117,11 +117,11 @@ class ALSResult:
     """
 
     config: ALSConfig
-    obj: DistributedAlgorithm
+    obj: DistributedMatrix
     A_loc: np.ndarray
     B_loc: np.ndarray
     ratings: np.ndarray
-    test_obj: DistributedAlgorithm | None
+    test_obj: DistributedMatrix | None
     test_ratings: np.ndarray | None
     history: list[dict] = field(default_factory=list)
     fingerprint: dict = field(default_factory=dict)
@@ -139,7 +139,7 @@ class ALSResult:
                 release(obj)
 
 
-def release(obj: DistributedAlgorithm) -> None:
+def release(obj: DistributedMatrix) -> None:
     """Free what ``obj`` created (its ``close()`` where the family has one). Collective."""
     close = getattr(obj, "close", None)
     if close is not None:
@@ -187,13 +187,13 @@ def initial_factors(rows: np.ndarray, cols: np.ndarray, side: str, seed: int, ra
                         np.asarray(cols)[None, :]) / math.sqrt(rank)
 
 
-def _init_block(obj: DistributedAlgorithm, side: str, seed: int, rank: int) -> np.ndarray:
+def _init_block(obj: DistributedMatrix, side: str, seed: int, rank: int) -> np.ndarray:
     cols = np.arange(rank)[obj.dense_cols(side, obj.rank)]
     block = initial_factors(obj.local_rows(side), cols, side, seed, rank)
     return np.ascontiguousarray(block, dtype=obj.dtype)
 
 
-def fingerprint(obj: DistributedAlgorithm, train: CooShare) -> dict:
+def fingerprint(obj: DistributedMatrix, train: CooShare) -> dict:
     """A summary of the training ratings that does not depend on p, the family or the dtype:
     shape, entry count and a wrapping sum of a hash of every (user, item, float64 rating)
     entry of the COO shares (an order-free sum, so neither the split of entries over ranks
@@ -212,7 +212,7 @@ class _Timer:
     """Seconds of FusedMM communication and compute, from the object's phase timers, and the
     words this rank sent inside FusedMM calls (all counted phases but "distribute")."""
 
-    def __init__(self, obj: DistributedAlgorithm) -> None:
+    def __init__(self, obj: DistributedMatrix) -> None:
         self.obj = obj
         self.comm = 0.0
         self.compute = 0.0
@@ -245,7 +245,7 @@ class SideCalls:
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
     side : {"a", "b"}
         The side whose factor block ``X`` the half-step updates.
     X, other : ndarray
@@ -257,7 +257,7 @@ class SideCalls:
         The FusedMM strategy.
     """
 
-    def __init__(self, obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.ndarray,
+    def __init__(self, obj: DistributedMatrix, side: str, X: np.ndarray, other: np.ndarray,
                  ratings: np.ndarray, strategy: str) -> None:
         self.P, self.Y, self.rhs = np.empty_like(X), np.empty_like(X), np.empty_like(X)
         if side == "a":
@@ -268,7 +268,7 @@ class SideCalls:
             self.spmm = obj.bind("spmm_b", other, values=ratings, out=self.rhs)
 
 
-def _count_active(obj: DistributedAlgorithm, active: np.ndarray) -> int:
+def _count_active(obj: DistributedMatrix, active: np.ndarray) -> int:
     """Unconverged rows over all ranks (collective; counted under "other"). A row held by a
     row group of g ranks counts g times, which does not matter for a test against zero."""
     local = np.array([int(active.sum())], dtype=np.int64)
@@ -277,7 +277,7 @@ def _count_active(obj: DistributedAlgorithm, active: np.ndarray) -> int:
     return int(total[0])
 
 
-def half_step(obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.ndarray,
+def half_step(obj: DistributedMatrix, side: str, X: np.ndarray, other: np.ndarray,
               ratings: np.ndarray, lam_rows: np.ndarray, has: np.ndarray, cfg: ALSConfig,
               strategy: str, timer: _Timer, calls: SideCalls | None = None) -> int:
     """Update the factor block ``X`` of ``side`` in place by batched CG; returns iterations.
@@ -327,7 +327,7 @@ def half_step(obj: DistributedAlgorithm, side: str, X: np.ndarray, other: np.nda
     return done
 
 
-def epoch_row_dot_words(obj: DistributedAlgorithm, iterations: tuple[int, int]) -> int:
+def epoch_row_dot_words(obj: DistributedMatrix, iterations: tuple[int, int]) -> int:
     """Words this rank sends in phase "row_dot" during one epoch whose half-steps ran
     ``iterations`` = (A's, B's) CG iterations: each half-step takes two row dot products
     before its loop (|r|^2 and |b|^2) and two per iteration (p.Ap and the new |r|^2). Not
@@ -336,7 +336,7 @@ def epoch_row_dot_words(obj: DistributedAlgorithm, iterations: tuple[int, int]) 
                for side, it in zip("ab", iterations, strict=True))
 
 
-def _rmse(obj: DistributedAlgorithm, predict: Callable[[], np.ndarray], ratings: np.ndarray
+def _rmse(obj: DistributedMatrix, predict: Callable[[], np.ndarray], ratings: np.ndarray
           ) -> float:
     """Root mean squared error at the object's nonzeros of the predictions ``predict()``
     (collective: ``predict``, a bound SDDMM of the factors, and a counted all-reduce of two
@@ -363,8 +363,8 @@ def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None) 
 
 def distribute_ratings(share: CooShare, comm: MPI.Comm, cfg: ALSConfig,
                        node_model: str | NodeModel | None = None,
-                       layout: DistributedAlgorithm | None = None
-                       ) -> tuple[DistributedAlgorithm, np.ndarray]:
+                       layout: DistributedMatrix | None = None
+                       ) -> tuple[DistributedMatrix, np.ndarray]:
     """Place ratings on cfg's grid; returns (object with pattern values, ratings in value
     order). Collective. ``node_model`` (default: cfg's name) may be a configured instance;
     ``layout`` (the training object, for a test set) makes the new object share its
@@ -512,7 +512,7 @@ def _setup(result: ALSResult, start) -> int:
     return int(done)
 
 
-def _row_counts(obj: DistributedAlgorithm, side: str, rank: int) -> np.ndarray:
+def _row_counts(obj: DistributedMatrix, side: str, rank: int) -> np.ndarray:
     """Training ratings of each local row of ``side`` (one SpMM of a ones block with S's
     pattern; every rank holds at least one column, so column 0 is there)."""
     ncols = len(range(rank)[obj.dense_cols("b" if side == "a" else "a", obj.rank)])

@@ -50,7 +50,6 @@ from mpi4py import MPI
 from numba import njit, prange
 
 from distmm.apps.gat_features import SparseFeatures
-from distmm.apps.gat_fused import fused_attention
 from distmm.apps.gat_model import PARAMS, GATLayer, GATModel
 from distmm.core.coo import CooShare
 from distmm.errors import require
@@ -306,7 +305,7 @@ class HeadCall:
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
         The object the calls run on.
     op : {"sddmm", "spmm_a", "spmm_b"}
         The operation.
@@ -350,8 +349,9 @@ class DistGAT:
         Replicated parameters (identical on every rank), in ``obj.dtype``.
     fused : bool
         Inference (``drop=None``) runs each layer's attention as one fused online-softmax
-        loop (:func:`distmm.apps.gat_fused.fused_attention`); such a forward keeps no caches,
-        so it cannot be followed by :meth:`backward`. Training passes are never fused.
+        loop (the family's :meth:`~distmm.algorithms.dense_shift_15d.DenseShift15D.
+        fused_attention`); such a forward keeps no caches, so it cannot be followed by
+        :meth:`backward`. Training passes are never fused.
 
     Construction is not collective. Every rank holds the node rows ``self.nodes`` (original
     ids), the same on the A and B sides. Forward and backward are collective over ``obj.comm``.
@@ -416,7 +416,7 @@ class DistGAT:
         s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
         s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)
         if self.fused and drop is None:
-            out = fused_attention(obj, s_dst, s_src, Z.reshape(-1, H * F), layer.negative_slope)
+            out = obj.fused_attention(s_dst, s_src, Z.reshape(-1, H * F), layer.negative_slope)
             return self._combine(layer, out), None
         pre = obj.sddmm_add(s_dst, s_src)
         e = leaky_relu(pre, layer.negative_slope)

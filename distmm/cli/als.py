@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     last = result.history[-1] if result.history else {}
     emit({"event": "als-done", "out": args.out, "epochs": len(result.history),
            "train_rmse": last.get("train_rmse"), "test_rmse": last.get("test_rmse"),
-           **result.obj.describe(), "strategy": result.config.strategy,
+           **result.obj.stats.describe(), "strategy": result.config.strategy,
            "rank": result.config.rank})
     result.close()
     return 0

@@ -327,7 +327,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     final = evaluate(gat, X, y[nodes], split)
     emit({"event": "result", "best_epoch": state.best_epoch, "epochs": state.epoch,
           **final, "split_sizes": {k: int(v.size) for k, v in split.items()},
-          "config": vars(config), **obj.describe()}, comm)
+          "config": vars(config), **obj.stats.describe()}, comm)
     files.write_output(comm, args.out, "--out", state.best_model.save)
     return 0
 

@@ -170,14 +170,14 @@ def cmd_run(args) -> int:
     for rep in range(args.repeat):
         signals.stop_if_requested(comm, "before repeat 1" if rep == 0 else
                                   f"after repeat {rep} of {args.repeat}")
-        obj.reset_stats()
+        obj.stats.reset()
         result, seconds = timed(comm, lambda: api.run_op(obj, args.op, A_loc, B_loc,
                                                          args.strategy, out))
-        report = obj.report()
+        report = obj.stats.report()
         record = {"event": "run", "op": args.op, "strategy": args.strategy, "repeat": rep,
                   "seconds": seconds, "nnz": nnz, "r": r,
                   "gflops": api.op_flops(args.op, nnz, r) / seconds / 1e9 if seconds else None,
-                  **obj.describe(), "phases": phase_summary(report) if report else None,
+                  **obj.stats.describe(), "phases": phase_summary(report) if report else None,
                   "kernels": kernel_summary(report) if report else None}
         emit(record)
         log_rank(args, obj, record)
@@ -189,7 +189,7 @@ def cmd_run(args) -> int:
     else:
         full = obj.gather(side, result)
         datasets = {"result": full} if full is not None else {}
-    attrs = {"op": args.op, "strategy": args.strategy, "config": obj.describe(),
+    attrs = {"op": args.op, "strategy": args.strategy, "config": obj.stats.describe(),
              "seconds": seconds, "report": report, "sparse": os.path.abspath(args.sparse)}
     files.write_output(comm, args.out, "--out",
                        lambda path: write_h5_atomic(path, datasets, attrs))

@@ -34,6 +34,7 @@ from mpi4py import MPI
 
 from distmm.core import comm
 from distmm.core.aligned import padding
+from distmm.core.operations import OPS  # noqa: F401  (re-exported: the methods' names)
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE
 from distmm.errors import InputError
 
@@ -45,8 +46,6 @@ COO_ENTRY = 24
 # and run starts, the sorted rows and columns, the summed values, the unique rows and columns
 # (int64 each), and the finished int32 indices.
 FROM_COO_SCRATCH = 8 * 7 + _IDX
-# The distributed operations, by the names of their methods (every family has all five).
-OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ def unpack_bytes(rows: int, nnz: int, word: int) -> int:
 
 def place_bytes(share: int, received: int, max_block: int, itemsize: int,
                 kept: float = 2 * COO_ENTRY) -> int:
-    """Peak bytes while a rank places S (:meth:`DistributedAlgorithm._place`).
+    """Peak bytes while a rank places S (:meth:`DistributedMatrix._place`).
 
     ``share``: entries this rank sends (the caller's COO share, or S's stored nonzeros when
     S^T is built from them), ``kept`` bytes each alive throughout (default: the caller's

@@ -332,7 +332,7 @@ def reduce(obj, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.nda
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
     values : ndarray, shape (nnz_local,) or (nnz_local, h)
         Values in the object's value order, in its dtype (one column per head).
     dim : {"row", "col"}
@@ -370,7 +370,7 @@ def expand(obj, side: str, X: np.ndarray, phase: str = EXPAND_PHASE) -> np.ndarr
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
     side : {"a", "b"}
         "a": X is A-side (one entry per row of S); "b": B-side (per column of S).
     X : ndarray, shape (rows,) or (rows, h)

@@ -1,6 +1,6 @@
 """The primitives of :mod:`distmm.ops` as methods of every distributed object.
 
-:class:`distmm.algorithms.base.DistributedAlgorithm` inherits :class:`EdgeOps`, so ``S.row_sum``,
+:class:`distmm.algorithms.base.DistributedMatrix` inherits :class:`EdgeOps`, so ``S.row_sum``,
 ``S.edge_softmax``, ``S.xty`` and the rest exist on every family. Each method only delegates;
 shapes, collectives and word formulas are documented on the functions (and in
 docs/primitives.md).

@@ -21,7 +21,7 @@ def row_dot(obj, side: str, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
         The distributed S whose layout X and Y follow.
     side : {"a", "b"}
         Which dense distribution X and Y are in (rows of A, or rows of B).

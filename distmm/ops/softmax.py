@@ -35,7 +35,7 @@ def edge_softmax(obj, values: np.ndarray, dim: str = "row") -> np.ndarray:
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
     values : ndarray, shape (nnz_local,) or (nnz_local, h)
         Scores in the object's value order and dtype; -inf masks an edge.
     dim : {"row", "col"}

@@ -84,7 +84,7 @@ def transfer(obj, X: np.ndarray, to_side: str) -> np.ndarray:
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
         A square S (m == n).
     X : ndarray
         This rank's block of an n x r matrix in the distribution of side ``OTHER[to_side]``.

@@ -40,7 +40,7 @@ def xty(obj, X: np.ndarray, Y: np.ndarray, side: str | None = None) -> np.ndarra
 
     Parameters
     ----------
-    obj : DistributedAlgorithm
+    obj : DistributedMatrix
     X : ndarray, this rank's block of an (rows of the side) x r1 matrix
     Y : ndarray, this rank's block of an (rows of the side) x r2 matrix, same side
     side : {"a", "b"}, optional

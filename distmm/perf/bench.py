@@ -8,7 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm import api, signals
-from distmm.algorithms.base import DistributedAlgorithm
+from distmm.algorithms.base import DistributedMatrix
 
 
 def timed(comm: MPI.Comm, fn):
@@ -46,7 +46,7 @@ def kernel_summary(report: dict) -> dict:
     return out
 
 
-def random_blocks(obj: DistributedAlgorithm, r: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def random_blocks(obj: DistributedMatrix, r: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """This rank's blocks of random normal A (m x r) and B (n x r), in the object's
     distribution (rows and columns of r), as typed blocks. Not collective."""
     rng = np.random.default_rng([seed, obj.rank])
@@ -58,7 +58,7 @@ def random_blocks(obj: DistributedAlgorithm, r: int, seed: int) -> tuple[np.ndar
     return block("a"), block("b")
 
 
-def measure(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray, B_loc: np.ndarray, r: int,
+def measure(obj: DistributedMatrix, op: str, A_loc: np.ndarray, B_loc: np.ndarray, r: int,
             strategy: str = "-", repeat: int = 3) -> dict:
     """Time one operation on blocks of dense width ``r``, ``repeat`` times after one untimed
     warm-up (collective).
@@ -78,15 +78,15 @@ def measure(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray, B_loc: np.nda
         signals.stop_if_requested(obj.comm, f"measuring {op} ({strategy}) before repeat "
                                   f"{k + 1} of {repeat}", "the records printed so far are "
                                   "complete")
-        obj.reset_stats()
+        obj.stats.reset()
         _, seconds = timed(obj.comm, call)
         times.append(seconds)
-        reports.append(obj.report())
+        reports.append(obj.stats.report())
     nnz = int(obj.comm.allreduce(obj.values.size))
     best = min(times)
     report = reports[times.index(best)]
     return {"op": op, "strategy": strategy, "nnz": nnz, "r": r,
             "times": times, "seconds": best, "gflops": api.op_flops(op, nnz, r) / best / 1e9,
-            **obj.describe(),
+            **obj.stats.describe(),
             "phases": phase_summary(report) if report else None,
             "kernels": kernel_summary(report) if report else None}

@@ -32,7 +32,7 @@ def exact(algorithm: str, op: str, m: int, n: int, r: int, p: int, c: int,
     """Words and messages per rank, per phase, that ``algorithm`` sends for one ``op``
     (balanced blocks of S where S moves). Each family states its own formula in
     ``exact_words``; this looks it up in the registry."""
-    return family(algorithm).exact_words(op, m, n, r, p, c, strategy, nnz=nnz)
+    return family(algorithm).model.exact_words(op, m, n, r, p, c, strategy, nnz=nnz)
 
 
 def total(phases: dict[str, dict[str, float]], key: str = "words") -> float:
@@ -60,7 +60,7 @@ def table3(algorithm: str, strategy: str, n: int, r: int, p: int, c: float,
     the eliding strategy avoids. The sparse matrix costs 3 words per nonzero (COO) wherever it
     moves.
     """
-    return _configured(algorithm, strategy).table3(strategy, n, r, p, c, phi)
+    return _configured(algorithm, strategy).model.table3(strategy, n, r, p, c, phi)
 
 
 def implemented(algorithm: str, strategy: str, n: int, r: int, p: int, c: float,
@@ -72,11 +72,11 @@ def implemented(algorithm: str, strategy: str, n: int, r: int, p: int, c: float,
     ``departure`` (2.5D sparse replicating SDDMM reduces unscaled partial dot products and
     scales afterwards, section IV-A, saving the initial all-gather of S's values)."""
     cls = _configured(algorithm, strategy)
-    msgs, words = cls.table3(strategy, n, r, p, c, phi)
+    msgs, words = cls.model.table3(strategy, n, r, p, c, phi)
     if p / c <= 1:  # one rank per layer: shifts are local copies
-        saved_msgs, saved_words = cls.one_rank_layer_saving(strategy, n, r, p, c, phi)
+        saved_msgs, saved_words = cls.model.one_rank_layer_saving(strategy, n, r, p, c, phi)
         msgs, words = msgs - saved_msgs, words - saved_words
-    saved_msgs, saved_words = cls.departure(strategy, n, r, p, c, phi)
+    saved_msgs, saved_words = cls.model.departure(strategy, n, r, p, c, phi)
     return msgs - saved_msgs, words - saved_words
 
 
@@ -88,13 +88,13 @@ def nonzero_visits(algorithm: str, strategy: str, nnz: float, p: int, c: float) 
     with fewer columns each, and a nonzero costs index reads and row gathers however few
     columns it carries (section V-B: dividing the dense matrices by columns "can significantly
     hurt local kernel throughput"). The fused kernel walks S once for both kernels."""
-    return family(algorithm).nonzero_visits(strategy, nnz, p, c)
+    return family(algorithm).model.nonzero_visits(strategy, nnz, p, c)
 
 
 def table4_best_c(algorithm: str, strategy: str, p: int, phi: float = 0.0) -> float:
     """Paper Table IV: the real replication factor minimising Table III's words (each
     family's ``table4_best_c``)."""
-    return family(algorithm).table4_best_c(strategy, p, phi)
+    return family(algorithm).model.table4_best_c(strategy, p, phi)
 
 
 def valid_cs(algorithm: str, p: int, r: int | None = None) -> list[int]:
@@ -106,14 +106,15 @@ def valid_cs(algorithm: str, p: int, r: int | None = None) -> list[int]:
     2.5D sparse replicating: r >= sqrt(pc))."""
     cls = family(algorithm)
     return [c for c in range(1, p + 1)
-            if cls.grid_allows(p, c) and (r is None or r >= cls.min_width(p, c))]
+            if cls.model.grid_allows(p, c) and (r is None or r >= cls.model.min_width(p, c))]
 
 
 def best_c_dense_shift_15d(n: int, r: int, p: int, strategy: str) -> int:
     """The divisor c of p that minimises the exact words of one FusedMM (m = n)."""
     divisors = [c for c in range(1, p + 1) if p % c == 0]
     return min(divisors, key=lambda c: (
-        total(family("15d-dense-shift").exact_words("fusedmm_a", n, n, r, p, c, strategy)), c))
+        total(family("15d-dense-shift").model.exact_words("fusedmm_a", n, n, r, p, c,
+                                                          strategy)), c))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,5 +147,5 @@ def local_calls(algorithm: str, strategy: str, m: float, n: float, nnz: float, r
     """
     cls = _configured(algorithm, strategy)
     require(p >= 1 and 1 <= c <= p and p % c == 0, f"c={c} must divide p={p}")
-    require(cls.grid_allows(p, c), f"{algorithm} has no grid for p={p}, c={c}")
-    return cls.local_calls(strategy, m, n, nnz, r, p, c)
+    require(cls.model.grid_allows(p, c), f"{algorithm} has no grid for p={p}, c={c}")
+    return cls.model.local_calls(strategy, m, n, nnz, r, p, c)

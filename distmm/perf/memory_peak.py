@@ -64,7 +64,7 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
         if model is None:  # the same S every round
             m, n = holder[0].shape
             nnz = int(comm.allreduce(holder[0].nnz))
-            model = cls.memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap)
+            model = cls.model.memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap)
         ok = reset_peak_rss() and base is not None
         obj, result = run(holder.pop(), r)
         peaks.append(peak_rss() - base if ok else None)

@@ -231,7 +231,7 @@ def memory_peak(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int,
                 c: int, dtype=np.float32, overlap: bool = False, op: str = "fusedmm_a") -> int:
     """The modelled peak bytes of the fullest rank for one ``op`` (the family's
     ``memory_bytes``, see :mod:`distmm.core.memory`). Not collective."""
-    return ALGORITHMS[algorithm].memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype,
+    return ALGORITHMS[algorithm].model.memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype,
                                               overlap).peak
 
 

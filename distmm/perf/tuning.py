@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm import api
-from distmm.algorithms.base import DistributedAlgorithm
+from distmm.algorithms.base import DistributedMatrix
 from distmm.core.coo import CooShare
 from distmm.errors import require
 from distmm.perf.bench import random_blocks, timed
@@ -33,7 +33,7 @@ class Tuned:
     in the model's order, each with ``predicted_s`` and ``measured_s`` (None when K = 1)."""
 
     best: dict
-    obj: DistributedAlgorithm
+    obj: DistributedMatrix
     candidates: list[dict]
 
 
@@ -111,11 +111,11 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
         else:
             obj.close()
         del obj, A_loc, B_loc
-    best_obj.reset_stats()
+    best_obj.stats.reset()
     return Tuned(best_row, best_obj, chosen)
 
 
-def _time(comm: MPI.Comm, obj: DistributedAlgorithm, op: str, A_loc, B_loc, strategy: str,
+def _time(comm: MPI.Comm, obj: DistributedMatrix, op: str, A_loc, B_loc, strategy: str,
           r: int, repeat: int, warmup: int = 1) -> float:
     """``warmup`` untimed calls (JIT compilation, S^T built on first use), then the best of
     ``repeat`` timed ones, each the slowest rank's time (collective). Every call writes one

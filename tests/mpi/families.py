@@ -32,7 +32,7 @@ def one_c(name: str) -> int:
 def width(name: str, c: int, kind: str) -> int:
     """r for a test: the family's minimum at (p, c), or an awkward one above it that the
     family's column blocks do not divide."""
-    low = distmm.ALGORITHMS[name].min_width(P, c)
+    low = distmm.ALGORITHMS[name].model.min_width(P, c)
     return low if kind == "min" else 2 * low + 3
 
 

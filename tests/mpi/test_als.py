@@ -165,7 +165,7 @@ def test_epoch_record_and_breakdown():
         assert (rec["fusedmm_words"] > 0) == (COMM.size > 1)
         assert rec["other_words"] >= 0
     # The row dot products of the CG are counted under their own phase where rows are split.
-    rep = res.obj.report()
+    rep = res.obj.stats.report()
     if COMM.rank == 0 and res.obj.p > 1 and res.config.algorithm != "15d-dense-shift":
         assert rep["phases"]["row_dot"]["words_sent"]["sum"] > 0
     res.close()

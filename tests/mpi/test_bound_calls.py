@@ -50,12 +50,12 @@ def test_bound_calls_match_the_method_bitwise_and_count_the_same(algorithm, c):
     for name, op, operands, options, out in _cases(obj, A_loc, B_loc):
         method = getattr(obj, op)
         method(*operands, out=out, **options)
-        obj.reset_stats()
+        obj.stats.reset()
         for _ in range(REPEATS):
             want = np.array(method(*operands, out=out, **options), copy=True)
         by_method = _counts(obj)
         call = obj.bind(op, *operands, out=out, **options)
-        obj.reset_stats()
+        obj.stats.reset()
         for _ in range(REPEATS):
             out[...] = np.nan  # every call writes the whole result
             got = call()
@@ -133,9 +133,9 @@ def test_bound_calls_of_one_operation_on_other_operands_each_replay(monkeypatch)
 
 def test_more_operand_sets_than_kept_by_id_all_replay(monkeypatch):
     """More bound calls of one operation in turns than a kernel keeps operand sets by id
-    (base.PREPARED_SOURCES): each still keeps a replay of its own, and every result is
+    (prepared.PREPARED_SOURCES): each still keeps a replay of its own, and every result is
     right."""
-    from distmm.algorithms.base import PREPARED_SOURCES
+    from distmm.algorithms.prepared import PREPARED_SOURCES
 
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     k = PREPARED_SOURCES + 3

@@ -225,12 +225,12 @@ def test_random_call_sequences_match_scipy(algorithm, c):
 @pytest.mark.parametrize("seed", [7, 8])
 def test_random_call_sequences_at_more_widths_than_kept_match_scipy(seed, monkeypatch):
     """Calls at six widths in 1.5D dense shifting, where the object keeps the replay of one
-    width per operation (``REPLAY_WIDTHS`` lowered from its four, so that a random sequence
+    width per operation (``replay_widths`` lowered from its four, so that a random sequence
     drops many): replays are kept per width, dropped for newer widths and traced again, and
     every result is still scipy's, with no earlier result written."""
-    from distmm.algorithms import replay
+    from distmm.algorithms.replay import CallReplay
 
-    monkeypatch.setattr(replay, "REPLAY_WIDTHS", 1)
+    monkeypatch.setattr(CallReplay, "replay_widths", 1)
     s = Session("15d-dense-shift", 1, seed, widths=(R, 9, 7, 5, 4, 3))
     forgotten, forget = [], s.obj._forget_key
     s.obj._forget_key = lambda key: forgotten.append(key) or forget(key)

@@ -34,7 +34,7 @@ def make(algorithm, c, checks):
 
 
 def other_words(obj, fn, calls=3):
-    obj.reset_stats()
+    obj.stats.reset()
     for _ in range(calls):
         fn()
     return obj.stats.words("other"), obj.stats.words("other", "messages_sent")

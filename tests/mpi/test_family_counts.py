@@ -49,8 +49,8 @@ def test_counted_words_equal_exact_on_every_rank(name, c):
     for op, strategy in runs(name):  # builds S^T where a strategy uses it
         distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
     for op, strategy in runs(name):
-        exact = obj.expected_words(op.replace("-", "_"), r, strategy or "none")
-        obj.reset_stats()
+        exact = obj.stats.expected_words(op.replace("-", "_"), r, strategy or "none")
+        obj.stats.reset()
         distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
         # the fiber's shares of an S block's values differ by one where c does not divide it
         assert_counts(obj, exact, (op, strategy), received=False)
@@ -146,10 +146,10 @@ def test_fusedmm_words_equal_table3(name, c):
             (msgs, words), rel=1e-12, abs=1e-9)
         for op in ("fusedmm_a", "fusedmm_b"):
             getattr(obj, op)(A_loc, B_loc, strategy)  # builds S^T where the strategy uses it
-            exact = obj.expected_words(op, r, strategy)
+            exact = obj.stats.expected_words(op, r, strategy)
             # balanced blocks: this rank's counts are the formula's averages
             assert exact == costmodel.exact(name, op, n, n, r, P, c, strategy, nnz=nnz)
-            obj.reset_stats()
+            obj.stats.reset()
             getattr(obj, op)(A_loc, B_loc, strategy)
             assert_counts(obj, exact, (op, strategy))
             counted = sum(obj.stats.words(ph) for ph in PHASES)
@@ -163,8 +163,8 @@ def test_sparse_shift_table4_best_c():
     # phi = 1/6 that is c = 8, a divisor of p, so the exact model must pick it too.
     p, n, r = 64, 6400, 64
     nnz = n * r / 6
-    assert SparseShift15D.table4_best_c("reuse", p, nnz / (n * r)) == pytest.approx(8.0)
-    assert SparseShift15D.best_c(n, n, r, p, nnz) == 8
+    assert SparseShift15D.model.table4_best_c("reuse", p, nnz / (n * r)) == pytest.approx(8.0)
+    assert SparseShift15D.model.best_c(n, n, r, p, nnz) == 8
     # A very sparse S makes replication worthless: c = 1 (Table IV's c < 1 case).
-    assert SparseShift15D.best_c(n, n, r, p, 10) == 1
+    assert SparseShift15D.model.best_c(n, n, r, p, 10) == 1
     assert COMM.size == P

@@ -41,7 +41,7 @@ def test_bad_grid_parameters_raise_everywhere(name):
         construct(name, share, 0, 4 * P)
     with pytest.raises(InputError, match="integer >= 1"):
         construct(name, share, 1.0, 4 * P)
-    refused = [c for c in range(1, P + 1) if P % c == 0 and not cls.grid_allows(P, c)]
+    refused = [c for c in range(1, P + 1) if P % c == 0 and not cls.model.grid_allows(P, c)]
     if cls.grid_class is ProcessGrid25D:
         assert refused == [c for c in range(1, P + 1)
                            if P % c == 0 and round((P // c) ** 0.5) ** 2 != P // c]
@@ -61,7 +61,7 @@ def test_r_optional_but_refused_below_the_minimum(name):
     S, A, _ = problem(12, 7, 2)
     for c in costmodel.valid_cs(name, P):
         low, _ = (obj := build(name, S, c, None)).r_rule()
-        assert obj.r is None and low == distmm.ALGORITHMS[name].min_width(P, c)
+        assert obj.r is None and low == distmm.ALGORITHMS[name].model.min_width(P, c)
         if obj.splits_r:
             with pytest.raises(InputError, match="r=..."):
                 obj.dense("a")
@@ -99,7 +99,7 @@ def test_strategies_the_family_lacks_are_refused(name):
         with pytest.raises(InputError, match="fusion"):
             obj.fusedmm_a(A_loc, B_loc, "fusion")
     with pytest.raises(InputError, match="unknown op"):
-        cls.exact_words("spgemm", 8, 8, 4, P, c)
+        cls.model.exact_words("spgemm", 8, 8, 4, P, c)
 
 
 def test_unknown_algorithm():

@@ -69,7 +69,7 @@ def test_float64_rank_orders_and_permutation(name, order, permute):
     r = width(name, c, "odd")
     S, A, B = problem(31, 26, r, seed=5)
     obj = build(name, S, c, r, dtype=np.float64, permute=permute, order=order)
-    assert obj.describe()["order"] == order
+    assert obj.stats.describe()["order"] == order
     A_loc, B_loc = scattered(obj, A, B)
     for op, strategy in runs(name):
         check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
@@ -149,7 +149,7 @@ def test_dense_layout_and_values_cover_everything_once(name, c):
                          (np.concatenate([S.row, S.row[:5]]),
                           np.concatenate([S.col, S.col[:5]]))), shape=S.shape)
     obj = build(name, dup, c, r, dtype=np.float64)
-    d = obj.describe()
+    d = obj.stats.describe()
     assert (d["algorithm"], d["c"], d["r"]) == (name, c, r)
     for side, rows, X in (("a", m, A), ("b", n, B)):
         seen = np.zeros((rows, r), dtype=int)
@@ -191,7 +191,7 @@ def test_pairwise_replication_and_reduction_match_scipy(monkeypatch, name, c):
         monkeypatch.setattr(comm_mod, "PAIRWISE_BYTES", limit)
         obj = build(name, S, c, r, dtype=np.float64, root=0)
         A_loc, B_loc = scattered(obj, A, B)
-        obj.reset_stats()
+        obj.stats.reset()
         for op, strategy in runs(name) * 2:  # twice: the sums overwrite scratch buffers
             check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
         counted[limit] = {ph: obj.stats.words(ph) for ph in ("replication", "reduction")}

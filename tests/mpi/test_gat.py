@@ -111,7 +111,7 @@ def test_repeated_steps_replay_the_head_calls_and_match_the_reference(c, heads, 
     heads' calls through one bound call per layer and operation (DistGAT.head_call): every
     step's logits and gradients match the serial reference, and from the third step on
     (c = 1, where calls replay) no head's SpMM or SDDMM goes through the family's loop, with
-    more heads than a kernel keeps prepared operand sets (base.PREPARED_SOURCES) too."""
+    more heads than a kernel keeps prepared operand sets (prepared.PREPARED_SOURCES) too."""
     A, X, y, layers, dst, src = _problem(True, heads=heads)
     obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=2)
     gat = DistGAT(obj, _model(layers))
@@ -153,7 +153,7 @@ def test_gradient_allreduce_words(c):
     obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=1)
     gat = DistGAT(obj, _model(layers))
     logits, caches = gat.forward(X[gat.nodes], None)
-    obj.reset_stats()
+    obj.stats.reset()
     gat.backward(np.ones_like(logits), caches)
     assert obj.stats.words("gat_weights") == gat.gradient_words(COMM.rank)
     assert obj.stats.words("gat_weights", "words_received") == gat.gradient_words(COMM.rank)

@@ -1,7 +1,7 @@
-"""The fused online-softmax attention (distmm.apps.gat_fused) equals the unfused GAT layer's
+"""The fused online-softmax attention (DenseShift15D.fused_attention) equals the unfused GAT layer's
 SDDMM -> edge softmax -> SpMM (itself checked against the serial reference in test_gat.py), at
 every c dividing p, with and without self-loops (rows without nonzeros), with attention dropout,
-float64 and float32; its words per phase equal fused_words."""
+float64 and float32; its words per phase equal fused_attention_words."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from distmm.algorithms.dense_shift_15d import fused_attention_words
 from distmm.apps.gat import DistGAT, Dropout, distribute_graph
-from distmm.apps.gat_fused import fused_attention, fused_words
 from distmm.apps.gat_model import GATModel
 
 COMM = MPI.COMM_WORLD
@@ -43,10 +43,10 @@ def test_fused_equals_unfused(c, self_loops, dtype, dropout):
     n, H, F = Z.shape
     s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
     s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)
-    obj.reset_stats()
-    got = fused_attention(obj, s_dst, s_src, Z.reshape(n, H * F), layer.negative_slope,
-                          edge_scale=cache["amask"])
-    want = fused_words(obj, H, F, COMM.rank)
+    obj.stats.reset()
+    got = obj.fused_attention(s_dst, s_src, Z.reshape(n, H * F), layer.negative_slope,
+                              edge_scale=cache["amask"])
+    want = fused_attention_words(obj, H, F, COMM.rank)
     for phase, words in want.items():
         assert obj.stats.words(phase) == words, phase
     tol = 1e-12 if dtype == np.float64 else 2e-5

@@ -37,7 +37,7 @@ def test_dense_replicate_layout_is_table2_with_skew(c):
     rows, cols = obj.value_coordinates()
     assert np.all((rows >= a_off[g.i * c]) & (rows < a_off[g.i * c + c]))
     assert np.all((cols >= b_off[blk_b]) & (cols < b_off[blk_b + 1]))
-    assert obj.describe()["s"] == s
+    assert obj.stats.describe()["s"] == s
 
 
 def test_sparse_replicate_values_are_fiber_shares():

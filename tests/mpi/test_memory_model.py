@@ -54,10 +54,10 @@ def test_model_equals_held_arrays(algorithm):
                 A, B = obj.dense("a", R, 0.5), obj.dense("b", R, 0.25)
                 result, inputs = _call(obj, op, A, B, strategy)
                 got = held_bytes(obj, *inputs, result)
-                model = obj.memory_model(op, strategy, R)
+                model = obj.stats.memory_model(op, strategy, R)
                 assert model.held == got, (algorithm, c, op, strategy, np.dtype(dtype).name,
                                            model.parts, got - model.held)
-                assert obj.memory_held() <= got
+                assert obj.stats.memory_held() <= got
                 obj.close()
 
 
@@ -77,7 +77,7 @@ def test_prediction_bounds_the_fullest_rank(algorithm):
         A, B = obj.dense("a", R, 0.5), obj.dense("b", R, 0.25)
         result, inputs = _call(obj, "fusedmm_a", A, B, strategy)
         fullest = COMM.allreduce(held_bytes(obj, *inputs, result), op=MPI.MAX)
-        predicted = cls.memory_bytes("fusedmm_a", strategy, m, n, nnz, R, P, c).held
+        predicted = cls.model.memory_bytes("fusedmm_a", strategy, m, n, nnz, R, P, c).held
         assert 0.97 * fullest <= predicted <= 1.1 * fullest, (algorithm, c, predicted, fullest)
         obj.close()
 
@@ -88,7 +88,7 @@ def test_model_parts_are_named_and_positive():
     for algorithm, cls in distmm.ALGORITHMS.items():
         for c in costmodel.valid_cs(algorithm, P, R):
             for strategy in cls.strategies:
-                mem = cls.memory_bytes("fusedmm_b", strategy, 1000, 700, 9000, R, P, c,
+                mem = cls.model.memory_bytes("fusedmm_b", strategy, 1000, 700, 9000, R, P, c,
                                        np.float64, True)
                 assert all(v >= 0 for v in [*mem.parts.values(), *mem.call.values()])
                 assert mem.peak == max(mem.distribute, mem.build,

@@ -26,7 +26,7 @@ def test_sparch_node_model_matches_oracle(algorithm):
         obj = distmm.distribute(S if COMM.rank == 0 else None, COMM, algorithm=algorithm, c=c,
                                 r=r, node_model=model, dtype=np.float64)
         check(op, run_and_gather(obj, op, A, B), S, A, B, rtol=1e-10)
-        rep = obj.report()
+        rep = obj.stats.report()
         if COMM.rank == 0:
             kernels = {ph[7:]: v for ph, v in rep["phases"].items() if ph.startswith("kernel:")}
             # families may run spmm-b as spmm_a on S^T (two orientations): check what ran

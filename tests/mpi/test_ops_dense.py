@@ -40,7 +40,7 @@ def test_xty_matches_global_product(shape):
             r2 = 5 if obj.r is None else R
             X, Y = rng.standard_normal((rows, R)), rng.standard_normal((rows, r2))
             X_loc, Y_loc = obj.scatter(side, X, root=None), obj.scatter(side, Y, root=None)
-            obj.reset_stats()
+            obj.stats.reset()
             got = xty(obj, X_loc, Y_loc, side=side)
             np.testing.assert_allclose(got, X.T @ Y, rtol=1e-12, atol=1e-12)
             assert counted(obj, XTY) == xty_words(obj, side, obj.rank, R, r2)
@@ -91,7 +91,7 @@ def test_transfer_between_sides(n):
         a_block, b_block = obj.scatter("a", X, root=None), obj.scatter("b", X, root=None)
         for to_side, block, expect in (("a", b_block, a_block), ("b", a_block, b_block)):
             for _ in range(2):  # the second call reuses the plan
-                obj.reset_stats()
+                obj.stats.reset()
                 got = transfer(obj, block, to_side)
                 np.testing.assert_array_equal(got, expect)
                 words = counted(obj, TRANSFER)

@@ -56,7 +56,7 @@ def test_reduce_matches_global(shape, h):
             sizes = expected_sizes(obj, dim)
             assert edge_plan(obj, dim).sizes == sizes
             for op in ("sum", "max"):
-                obj.reset_stats()
+                obj.stats.reset()
                 got = reduce(obj, vals, dim, op)
                 ref = global_reduce(S, ref_vals, dim, op)[obj.local_rows(SIDE[dim])]
                 assert got.shape == ref.shape
@@ -78,11 +78,11 @@ def test_expand_and_sddmm_add_match_global(h):
         u, v = U[obj.local_rows("a")], V[obj.local_rows("b")]
         sizes = {dim: expected_sizes(obj, dim) for dim in ("row", "col")}
         for side, X, idx, dim in (("a", u, i, "row"), ("b", v, j, "col")):
-            obj.reset_stats()
+            obj.stats.reset()
             got = expand(obj, side, X)
             np.testing.assert_array_equal(got, (U if side == "a" else V)[idx])
             assert counted(obj, EXPAND_PHASE) == expand_words(sizes[dim], H)
-        obj.reset_stats()
+        obj.stats.reset()
         got = sddmm_add(obj, u, v)
         np.testing.assert_allclose(got, U[i] + V[j], rtol=1e-14)
         assert counted(obj, SDDMM_ADD_PHASE) == sddmm_add_words(sizes["row"], sizes["col"], H)

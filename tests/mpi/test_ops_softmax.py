@@ -80,7 +80,7 @@ def test_softmax_matches_serial(shape, h):
         pos = global_positions(S, i, j)
         e = scores(i, j, h, masked_row)
         for dim in ("row", "col"):
-            obj.reset_stats()
+            obj.stats.reset()
             alpha = edge_softmax(obj, e, dim)
             assert alpha.shape == e.shape
             assert np.isfinite(alpha).all()
@@ -88,7 +88,7 @@ def test_softmax_matches_serial(shape, h):
             sizes = expected_sizes(obj, dim)
             assert counted(obj, PHASE) == softmax_words(sizes, H)
             grad = np.cos(3.0 * e_global[pos].clip(-5, 5) + 1.0)
-            obj.reset_stats()
+            obj.stats.reset()
             edge_softmax_backward(obj, alpha, grad, dim)
             assert counted(obj, PHASE) == softmax_backward_words(sizes, H)
 

@@ -28,12 +28,12 @@ def test_overlap_same_results_and_words(algorithm):
         over = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
                                  root=None, overlap=True)
         A_loc, B_loc = plain.scatter("a", A, root=None), plain.scatter("b", B, root=None)
-        for op in distmm.OPS:
+        for op in distmm.api.OPS:  # the command line's spellings, as run_op takes them
             for strategy in (cls.strategies if op.startswith("fused") else ("-",)):
                 outs, words = [], []
                 for obj in (plain, over):
                     distmm.api.run_op(obj, op, A_loc, B_loc, strategy)  # builds S^T if needed
-                    obj.reset_stats()
+                    obj.stats.reset()
                     outs.append(distmm.api.run_op(obj, op, A_loc, B_loc, strategy))
                     words.append({ph: obj.stats.words(ph) for ph in
                                   ("replication", "propagation", "reduction")})

@@ -1,4 +1,4 @@
-"""Prepared kernel calls (DistributedAlgorithm._run_kernel): a loop that repeats a call with
+"""Prepared kernel calls (DistributedMatrix._run_kernel): a loop that repeats a call with
 the same operand objects reuses the node model's prepared calls, and must give bitwise the
 results of a fresh object, keep the kernel statistics exact, and prepare again whenever what
 a prepared call captured may have changed (S's values, a named vector, the plan state). On one
@@ -59,13 +59,13 @@ def test_repeated_calls_match_a_fresh_object_bitwise(algorithm, c):
         fresh, _, _, _, fA, fB = _setup(algorithm, c)
         call = dict(_calls(fresh, fA, fB, 19))[name]
         call()  # builds what a first call builds (S^T, moved values)
-        fresh.reset_stats()
+        fresh.stats.reset()
         want = np.array(call(), copy=True)
         fresh_calls[name] = (want, _kernel_counts(fresh))
         fresh.close()
     for name, call in _calls(obj, A_loc, B_loc, 19):
         call()
-        obj.reset_stats()
+        obj.stats.reset()
         for _ in range(REPEATS):
             got = call()
             np.testing.assert_array_equal(got, fresh_calls[name][0], err_msg=name)
@@ -422,13 +422,13 @@ def test_calls_without_out_are_replayed_into_new_arrays(monkeypatch):
     for name, call in _no_out_calls(obj, A_loc, B_loc):
         first = call()
         check(*_gathered(obj, name, first), S, A, B, rtol=1e-10)
-        obj.reset_stats()
+        obj.stats.reset()
         loops[0] = 0
         second = call()  # in full, traced
         full_words, full_kernels = _words(obj), _kernel_counts(obj)
         results = []
         for _ in range(3):
-            obj.reset_stats()
+            obj.stats.reset()
             results.append(call())
             assert _words(obj) == full_words, name
             assert _kernel_counts(obj) == full_kernels, name
@@ -592,7 +592,7 @@ def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, 
             loops[0] = 0
             words = kernels = None
             for k in range(5):
-                obj.reset_stats()
+                obj.stats.reset()
                 res, (ka, kb, kv) = _alike_call(obj, name, k, A_loc, B_loc, plain, with_out,
                                                 with_values)
                 S_now = S * kv
@@ -718,11 +718,11 @@ def test_a_replay_sends_what_the_full_call_sends():
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     for name, call in _calls(obj, A_loc, B_loc, 19):
         call()  # the first call of its kind: checked in full (an agreement, phase "other")
-        obj.reset_stats()
+        obj.stats.reset()
         call()  # run in full and traced
         full = _words(obj)
         for _ in range(2):  # replayed
-            obj.reset_stats()
+            obj.stats.reset()
             call()
             assert _words(obj) == full, name
         if P > 1:
@@ -831,11 +831,11 @@ def test_calls_at_widths_in_turns_each_keep_their_replay(monkeypatch):
     (``_call_key``), so after two calls of each width every call is replayed; the results are
     the oracle's and bitwise those of an object that sees each width alone, with the same
     counted words. A sweep over more widths keeps the replays of the newest
-    ``REPLAY_WIDTHS`` only, and what they hold is released."""
+    ``replay_widths`` only, and what they hold is released."""
     import gc
     import weakref
 
-    from distmm.algorithms.replay import REPLAY_WIDTHS
+    from distmm.algorithms.replay import CallReplay
     from distmm.core.memory import OPS
 
     obj, S, A, B, _, _ = _setup("15d-dense-shift", 1)
@@ -855,9 +855,9 @@ def test_calls_at_widths_in_turns_each_keep_their_replay(monkeypatch):
             if k == 2:
                 full[0] = 0
             for w in range(len(widths)):
-                obj.reset_stats()
+                obj.stats.reset()
                 got = mine[w][i][1]()
-                ref.reset_stats()
+                ref.stats.reset()
                 want = alone[w][i][1]()
                 assert _words(obj) == _words(ref), (name, widths[w])
                 assert np.array_equal(np.asarray(got), np.asarray(want)), (name, widths[w])
@@ -878,7 +878,7 @@ def test_calls_at_widths_in_turns_each_keep_their_replay(monkeypatch):
         for _ in range(3):
             obj.spmm_a(Br, out=out)
     kept = [k[1] for k in obj._replays if not isinstance(k, str) and k[0] == "spmm_a"]
-    assert REPLAY_WIDTHS == 4 and sorted(kept) == [1, 2, 3, 4], kept
+    assert CallReplay.replay_widths == 4 and sorted(kept) == [1, 2, 3, 4], kept
     gc.collect()
     assert [gone() is None for gone in held] == [True, True]
     obj.close()

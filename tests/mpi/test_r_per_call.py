@@ -73,7 +73,7 @@ def test_words_equal_an_object_built_for_that_width(algorithm, c):
     for obj in (free, fixed):
         A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
         obj.fusedmm_b(A_loc, B_loc)  # builds S^T where a strategy needs it
-        obj.reset_stats()
+        obj.stats.reset()
         obj.fusedmm_a(A_loc, B_loc)
         obj.fusedmm_b(A_loc, B_loc)
         obj.spmm_a(B_loc)
@@ -138,9 +138,9 @@ def test_dense_fill_is_the_same_matrix_at_every_p(algorithm, c):
 def test_dense_fill_runs_on_bounded_runs_of_rows(chunk, monkeypatch):
     """The fill sees at most max(chunk, one row) entries a call and the block equals the
     whole-matrix fill's rows (what happens to an operand of millions of rows, at any size)."""
-    import distmm.algorithms.base as base
+    import distmm.algorithms.dense_io as dense_io
 
-    monkeypatch.setattr(base, "FILL_CHUNK", chunk)
+    monkeypatch.setattr(dense_io, "FILL_CHUNK", chunk)
     m, n, r = 23, 12, 4
     S, _, _ = problem(m, n, 1, seed=6)
     fill = hashed_normal(seed=2)

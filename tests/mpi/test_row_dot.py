@@ -35,7 +35,7 @@ def test_row_dot_matches_global_rows(algorithm, shape):
         for side, (Xg, Yg) in pairs.items():
             X_loc = obj.scatter(side, Xg, root=None)
             Y_loc = obj.scatter(side, Yg, root=None)
-            obj.reset_stats()
+            obj.stats.reset()
             got = row_dot(obj, side, X_loc, Y_loc)
             rows = obj.local_rows(side)
             np.testing.assert_allclose(got, np.einsum("ij,ij->i", Xg[rows], Yg[rows]),

@@ -117,10 +117,10 @@ def test_backward_counts_like_the_forward_calls(algorithm, c):
     obj.spmm_b(G.numpy(), values=v.detach().numpy())
     obj.sddmm(G.numpy(), B.detach().numpy(), values=np.ones_like(obj.values))
     Y = dt.spmm_a(obj, B, v)
-    obj.reset_stats()
+    obj.stats.reset()
     Y.backward(G)
     torch_words = obj.stats.words()
-    obj.reset_stats()
+    obj.stats.reset()
     obj.spmm_b(G.numpy(), values=v.detach().numpy())
     obj.sddmm(G.numpy(), B.detach().numpy(), values=np.ones_like(obj.values))
     assert torch_words == obj.stats.words()
@@ -155,7 +155,7 @@ def test_an_argument_that_is_no_cpu_tensor_is_refused_everywhere(bad):
     if COMM.rank == COMM.size - 1:
         B = B.numpy() if bad == "array" else torch.zeros(rows, 3, dtype=torch.float64,
                                                           device="meta")
-    obj.reset_stats()
+    obj.stats.reset()
     with pytest.raises(distmm.InputError, match="B must be a torch.Tensor" if bad == "array"
                        else "B is on meta; distmm.torch takes CPU tensors"):
         dt.spmm_a(obj, B)

@@ -42,7 +42,7 @@ def test_tune_picks_among_the_top_k_and_every_rank_agrees(k):
         assert all(x["measured_s"] > 0 for x in result.candidates)
         assert result.best["measured_s"] == min(x["measured_s"] for x in result.candidates)
     obj = result.obj
-    assert (obj.name, obj.describe()["c"]) == (key[0], key[2])
+    assert (obj.name, obj.stats.describe()["c"]) == (key[0], key[2])
     out = obj.fusedmm_a(obj.scatter("a", A, root=None), obj.scatter("b", B, root=None),
                         strategy=key[1])
     full = obj.gather("a", out)

@@ -83,18 +83,18 @@ def test_named_vectors_move_once_arrays_every_call(algorithm):
     obj.set_named_values("ones", ones)
     strategy = cls.strategies[-1]
     obj.fusedmm_a(A_loc, B_loc, strategy)  # builds S^T where the strategy uses it
-    obj.reset_stats()
+    obj.stats.reset()
     for name in ("ratings", "ones"):  # first use: moved once each, where S^T is used
         obj.fusedmm_a(A_loc, B_loc, strategy, values=name)
     uses_st = algorithm != "25d-sparse-replicate" and strategy == "reuse"
     per_move = moved_words(obj) if uses_st else 0
     assert obj.stats.words("values") == 2 * per_move
-    obj.reset_stats()
+    obj.stats.reset()
     for _ in range(3):
         for name in ("ratings", "ones"):
             obj.fusedmm_a(A_loc, B_loc, strategy, values=name)
     assert obj.stats.words("values") == 0
-    obj.reset_stats()
+    obj.stats.reset()
     obj.fusedmm_a(A_loc, B_loc, strategy, values=ones)
     obj.fusedmm_a(A_loc, B_loc, strategy, values=ones)
     assert obj.stats.words("values") == 2 * per_move

@@ -1,0 +1,224 @@
+"""The operations of a distributed matrix: its five public calls and what they share.
+
+Each function takes the matrix as its first argument; :class:`~distmm.algorithms.base.
+DistributedMatrix` installs them as its methods (``S.sddmm``, ``S.spmm_a``, ``S.spmm_b``,
+``S.fusedmm_a``, ``S.fusedmm_b``, ``S.as_operator``). A call looks for a
+kept replay of itself (replay.py), else checks its operands (calls.py, ``_begin``), runs the
+family's loop piece (``_sddmm``, ``_spmm_a``, ``_spmm_b``, ``_fusedmm``) and keeps a replay
+where the family allows one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distmm.core.dense import DenseBlock
+from distmm.errors import InputError
+
+
+# Each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm (side, ...), given the
+# checked operands, the call's r and an optional output buffer.
+def sddmm(S, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | None = None,
+          out: np.ndarray | None = None) -> np.ndarray:
+    """SDDMM: R = S(values) * (A B^T) at S's nonzeros. Collective.
+
+    Parameters
+    ----------
+    A_loc, B_loc : DenseBlock or ndarray
+        This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
+    values : ndarray, optional
+        Values of S in this rank's value order, or the name of a vector registered with
+        :meth:`set_named_values` (default: S's current values).
+    out : ndarray, optional
+        A 1-D buffer of this rank's stored nonzeros (dtype of S) to write R into.
+
+    Returns
+    -------
+    ndarray
+        This rank's R in value order (``out`` when given).
+    """
+    if isinstance(values, str):  # not a call: this runs before every replay
+        values = S.named_values(values)
+    if (done := S._replay("sddmm", (A_loc, B_loc, values, out))) is not None:
+        return done
+    key = S._call_key("sddmm", A_loc)
+    dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
+    r = S._begin(key, dense, values, out, "values")
+    vals = S.values if values is None else values
+    res = S._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
+    res = res if out is None else out
+    S._keep_replay(key, res)
+    return res
+
+
+def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
+           out: np.ndarray | None = None) -> DenseBlock:
+    """SpMMA: S(values) @ B, an m x r side-"a" matrix. Collective.
+
+    Parameters
+    ----------
+    B_loc : DenseBlock or ndarray
+        This rank's side-"b" block of B (n x r); r is read from it.
+    values : ndarray, optional
+        Values of S in this rank's value order, or the name of a vector registered with
+        :meth:`set_named_values` (default: S's current values).
+    out : DenseBlock or ndarray, optional
+        A side-"a" block of the same r to write into (reusable across calls).
+
+    Returns
+    -------
+    DenseBlock
+        This rank's side-"a" block of the result (``out`` when given).
+    """
+    if isinstance(values, str):  # not a call: this runs before every replay
+        values = S.named_values(values)
+    if (done := S._replay("spmm_a", (B_loc, values, out))) is not None:
+        return done
+    key = S._call_key("spmm_a", B_loc)
+    dense = (("b", B_loc, "B"),)
+    r = S._begin(key, dense, values, out, "a")
+    vals = S.values if values is None else values
+    res = S._spmm_a(_plain(B_loc), vals, r, _plain(out))
+    res = S._block("a", r, res if out is None else out)
+    S._keep_replay(key, res)
+    return res
+
+
+def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
+           out: np.ndarray | None = None) -> DenseBlock:
+    """SpMMB: S(values)^T @ A, an n x r side-"b" matrix; the mirror of :meth:`spmm_a`.
+
+    Collective.
+
+    Parameters
+    ----------
+    A_loc : DenseBlock or ndarray
+        This rank's side-"a" block of A (m x r).
+    values : ndarray, optional
+        Values of S in this rank's value order, or the name of a vector registered with
+        :meth:`set_named_values` (default: S's current values).
+    out : DenseBlock or ndarray, optional
+        A side-"b" block of the same r to write into.
+
+    Returns
+    -------
+    DenseBlock
+        This rank's side-"b" block of the result (``out`` when given).
+    """
+    if isinstance(values, str):  # not a call: this runs before every replay
+        values = S.named_values(values)
+    if (done := S._replay("spmm_b", (A_loc, values, out))) is not None:
+        return done
+    key = S._call_key("spmm_b", A_loc)
+    dense = (("a", A_loc, "A"),)
+    r = S._begin(key, dense, values, out, "b")
+    vals = S.values if values is None else values
+    res = S._spmm_b(_plain(A_loc), vals, r, _plain(out))
+    res = S._block("b", r, res if out is None else out)
+    S._keep_replay(key, res)
+    return res
+
+
+def fusedmm_a(S, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+              values: np.ndarray | str | None = None,
+              out: np.ndarray | None = None) -> DenseBlock:
+    """FusedMMA: (S(values) * (A B^T)) @ B, an m x r side-"a" matrix. Collective.
+
+    Parameters
+    ----------
+    A_loc, B_loc : DenseBlock or ndarray
+        This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
+    strategy : str, optional
+        One of :attr:`strategies` ("none": SDDMM then SpMM as two calls; "reuse":
+        replication reuse; "fusion": local kernel fusion, where the family has it);
+        default: the family's most eliding one (the last of :attr:`strategies`).
+    values : ndarray or str, optional
+        Values of S in this rank's value order, or the name of a vector registered with
+        :meth:`set_named_values` (default: S's current values). A strategy that runs on
+        the stored S^T needs the values in S^T's order: S's own and named vectors are
+        moved there once and kept; an explicit array is moved at every call (one
+        all-to-all of this rank's nonzero values, phase "values"), so a loop that reuses a
+        vector should register it by name.
+    out : DenseBlock or ndarray, optional
+        A side-"a" block of the same r to write into.
+
+    Returns
+    -------
+    DenseBlock
+        This rank's side-"a" block of the result (``out`` when given).
+    """
+    return S._fused_call("a", A_loc, B_loc, strategy, out, values)
+
+
+def fusedmm_b(S, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+              values: np.ndarray | str | None = None,
+              out: np.ndarray | None = None) -> DenseBlock:
+    """FusedMMB: (S * (A B^T))^T @ A, an n x r side-"b" matrix. Collective.
+
+    The mirror of :meth:`fusedmm_a`: same parameters, ``out`` a side-"b" block, returns
+    this rank's side-"b" block of the result."""
+    return S._fused_call("b", A_loc, B_loc, strategy, out, values)
+
+
+def _fused_call(S, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
+    strategy = strategy or S.strategies[-1]
+    op = "fusedmm_a" if side == "a" else "fusedmm_b"
+    resolved = S.named_values(values) if isinstance(values, str) else values
+    # a replay was kept only for a valid strategy, so the check waits for the full call
+    if (done := S._replay(op, (A_loc, B_loc, resolved, out), strategy)) is not None:
+        return done
+    kind = S._call_key(op, A_loc)
+    S._check_strategy(strategy)
+    dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
+    r = S._begin(kind, dense, resolved, out, side)
+    # A name travels on as it is, so that the family finds the vector's copy in the
+    # stored S^T's order under that name (_values_for).
+    res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
+                        values)
+    res = S._block(side, r, res if out is None else out)
+    S._keep_replay(kind, res, strategy)
+    return res
+
+
+def _check_strategy(S, strategy: str) -> None:
+    """Rank-independent check of a FusedMM strategy name."""
+    if strategy not in S.strategies:  # the message is built only when it is needed
+        raise InputError(f"unknown FusedMM strategy {strategy!r} for {S.name}; it "
+                         f"supports only {', '.join(S.strategies)}{S.strategy_note}")
+
+
+def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:
+    """``result`` copied into ``out`` when given (else ``result`` itself)."""
+    if out is None:
+        return result
+    np.copyto(out, result)
+    return out
+
+
+def as_operator(S, values: np.ndarray | None = None):
+    """S as a linear operator for iterative solvers (see :class:`distmm.operator.Operator`).
+
+    ``matvec(B)`` is :meth:`spmm_a` (S @ B, side "b" in, side "a" out), ``rmatvec(A)`` is
+    :meth:`spmm_b` (S^T @ A); ``.T`` / ``.H`` swap them. ``values`` pins S's values
+    (default: S's current values at each call). Not collective."""
+    from distmm.operator import Operator
+
+    S._require_open()
+    return Operator(S, values)
+
+
+def _plain(X: np.ndarray | None) -> np.ndarray | None:
+    """A plain ndarray view of a block (the kernels and the loops see no subclass).
+
+    A plain array is returned as it is, and a block's view is kept on the block, so that a
+    loop called again with the same operand objects sees the same objects
+    (:meth:`DistributedMatrix._run_kernel` keeps prepared calls by identity)."""
+    if X is None or type(X) is np.ndarray:
+        return X
+    view = X.__dict__.get("_plain_view")
+    if view is None or view.shape != X.shape or view.strides != X.strides:
+        view = X.__dict__["_plain_view"] = X.view(np.ndarray)
+    return view
+
+
+__all__ = ["as_operator", "fusedmm_a", "fusedmm_b", "sddmm", "spmm_a", "spmm_b"]
