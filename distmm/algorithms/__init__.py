@@ -15,13 +15,14 @@ from __future__ import annotations
 from distmm.algorithms.base import DistributedAlgorithm
 from distmm.algorithms.dense_replicate_25d import DenseReplicate25D
 from distmm.algorithms.dense_shift_15d import DenseShift15D
+from distmm.algorithms.sparse_aware_15d import SparseAware15D
 from distmm.algorithms.sparse_replicate_25d import SparseReplicate25D
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
 from distmm.errors import require
 
 ALGORITHMS: dict[str, type[DistributedAlgorithm]] = {
     cls.name: cls for cls in (DenseShift15D, SparseShift15D, DenseReplicate25D,
-                              SparseReplicate25D)
+                              SparseReplicate25D, SparseAware15D)
 }
 
 
