@@ -156,11 +156,11 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
     cols = np.asarray(cols, dtype=np.int64)
     u = block_of(rows, oa) // c
     jb = block_of(cols, ob)
-    v, t = jb % c, jb // c
+    t = jb // c  # the layer position holding column block jb
     # nonzeros per grid position (distinct coordinates)
-    key = np.unique(rows * n + cols) if rows.size else np.zeros(0, np.int64)
-    ku = block_of(key // n, oa) // c if key.size else key
-    kjb = block_of(key % n, ob) if key.size else key
+    key = np.unique(rows * n + cols)
+    ku = block_of(key // n, oa) // c
+    kjb = block_of(key % n, ob)
     pos = ku * c + kjb % c  # grid position index u * c + v
     nnz = np.bincount(pos, minlength=p)
     local_nnz = np.bincount(pos[ku == kjb // c], minlength=p)

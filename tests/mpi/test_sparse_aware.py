@@ -1,0 +1,143 @@
+"""What only the sparsity-aware family does: results against scipy on the shapes where an
+exchange plan can go wrong, and counted words equal to the model computed from the pattern
+alone (:func:`distmm.core.exchange.exchange_model`), for every phase, every op and strategy,
+every c, on every rank; building the plan costs what its formula says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from families import COMM, P, gathered, scattered
+from oracle import check, problem
+
+import distmm
+from distmm.algorithms.sparse_aware_15d import SparseAware15D, sparse_aware_15d_exact
+from distmm.core.exchange import exchange_model
+from distmm.perf import costmodel
+
+NAME = SparseAware15D.name
+CS = costmodel.valid_cs(NAME, P)
+PHASES = ("replication", "propagation", "reduction")
+RUNS = [(op, None) for op in ("sddmm", "spmm-a", "spmm-b")] + [
+    (op, s) for op in ("fusedmm-a", "fusedmm-b") for s in SparseAware15D.strategies]
+
+
+def _coo(m, n, rows, cols, seed=0):
+    rng = np.random.default_rng(seed)
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    return sp.coo_matrix((rng.uniform(0.5, 1.5, rows.size), (rows, cols)), shape=(m, n))
+
+
+def awkward():
+    """(label, S, permute): shapes where a rank stores nothing, needs nothing, or sends
+    nothing, with empty rows and columns, rectangular and square."""
+    S, _, _ = problem(41, 29, 1, density=0.15, seed=3, empty_rows=True)
+    keep = S.col % 4 != 1  # empty columns too
+    yield "empty rows and columns", sp.coo_matrix(
+        (S.data[keep], (S.row[keep], S.col[keep])), shape=S.shape), True
+    # every nonzero in the first 3 rows: with blocks in natural order, the other ranks'
+    # superblocks are empty (they store, need and compute nothing, but still send rows)
+    rng = np.random.default_rng(4)
+    yield "nonzeros in three rows", _coo(40, 33, rng.integers(0, 3, 30),
+                                         rng.integers(0, 33, 30)), False
+    # diagonal plus one dense column: only the ranks whose blocks meet column 0 away from
+    # their own block need anything; the diagonal is local everywhere
+    n = 4 * P + 3
+    yield "diagonal and one column", _coo(n, n, np.r_[np.arange(n), np.arange(n)],
+                                          np.r_[np.arange(n), np.zeros(n, int)]), False
+    yield "wide and short", _coo(3, 57, [0, 0, 2, 2, 2], [0, 56, 5, 30, 31]), False
+    yield "empty", sp.coo_matrix((9, 7)), True
+
+
+CASES = list(awkward())
+
+
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[x[0] for x in CASES])
+def test_every_op_matches_scipy_on_awkward_patterns(c, overlap, case):
+    _, S, permute = CASES[case]
+    r = 3
+    rng = np.random.default_rng(case)
+    A, B = rng.standard_normal((S.shape[0], r)), rng.standard_normal((S.shape[1], r))
+    obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, dtype=np.float64, root=None,
+                            permute=permute, overlap=overlap)
+    A_loc, B_loc = scattered(obj, A, B)
+    for op, strategy in RUNS * 2:  # twice: the kept buffers and prepared kernels serve again
+        check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
+    obj.close()
+
+
+def model_counts(obj, S):
+    """Every rank's exchange counts from the pattern and the object's permutation alone."""
+    coo = sp.coo_matrix(S)
+    return exchange_model(obj.row_inv[coo.row], obj.col_inv[coo.col], S.shape, obj.p, obj.c,
+                          obj.grid.order)
+
+
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[x[0] for x in CASES])
+@pytest.mark.parametrize("order", ["fiber", "layer"])
+def test_counted_words_equal_the_pattern_model(c, case, order):
+    _, S, permute = CASES[case]
+    r = 5
+    rng = np.random.default_rng(case)
+    A, B = rng.standard_normal((S.shape[0], r)), rng.standard_normal((S.shape[1], r))
+    obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, root=None, permute=permute,
+                            order=order)
+    model = model_counts(obj, S)
+    mine = model.rank(COMM.rank)
+    q = P // c
+    plan = SparseAware15D.plan_words(q, int(model.recv_rows[COMM.rank]),
+                                     int(model.recv_peers[COMM.rank]))
+    assert obj.plan_cost["words"] == plan["words"]
+    assert obj.plan_cost["messages"] == plan["messages"]
+    assert obj.values.size == model.nnz[COMM.rank]
+    A_loc, B_loc = scattered(obj, A, B)
+    m, n = S.shape
+    for op, strategy in RUNS:
+        key, st = op.replace("-", "_"), strategy or "none"
+        exact = sparse_aware_15d_exact(key, m, n, r, P, c, st, **mine)
+        assert exact == obj.expected_words(key, r, st)
+        obj.reset_stats()
+        distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+        for ph in PHASES:
+            assert obj.stats.words(ph) == exact[ph]["words"], (op, strategy, ph)
+            assert obj.stats.words(ph, "messages_sent") == exact[ph]["messages"], (op, ph)
+            sent = COMM.allreduce(obj.stats.words(ph))
+            assert sent == COMM.allreduce(obj.stats.words(ph, "words_received"))
+        assert obj.stats.words("distribute") == 0 and obj.stats.words("plan") == 0
+    obj.close()
+
+
+def test_pattern_free_bound_is_dense_shifting():
+    """Without a pattern the model is a dense S's: every rank needs every row of its layer's
+    other blocks, which 1.5D dense shifting's fusion strategy also sends (m = n)."""
+    n, r = 64 * 10, 8
+    for p, c in ((64, 1), (64, 4), (16, 2)):
+        ours = costmodel.total(SparseAware15D.exact_words("fusedmm_a", n, n, r, p, c, "fusion"))
+        dense = costmodel.total(costmodel.exact("15d-dense-shift", "fusedmm_a", n, n, r, p, c,
+                                                "fusion"))
+        assert ours == pytest.approx(dense)
+    # a dense S at this p: the pattern model equals the bound on every rank
+    S = sp.coo_matrix(np.ones((3 * P, 2 * P)))
+    for c in CS:
+        model = exchange_model(S.row, S.col, S.shape, P, c)
+        for k in range(P):
+            got = sparse_aware_15d_exact("fusedmm_b", 3 * P, 2 * P, 4, P, c, "reuse",
+                                         **model.rank(k))
+            bound = sparse_aware_15d_exact("fusedmm_b", 3 * P, 2 * P, 4, P, c, "reuse")
+            assert got == bound
+
+
+def test_memory_model_counts_what_the_rank_holds():
+    S, A, B = problem(50, 44, 4, density=0.1, seed=8)
+    for c in CS:
+        obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=4, root=None)
+        counts = obj.memory_counts(4)
+        x = obj.exchange
+        assert (counts["recv"], counts["send"]) == (x.nrecv, x.nsend)
+        mem = obj.memory_model("fusedmm_a", "fusion", 4)
+        assert mem.parts["exchange"] == (x.nrecv + x.nsend) * 4 * 4
+        obj.close()
