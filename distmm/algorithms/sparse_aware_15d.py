@@ -383,12 +383,18 @@ class SparseAware15D(DistributedAlgorithm):
                     "super": ceil_div(m * c, p), "nnz_a": ceil_div(nnz, p),
                     "recv": ceil_div(n, p) * (q - 1), "send": ceil_div(n, p) * (q - 1),
                     "share": ceil_div(nnz, p)}, local)
+        k.setdefault("t_cols", k["recv"] + k["rows_b"])
+        k.setdefault("t_blocks", 2)
         parts = {"permutations": perm_bytes(m, n),
                  "S": csr_bytes(k["super"], k["nnz_a"], it, 2),
-                 "exchange plan": 8 * (k["recv"] + k["send"]) + 16 * q}
+                 "exchange plan": 8 * (k["recv"] + k["send"]) + 16 * q,
+                 # block offsets of A and B, the two blocks' value offsets and column bases,
+                 # the fiber's A block sizes
+                 "bookkeeping": 16 * (p + 1) + 24 + 16 + 8 * c}
         call: dict[str, int] = {}
         if op in ("spmm_b", "fusedmm_b"):
-            parts["S transpose"] = transpose_bytes(k["recv"] + k["rows_b"], k["nnz_a"], 2)
+            # built by the kernel for the blocks that have nonzeros
+            parts["S transpose"] = transpose_bytes(k["t_cols"], k["nnz_a"], k["t_blocks"])
             parts["partial rows"] = (k["recv"] + k["send"]) * r * it
         if op != "spmm_b":  # every other op gathers B's rows
             parts["exchange"] = (k["recv"] + k["send"]) * r * it
@@ -408,7 +414,9 @@ class SparseAware15D(DistributedAlgorithm):
         x = self.exchange
         return {"rows_a": self._local_rows("a"), "rows_b": self._local_rows("b"),
                 "super": int(self._fiber_sizes.sum()), "nnz_a": self._o.nnz,
-                "recv": x.nrecv, "send": x.nsend}
+                "recv": x.nrecv, "send": x.nsend,
+                "t_blocks": sum(1 for blk in self._o.blocks if blk.nnz),
+                "t_cols": sum(blk.shape[1] for blk in self._o.blocks if blk.nnz)}
 
 
 def sparse_aware_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
