@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.sparse as sp
 
 from distmm.algorithms.base import DistributedAlgorithm, Orientation
 from distmm.algorithms.model import KernelCalls
@@ -60,7 +61,9 @@ from distmm.core.memory import (
     place_bytes,
     transpose_bytes,
 )
-from distmm.errors import require
+from distmm.core.partition import Partition, check_method, partition
+from distmm.core.permute import PARTITION_MODES
+from distmm.errors import InputError, require
 
 STRATEGIES = ("none", "reuse", "fusion")
 
@@ -79,10 +82,25 @@ class SparseAware15D(DistributedAlgorithm):
     supports_overlap = True
     grid_class = ProcessGrid15D
 
+    def _balance_permutations(self, source: CooShare, mode: str, seed: int
+                              ) -> tuple[np.ndarray, np.ndarray]:
+        """The base class's orderings, or, for a partitioner's (``"kahip"``, ``"kahypar"``)
+        or a saved partition's (``"partition"``), rows and columns ordered by part: the parts
+        become the p blocks (:func:`order_by_partition`). Collective."""
+        if mode not in PARTITION_MODES + ("partition",):
+            return super()._balance_permutations(source, mode, seed)
+        part = order_by_partition(self, source, mode, seed)
+        self.permute = part  # a layout shared from this object follows the same parts
+        perm, _ = part.permutation()
+        return perm, perm
+
     def _setup(self, source: CooShare) -> None:
         m, n = self.shape
         p, c = self.p, self.c
         self.offsets = {"a": block_offsets(m, p), "b": block_offsets(n, p)}
+        if getattr(self.permute, "is_partition", False):
+            self.partition = self.permute
+            self.offsets = dict.fromkeys("ab", self.permute.permutation()[1])
         oa, ob = self.offsets["a"], self.offsets["b"]
         rows = self.row_inv[source.rows]
         cols = self.col_inv[source.cols]
@@ -417,6 +435,48 @@ class SparseAware15D(DistributedAlgorithm):
                 "recv": x.nrecv, "send": x.nsend,
                 "t_blocks": sum(1 for blk in self._o.blocks if blk.nnz),
                 "t_cols": sum(blk.shape[1] for blk in self._o.blocks if blk.nnz)}
+
+
+def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, seed: int
+                       ) -> Partition:
+    """The partition that orders S for ``obj`` (collective over ``obj.comm``; every check is
+    agreed on every rank before any of S's entries move).
+
+    ``mode`` "partition": ``obj.permute`` is a saved :class:`~distmm.core.partition.Partition`,
+    refused unless it was made for S's n rows, its entry count and ``obj.p`` parts. "kahip"
+    or "kahypar": S's pattern is gathered on rank 0 (counted under "distribute"), partitioned
+    there (:func:`distmm.core.partition.partition`) and the parts broadcast."""
+    m, n = obj.shape
+    entries = obj.comm.allreduce(int(source.nnz))
+    obj._agree(None if m == n else
+               f"--permute {mode} orders a graph: S must be square, it is {m} x {n}")
+    if mode == "partition":
+        part = obj.permute
+        obj._agree(part.problem(n, obj.p, entries))
+        return part
+    problem = None
+    try:
+        check_method(mode)
+    except InputError as exc:
+        problem = str(exc)
+    obj._agree(problem)
+    pieces = obj.comm.gather((source.rows, source.cols), root=0)
+    obj.stats.add("distribute", 2 * source.nnz if obj.rank else 0,
+                  2 * (entries - source.nnz) if obj.rank == 0 else 0,
+                  int(obj.rank > 0), obj.p - 1 if obj.rank == 0 else 0)
+    part, problem = None, None
+    if obj.rank == 0:
+        rows = np.concatenate([x[0] for x in pieces])
+        cols = np.concatenate([x[1] for x in pieces])
+        S = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+        try:
+            part = partition(S, obj.p, mode, seed=seed)
+        except InputError as exc:
+            problem = str(exc)
+    obj._agree(problem)
+    part = obj.comm.bcast(part, root=0)
+    return Partition(part.parts, part.p, part.n, entries, part.method, part.imbalance,
+                     part.seconds)
 
 
 def sparse_aware_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,

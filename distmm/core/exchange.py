@@ -141,17 +141,21 @@ class ExchangeCounts:
 
 
 def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
-                   order: str = "fiber") -> ExchangeCounts:
+                   order: str = "fiber", offsets: np.ndarray | None = None) -> ExchangeCounts:
     """The exchange of every rank of the 1.5D sparsity-aware layout, from the pattern alone.
 
     ``rows``/``cols``: S's nonzeros in permuted global coordinates (duplicates allowed).
-    Not collective; no MPI. Rank (u, v) (``order`` as :class:`~distmm.core.grid.
-    ProcessGrid15D`) stores the nonzeros of row superblock u (A blocks uc .. uc + c - 1) in
-    the column blocks j with j mod c = v; it holds B block uc + v and needs, from the owner
-    (j // c, v) of every other such block, the distinct columns its nonzeros touch there."""
+    Not collective; no MPI. ``offsets``: the p blocks of a square S's rows and columns when
+    a partition sets them (else p near-equal blocks). Rank (u, v) (``order`` as
+    :class:`~distmm.core.grid.ProcessGrid15D`) stores the nonzeros of row superblock u
+    (A blocks uc .. uc + c - 1) in the column blocks j with j mod c = v; it holds B block
+    uc + v and needs, from the owner (j // c, v) of every other such block, the distinct
+    columns its nonzeros touch there."""
     m, n = int(shape[0]), int(shape[1])
     q = p // c
     oa, ob = block_offsets(m, p), block_offsets(n, p)
+    if offsets is not None:
+        oa = ob = np.asarray(offsets, dtype=np.int64)
     rows = np.asarray(rows, dtype=np.int64)
     cols = np.asarray(cols, dtype=np.int64)
     u = block_of(rows, oa) // c

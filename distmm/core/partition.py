@@ -9,7 +9,8 @@ partitioners from PyPI, both optional (``pip install distmm[partition]``):
 * ``"kahip"`` (default): KaHIP's multilevel graph partitioner (``kahip.kaffpa``) on the
   graph of S + S^T; its edge cut is an upper bound of the volume, and it is fast.
 * ``"kahypar"``: KaHyPar's direct k-way hypergraph partitioner on the column-net model,
-  minimising km1, the volume itself.
+  minimising km1 (with each column's net holding its own row, the owner of B's row), the
+  volume itself.
 
 Both balance the vertex weights, each row's nonzeros plus one (the work of its kernels, and a
 row's own cost so that empty rows spread too), within ``imbalance`` (default 3%). S must be
@@ -41,8 +42,8 @@ _FORMAT = "distmm-partition-1"
 class Partition:
     """The part (0 .. p - 1) of each of S's n rows, and how it was made. Not collective.
 
-    ``nnz`` is S's stored nonzero count when it was made (a cheap check that a file belongs
-    to the matrix of a run); ``method`` the partitioner, ``seconds`` its time."""
+    ``nnz`` is S's entry count (duplicates not summed) when it was made (a cheap check that
+    a file belongs to the matrix of a run); ``method`` the partitioner, ``seconds`` its time."""
 
     parts: np.ndarray
     p: int
@@ -108,6 +109,7 @@ def partition(S: sp.spmatrix, p: int, method: str = "kahip", imbalance: float = 
     require(isinstance(p, (int, np.integer)) and p >= 1, f"p must be >= 1, got {p!r}")
     require(0 < imbalance < 1, f"imbalance must be in (0, 1), got {imbalance}")
     n = S.shape[0]
+    entries = int(sp.coo_matrix(S).nnz)  # as a run counts them: duplicates not yet summed
     csr = sp.csr_matrix(S)
     csr.sum_duplicates()
     weights = (np.diff(csr.indptr) + 1).astype(np.int64)
@@ -119,7 +121,7 @@ def partition(S: sp.spmatrix, p: int, method: str = "kahip", imbalance: float = 
     else:
         parts = _kahypar(csr, p, weights, imbalance, seed)
     seconds = time.perf_counter() - t0
-    return Partition(np.asarray(parts, dtype=np.int64), int(p), n, int(csr.nnz), method,
+    return Partition(np.asarray(parts, dtype=np.int64), int(p), n, entries, method,
                      float(imbalance), seconds)
 
 
@@ -167,8 +169,11 @@ def _kahypar(csr: sp.csr_matrix, p: int, weights: np.ndarray, imbalance: float,
              seed: int) -> np.ndarray:
     kahypar = _require_module("kahypar")
     n = csr.shape[0]
-    # column-net model: net j holds the rows with a nonzero in column j (empty nets dropped)
-    csc = sp.csc_matrix((np.ones(csr.nnz), csr.indices, csr.indptr), shape=csr.shape)
+    # column-net model: net j holds the rows with a nonzero in column j and row j itself,
+    # the owner of B's row j, so that its connectivity minus one is exactly the parts that
+    # must receive row j (the volume); nets on one row are dropped
+    pattern = sp.csr_matrix((np.ones(csr.nnz), csr.indices, csr.indptr), shape=csr.shape)
+    csc = sp.csc_matrix(pattern + sp.identity(n, format="csr"))
     csc.sort_indices()
     sizes = np.diff(csc.indptr)
     keep = np.flatnonzero(sizes >= 2)  # a net on one row never crosses parts
