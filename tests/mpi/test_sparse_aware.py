@@ -141,3 +141,82 @@ def test_memory_model_counts_what_the_rank_holds():
         mem = obj.memory_model("fusedmm_a", "fusion", 4)
         assert mem.parts["exchange"] == (x.nrecv + x.nsend) * 4 * 4
         obj.close()
+
+
+def shuffled_grid(k: int, seed: int = 0):
+    """A k x k grid graph (with self-loops) whose vertex order is shuffled."""
+    idx = np.arange(k * k).reshape(k, k)
+    rows = np.r_[idx[:, :-1].ravel(), idx[:-1, :].ravel(), idx.ravel()]
+    cols = np.r_[idx[:, 1:].ravel(), idx[1:, :].ravel(), idx.ravel()]
+    shuffle = np.random.default_rng(seed).permutation(k * k)
+    S = _coo(k * k, k * k, shuffle[rows], shuffle[cols], seed)
+    return (S + S.T).tocoo()
+
+
+@pytest.mark.parametrize("mode", ["kahip", "kahypar", "file"])
+def test_partitioned_order_matches_scipy_and_the_model(mode, shared_tmp):
+    from distmm.core.partition import load_partition, partition, save_partition
+
+    pytest.importorskip("kahip" if mode == "file" else mode)
+    S = shuffled_grid(9)
+    r = 3
+    permute = mode
+    if mode == "file":
+        path = f"{shared_tmp}/grid.part.h5"
+        if COMM.rank == 0:
+            save_partition(partition(S, P, "kahip"), path)
+        COMM.Barrier()
+        permute = load_partition(path)
+    rng = np.random.default_rng(2)
+    A, B = rng.standard_normal((81, r)), rng.standard_normal((81, r))
+    for c in CS:
+        obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, dtype=np.float64,
+                                root=None, permute=permute)
+        assert np.array_equal(np.diff(obj.offsets["a"]),
+                              np.bincount(obj.partition.parts, minlength=P))
+        A_loc, B_loc = scattered(obj, A, B)
+        for op, strategy in RUNS:
+            check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
+        model = exchange_model(obj.row_inv[S.row], obj.col_inv[S.col], S.shape, P, c,
+                               offsets=obj.offsets["a"])
+        exact = sparse_aware_15d_exact("fusedmm_b", 81, 81, r, P, c, "fusion",
+                                       **model.rank(COMM.rank))
+        assert exact == obj.expected_words("fusedmm_b", r, "fusion")
+        obj.reset_stats()
+        obj.fusedmm_b(A_loc, B_loc, "fusion")
+        assert obj.stats.words("propagation") == exact["propagation"]["words"]
+        obj.close()
+
+
+def test_partition_files_that_do_not_fit_are_refused_everywhere(shared_tmp):
+    from distmm.core.partition import Partition, load_partition, save_partition
+    from distmm.errors import InputError
+
+    S = shuffled_grid(5)
+    n = 25
+    cases = {"rows": Partition(np.zeros(n + 1, dtype=np.int64), P, n + 1, S.nnz, "kahip",
+                               0.03, 0.0),
+             "parts": Partition(np.zeros(n, dtype=np.int64), P + 1, n, S.nnz, "kahip", 0.03,
+                                0.0),
+             "nonzeros": Partition(np.zeros(n, dtype=np.int64), P, n, S.nnz + 1, "kahip",
+                                   0.03, 0.0)}
+    for what, part in cases.items():
+        path = f"{shared_tmp}/{what}.part.h5"
+        if COMM.rank == 0:
+            save_partition(part, path)
+        COMM.Barrier()
+        with pytest.raises(InputError, match=what):
+            distmm.distribute(S, COMM, algorithm=NAME, root=None,
+                              permute=load_partition(path))
+    if COMM.rank == 0:
+        with open(f"{shared_tmp}/corrupt.part.h5", "wb") as f:
+            f.write(b"\x89HDF\r\n\x1a\n" + b"\0" * 40)
+    COMM.Barrier()
+    with pytest.raises(InputError, match="cannot read"):
+        load_partition(f"{shared_tmp}/corrupt.part.h5")
+    # a partitioner's order is the sparse-aware family's layout only
+    with pytest.raises(InputError, match="15d-sparse-aware"):
+        distmm.distribute(S, COMM, algorithm="15d-dense-shift", root=None, permute="kahip")
+    with pytest.raises(InputError, match="square"):
+        distmm.distribute(sp.coo_matrix(np.ones((3, 4))), COMM, algorithm=NAME, root=None,
+                          permute="kahip")
