@@ -26,7 +26,7 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from distmm import api, signals, watchdog
+from distmm import api, partition_cli, signals, watchdog
 from distmm import info as _info
 from distmm.apps import als_cli, gat_cli
 from distmm.core.memory import (
@@ -36,7 +36,6 @@ from distmm.core.memory import (
     parse_memory_limit,
     physical_memory,
 )
-from distmm.core.permute import PERMUTE_MODES
 from distmm.errors import Checks, InputError, abort_job, agree, require
 from distmm.io import convert
 from distmm.io.hdf5 import sparse_header
@@ -92,11 +91,13 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "parameters); every rank reads it")
     p.add_argument("--order", default="fiber", choices=["fiber", "layer"],
                    help="rank order: fiber- or layer-contiguous world ranks (default fiber)")
-    p.add_argument("--permute", default="auto", choices=list(PERMUTE_MODES),
+    p.add_argument("--permute", default="auto", choices=partition_cli.PERMUTE_CHOICES,
                    help="load balance: 'blocks' assigns rows to blocks at random and keeps "
                         "their natural order inside each block; 'random' permutes uniformly; "
-                        "'auto' (default) is 'none' on one rank, 'blocks' otherwise")
+                        "'auto' (default) is 'none' on one rank, 'blocks' otherwise; "
+                        "'kahip', 'kahypar': a graph partition (15d-sparse-aware only)")
     p.add_argument("--no-permute", action="store_true", help="same as --permute none")
+    partition_cli.add_partition_option(p)  # --partition FILE (sparse-aware family)
     p.add_argument("--seed", type=int, default=0, help="seed of the permutation/generator")
     p.add_argument("--overlap", action="store_true",
                    help="overlap each propagation shift with the local kernel")
@@ -201,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "exceeds this (auto: this machine's, shared by one rank "
                                    "per core)")
     pl.set_defaults(func=cmd_plan)
+    partition_cli.extend_plan(pl, cmd_plan)  # plan --sparse FILE
+    partition_cli.add_parser(sub)  # distmm partition
     _info.add_parser(parser, sub)
     _add_simulate(sub)
     als_cli.add_parser(sub)
@@ -713,7 +716,7 @@ def cmd_bench(args) -> int:
 
 def _permute_mode(args) -> str:
     """The permutation mode the options ask for (--no-permute wins)."""
-    return "none" if args.no_permute else args.permute
+    return partition_cli.permute_value(args, "none" if args.no_permute else args.permute)
 
 
 def _label(dest: str) -> str:

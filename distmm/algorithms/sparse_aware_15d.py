@@ -411,6 +411,8 @@ class SparseAware15D(DistributedAlgorithm):
                  "bookkeeping": 16 * (p + 1) + 24 + 16 + 8 * c}
         call: dict[str, int] = {}
         if op in ("spmm_b", "fusedmm_b"):
+            # adding one source's rows reads them out of the result first (a temporary)
+            call["partial sum"] = k["send"] * r * it
             # built by the kernel for the blocks that have nonzeros
             parts["S transpose"] = transpose_bytes(k["t_cols"], k["nnz_a"], k["t_blocks"])
             parts["partial rows"] = (k["recv"] + k["send"]) * r * it

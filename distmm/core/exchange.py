@@ -86,7 +86,9 @@ class RowExchange:
         needed rows into ``recvbuf`` (nrecv x r), via ``sendbuf`` (nsend x r). Collective over
         the communicator; finish with :meth:`finish`."""
         r = Y.shape[1]
-        np.take(Y, self.send_rows, axis=0, out=sendbuf)
+        # mode "clip" writes straight into sendbuf ("raise", the default, buffers a copy);
+        # the rows are valid by construction
+        np.take(Y, self.send_rows, axis=0, out=sendbuf, mode="clip")
         return self.comm.start_alltoallv(sendbuf, self.sendcounts * r, recvbuf,
                                          self.recvcounts * r, phase=phase)
 
