@@ -220,3 +220,15 @@ def test_partition_files_that_do_not_fit_are_refused_everywhere(shared_tmp):
     with pytest.raises(InputError, match="square"):
         distmm.distribute(sp.coo_matrix(np.ones((3, 4))), COMM, algorithm=NAME, root=None,
                           permute="kahip")
+
+
+@pytest.mark.parametrize("shape", [(40, 40), (40, 31)])
+def test_the_planner_orders_s_as_a_run_does(shape):
+    from distmm.perf.sparse_planner import order
+
+    S, _, _ = problem(*shape, 1, density=0.1, seed=6)
+    obj = distmm.distribute(S, COMM, algorithm=NAME, root=None)
+    row_inv, col_inv, offsets, _ = order(S.row, S.col, S.shape, P, "auto")
+    assert offsets is None
+    assert np.array_equal(row_inv, obj.row_inv) and np.array_equal(col_inv, obj.col_inv)
+    obj.close()
