@@ -81,6 +81,9 @@ class SparseAware15D(DistributedAlgorithm):
     strategies = STRATEGIES
     supports_overlap = True
     grid_class = ProcessGrid15D
+    # Its words depend on S's pattern and order: the planner from m, n and nnz alone
+    # (distmm.perf.planner.plan) leaves it out; distmm.perf.sparse_planner ranks it.
+    needs_pattern = True
 
     def _balance_permutations(self, source: CooShare, mode: str, seed: int
                               ) -> tuple[np.ndarray, np.ndarray]:

@@ -102,6 +102,16 @@ def test_counted_words_equal_the_pattern_model(c, case, order):
         assert exact == obj.expected_words(key, r, st)
         obj.reset_stats()
         distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+        # what it receives: the same formula with the roles of sender and receiver swapped
+        k = COMM.rank
+        swapped = sparse_aware_15d_exact(
+            key, m, n, r, P, c, st, a_rows=mine["a_rows"], super_rows=mine["super_rows"],
+            gather_rows=int(model.recv_rows[k]), gather_peers=int(model.recv_peers[k]),
+            scatter_rows=int(model.send_rows[k]), scatter_peers=int(model.send_peers[k]))
+        assert obj.stats.words("propagation", "words_received") == \
+            swapped["propagation"]["words"]
+        assert obj.stats.words("propagation", "messages_received") == \
+            swapped["propagation"]["messages"]
         for ph in PHASES:
             assert obj.stats.words(ph) == exact[ph]["words"], (op, strategy, ph)
             assert obj.stats.words(ph, "messages_sent") == exact[ph]["messages"], (op, ph)
