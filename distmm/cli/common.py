@@ -18,17 +18,17 @@ from mpi4py import MPI
 from distmm import api
 from distmm.cli import files
 from distmm.core.memory import available_bytes, parse_memory_limit
-from distmm.core.permute import PERMUTE_MODES
-from distmm.errors import agree, require
+from distmm.core.permute import PARTITION_MODES, PERMUTE_MODES
+from distmm.errors import InputError, agree, require
 from distmm.io.outputs import read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
 from distmm.perf.planner import Machine, memory_problem, plan
 from distmm.perf.tuning import tune, tune_events
 
-__all__ = ["Parser", "UsageError", "check_common", "choose", "common_options", "emit",
-           "job_options", "json_default", "log_rank", "machine_from_args",
-           "memory_limit_option", "node_model_from_args", "parse_limit", "permute_mode",
-           "refuse_oversized", "resolve_limit"]
+__all__ = ["PERMUTE_CHOICES", "Parser", "UsageError", "check_common", "choose",
+           "common_options", "emit", "job_options", "json_default", "log_rank",
+           "machine_from_args", "memory_limit_option", "node_model_from_args", "parse_limit",
+           "permute_mode", "permute_options", "refuse_oversized", "resolve_limit"]
 
 
 class UsageError(Exception):
@@ -76,10 +76,7 @@ def common_options(p: argparse.ArgumentParser) -> None:
                             "simulator parameters); every rank reads it")
     p.add_argument("--order", default="fiber", choices=["fiber", "layer"],
                    help="rank order: fiber- or layer-contiguous world ranks (default fiber)")
-    p.add_argument("--permute", default="auto", choices=list(PERMUTE_MODES),
-                   help="load balance: 'blocks' assigns rows to blocks at random and keeps "
-                        "their natural order inside each block; 'random' permutes uniformly; "
-                        "'auto' (default) is 'none' on one rank, 'blocks' otherwise")
+    permute_options(p)
     p.add_argument("--no-permute", action="store_true", help="same as --permute none")
     p.add_argument("--seed", type=int, default=0, help="seed of the permutation/generator")
     p.add_argument("--overlap", action="store_true",
@@ -152,9 +149,37 @@ def log_rank(args, obj, record: dict) -> None:
                         "the run goes on without its per-rank log")
 
 
-def permute_mode(args) -> str:
-    """The permutation mode the options ask for (--no-permute wins)."""
-    return "none" if args.no_permute else args.permute
+PERMUTE_CHOICES = list(PERMUTE_MODES + PARTITION_MODES)
+
+
+def permute_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--permute MODE`` and ``--partition FILE`` (the order S is placed in)."""
+    p.add_argument("--permute", default="auto", choices=PERMUTE_CHOICES,
+                   help="load balance: 'blocks' assigns rows to blocks at random and keeps "
+                        "their natural order inside each block; 'random' permutes uniformly; "
+                        "'auto' (default) is 'none' on one rank, 'blocks' otherwise; "
+                        "'kahip', 'kahypar': a graph partition (15d-sparse-aware only)")
+    files.input_option(p, "--partition", metavar="FILE",
+                       help="order S by a partition saved by `distmm partition` (the "
+                            "15d-sparse-aware family; refused if it does not fit S)")
+
+
+def permute_mode(args):
+    """What ``permute=`` gets: the partition loaded from ``--partition FILE`` (every rank reads
+    it; one that cannot stops all, collectively), else the mode the options ask for
+    (--no-permute wins). Collective over COMM_WORLD when ``--partition`` is given."""
+    path = getattr(args, "partition", None)
+    if path is None:
+        return "none" if getattr(args, "no_permute", False) else args.permute
+    from distmm.core.partition import load_partition
+
+    part, problem = None, None
+    try:
+        part = load_partition(path)
+    except InputError as exc:
+        problem = str(exc)
+    agree(MPI.COMM_WORLD, problem)
+    return part
 
 
 def check_common(args) -> None:

@@ -12,9 +12,16 @@ from mpi4py import MPI
 
 from distmm import api
 from distmm.cli import files
-from distmm.cli.common import emit, machine_from_args, memory_limit_option, parse_limit
+from distmm.cli.common import (
+    emit,
+    machine_from_args,
+    memory_limit_option,
+    parse_limit,
+    permute_mode,
+    permute_options,
+)
 from distmm.core.memory import cgroup_limit, format_bytes, physical_memory
-from distmm.errors import Checks
+from distmm.errors import Checks, InputError, agree
 from distmm.kernels import NODE_MODELS
 from distmm.perf.calibrate import calibrate, save
 from distmm.perf.planner import format_table, plan
@@ -23,9 +30,9 @@ from distmm.perf.planner import format_table, plan
 def add_parser(sub) -> None:
     """Register ``distmm plan`` and ``distmm calibrate``."""
     pl = sub.add_parser("plan", help="rank every algorithm, strategy and c by predicted time")
-    pl.add_argument("--m", type=int, required=True, help="rows of S")
+    pl.add_argument("--m", type=int, help="rows of S (not with --sparse)")
     pl.add_argument("--n", type=int, help="columns of S (default m)")
-    pl.add_argument("--nnz", type=int, required=True, help="nonzeros of S")
+    pl.add_argument("--nnz", type=int, help="nonzeros of S (not with --sparse)")
     pl.add_argument("--r", type=int, required=True, help="dense width r")
     pl.add_argument("-p", "--ranks", type=int, required=True, dest="p", help="rank count p")
     files.input_option(pl, "--machine", help="machine file from distmm calibrate (default: "
@@ -38,6 +45,11 @@ def add_parser(sub) -> None:
     memory_limit_option(pl, None, "leave out candidates whose modelled memory per rank "
                                   "exceeds this (auto: this machine's, shared by one rank "
                                   "per core)")
+    files.input_option(pl, "--sparse", readers="root",
+                       help="plan for this matrix's pattern instead of --m/--nnz: every "
+                            "family's busiest-rank words and memory, one JSON line each")
+    permute_options(pl)
+    pl.add_argument("--seed", type=int, default=0, help="with --sparse: the run's --seed")
     pl.set_defaults(func=cmd_plan)
     cal = sub.add_parser("calibrate", help="measure alpha, beta (MPI) and gamma (node model) "
                                            "for the planner; needs >= 2 ranks")
@@ -63,7 +75,12 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    """``distmm plan``: the table (or JSON Lines) on rank 0. Every rank reads --machine."""
+    """``distmm plan``: the table (or JSON Lines) on rank 0. Every rank reads --machine.
+    With ``--sparse FILE``, :func:`cmd_plan_sparse`."""
+    if args.sparse is not None:
+        return cmd_plan_sparse(args)
+    agree(MPI.COMM_WORLD, None if args.m is not None and args.nnz is not None else
+          "plan needs --m and --nnz, or --sparse FILE")
     checks, machine, limit = Checks(MPI.COMM_WORLD), None, None
     with checks.guard():  # every rank reads --machine; one that cannot must stop them all
         machine = machine_from_args(args)
@@ -95,3 +112,39 @@ def cmd_plan(args) -> int:
     return 0
 
 
+
+
+def cmd_plan_sparse(args) -> int:
+    """``distmm plan --sparse FILE``: S ordered as a run with these ``--permute`` /
+    ``--partition`` options would order it, then one JSON line per candidate (family, strategy,
+    c) with the busiest rank's words per FusedMM call and the fullest rank's memory
+    (:func:`distmm.perf.sparse_planner.plan_sparse`). Rank 0 reads the file and plans; no MPI
+    job of p ranks is needed. Collective over COMM_WORLD (errors are agreed)."""
+    import time
+
+    from distmm.perf.planner import Machine
+    from distmm.perf.sparse_planner import plan_sparse
+
+    comm = MPI.COMM_WORLD
+    permute = permute_mode(args)
+    lines, problem = None, None
+    if comm.Get_rank() == 0:
+        try:
+            if args.p < 1 or args.r < 1:
+                raise InputError("plan needs -p >= 1 and --r >= 1")
+            machine = Machine.load(args.machine) if args.machine else Machine()
+            t0 = time.perf_counter()
+            share = api.as_coo_share(args.sparse, MPI.COMM_SELF)
+            read_s = time.perf_counter() - t0
+            found, info = plan_sparse(share.rows, share.cols, share.shape, args.r, args.p,
+                                      machine, permute, args.seed, np.dtype(args.dtype))
+            head = {"m": share.shape[0], "n": share.shape[1], "nnz": int(share.rows.size),
+                    "p": args.p, "r": args.r, "read_s": read_s, **info}
+            lines = [{**head, **row} for row in found]
+        except InputError as exc:
+            problem = str(exc)
+    agree(comm, problem)
+    if comm.Get_rank() == 0:
+        for row in lines[:args.top or None]:
+            print(json.dumps(row, sort_keys=True), flush=True)
+    return 0

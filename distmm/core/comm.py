@@ -379,6 +379,26 @@ class CountingComm:
                        sum(1 for k, x in enumerate(sendcounts) if x and k != me),
                        sum(1 for k, x in enumerate(recvcounts) if x and k != me))
 
+    def start_alltoallv(self, sendbuf: np.ndarray, sendcounts: Sequence[int],
+                        recvbuf: np.ndarray, recvcounts: Sequence[int],
+                        phase: str = "propagation") -> list[MPI.Request]:
+        """Non-blocking :meth:`alltoallv` (MPI-3 ``Ialltoallv``): returns the request for
+        :meth:`finish`; both buffers must stay untouched until then. Counted at start, by the
+        same exact formula: words sent = the counts to the other ranks, messages = the other
+        ranks with a non-zero count (MPI sends nothing for a zero count); likewise received."""
+        sendcounts = [int(x) for x in sendcounts]
+        recvcounts = [int(x) for x in recvcounts]
+        me = self.rank
+        with self._phase(phase):
+            t = mpi_type(sendbuf.dtype)
+            req = self.comm.Ialltoallv([_flat(sendbuf), (sendcounts, _displs(sendcounts)), t],
+                                       [_flat(recvbuf), (recvcounts, _displs(recvcounts)), t])
+        self.stats.add(phase, sum(sendcounts) - sendcounts[me],
+                       sum(recvcounts) - recvcounts[me],
+                       sum(1 for k, x in enumerate(sendcounts) if x and k != me),
+                       sum(1 for k, x in enumerate(recvcounts) if x and k != me))
+        return [req]
+
     def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, phase: str = "other") -> None:
         """Sum-allreduce (counted as a reduce-scatter plus an all-gather of the buffer)."""
         n, c = sendbuf.size, self.size

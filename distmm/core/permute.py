@@ -15,12 +15,16 @@ import numpy as np
 
 from distmm.errors import require
 
-__all__ = ["PERMUTE_MODES", "applied_mode", "balance_permutation", "block_imbalance",
-           "block_sorted_permutation", "identity_permutation", "inverse_permutation",
-           "locality_permutation", "permute_mode", "random_permutation"]
+__all__ = ["PARTITION_MODES", "PERMUTE_MODES", "applied_mode", "balance_permutation",
+           "block_imbalance", "block_sorted_permutation", "identity_permutation",
+           "inverse_permutation", "locality_permutation", "permute_mode",
+           "random_permutation"]
 
 # How S's rows and columns are permuted before distribution (see ``balance_permutation``).
 PERMUTE_MODES = ("auto", "blocks", "random", "none")
+# Orderings by a graph partitioner (distmm.core.partition), which only the sparsity-aware
+# family applies (its blocks follow the parts); "partition" is a saved one passed as an object.
+PARTITION_MODES = ("kahip", "kahypar")
 
 
 def random_permutation(n: int, seed: int) -> np.ndarray:
@@ -137,8 +141,11 @@ def permute_mode(mode: str | bool) -> str:
     ``"none"``); InputError if it is none of them. Not collective."""
     if isinstance(mode, (bool, np.bool_)):
         return "auto" if mode else "none"
-    require(isinstance(mode, str) and mode in PERMUTE_MODES,
-            f"unknown permutation {mode!r}; choose one of {', '.join(PERMUTE_MODES)}")
+    if getattr(mode, "is_partition", False):
+        return "partition"
+    require(isinstance(mode, str) and mode in PERMUTE_MODES + PARTITION_MODES,
+            f"unknown permutation {mode!r}; choose one of "
+            f"{', '.join(PERMUTE_MODES + PARTITION_MODES)}")
     return mode
 
 
@@ -163,6 +170,10 @@ def balance_permutation(mode: str | bool, n: int, nblocks: int, seed: int,
     collective.
     """
     mode = applied_mode(mode, nblocks)
+    require(mode not in PARTITION_MODES + ("partition",),
+            f"--permute {mode} orders S by a graph partition whose parts become the blocks, "
+            "which only the 15d-sparse-aware family's layout follows; use it with that "
+            "algorithm")
     if mode == "none":
         return identity_permutation(n)
     if mode == "random":

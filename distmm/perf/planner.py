@@ -318,6 +318,8 @@ def plan(m: int, n: int, nnz: int, r: int, p: int, machine: Machine | None = Non
     for algorithm, strategy in costmodel.CONFIGS:
         if algorithms is not None and algorithm not in algorithms:
             continue
+        if getattr(ALGORITHMS[algorithm], "needs_pattern", False):
+            continue  # its words depend on S's pattern: distmm.perf.sparse_planner ranks it
         for c in costmodel.valid_cs(algorithm, p, r):
             rows.append(predict(algorithm, strategy, m, n, nnz, r, p, c, machine, model,
                                 dtype, overlap))

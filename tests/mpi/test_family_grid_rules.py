@@ -20,7 +20,9 @@ from distmm.perf import costmodel
 PAPER_STRATEGIES = {"15d-dense-shift": ("none", "reuse", "fusion"),
                     "15d-sparse-shift": ("none", "reuse"),
                     "25d-dense-replicate": ("none", "reuse"),
-                    "25d-sparse-replicate": ("none",)}
+                    "25d-sparse-replicate": ("none",),
+                    # not in the paper: one exchange of B's rows serves both kernels
+                    "15d-sparse-aware": ("none", "reuse", "fusion")}
 
 
 def construct(name, share, c, r=None, **kw):

@@ -1,0 +1,156 @@
+"""The planner on a real matrix: every family's busiest-rank words and memory from S's pattern.
+
+:func:`distmm.perf.planner.plan` needs only m, n and nnz, since the paper's four families move
+whole blocks whatever S's pattern. The sparsity-aware family's words depend on the pattern and
+on the order of S's rows and columns, so :func:`plan_sparse` orders S as a run would (the
+``permute`` of :func:`distmm.distribute`: ``"auto"``, ``"kahip"``, a saved
+:class:`~distmm.core.partition.Partition`, ...), computes every rank's exchange from the
+pattern alone (:func:`distmm.core.exchange.exchange_model`; no MPI job of p ranks), and
+returns one row per candidate (family, strategy, c) with:
+
+* ``max_words``: the busiest rank's words sent per FusedMMA call. Exact for the sparsity-aware
+  family (its model equals the counters); for the oblivious families the exact formula of
+  their balanced blocks (:func:`distmm.perf.costmodel.exact`, exact when p divides m and n);
+* ``memory_bytes``: the fullest rank's modelled peak bytes (the family's ``memory_bytes``;
+  per rank from the pattern's counts for the sparsity-aware family);
+* ``time_s``: the alpha-beta-gamma prediction with the busiest rank's messages and words.
+
+Not collective.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from distmm.algorithms import ALGORITHMS
+from distmm.algorithms.sparse_aware_15d import SparseAware15D, sparse_aware_15d_exact
+from distmm.core.exchange import ExchangeCounts, exchange_model
+from distmm.core.layout import block_offsets
+from distmm.core.partition import partition
+from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation
+from distmm.perf import costmodel
+from distmm.perf.planner import Machine, predict
+
+AWARE = SparseAware15D.name
+
+
+def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, permute="auto",
+          seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict]:
+    """(row_inv, col_inv, offsets, info): S's order as :func:`distmm.distribute` would make it
+    with ``permute`` on p ranks (``inv[old] = new``; offsets of the parts when a partition
+    sets the blocks, else None) and how it was made (the partitioner's seconds). Not
+    collective."""
+    import scipy.sparse as sp
+
+    m, n = shape
+    info: dict = {"permute": "partition" if getattr(permute, "is_partition", False)
+                  else applied_mode(permute, p)}
+    part = None
+    if info["permute"] in PARTITION_MODES:
+        t0 = time.perf_counter()
+        part = partition(sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=shape), p,
+                         info["permute"], seed=seed)
+        info["partition_s"] = time.perf_counter() - t0
+    elif info["permute"] == "partition":
+        part = permute
+        problem = part.problem(n, p, int(rows.size))
+        if problem is not None:
+            from distmm.errors import InputError
+            raise InputError(problem)
+    if part is not None:
+        perm, offsets = part.permutation()
+        inv = np.empty_like(perm)
+        inv[perm] = np.arange(perm.size)
+        return inv, inv, offsets, info
+    row_w = np.bincount(rows, minlength=m)
+    col_w = np.bincount(cols, minlength=n)
+    if m == n:
+        perm = balance_permutation(permute, m, p, seed, [row_w, col_w])
+        perms = (perm, perm)
+    else:
+        perms = (balance_permutation(permute, m, p, seed, [row_w]),
+                 balance_permutation(permute, n, p, seed + 1, [col_w]))
+    invs = []
+    for perm in perms:
+        inv = np.empty_like(perm)
+        inv[perm] = np.arange(perm.size)
+        invs.append(inv)
+    return invs[0], invs[1], None, info
+
+
+def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, c: int,
+               machine: Machine, dtype=np.float32, offsets: np.ndarray | None = None
+               ) -> list[dict]:
+    """The sparsity-aware family's candidates at replication c, from every rank's counts."""
+    rows = []
+    # B block k sits on world rank k (fiber order); a partition's blocks are A's
+    b_rows = model.a_rows if offsets is not None else np.diff(block_offsets(n, p))
+    for strategy in SparseAware15D.strategies:
+        best = None
+        for k in range(p):
+            phases = sparse_aware_15d_exact("fusedmm_a", m, n, r, p, c, strategy,
+                                            **model.rank(k))
+            words = costmodel.total(phases)
+            msgs = costmodel.total(phases, "messages")
+            if best is None or (words, msgs) > best[:2]:
+                best = (words, msgs)
+        memory = max(SparseAware15D.model.memory_bytes(
+            "fusedmm_a", strategy, m, n, nnz, r, p, c, dtype,
+            local={"rows_a": int(model.a_rows[k]), "rows_b": int(b_rows[k]),
+                   "super": int(model.super_rows[k]),
+                   "nnz_a": int(model.nnz[k]), "recv": int(model.recv_rows[k]),
+                   "send": int(model.send_rows[k]), "share": -(-nnz // p)}).peak
+            for k in range(p))
+        calls = SparseAware15D.model.local_calls(strategy, m, n, float(model.nnz.max()) * p,
+                                                 r, p, c)
+        compute = sum(machine.call_seconds(call) for call in calls)
+        comm = machine.alpha * best[1] + machine.beta * best[0]
+        rows.append({"algorithm": AWARE, "strategy": strategy, "c": c,
+                     "max_words": int(best[0]), "messages": best[1],
+                     "memory_bytes": int(memory), "comm_s": comm, "compute_s": compute,
+                     "time_s": comm + compute})
+    return rows
+
+
+def plan_sparse(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], r: int, p: int,
+                machine: Machine | None = None, permute="auto", seed: int = 0,
+                dtype=np.float32) -> tuple[list[dict], dict]:
+    """Every (family, strategy, c) for S's pattern (``rows``, ``cols``: original coordinates
+    of its entries) on p ranks at width r, fastest predicted first, and how S was ordered.
+
+    Not collective."""
+    machine = machine or Machine()
+    m, n = int(shape[0]), int(shape[1])
+    rows = np.asarray(rows, dtype=np.int64)
+    cols = np.asarray(cols, dtype=np.int64)
+    nnz = int(rows.size)
+    row_inv, col_inv, offsets, info = order(rows, cols, (m, n), p, permute, seed)
+    out = []
+    t0 = time.perf_counter()
+    for c in costmodel.valid_cs(AWARE, p, r):
+        model = exchange_model(row_inv[rows], col_inv[cols], (m, n), p, c, offsets=offsets)
+        out += aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
+    info["model_s"] = time.perf_counter() - t0
+    # the oblivious families move whole blocks: their words do not depend on the order (a
+    # partitioner's order is the sparsity-aware family's only; they run with their own)
+    for name in ALGORITHMS:
+        if name == AWARE:
+            continue
+        for strategy in ALGORITHMS[name].strategies:
+            for c in costmodel.valid_cs(name, p, r):
+                row = predict(name, strategy, m, n, nnz, r, p, c, machine, dtype=dtype)
+                phases = costmodel.exact(name, "fusedmm_a", m, n, r, p, c, strategy, nnz=nnz)
+                words = costmodel.total(phases)
+                msgs = costmodel.total(phases, "messages")
+                comm = machine.alpha * msgs + machine.beta * words
+                out.append({"algorithm": name, "strategy": strategy, "c": c,
+                            "max_words": int(round(words)), "messages": msgs,
+                            "memory_bytes": int(row["memory"]), "comm_s": comm,
+                            "compute_s": row["compute_s"], "time_s": comm + row["compute_s"]})
+    out.sort(key=lambda row: (row["time_s"], row["c"], row["algorithm"]))
+    return out, info
+
+
+__all__ = ["aware_rows", "order", "plan_sparse"]

@@ -1,0 +1,245 @@
+"""What only the sparsity-aware family does: results against scipy on the shapes where an
+exchange plan can go wrong, and counted words equal to the model computed from the pattern
+alone (:func:`distmm.core.exchange.exchange_model`), for every phase, every op and strategy,
+every c, on every rank; building the plan costs what its formula says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from families import COMM, P, gathered, scattered
+from oracle import check, problem
+
+import distmm
+from distmm.algorithms.sparse_aware_15d import SparseAware15D, sparse_aware_15d_exact
+from distmm.core.exchange import exchange_model
+from distmm.perf import costmodel
+
+NAME = SparseAware15D.name
+CS = costmodel.valid_cs(NAME, P)
+PHASES = ("replication", "propagation", "reduction")
+RUNS = [(op, None) for op in ("sddmm", "spmm-a", "spmm-b")] + [
+    (op, s) for op in ("fusedmm-a", "fusedmm-b") for s in SparseAware15D.strategies]
+
+
+def _coo(m, n, rows, cols, seed=0):
+    rng = np.random.default_rng(seed)
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    return sp.coo_matrix((rng.uniform(0.5, 1.5, rows.size), (rows, cols)), shape=(m, n))
+
+
+def awkward():
+    """(label, S, permute): shapes where a rank stores nothing, needs nothing, or sends
+    nothing, with empty rows and columns, rectangular and square."""
+    S, _, _ = problem(41, 29, 1, density=0.15, seed=3, empty_rows=True)
+    keep = S.col % 4 != 1  # empty columns too
+    yield "empty rows and columns", sp.coo_matrix(
+        (S.data[keep], (S.row[keep], S.col[keep])), shape=S.shape), True
+    # every nonzero in the first 3 rows: with blocks in natural order, the other ranks'
+    # superblocks are empty (they store, need and compute nothing, but still send rows)
+    rng = np.random.default_rng(4)
+    yield "nonzeros in three rows", _coo(40, 33, rng.integers(0, 3, 30),
+                                         rng.integers(0, 33, 30)), False
+    # diagonal plus one dense column: only the ranks whose blocks meet column 0 away from
+    # their own block need anything; the diagonal is local everywhere
+    n = 4 * P + 3
+    yield "diagonal and one column", _coo(n, n, np.r_[np.arange(n), np.arange(n)],
+                                          np.r_[np.arange(n), np.zeros(n, int)]), False
+    yield "wide and short", _coo(3, 57, [0, 0, 2, 2, 2], [0, 56, 5, 30, 31]), False
+    yield "empty", sp.coo_matrix((9, 7)), True
+
+
+CASES = list(awkward())
+
+
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[x[0] for x in CASES])
+def test_every_op_matches_scipy_on_awkward_patterns(c, overlap, case):
+    _, S, permute = CASES[case]
+    r = 3
+    rng = np.random.default_rng(case)
+    A, B = rng.standard_normal((S.shape[0], r)), rng.standard_normal((S.shape[1], r))
+    obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, dtype=np.float64, root=None,
+                            permute=permute, overlap=overlap)
+    A_loc, B_loc = scattered(obj, A, B)
+    for op, strategy in RUNS * 2:  # twice: the kept buffers and prepared kernels serve again
+        check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
+    obj.close()
+
+
+def model_counts(obj, S):
+    """Every rank's exchange counts from the pattern and the object's permutation alone."""
+    coo = sp.coo_matrix(S)
+    return exchange_model(obj.row_inv[coo.row], obj.col_inv[coo.col], S.shape, obj.p, obj.c,
+                          obj.grid.order)
+
+
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[x[0] for x in CASES])
+@pytest.mark.parametrize("order", ["fiber", "layer"])
+def test_counted_words_equal_the_pattern_model(c, case, order):
+    _, S, permute = CASES[case]
+    r = 5
+    rng = np.random.default_rng(case)
+    A, B = rng.standard_normal((S.shape[0], r)), rng.standard_normal((S.shape[1], r))
+    obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, root=None, permute=permute,
+                            order=order)
+    model = model_counts(obj, S)
+    mine = model.rank(COMM.rank)
+    q = P // c
+    plan = SparseAware15D.model.plan_words(q, int(model.recv_rows[COMM.rank]),
+                                     int(model.recv_peers[COMM.rank]))
+    assert obj.plan_cost["words"] == plan["words"]
+    assert obj.plan_cost["messages"] == plan["messages"]
+    assert obj.values.size == model.nnz[COMM.rank]
+    A_loc, B_loc = scattered(obj, A, B)
+    m, n = S.shape
+    for op, strategy in RUNS:
+        key, st = op.replace("-", "_"), strategy or "none"
+        exact = sparse_aware_15d_exact(key, m, n, r, P, c, st, **mine)
+        assert exact == obj.expected_words(key, r, st)
+        obj.stats.reset()
+        distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+        # what it receives: the same formula with the roles of sender and receiver swapped
+        k = COMM.rank
+        swapped = sparse_aware_15d_exact(
+            key, m, n, r, P, c, st, a_rows=mine["a_rows"], super_rows=mine["super_rows"],
+            gather_rows=int(model.recv_rows[k]), gather_peers=int(model.recv_peers[k]),
+            scatter_rows=int(model.send_rows[k]), scatter_peers=int(model.send_peers[k]))
+        assert obj.stats.words("propagation", "words_received") == \
+            swapped["propagation"]["words"]
+        assert obj.stats.words("propagation", "messages_received") == \
+            swapped["propagation"]["messages"]
+        for ph in PHASES:
+            assert obj.stats.words(ph) == exact[ph]["words"], (op, strategy, ph)
+            assert obj.stats.words(ph, "messages_sent") == exact[ph]["messages"], (op, ph)
+            sent = COMM.allreduce(obj.stats.words(ph))
+            assert sent == COMM.allreduce(obj.stats.words(ph, "words_received"))
+        assert obj.stats.words("distribute") == 0 and obj.stats.words("plan") == 0
+    obj.close()
+
+
+def test_pattern_free_bound_is_dense_shifting():
+    """Without a pattern the model is a dense S's: every rank needs every row of its layer's
+    other blocks, which 1.5D dense shifting's fusion strategy also sends (m = n)."""
+    n, r = 64 * 10, 8
+    for p, c in ((64, 1), (64, 4), (16, 2)):
+        ours = costmodel.total(SparseAware15D.model.exact_words("fusedmm_a", n, n, r, p, c,
+                                                                "fusion"))
+        dense = costmodel.total(costmodel.exact("15d-dense-shift", "fusedmm_a", n, n, r, p, c,
+                                                "fusion"))
+        assert ours == pytest.approx(dense)
+    # a dense S at this p: the pattern model equals the bound on every rank
+    S = sp.coo_matrix(np.ones((3 * P, 2 * P)))
+    for c in CS:
+        model = exchange_model(S.row, S.col, S.shape, P, c)
+        for k in range(P):
+            got = sparse_aware_15d_exact("fusedmm_b", 3 * P, 2 * P, 4, P, c, "reuse",
+                                         **model.rank(k))
+            bound = sparse_aware_15d_exact("fusedmm_b", 3 * P, 2 * P, 4, P, c, "reuse")
+            assert got == bound
+
+
+def test_memory_model_counts_what_the_rank_holds():
+    S, A, B = problem(50, 44, 4, density=0.1, seed=8)
+    for c in CS:
+        obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=4, root=None)
+        counts = obj.memory_counts(4)
+        x = obj.exchange
+        assert (counts["recv"], counts["send"]) == (x.nrecv, x.nsend)
+        mem = obj.memory_model("fusedmm_a", "fusion", 4)
+        assert mem.parts["exchange"] == (x.nrecv + x.nsend) * 4 * 4
+        obj.close()
+
+
+def shuffled_grid(k: int, seed: int = 0):
+    """A k x k grid graph (with self-loops) whose vertex order is shuffled."""
+    idx = np.arange(k * k).reshape(k, k)
+    rows = np.r_[idx[:, :-1].ravel(), idx[:-1, :].ravel(), idx.ravel()]
+    cols = np.r_[idx[:, 1:].ravel(), idx[1:, :].ravel(), idx.ravel()]
+    shuffle = np.random.default_rng(seed).permutation(k * k)
+    S = _coo(k * k, k * k, shuffle[rows], shuffle[cols], seed)
+    return (S + S.T).tocoo()
+
+
+@pytest.mark.parametrize("mode", ["kahip", "kahypar", "file"])
+def test_partitioned_order_matches_scipy_and_the_model(mode, shared_tmp):
+    from distmm.core.partition import load_partition, partition, save_partition
+
+    pytest.importorskip("kahip" if mode == "file" else mode)
+    S = shuffled_grid(9)
+    r = 3
+    permute = mode
+    if mode == "file":
+        path = f"{shared_tmp}/grid.part.h5"
+        if COMM.rank == 0:
+            save_partition(partition(S, P, "kahip"), path)
+        COMM.Barrier()
+        permute = load_partition(path)
+    rng = np.random.default_rng(2)
+    A, B = rng.standard_normal((81, r)), rng.standard_normal((81, r))
+    for c in CS:
+        obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, dtype=np.float64,
+                                root=None, permute=permute)
+        assert np.array_equal(np.diff(obj.offsets["a"]),
+                              np.bincount(obj.partition.parts, minlength=P))
+        A_loc, B_loc = scattered(obj, A, B)
+        for op, strategy in RUNS:
+            check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
+        model = exchange_model(obj.row_inv[S.row], obj.col_inv[S.col], S.shape, P, c,
+                               offsets=obj.offsets["a"])
+        exact = sparse_aware_15d_exact("fusedmm_b", 81, 81, r, P, c, "fusion",
+                                       **model.rank(COMM.rank))
+        assert exact == obj.expected_words("fusedmm_b", r, "fusion")
+        obj.stats.reset()
+        obj.fusedmm_b(A_loc, B_loc, "fusion")
+        assert obj.stats.words("propagation") == exact["propagation"]["words"]
+        obj.close()
+
+
+def test_partition_files_that_do_not_fit_are_refused_everywhere(shared_tmp):
+    from distmm.core.partition import Partition, load_partition, save_partition
+    from distmm.errors import InputError
+
+    S = shuffled_grid(5)
+    n = 25
+    cases = {"rows": Partition(np.zeros(n + 1, dtype=np.int64), P, n + 1, S.nnz, "kahip",
+                               0.03, 0.0),
+             "parts": Partition(np.zeros(n, dtype=np.int64), P + 1, n, S.nnz, "kahip", 0.03,
+                                0.0),
+             "nonzeros": Partition(np.zeros(n, dtype=np.int64), P, n, S.nnz + 1, "kahip",
+                                   0.03, 0.0)}
+    for what, part in cases.items():
+        path = f"{shared_tmp}/{what}.part.h5"
+        if COMM.rank == 0:
+            save_partition(part, path)
+        COMM.Barrier()
+        with pytest.raises(InputError, match=what):
+            distmm.distribute(S, COMM, algorithm=NAME, root=None,
+                              permute=load_partition(path))
+    if COMM.rank == 0:
+        with open(f"{shared_tmp}/corrupt.part.h5", "wb") as f:
+            f.write(b"\x89HDF\r\n\x1a\n" + b"\0" * 40)
+    COMM.Barrier()
+    with pytest.raises(InputError, match="cannot read"):
+        load_partition(f"{shared_tmp}/corrupt.part.h5")
+    # a partitioner's order is the sparse-aware family's layout only
+    with pytest.raises(InputError, match="15d-sparse-aware"):
+        distmm.distribute(S, COMM, algorithm="15d-dense-shift", root=None, permute="kahip")
+    with pytest.raises(InputError, match="square"):
+        distmm.distribute(sp.coo_matrix(np.ones((3, 4))), COMM, algorithm=NAME, root=None,
+                          permute="kahip")
+
+
+@pytest.mark.parametrize("shape", [(40, 40), (40, 31)])
+def test_the_planner_orders_s_as_a_run_does(shape):
+    from distmm.perf.sparse_planner import order
+
+    S, _, _ = problem(*shape, 1, density=0.1, seed=6)
+    obj = distmm.distribute(S, COMM, algorithm=NAME, root=None)
+    row_inv, col_inv, offsets, _ = order(S.row, S.col, S.shape, P, "auto")
+    assert offsets is None
+    assert np.array_equal(row_inv, obj.row_inv) and np.array_equal(col_inv, obj.col_inv)
+    obj.close()

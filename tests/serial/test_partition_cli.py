@@ -1,0 +1,83 @@
+"""`distmm partition` and `distmm plan --sparse` in-process: files written and reused, one JSON
+line per candidate with the fields users compare, and refusals with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+
+from distmm.cli import main
+from distmm.core.exchange import exchange_model
+from distmm.core.partition import load_partition
+from distmm.perf import costmodel
+from distmm.perf.sparse_planner import order
+
+
+def write_graph(path, k=12, seed=0):
+    idx = np.arange(k * k).reshape(k, k)
+    rows = np.r_[idx[:, :-1].ravel(), idx[:-1, :].ravel()]
+    cols = np.r_[idx[:, 1:].ravel(), idx[1:, :].ravel()]
+    shuffle = np.random.default_rng(seed).permutation(k * k)
+    S = sp.coo_matrix((np.ones(rows.size), (shuffle[rows], shuffle[cols])), shape=(k * k,) * 2)
+    S = (S + S.T).tocoo()
+    scipy.io.mmwrite(str(path), S)
+    return S
+
+
+def lines(capsys):
+    return [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+
+
+def test_plan_sparse_prints_every_family_with_exact_words(tmp_path, capsys):
+    S = write_graph(tmp_path / "g.mtx")
+    assert main(["plan", "--sparse", str(tmp_path / "g.mtx"), "-p", "8", "--r", "16"]) == 0
+    rows = lines(capsys)
+    names = {row["algorithm"] for row in rows}
+    assert names == {"15d-dense-shift", "15d-sparse-shift", "25d-dense-replicate",
+                     "25d-sparse-replicate", "15d-sparse-aware"}
+    for row in rows:
+        assert {"algorithm", "strategy", "c", "max_words", "memory_bytes"} <= set(row)
+    # the sparse-aware rows: the busiest rank's words of the pattern model, independently
+    row_inv, col_inv, offsets, _ = order(S.row, S.col, S.shape, 8, "auto")
+    for c in (1, 2, 4, 8):
+        model = exchange_model(row_inv[S.row], col_inv[S.col], S.shape, 8, c)
+        a, t = model.a_rows, model.super_rows
+        words = 16 * (model.send_rows + (c - 1) * a + (t - a))
+        got = [row for row in rows if row["algorithm"] == "15d-sparse-aware" and row["c"] == c
+               and row["strategy"] == "fusion"]
+        assert got[0]["max_words"] == words.max()
+    dense = [row for row in rows if row["algorithm"] == "15d-dense-shift" and row["c"] == 1
+             and row["strategy"] == "fusion"][0]
+    assert dense["max_words"] == costmodel.total(costmodel.exact(
+        "15d-dense-shift", "fusedmm_a", 144, 144, 16, 8, 1, "fusion"))
+
+
+@pytest.mark.parametrize("method", ["kahip", "kahypar"])
+def test_partition_file_is_written_and_used_by_plan(tmp_path, capsys, method):
+    pytest.importorskip(method)
+    write_graph(tmp_path / "g.mtx")
+    out = tmp_path / "g.part.h5"
+    assert main(["partition", str(tmp_path / "g.mtx"), "-p", "4", "--out", str(out),
+                 "--method", method]) == 0
+    record = lines(capsys)[0]
+    assert record["method"] == method and record["p"] == 4 and record["n"] == 144
+    assert record["volume"] < record["natural_volume"]
+    part = load_partition(out)
+    assert part.p == 4 and part.n == 144
+    assert main(["plan", "--sparse", str(tmp_path / "g.mtx"), "-p", "4", "--r", "8",
+                 "--partition", str(out)]) == 0
+    by_file = [r for r in lines(capsys) if r["algorithm"] == "15d-sparse-aware"]
+    assert by_file and all(r["permute"] == "partition" for r in by_file)
+    # the wrong p is refused
+    assert main(["plan", "--sparse", str(tmp_path / "g.mtx"), "-p", "8", "--r", "8",
+                 "--partition", str(out)]) == 2
+    assert "parts" in capsys.readouterr().err
+
+
+def test_plan_without_sizes_or_sparse_is_refused(capsys):
+    assert main(["plan", "--r", "8", "-p", "4"]) == 2
+    assert "--sparse" in capsys.readouterr().err
