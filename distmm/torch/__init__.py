@@ -3,7 +3,7 @@
 Optional: importing it needs torch (``pip install distmm[torch]``); without it the import raises
 :class:`distmm.errors.InputError` naming that command. Nothing else in distmm imports it.
 
-* :func:`graph` (:mod:`distmm.torch.graph`): a graph from PyTorch data, placed on the ranks,
+* :func:`graph` (:mod:`distmm.torch.graphs`): a graph from PyTorch data, placed on the ranks,
   with its node layout (``scatter``, ``local``, ``gather``) and edge maps (``to_values``,
   ``to_edges``).
 * :mod:`distmm.torch.nn`: ``GCNConv``, ``GATConv``, ``SAGEConv`` (PyTorch Geometric's
@@ -19,6 +19,7 @@ tensors in distmm's value order hold this rank's nonzeros.
 
 from __future__ import annotations
 
+from distmm.errors import InputError
 from distmm.torch import nn  # noqa: E402  (after graph: the layers use it)
 from distmm.torch.functions import (
     as_numpy,
@@ -31,7 +32,7 @@ from distmm.torch.functions import (
     spmm_b,
     torch,
 )
-from distmm.torch.graph import Graph, graph
+from distmm.torch.graphs import Graph, NodeTensor, graph
 
-__all__ = ["Graph", "as_numpy", "edge_softmax", "fusedmm_a", "fusedmm_b", "graph", "nn",
-           "sddmm", "sddmm_add", "spmm_a", "spmm_b", "torch"]
+__all__ = ["Graph", "InputError", "NodeTensor", "as_numpy", "edge_softmax", "fusedmm_a",
+           "fusedmm_b", "graph", "nn", "sddmm", "sddmm_add", "spmm_a", "spmm_b", "torch"]

@@ -25,7 +25,7 @@ from mpi4py import MPI
 from distmm.errors import InputError
 from distmm.torch import functions as fn
 from distmm.torch.functions import torch
-from distmm.torch.graph import NP_DTYPES, Graph, NodeTensor
+from distmm.torch.graphs import NP_DTYPES, Graph, NodeTensor
 from distmm.torch.heads import head_layout
 
 F = torch.nn.functional
