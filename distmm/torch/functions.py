@@ -71,9 +71,9 @@ arguments (type, device, dtype, which require gradients) is agreed in that all-r
 call, so a mistake on one rank raises on all of them instead of hanging the others.
 
 Second derivatives: the backward passes are distmm calls on numpy arrays, which autograd
-cannot differentiate again; they are marked ``once_differentiable``, so a double backward
-(``create_graph=True`` then a second ``grad``) raises a RuntimeError instead of silently
-dropping distmm's part of the second derivative.
+cannot differentiate again, so a backward with ``create_graph=True`` through any of these
+functions raises a RuntimeError saying so, instead of silently dropping distmm's part of the
+second derivative.
 
 ``torch.compile``: each call is kept out of the compiled graph (``torch.compiler.disable``: a
 graph break around it), since it runs numpy kernels and MPI collectives that dynamo cannot
@@ -88,11 +88,29 @@ from distmm._optional import require_extra
 from distmm.errors import InputError, agree
 
 torch = require_extra("torch", what="distmm.torch")
-from torch.autograd.function import once_differentiable  # noqa: E402
 
 TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
 
 AGREE_PHASE = "other"
+
+
+# ---------------------------------------------------------------------------- second order
+def _first_order(backward):
+    """Refuse a backward that builds a graph for second derivatives (``create_graph=True``):
+    its distmm calls on numpy arrays cannot be differentiated again, and leaving them out
+    would make the second derivative silently wrong."""
+    import functools
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "distmm.torch does not support second derivatives: its backward passes are "
+                "distributed distmm calls that autograd cannot differentiate again; call "
+                "backward / torch.autograd.grad without create_graph=True through distmm's "
+                "operations")
+        return backward(ctx, *grads)
+    return wrapper
 
 
 # ---------------------------------------------------------------------------- conversions
@@ -183,7 +201,7 @@ class SDDMM(torch.autograd.Function):
         return _tensor(obj.sddmm(as_numpy(A), as_numpy(B), values=v))
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, G):
         obj = ctx.obj
         A, B, vt = _saved(ctx)
@@ -212,7 +230,7 @@ class SpMMA(torch.autograd.Function):
         return _tensor(obj.spmm_a(as_numpy(B), values=v))
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, G):
         obj = ctx.obj
         B, vt = _saved(ctx)
@@ -236,7 +254,7 @@ class SpMMB(torch.autograd.Function):
         return _tensor(obj.spmm_b(as_numpy(A), values=v))
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, G):
         obj = ctx.obj
         A, vt = _saved(ctx)
@@ -267,7 +285,7 @@ class FusedMM(torch.autograd.Function):
         return _tensor(_fused_call(obj, side, as_numpy(A), as_numpy(B), values, strategy))
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, G):
         obj, side = ctx.obj, ctx.side
         A, B, vt = _saved(ctx)
@@ -305,7 +323,7 @@ class SDDMMAdd(torch.autograd.Function):
         return _tensor(obj.sddmm_add(as_numpy(u), as_numpy(w)))
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, G):
         obj = ctx.obj
         g = as_numpy(G)
@@ -325,7 +343,7 @@ class EdgeSoftmax(torch.autograd.Function):
         return alpha
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, G):
         (alpha,) = ctx.saved_tensors
         de = ctx.obj.edge_softmax_backward(as_numpy(alpha), as_numpy(G), ctx.dim)

@@ -127,6 +127,7 @@ class GCNConv(torch.nn.Module):
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
 
+    @torch.compiler.disable
     def forward(self, x, graph: Graph):
         twice = ("this graph's edge values are already GCN-normalised (graph(..., "
                  "normalize=True)); use GCNConv(..., normalize=False) with it"
@@ -179,6 +180,7 @@ class GATConv(torch.nn.Module):
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
 
+    @torch.compiler.disable
     def forward(self, x, graph: Graph):
         dup = ("GATConv: the graph has duplicate edges; PyG would give each copy its own "
                "attention, distmm holds one nonzero per pair: remove them first (e.g. "
@@ -218,6 +220,7 @@ class SAGEConv(torch.nn.Module):
         if self.lin_r is not None:
             self.lin_r.reset_parameters()
 
+    @torch.compiler.disable
     def forward(self, x, graph: Graph):
         x_in = x
         x, problem, dtype = _input(x, graph, self.in_channels)
