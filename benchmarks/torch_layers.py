@@ -119,9 +119,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     p = COMM.Get_size()
+    dt.graph(torch.zeros(2, 0, dtype=torch.int64), 1, COMM)  # distmm settles its threads
+    from distmm.kernels import threads
+    share = int(threads.STATE["threads"])
+    torch.set_num_threads(share)  # the same count for PyG's and distmm's torch operations
     if COMM.rank == 0:
-        print(f"p = {p}, torch {torch.__version__}, {torch.get_num_threads()} torch threads "
-              "before distmm settles them")
+        print(f"p = {p}, torch {torch.__version__}, {share} thread(s) per rank for torch "
+              "(both models) and distmm's kernels")
         print("| graph | nodes | edges | model | PyG ms | distmm ms | distmm / PyG (median of "
               "rounds) |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
