@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 import distmm
 from distmm.errors import InputError, agree
+from distmm.torch import functions as F_
 from distmm.torch.functions import torch
 
 # the dtypes distmm computes in; float16 and bfloat16 are computed in float32
@@ -348,6 +349,24 @@ class Graph:
         coalesced = every.new_zeros((pat.keys.size,) + tuple(v.shape[1:]))
         coalesced = coalesced.index_copy(0, pat.order, every)
         return coalesced[torch.from_numpy(pat.inverse[:self.num_edges])]
+
+    def spmm_heads(self, alpha, z, pattern: str = "base"):
+        """Every head's aggregation ``Y[i, k] = sum_j alpha[(i, j), k] z[j, k]`` in one
+        distributed SpMM (:mod:`distmm.torch.heads`), differentiable in ``alpha`` and ``z``.
+
+        ``alpha``: (this rank's nonzeros, h) in value order of the pattern ("base", or "loops"
+        with every self-loop); ``z``: (num_local, h, F) node tensor. Returns (num_local, h, F).
+        Collective (the first call per head count and dtype builds the head-expanded S)."""
+        from distmm.torch.heads import head_layout
+        ok = (isinstance(z, torch.Tensor) and isinstance(alpha, torch.Tensor) and z.dim() == 3
+              and alpha.dim() == 2 and z.shape[0] == self.num_local
+              and alpha.shape[1] == z.shape[1] and z.dtype in NP_DTYPES)
+        agree(self.comm, None if ok else (
+            f"spmm_heads takes alpha (nonzeros, h) and z ({self.num_local}, h, F) of one float "
+            f"dtype, got {_describe(alpha)} and {_describe(z)}"))
+        layout = head_layout(self, pattern, int(z.shape[1]), NP_DTYPES[z.dtype])
+        F_._check_call(layout.obj, None, alpha=alpha, z=z)
+        return layout.spmm(alpha, z.contiguous())
 
     # ------------------------------------------------------------------ reductions
     def sum(self, x):
