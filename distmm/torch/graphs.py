@@ -158,7 +158,7 @@ class Graph:
             if normalize:
                 w = _gcn_norm(src, dst, w, num_nodes)
         self.src, self.dst, self.weight = src, dst, w  # the edges after the options
-        self.has_duplicates = np.unique(dst * num_nodes + src).size < src.size
+        self._duplicates: dict = {}
         self.patterns: dict = {"base": Pattern(self, dst, src)}
         obj = self.pattern("base").obj(np.float32)
         self.nodes = obj.local_rows("a")
@@ -221,10 +221,12 @@ class Graph:
 
     def duplicate_edges(self, ignore_loops: bool = False) -> bool:
         """Whether an edge (source, target) appears more than once (self-loops ignored when
-        ``ignore_loops``). Not collective."""
-        keep = self.src != self.dst if ignore_loops else slice(None)
-        keys = self.dst[keep] * self.num_nodes + self.src[keep]
-        return np.unique(keys).size < keys.size
+        ``ignore_loops``). Not collective; computed once per graph."""
+        if ignore_loops not in self._duplicates:
+            keep = self.src != self.dst if ignore_loops else slice(None)
+            keys = self.dst[keep] * self.num_nodes + self.src[keep]
+            self._duplicates[ignore_loops] = bool(np.unique(keys).size < keys.size)
+        return self._duplicates[ignore_loops]
 
     # ------------------------------------------------------------------ node tensors
     def _register(self, t):
