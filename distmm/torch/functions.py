@@ -1,8 +1,8 @@
-"""PyTorch adapter: distmm's distributed kernels as differentiable ``torch.autograd`` operations.
+"""distmm's distributed kernels as differentiable ``torch.autograd`` operations.
 
-Optional: importing this module needs torch (``pip install distmm[torch]``); without it the
-import raises :class:`distmm.errors.InputError` naming that command. Nothing else in distmm
-imports it.
+Re-exported by :mod:`distmm.torch` (``dt.spmm_a`` and so on). Optional: importing this module
+needs torch (``pip install distmm[torch]``); without it the import raises
+:class:`distmm.errors.InputError` naming that command. Nothing else in distmm imports it.
 
 Every function takes ``S``, an object from :func:`distmm.distribute`, and CPU tensors holding
 this rank's blocks in S's distribution, and returns this rank's block of the result:
@@ -66,7 +66,18 @@ require gradients on all ranks alike (checked: one small all-reduce per call whe
 counted under phase "other", raises InputError everywhere on a mismatch), and must
 backpropagate through every call (a loss that sums an empty block is fine), because each
 backward is collective too. S's own values must not change (``set_values``) between a forward
-and its backward when ``values`` is None.
+and its backward when ``values`` is None. Every problem these functions find in their
+arguments (type, device, dtype, which require gradients) is agreed in that all-reduce, on every
+call, so a mistake on one rank raises on all of them instead of hanging the others.
+
+Second derivatives: the backward passes are distmm calls on numpy arrays, which autograd
+cannot differentiate again, so a backward with ``create_graph=True`` through any of these
+functions raises a RuntimeError saying so, instead of silently dropping distmm's part of the
+second derivative.
+
+``torch.compile``: each call is kept out of the compiled graph (``torch.compiler.disable``: a
+graph break around it), since it runs numpy kernels and MPI collectives that dynamo cannot
+trace.
 """
 
 from __future__ import annotations
@@ -78,7 +89,28 @@ from distmm.errors import InputError, agree
 
 torch = require_extra("torch", what="distmm.torch")
 
+TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
+
 AGREE_PHASE = "other"
+
+
+# ---------------------------------------------------------------------------- second order
+def _first_order(backward):
+    """Refuse a backward that builds a graph for second derivatives (``create_graph=True``):
+    its distmm calls on numpy arrays cannot be differentiated again, and leaving them out
+    would make the second derivative silently wrong."""
+    import functools
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "distmm.torch does not support second derivatives: its backward passes are "
+                "distributed distmm calls that autograd cannot differentiate again; call "
+                "backward / torch.autograd.grad without create_graph=True through distmm's "
+                "operations")
+        return backward(ctx, *grads)
+    return wrapper
 
 
 # ---------------------------------------------------------------------------- conversions
@@ -103,15 +135,17 @@ def _ones(obj) -> np.ndarray:
     return cache[n]
 
 
-def _check_call(obj, **tensors) -> None:
+def _check_call(obj, problem: str | None = None, **tensors) -> None:
     """Check the tensors of one call on every rank alike (collective when p > 1).
 
-    Locally: each named argument is a CPU tensor (or None where the caller allows it). Across
+    Locally: each named argument is a CPU tensor of S's dtype (or None where the caller
+    allows it); ``problem`` is a caller's own finding (a layer's node-tensor check). Across
     ranks: which of them require gradients must agree, since each needed gradient is a
     collective call in the backward. One all-reduce of three integers (phase "other"); the
     error texts travel only when something is wrong.
     """
-    msg, code = None, 0
+    msg, code = problem, 0
+    want = TORCH_DTYPES.get(np.dtype(obj.dtype))
     grad_on = torch.is_grad_enabled()
     for k, (name, t) in enumerate(tensors.items()):
         if t is None:
@@ -121,6 +155,9 @@ def _check_call(obj, **tensors) -> None:
         elif not t.is_cpu:
             msg = msg or (f"{name} is on {t.device}; distmm.torch takes CPU tensors "
                           "(move it with .cpu())")
+        elif want is not None and t.dtype != want:
+            msg = msg or (f"{name} has dtype {t.dtype}; this S computes in {want} (make the "
+                          "tensor's dtype match, or build S with that dtype)")
         elif grad_on and t.requires_grad:
             code |= 1 << k
         code |= 1 << (k + len(tensors))  # which arguments are given at all
@@ -164,6 +201,7 @@ class SDDMM(torch.autograd.Function):
         return _tensor(obj.sddmm(as_numpy(A), as_numpy(B), values=v))
 
     @staticmethod
+    @_first_order
     def backward(ctx, G):
         obj = ctx.obj
         A, B, vt = _saved(ctx)
@@ -192,6 +230,7 @@ class SpMMA(torch.autograd.Function):
         return _tensor(obj.spmm_a(as_numpy(B), values=v))
 
     @staticmethod
+    @_first_order
     def backward(ctx, G):
         obj = ctx.obj
         B, vt = _saved(ctx)
@@ -215,6 +254,7 @@ class SpMMB(torch.autograd.Function):
         return _tensor(obj.spmm_b(as_numpy(A), values=v))
 
     @staticmethod
+    @_first_order
     def backward(ctx, G):
         obj = ctx.obj
         A, vt = _saved(ctx)
@@ -245,6 +285,7 @@ class FusedMM(torch.autograd.Function):
         return _tensor(_fused_call(obj, side, as_numpy(A), as_numpy(B), values, strategy))
 
     @staticmethod
+    @_first_order
     def backward(ctx, G):
         obj, side = ctx.obj, ctx.side
         A, B, vt = _saved(ctx)
@@ -282,6 +323,7 @@ class SDDMMAdd(torch.autograd.Function):
         return _tensor(obj.sddmm_add(as_numpy(u), as_numpy(w)))
 
     @staticmethod
+    @_first_order
     def backward(ctx, G):
         obj = ctx.obj
         g = as_numpy(G)
@@ -301,6 +343,7 @@ class EdgeSoftmax(torch.autograd.Function):
         return alpha
 
     @staticmethod
+    @_first_order
     def backward(ctx, G):
         (alpha,) = ctx.saved_tensors
         de = ctx.obj.edge_softmax_backward(as_numpy(alpha), as_numpy(G), ctx.dim)
@@ -308,12 +351,19 @@ class EdgeSoftmax(torch.autograd.Function):
 
 
 # ---------------------------------------------------------------------------- public API
+def _eager(f):
+    """Keep ``f`` out of torch.compile's graphs (a graph break; see the module docstring)."""
+    compiler = getattr(torch, "compiler", None)
+    return compiler.disable(f) if compiler is not None and hasattr(compiler, "disable") else f
+
+
+@_eager
 def sddmm(S, A, B, values=None):
     """Sampled dense-dense product ``R_e = v_e <A_i, B_j>`` at S's nonzeros, differentiable.
 
     Parameters
     ----------
-    S : DistributedAlgorithm
+    S : DistributedMatrix
         The distributed sparse matrix (:func:`distmm.distribute`).
     A : Tensor, shape (local A rows, local columns)
         This rank's A-side block, in S's dtype.
@@ -333,6 +383,7 @@ def sddmm(S, A, B, values=None):
     return SDDMM.apply(S, A, B, values)
 
 
+@_eager
 def spmm_a(S, B, values=None):
     """``S(v) @ B`` (m x r), this rank's A-side block; differentiable in B and ``values``.
 
@@ -343,6 +394,7 @@ def spmm_a(S, B, values=None):
     return SpMMA.apply(S, B, values)
 
 
+@_eager
 def spmm_b(S, A, values=None):
     """``S(v)^T @ A`` (n x r), this rank's B-side block; differentiable in A and ``values``.
 
@@ -353,6 +405,7 @@ def spmm_b(S, A, values=None):
     return SpMMB.apply(S, A, values)
 
 
+@_eager
 def fusedmm_a(S, A, B, values=None, strategy: str | None = None):
     """FusedMMA ``(S(v) * (A B^T)) @ B`` (m x r), this rank's A-side block, differentiable.
 
@@ -364,6 +417,7 @@ def fusedmm_a(S, A, B, values=None, strategy: str | None = None):
     return FusedMM.apply(S, "a", strategy, A, B, values)
 
 
+@_eager
 def fusedmm_b(S, A, B, values=None, strategy: str | None = None):
     """FusedMMB ``(S(v) * (A B^T))^T @ A`` (n x r), this rank's B-side block; the mirror of
     :func:`fusedmm_a`. Collective over ``S.comm``."""
@@ -371,6 +425,7 @@ def fusedmm_b(S, A, B, values=None, strategy: str | None = None):
     return FusedMM.apply(S, "b", strategy, A, B, values)
 
 
+@_eager
 def sddmm_add(S, u, w):
     """The additive SDDMM of per-node scalars, ``e_ij = u_i + w_j`` at S's nonzeros.
 
@@ -395,6 +450,7 @@ def sddmm_add(S, u, w):
     return SDDMMAdd.apply(S, u, w)
 
 
+@_eager
 def edge_softmax(S, e, dim: str = "row"):
     """Softmax of edge scores within each row (``"row"``) or column (``"col"``) of S.
 
