@@ -1,4 +1,5 @@
-"""The ``distmm`` command (console script ``distmm = distmm.cli:main``).
+"""The ``distmm`` command line (the console script ``distmm`` and ``python -m distmm`` run
+:func:`main` through :mod:`distmm.__main__`, which prepares the process first).
 
 One module per command or group: :mod:`~distmm.cli.kernels` (run, bench),
 :mod:`~distmm.cli.plan` (plan, calibrate), :mod:`~distmm.cli.spgemm`,
