@@ -69,7 +69,8 @@ LIMITED_MODULES = frozenset({
     "test_gat_cli.py", "test_gat_fused.py", "test_node_model_dynaspase.py",
     "test_node_model_hash_spgemm.py", "test_node_model_sparch.py",
     "test_node_model_sputnik.py", "test_ops_gat_example.py", "test_torch_edges.py",
-    "test_torch_kernels.py", "test_tune.py",
+    "test_torch_graph.py", "test_torch_kernels.py", "test_torch_layers.py",
+    "test_torch_pitfalls.py", "test_tune.py", "test_io_layer.py",
     # per-call features shared by every family
     "test_bound_calls.py", "test_close.py", "test_dense_blocks.py", "test_hdf5_input.py",
     "test_ops_dense.py", "test_ops_edges.py", "test_ops_methods.py", "test_ops_softmax.py",

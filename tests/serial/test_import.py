@@ -26,6 +26,14 @@ os.register_at_fork(before=lambda: forks.append(1))
 before = dict(os.environ)
 import distmm
 light = sorted(m for m in ("numpy", "scipy", "numba", "mpi4py.MPI") if m in sys.modules)
+# torch's compiler writes its own cache variable as it loads (distmm.torch keeps its calls out
+# of compiled graphs through it): what torch itself sets is not distmm's doing
+mid = dict(os.environ)
+try:
+    import torch._dynamo  # noqa: F401
+except ImportError:
+    pass
+third = {k for k in set(mid) | set(os.environ) if mid.get(k) != os.environ.get(k)}
 skipped = {}
 for info in pkgutil.walk_packages(distmm.__path__, "distmm."):
     if info.name == "distmm.__main__":
@@ -34,7 +42,8 @@ for info in pkgutil.walk_packages(distmm.__path__, "distmm."):
         importlib.import_module(info.name)
     except ImportError as exc:
         skipped[info.name] = str(exc)
-changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
+changed = sorted(k for k in set(before) | set(os.environ)
+                 if before.get(k) != os.environ.get(k) and k not in third)
 print(json.dumps({"light": light, "forks": len(forks), "changed": changed,
                   "skipped": skipped, "exports": sorted(distmm.__all__)}))
 """
