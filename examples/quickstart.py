@@ -6,12 +6,14 @@ Every rank builds the same small random graph here; real code passes a file path
 distributed generator to distmm.distribute instead.
 """
 
-import distmm  # first: it turns on MPICH's single-copy messages before MPI starts (guide.md)
+import distmm
+
+distmm.prepare_process()  # before numpy and MPI load: OpenBLAS's threads, MPICH's single copy
 
 # isort: split
-import numpy as np
-import scipy.sparse as sp
-from mpi4py import MPI
+import numpy as np  # noqa: E402 - after prepare_process
+import scipy.sparse as sp  # noqa: E402
+from mpi4py import MPI  # noqa: E402
 
 comm = MPI.COMM_WORLD
 n, r = 1000, 16
