@@ -99,7 +99,7 @@ def test_counted_words_equal_the_pattern_model(c, case, order):
     for op, strategy in RUNS:
         key, st = op.replace("-", "_"), strategy or "none"
         exact = sparse_aware_15d_exact(key, m, n, r, P, c, st, **mine)
-        assert exact == obj.expected_words(key, r, st)
+        assert exact == obj.stats.expected_words(key, r, st)
         obj.stats.reset()
         distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
         # what it receives: the same formula with the roles of sender and receiver swapped
@@ -149,7 +149,7 @@ def test_memory_model_counts_what_the_rank_holds():
         counts = obj.memory_counts(4)
         x = obj.exchange
         assert (counts["recv"], counts["send"]) == (x.nrecv, x.nsend)
-        mem = obj.memory_model("fusedmm_a", "fusion", 4)
+        mem = obj.stats.memory_model("fusedmm_a", "fusion", 4)
         assert mem.parts["exchange"] == (x.nrecv + x.nsend) * 4 * 4
         obj.close()
 
@@ -192,7 +192,7 @@ def test_partitioned_order_matches_scipy_and_the_model(mode, shared_tmp):
                                offsets=obj.offsets["a"])
         exact = sparse_aware_15d_exact("fusedmm_b", 81, 81, r, P, c, "fusion",
                                        **model.rank(COMM.rank))
-        assert exact == obj.expected_words("fusedmm_b", r, "fusion")
+        assert exact == obj.stats.expected_words("fusedmm_b", r, "fusion")
         obj.stats.reset()
         obj.fusedmm_b(A_loc, B_loc, "fusion")
         assert obj.stats.words("propagation") == exact["propagation"]["words"]
