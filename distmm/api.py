@@ -9,17 +9,12 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from distmm.algorithms import ALGORITHMS
-from distmm.algorithms.base import DistributedAlgorithm, DistributedMatrix
+from distmm.algorithms.base import DistributedMatrix
 from distmm.core.coo import CooShare
 from distmm.core.memory import physical_memory, release_freed_memory
-from distmm.core.operations import CLI_OPS
 from distmm.core.permute import permute_mode
 from distmm.errors import Checks, InputError, agree, as_int, require
 from distmm.kernels import NodeModel
-
-# The command line's spellings, which run_op and op_flops below take (distmm.core.operations
-# maps them to the Python names; ``distmm.OPS`` is the Python one).
-OPS = CLI_OPS
 
 
 def as_coo_share(S, comm: MPI.Comm, root: int | None = 0,
@@ -286,114 +281,3 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
               checks=settings["checks"], **extra)
     release_freed_memory()  # placing S's temporaries would otherwise stay resident
     return obj
-
-
-def run_op(obj: DistributedAlgorithm, op: str, A_loc: np.ndarray | None,
-           B_loc: np.ndarray | None, strategy: str | None = None,
-           out: np.ndarray | None = None) -> np.ndarray:
-    """Run one named operation (CLI spelling, e.g. ``"fusedmm-a"``) on distributed blocks.
-
-    Collective over the object's communicator.
-
-    Parameters
-    ----------
-    obj : DistributedAlgorithm
-        S distributed by :func:`distribute`.
-    op : str
-        One of :data:`OPS`.
-    A_loc, B_loc : numpy.ndarray or None
-        This rank's blocks of A and B in ``obj``'s distribution (None where ``op`` does not
-        read it, see :func:`op_inputs`).
-    strategy : str, optional
-        FusedMM only; default (None or ``"-"``): the family's most communication-eliding one.
-    out : numpy.ndarray, optional
-        Where to write the result (:func:`result_buffer` makes one): a loop that passes the
-        same buffer with the same operands runs the call's kernels and shifts alone from the
-        third call on (docs/api.md); default: a new array.
-
-    Returns
-    -------
-    numpy.ndarray
-        The SDDMM values in this rank's value order, or this rank's dense output block
-        (``out`` when given).
-
-    Raises
-    ------
-    InputError
-        For an unknown operation or strategy, or blocks of the wrong shape (on every rank).
-    """
-    require(op in OPS, f"unknown operation {op!r}; choose one of {', '.join(OPS)}")
-    if strategy is None or strategy == "-":
-        strategy = obj.strategies[-1]
-    if op == "sddmm":
-        return obj.sddmm(A_loc, B_loc, out=out)
-    if op == "spmm-a":
-        return obj.spmm_a(B_loc, out=out)
-    if op == "spmm-b":
-        return obj.spmm_b(A_loc, out=out)
-    if op == "fusedmm-a":
-        return obj.fusedmm_a(A_loc, B_loc, strategy=strategy, out=out)
-    return obj.fusedmm_b(A_loc, B_loc, strategy=strategy, out=out)
-
-
-def result_buffer(obj: DistributedMatrix, op: str, r: int) -> np.ndarray:
-    """A buffer for the result of ``op`` at width r on this rank, to pass to :func:`run_op`
-    as ``out``: a side's dense block, or (SDDMM) one value per stored nonzero in value order.
-    Not collective (meant to be called on every rank)."""
-    require(op in OPS, f"unknown operation {op!r}; choose one of {', '.join(OPS)}")
-    side = op_output_side(op)
-    return np.empty_like(obj.values) if side is None else obj.dense(side, r)
-
-
-def op_inputs(op: str) -> tuple[bool, bool]:
-    """Whether an operation reads A and whether it reads B. Not collective.
-
-    Parameters
-    ----------
-    op : str
-        One of :data:`OPS`.
-
-    Returns
-    -------
-    tuple of bool
-        ``(reads_a, reads_b)``: ``spmm-a`` reads only B, ``spmm-b`` only A, the rest both.
-    """
-    return op != "spmm-a", op != "spmm-b"
-
-
-def op_output_side(op: str) -> str | None:
-    """The side of an operation's dense result. Not collective.
-
-    Parameters
-    ----------
-    op : str
-        One of :data:`OPS`.
-
-    Returns
-    -------
-    str or None
-        ``"a"`` (m x r: ``spmm-a``, ``fusedmm-a``), ``"b"`` (n x r: ``spmm-b``,
-        ``fusedmm-b``), or None for SDDMM, whose result is values of S.
-    """
-    return {"sddmm": None, "spmm-a": "a", "spmm-b": "b", "fusedmm-a": "a",
-            "fusedmm-b": "b"}[op]
-
-
-def op_flops(op: str, nnz: int, r: int) -> float:
-    """Useful flops of one operation. Not collective.
-
-    Parameters
-    ----------
-    op : str
-        One of :data:`OPS`.
-    nnz : int
-        Nonzeros of S.
-    r : int
-        Dense width.
-
-    Returns
-    -------
-    float
-        2 nnz r for SDDMM or SpMM, 4 nnz r for FusedMM.
-    """
-    return (4.0 if op.startswith("fusedmm") else 2.0) * nnz * r

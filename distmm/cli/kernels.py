@@ -23,10 +23,12 @@ from distmm.cli.common import (
     refuse_oversized,
     resolve_limit,
 )
+from distmm.core.operations import CLI_OPS
 from distmm.errors import Checks, InputError, require
 from distmm.io.hdf5 import sparse_header
 from distmm.io.npy import npy_header
 from distmm.io.outputs import write_h5_atomic
+from distmm.perf import bench
 from distmm.perf.bench import kernel_summary, measure, phase_summary, random_blocks, timed
 
 
@@ -34,7 +36,7 @@ def add_parser(sub) -> None:
     """Register ``distmm run`` and ``distmm bench``."""
     run = sub.add_parser("run", help="run one operation on a Matrix Market matrix and .npy "
                                      "dense inputs; write the result to HDF5")
-    run.add_argument("op", help=f"one of {', '.join(api.OPS)}")
+    run.add_argument("op", help=f"one of {', '.join(CLI_OPS)}")
     files.input_option(run, "--sparse", required=True,
                        help="S (m x n) as .mtx, .mtx.gz or .h5/.hdf5 (CSR or COO layout, see "
                             "docs/hardening.md)")
@@ -67,12 +69,12 @@ def _run_prechecks(args) -> dict:
     and S's size is checked against this machine's memory before anything is read; then the
     --node-config and --machine files. Raises InputError; returns what later steps need.
     """
-    require(args.op in api.OPS, f"unknown operation {args.op!r}; choose one of "
-                                f"{', '.join(api.OPS)}")
+    require(args.op in CLI_OPS, f"unknown operation {args.op!r}; choose one of "
+                                f"{', '.join(CLI_OPS)}")
     check_common(args)
     require(args.repeat >= 1, f"--repeat must be at least 1, got {args.repeat}")
     require(args.tune >= 1, f"--tune must be at least 1, got {args.tune}")
-    need_a, need_b = api.op_inputs(args.op)
+    need_a, need_b = bench.op_inputs(args.op)
     require(not need_a or args.a, f"{args.op} needs --a A.npy")
     require(not need_b or args.b, f"{args.op} needs --b B.npy")
     m, n, nnz = sparse_header(args.sparse)
@@ -166,23 +168,23 @@ def cmd_run(args) -> int:
     A_loc = obj.scatter("a", A, root=None) if A is not None else None
     B_loc = obj.scatter("b", B, root=None) if B is not None else None
     nnz = int(comm.allreduce(obj.values.size))
-    out = api.result_buffer(obj, args.op, r)  # every repetition writes it, as a loop does
+    out = bench.result_buffer(obj, args.op, r)  # every repetition writes it, as a loop does
     for rep in range(args.repeat):
         signals.stop_if_requested(comm, "before repeat 1" if rep == 0 else
                                   f"after repeat {rep} of {args.repeat}")
         obj.stats.reset()
-        result, seconds = timed(comm, lambda: api.run_op(obj, args.op, A_loc, B_loc,
+        result, seconds = timed(comm, lambda: bench.run_op(obj, args.op, A_loc, B_loc,
                                                          args.strategy, out))
         report = obj.stats.report()
         record = {"event": "run", "op": args.op, "strategy": args.strategy, "repeat": rep,
                   "seconds": seconds, "nnz": nnz, "r": r,
-                  "gflops": api.op_flops(args.op, nnz, r) / seconds / 1e9 if seconds else None,
+                  "gflops": bench.op_flops(args.op, nnz, r) / seconds / 1e9 if seconds else None,
                   **obj.stats.describe(), "phases": phase_summary(report) if report else None,
                   "kernels": kernel_summary(report) if report else None}
         emit(record)
         log_rank(args, obj, record)
     _check_result(obj, args.op, result, A_loc, B_loc)
-    side = api.op_output_side(args.op)
+    side = bench.op_output_side(args.op)
     if side is None:
         gathered = obj.gather_values(result)
         datasets = dict(zip(("row", "col", "val"), gathered, strict=True)) if gathered else {}
@@ -202,7 +204,7 @@ def _bench_prechecks(args) -> dict:
     check_common(args)
     ops = args.ops.split(",")
     for op in ops:
-        require(op in api.OPS, f"unknown operation {op!r}; choose from {', '.join(api.OPS)}")
+        require(op in CLI_OPS, f"unknown operation {op!r}; choose from {', '.join(CLI_OPS)}")
     require(args.n >= 1 and args.r >= 1 and args.nnz_per_row >= 0 and args.repeat >= 1,
             "--n, --r and --repeat must be positive and --nnz-per-row non-negative")
     require(args.tune >= 1, f"--tune must be at least 1, got {args.tune}")

@@ -21,8 +21,9 @@ from mpi4py import MPI
 from distmm import api
 from distmm.algorithms.base import DistributedMatrix
 from distmm.core.coo import CooShare
+from distmm.core.operations import CLI_OPS
 from distmm.errors import require
-from distmm.perf.bench import random_blocks, timed
+from distmm.perf.bench import random_blocks, result_buffer, run_op, timed
 from distmm.perf.planner import Machine, plan
 
 
@@ -72,7 +73,7 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
     closed (their sub-communicators freed) as soon as they are beaten. With
     ``memory_limit`` (bytes per rank) only candidates whose modelled peak fits are tried.
     """
-    require(op in api.OPS, f"unknown operation {op!r}; choose one of {', '.join(api.OPS)}")
+    require(op in CLI_OPS, f"unknown operation {op!r}; choose one of {', '.join(CLI_OPS)}")
     require(isinstance(repeat, int) and repeat >= 1, "repeat must be at least 1")
     m, n = share.shape
     nnz = int(comm.allreduce(share.nnz))
@@ -120,10 +121,10 @@ def _time(comm: MPI.Comm, obj: DistributedMatrix, op: str, A_loc, B_loc, strateg
     """``warmup`` untimed calls (JIT compilation, S^T built on first use), then the best of
     ``repeat`` timed ones, each the slowest rank's time (collective). Every call writes one
     result buffer, as the loop of an application does."""
-    out = api.result_buffer(obj, op, r)
+    out = result_buffer(obj, op, r)
 
     def call():
-        return api.run_op(obj, op, A_loc, B_loc, strategy, out)
+        return run_op(obj, op, A_loc, B_loc, strategy, out)
 
     for _ in range(warmup):
         call()

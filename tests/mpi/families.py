@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 import distmm
-from distmm.perf import costmodel
+from distmm.perf import bench, costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
@@ -50,7 +50,7 @@ def runs(name: str) -> list[tuple[str, str | None]]:
 
 def gathered(obj, op: str, A_loc, B_loc, strategy: str | None = None):
     """Run ``op`` on the blocks and collect the result on rank 0 (None elsewhere)."""
-    out = distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+    out = bench.run_op(obj, op, A_loc, B_loc, strategy)
     if op == "sddmm":
         return obj.gather_values(out)
     return obj.gather("a" if op in ("spmm-a", "fusedmm-a") else "b", out)

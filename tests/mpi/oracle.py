@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-import distmm
+from distmm.perf import bench
 
 COMM = MPI.COMM_WORLD
 
@@ -44,7 +44,7 @@ def run_and_gather(obj, op, A, B, strategy=None):
     """Scatter A and B, run ``op`` (strategy None: the family's default), gather on rank 0."""
     A_loc = obj.scatter("a", A if COMM.rank == 0 else None)
     B_loc = obj.scatter("b", B if COMM.rank == 0 else None)
-    out = distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+    out = bench.run_op(obj, op, A_loc, B_loc, strategy)
     if op == "sddmm":
         return obj.gather_values(out)
     return obj.gather("a" if op in ("spmm-a", "fusedmm-a") else "b", out)

@@ -16,12 +16,12 @@ from mpi4py import MPI
 from oracle import oracle, problem
 
 import distmm
-from distmm import api
 from distmm.apps import als
 from distmm.apps.gat import DistGAT, distribute_graph
 from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, train
-from distmm.perf import costmodel
+from distmm.core.operations import CLI_OPS
+from distmm.perf import bench, costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
@@ -34,9 +34,9 @@ TOLERANCE_EPS = 16
 
 def _all_ops(obj, A_loc, B_loc) -> dict:
     out = {}
-    for op in api.OPS:
+    for op in CLI_OPS:
         for strategy in (obj.strategies if op.startswith("fusedmm") else [None]):
-            out[op, strategy] = np.array(api.run_op(obj, op, A_loc, B_loc, strategy))
+            out[op, strategy] = np.array(bench.run_op(obj, op, A_loc, B_loc, strategy))
     return out
 
 

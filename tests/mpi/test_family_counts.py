@@ -19,7 +19,7 @@ from oracle import problem
 
 import distmm
 from distmm.algorithms.sparse_shift_15d import SparseShift15D
-from distmm.perf import costmodel
+from distmm.perf import bench, costmodel
 
 PHASES = ("replication", "propagation", "reduction")
 
@@ -51,11 +51,11 @@ def test_counted_words_equal_exact_on_every_rank(name, c):
     obj = build(name, S, c, r)
     A_loc, B_loc = scattered(obj, A, B)
     for op, strategy in runs(name):  # builds S^T where a strategy uses it
-        distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+        bench.run_op(obj, op, A_loc, B_loc, strategy)
     for op, strategy in runs(name):
         exact = obj.stats.expected_words(op.replace("-", "_"), r, strategy or "none")
         obj.stats.reset()
-        distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+        bench.run_op(obj, op, A_loc, B_loc, strategy)
         # the fiber's shares of an S block's values differ by one where c does not divide it
         assert_counts(obj, exact, (op, strategy), received=False)
         assert obj.stats.words("distribute") == 0

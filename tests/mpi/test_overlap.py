@@ -8,7 +8,8 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import distmm
-from distmm.perf import costmodel
+from distmm.core.operations import CLI_OPS
+from distmm.perf import bench, costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
@@ -28,13 +29,13 @@ def test_overlap_same_results_and_words(algorithm):
         over = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
                                  root=None, overlap=True)
         A_loc, B_loc = plain.scatter("a", A, root=None), plain.scatter("b", B, root=None)
-        for op in distmm.api.OPS:  # the command line's spellings, as run_op takes them
+        for op in CLI_OPS:  # the command line's spellings
             for strategy in (cls.strategies if op.startswith("fused") else ("-",)):
                 outs, words = [], []
                 for obj in (plain, over):
-                    distmm.api.run_op(obj, op, A_loc, B_loc, strategy)  # builds S^T if needed
+                    bench.run_op(obj, op, A_loc, B_loc, strategy)  # builds S^T if needed
                     obj.stats.reset()
-                    outs.append(distmm.api.run_op(obj, op, A_loc, B_loc, strategy))
+                    outs.append(bench.run_op(obj, op, A_loc, B_loc, strategy))
                     words.append({ph: obj.stats.words(ph) for ph in
                                   ("replication", "propagation", "reduction")})
                 np.testing.assert_array_equal(outs[0], outs[1], err_msg=f"{op} {strategy} {c}")

@@ -8,6 +8,7 @@ from mpi4py import MPI
 from oracle import check, problem, run_and_gather
 
 import distmm
+from distmm.core.operations import CLI_OPS
 from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
@@ -24,7 +25,7 @@ def test_results_do_not_depend_on_the_permutation(algorithm, permute):
     expect = "none" if permute == "auto" and COMM.Get_size() == 1 else (
         "blocks" if permute == "auto" else permute)
     assert obj.stats.describe()["permute"] == expect
-    for op in distmm.api.OPS:  # the command line's spellings, as run_op takes them
+    for op in CLI_OPS:  # the command line's spellings
         check(op, run_and_gather(obj, op, A, B), S, A, B, rtol=1e-10)
 
 
@@ -45,7 +46,7 @@ def test_an_object_shares_its_layout(algorithm):
     assert np.array_equal(second.col_perm, first.col_perm)
     for side in "ab":
         assert np.array_equal(second.local_rows(side), first.local_rows(side))
-    for op in distmm.api.OPS:  # the command line's spellings, as run_op takes them
+    for op in CLI_OPS:  # the command line's spellings
         check(op, run_and_gather(second, op, A, B), T, A, B, rtol=1e-10)
     U, _, _ = problem(24, 31, r, seed=8)
     with pytest.raises(distmm.InputError, match="layout can only be shared"):

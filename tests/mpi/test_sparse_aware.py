@@ -14,7 +14,7 @@ from oracle import check, problem
 import distmm
 from distmm.algorithms.sparse_aware_15d import SparseAware15D, sparse_aware_15d_exact
 from distmm.core.exchange import exchange_model
-from distmm.perf import costmodel
+from distmm.perf import bench, costmodel
 
 NAME = SparseAware15D.name
 CS = costmodel.valid_cs(NAME, P)
@@ -101,7 +101,7 @@ def test_counted_words_equal_the_pattern_model(c, case, order):
         exact = sparse_aware_15d_exact(key, m, n, r, P, c, st, **mine)
         assert exact == obj.stats.expected_words(key, r, st)
         obj.stats.reset()
-        distmm.api.run_op(obj, op, A_loc, B_loc, strategy)
+        bench.run_op(obj, op, A_loc, B_loc, strategy)
         # what it receives: the same formula with the roles of sender and receiver swapped
         k = COMM.rank
         swapped = sparse_aware_15d_exact(

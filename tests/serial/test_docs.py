@@ -283,8 +283,9 @@ def test_guide_option_check_finds_a_wrong_option(tmp_path, monkeypatch):
     assert unknown_guide_options() == ["distmm plan --order", "distmm simulate sparch --bogus"]
 
 
-NUMPY_DOCUMENTED = ("distmm.api.distribute", "distmm.api.as_coo_share", "distmm.api.run_op",
-                    "distmm.api.op_inputs", "distmm.api.op_output_side", "distmm.api.op_flops",
+NUMPY_DOCUMENTED = ("distmm.api.distribute", "distmm.api.as_coo_share", "distmm.perf.bench.run_op",
+                    "distmm.perf.bench.op_inputs", "distmm.perf.bench.op_output_side",
+                    "distmm.perf.bench.op_flops",
                     "distmm._optional.require_extra", "distmm.info.collect",
                     "distmm.io.hdf5.read_hdf5", "distmm.io.hdf5.h5_header",
                     "distmm.io.hdf5.sparse_header", "distmm.io.hdf5.read_sparse",
