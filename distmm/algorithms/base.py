@@ -203,7 +203,7 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
             self.row_perm, self.col_perm = permute.row_perm, permute.col_perm
         else:
             self.permute = permute
-            self.row_perm, self.col_perm = self.placement.balance_permutations(
+            self.row_perm, self.col_perm = self._balance_permutations(
                 source, applied_mode(permute, self.p), seed)
         self.row_inv = inverse_permutation(self.row_perm)
         self.col_inv = self.row_inv if self.col_perm is self.row_perm else inverse_permutation(
@@ -467,6 +467,13 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
     # ----------------------------------------------------------------- diagnostics
     # Everything a training loop does not need lives in ``self.stats`` (stats.py); the
     # family gives it these hooks.
+    def _balance_permutations(self, source: CooShare, mode: str, seed: int
+                              ) -> tuple[np.ndarray, np.ndarray]:
+        """The row and column permutations S is placed in, by ``mode`` (a family whose blocks
+        follow a partition overrides this; default: :meth:`Placement.balance_permutations`).
+        Collective."""
+        return self.placement.balance_permutations(source, mode, seed)
+
     def _describe(self) -> dict:
         """The family's own entries of ``stats.describe()`` (default: none)."""
         return {}

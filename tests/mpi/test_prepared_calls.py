@@ -801,6 +801,7 @@ def test_release_buffers_frees_what_calls_keep(algorithm, c):
         obj.spmm_a(B_loc, out=out)
     gone = weakref.ref(out)
     used = held_bytes(obj)
+    scratch = held_bytes(obj._scratch)  # nothing at p = 1 in a family that sends nothing
     obj.release_buffers()
     del out, res, call, A_r, B_r
     gc.collect()
@@ -808,7 +809,7 @@ def test_release_buffers_frees_what_calls_keep(algorithm, c):
     # what stays beyond the blocks is what the first calls built for good: S^T and its
     # values (where a family stores them), never a buffer of a width
     built = held_bytes(obj) - before_calls
-    assert 0 <= built < used - before_calls or used == before_calls
+    assert 0 <= built < used - before_calls or scratch == 0
     fresh, *_ = _setup(algorithm, c)  # the same calls, once each
     for r in (8, 19):
         for _, call in _calls(fresh, fresh.scatter("a", A[:, :r].copy(), root=None),
