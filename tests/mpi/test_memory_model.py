@@ -78,6 +78,13 @@ def test_prediction_bounds_the_fullest_rank(algorithm):
         result, inputs = _call(obj, "fusedmm_a", A, B, strategy)
         fullest = COMM.allreduce(held_bytes(obj, *inputs, result), op=MPI.MAX)
         predicted = cls.model.memory_bytes("fusedmm_a", strategy, m, n, nnz, R, P, c).held
+        if getattr(cls, "needs_pattern", False):
+            # a family whose exchange follows S's pattern: without the pattern its model is
+            # the bound where every rank receives every row of its layer's other blocks; with
+            # each rank's own exchange counts it is the estimate held to 10%
+            assert predicted >= 0.97 * fullest, (algorithm, c, predicted, fullest)
+            predicted = COMM.allreduce(
+                obj.stats.memory_model("fusedmm_a", strategy, R).held, op=MPI.MAX)
         assert 0.97 * fullest <= predicted <= 1.1 * fullest, (algorithm, c, predicted, fullest)
         obj.close()
 
