@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from distmm.algorithms import ALGORITHMS
+from distmm.apps.kernel_memory import kernels_held
 from distmm.core.memory import COO_ENTRY, Memory, ceil_div, format_bytes
 
 OPS_USED = ("fusedmm_a", "fusedmm_b", "spmm_a", "spmm_b", "sddmm")
@@ -39,10 +40,7 @@ def als_memory(algorithm: str, strategy: str, m: int, n: int, nnz: int, nnz_test
     it = np.dtype(dtype).itemsize
     kernels = [model.memory_bytes(op, strategy, m, n, nnz, rank, p, c, dtype, overlap)
                for op in OPS_USED]
-    parts: dict[str, int] = {}
-    for mem in kernels:
-        for name, size in mem.parts.items():
-            parts[name] = max(parts.get(name, 0), int(size))
+    parts = kernels_held(kernels)
     # The replication and reduction buffers are kept per stored orientation, and ALS runs
     # both sides: one of the side-"a" calls' and one of the side-"b" calls'.
     for name in ("replication", "reduction"):
@@ -51,9 +49,6 @@ def als_memory(algorithm: str, strategy: str, m: int, n: int, nnz: int, nnz_test
                   for side in "ab"]
         if any(halves):
             parts[name] = int(sum(halves))
-    # the kernels' models count the caller's dense blocks and values: ALS's are counted below
-    for name in [x for x in parts if x.startswith(("dense ", "output"))]:
-        del parts[name]
     block = {"a": ceil_div(m, p) * rank * it, "b": ceil_div(n, p) * rank * it}
     local_nnz = ceil_div(nnz, p)
     parts["factor blocks A, B"] = block["a"] + block["b"]

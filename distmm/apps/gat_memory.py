@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from distmm.algorithms import ALGORITHMS
+from distmm.apps.kernel_memory import kernels_held
 from distmm.core.memory import COO_ENTRY, Memory, ceil_div
 
 ALGORITHM = "15d-dense-shift"
@@ -64,11 +65,7 @@ def gat_memory(n: int, edges: int, in_channels: int, hidden: int, heads: int, cl
     widest = max(F for _, _, F in shapes)
     kernels = [model.memory_bytes(op, "none", n, n, edges, widest, p, c, dtype)
                for op in ("spmm_a", "spmm_b", "sddmm")]
-    parts: dict[str, int] = {}
-    for mem in kernels:
-        for name, size in mem.parts.items():
-            if not name.startswith(("dense ", "output")):  # the layers' blocks: below
-                parts[name] = max(parts.get(name, 0), int(size))
+    parts = kernels_held(kernels)  # the layers' blocks: below
     parts["head-call buffers"] = sum((6 * nl * F + 3 * el) * it for _, _, F in shapes)
     parts["features"] = copy
     # per layer: the input's dropout factors and masked copy (the first layer's: its entries)
