@@ -190,8 +190,11 @@ def describe(timeout: float, states: dict[int, tuple], size: int) -> str:
                                                                       "waiting)"))
     for k in outside:
         _, secs, last = states[k]
-        parts.append(f"rank {k} is outside any collective (for {secs:.1f} s; its last "
-                     f"collective phase was {last or 'none'})")
+        # The mark covers CountingComm's calls, agree and the stop checks only: a rank
+        # without a mark is computing or waiting in a collective the watchdog does not see.
+        parts.append(f"rank {k} is in no watched collective (for {secs:.1f} s: computing, or "
+                     f"blocked in an unwatched collective; the last phase it entered was "
+                     f"{last or 'none'})")
     if silent:
         parts.append(f"{_ranks(silent)} did not answer (busy holding the interpreter, or gone)")
     for ph, ranks in waiting.items():

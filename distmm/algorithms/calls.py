@@ -43,13 +43,31 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
+from distmm import watchdog
 from distmm.core.dense import SIDES, DenseBlock
-from distmm.errors import InputError
+from distmm.core.operations import OPS
+from distmm.errors import InputError, format_ranks
+from distmm.errors import _describe_disagreement as describe_disagreement
 
 CHECKS = ("always", "once", "off")
 # Call keys (``_call_key``: one per operation and width) whose operands an object remembers at
 # most: the replays' (CallReplay.replay_widths per operation) and the newest others.
 MEMO_KEYS = 32
+
+
+# Point-to-point tags: a call's messages carry CountingComm's own tags plus TAG_STRIDE times
+# the call's code (operation and FusedMM strategy), so that no message of one call can match
+# a receive of another. Under MPI's guaranteed tag bound, 32767.
+TAG_STRIDE = 32
+_CALL_OPS = (*OPS, "gather")
+_STRATEGY_CODES = {None: 0, "none": 1, "reuse": 2, "fusion": 3}
+
+
+def call_tag(op: str, strategy: str | None = None) -> int:
+    """The tag offset of a call's point-to-point messages (see :data:`TAG_STRIDE`); the same
+    on every rank for the same call, different for different calls. Not collective."""
+    code = 4 * (_CALL_OPS.index(op) + 1) + _STRATEGY_CODES.get(strategy, 3)
+    return TAG_STRIDE * code
 
 
 def key_op(kind: str | tuple) -> str:
@@ -101,12 +119,17 @@ class CallChecks:
     # ----------------------------------------------------------------- entry point
     def _begin(self, kind: str, dense: tuple[tuple[str, np.ndarray, str], ...],
                values: np.ndarray | None = None, out: np.ndarray | None = None,
-               out_side: str | None = None) -> int:
+               out_side: str | None = None, strategy: str | None = None) -> int:
         """Validate one call's operands per ``self.checks`` and return its dense width r.
 
         ``dense`` lists (side, block, name); ``out_side`` is the side of a dense ``out=``
-        buffer or ``"values"`` for an SDDMM result. Collective unless the policy allows a
-        local check (see the module docstring)."""
+        buffer or ``"values"`` for an SDDMM result; ``strategy`` a FusedMM call's strategy.
+        Collective unless the policy allows a local check (see the module docstring): a full
+        check also agrees on the call itself (operation, strategy, values and out= given or
+        not), so ranks in different calls raise one InputError instead of pairing up. The
+        point-to-point messages of the call carry its tag (:func:`call_tag`), so that ranks
+        in different calls after the checks wait (where a watchdog names the phase) rather
+        than receive each other's blocks."""
         self._require_open()
         self._kind = kind
         state = self.kernel.plan_state()
@@ -116,15 +139,22 @@ class CallChecks:
         self._start_trace(kind)
         repeat = alike = False
         if self.checks == "off":
+            if strategy is not None:
+                self._check_strategy(strategy)
             r = self._unchecked_r(dense)
         elif self.checks == "always" or key_op(kind) not in self._checked:
             # full checks on the first call of each operation, whatever its width: they are
             # collective, and every rank must decide alike (a key's width is rank-local)
-            r = self._full_check(dense, values, out, out_side)
+            call = {"operation": key_op(kind), "strategy": strategy,
+                    "values=": "given" if values is not None else "not given",
+                    "out=": "given" if out is not None else "not given"}
+            r = self._full_check(dense, values, out, out_side, call)
             self._checked.add(key_op(kind))
             if self.checks == "once":  # the full checks include the cheap ones
                 self._remember(kind, dense, values, out, r)
         else:
+            if strategy is not None:
+                self._check_strategy(strategy)
             r = self._recall(kind, dense, values, out)
             repeat = r is not None
             if not repeat:
@@ -144,6 +174,7 @@ class CallChecks:
                          and (kind not in self._swap_failed or new == self._last_new.get(kind)))
                 self._last_new[kind] = new
                 self._remember(kind, dense, values, out, r)
+        self.stats.call_tag = call_tag(key_op(kind), strategy)
         self._repeat = repeat or self._binding
         self._trace_if_repeated(out is not None, self._repeat or alike)
         self._last_r = r
@@ -398,13 +429,26 @@ class CallChecks:
         return msg, (typed.pop() if len(typed) == 1 else None), width, out_width
 
     # ----------------------------------------------------------------- the three policies
-    def _full_check(self, dense, values, out, out_side) -> int:
-        """Every check, then one agreement over ``comm`` (collective)."""
+    def _full_check(self, dense, values, out, out_side, call: dict | None = None) -> int:
+        """Every check, then one agreement over ``comm`` (collective) on the problems found,
+        the widths and ``call`` (what must be the same call on every rank: operation,
+        strategy, values= and out= given or not; None for :meth:`check_inputs`)."""
         msg, typed_r, width, out_width = self._local(dense, values, out, out_side,
                                                      scan=self.check_finite)
-        gathered = self.comm.allgather((msg, typed_r, width, out_width))
+        if call is not None and call["strategy"] is not None:
+            try:  # an unknown strategy is agreed like any other problem
+                self._check_strategy(call["strategy"])
+            except InputError as err:
+                msg = str(err)
+        with watchdog.waiting("agree"):
+            gathered = self.comm.allgather((msg, typed_r, width, out_width, call))
         if self.p > 1:
             self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
+        differ = describe_disagreement([g[4] for g in gathered])
+        if differ is not None:  # ranks in different calls: nothing else is comparable
+            raise InputError("the ranks made different calls on one distributed matrix "
+                             "(every rank must make the same call, in the same order): "
+                             + differ.split(": ", 1)[1])
         bad = [(k, g[0]) for k, g in enumerate(gathered) if g[0] is not None]
         if not bad:
             r, problem = self._derive_r([(g[1], g[2]) for g in gathered])
@@ -472,7 +516,9 @@ class CallChecks:
         elif not self.splits_r:
             widths = sorted({w for _, w in info})
             if len(widths) > 1:
-                return -1, f"dense blocks disagree on r across ranks: {widths}"
+                ranks = {w: [k for k, (_, v) in enumerate(info) if v == w] for w in widths}
+                held = "; ".join(f"{w} on {format_ranks(ranks[w])}" for w in widths)
+                return -1, f"dense blocks disagree on r across ranks: width {held}"
             r = widths[0]
         else:
             # Each column block of r is held by several ranks: take the first holder's width.

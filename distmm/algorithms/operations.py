@@ -168,9 +168,8 @@ def _fused_call(S, side: str, A_loc, B_loc, strategy, out, values=None) -> Dense
     if (done := S._replay(op, (A_loc, B_loc, resolved, out), strategy)) is not None:
         return done
     kind = S._call_key(op, A_loc)
-    S._check_strategy(strategy)
     dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-    r = S._begin(kind, dense, resolved, out, side)
+    r = S._begin(kind, dense, resolved, out, side, strategy)  # checks the strategy too
     # A name travels on as it is, so that the family finds the vector's copy in the
     # stored S^T's order under that name (_values_for).
     res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),

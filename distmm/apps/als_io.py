@@ -30,8 +30,8 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.core.coo import CooShare
-from distmm.errors import agree
-from distmm.io.matrix_market import read_matrix_market
+from distmm.errors import InputError, agree
+from distmm.io.matrix_market import mtx_header, read_matrix_market
 from distmm.io.outputs import check_output, os_error_reason, write_h5_atomic
 
 FORMAT, VERSION = "distmm-als", 1
@@ -54,6 +54,21 @@ def read_ratings(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare:
         msg = f"{path}: not a readable HDF5 ratings file ({exc})"
     agree(comm, msg)
     return share
+
+
+def ratings_header(path: str | os.PathLike[str]) -> tuple[int, int, int]:
+    """(users, items, entries) of a ratings file from its header only (a Matrix Market size
+    line; an HDF5 file's shape attribute and rating dataset's length). Not collective; a
+    missing or malformed file raises InputError (:func:`read_ratings` reports it in full)."""
+    path = os.fspath(path)
+    if not path.lower().endswith(H5_SUFFIXES):
+        return mtx_header(path)
+    try:
+        with h5py.File(path, "r") as fh:
+            shape = np.asarray(fh.attrs["shape"])
+            return int(shape[0]), int(shape[1]), int(fh["rating"].shape[0])
+    except (OSError, KeyError, TypeError, ValueError, IndexError) as exc:
+        raise InputError(f"{path}: not a readable HDF5 ratings file ({exc})") from None
 
 
 def _read_h5_share(path: str, rank: int, p: int) -> tuple[CooShare | None, str | None]:

@@ -14,8 +14,10 @@ import sys
 
 from mpi4py import MPI
 
+from distmm.algorithms import ALGORITHMS
 from distmm.apps.als import ALSResult, fit
-from distmm.apps.als_io import save_factors
+from distmm.apps.als_io import ratings_header, save_factors
+from distmm.apps.als_memory import als_memory_problem
 from distmm.cli import files
 from distmm.cli.common import (
     common_options,
@@ -23,9 +25,11 @@ from distmm.cli.common import (
     log_rank,
     machine_from_args,
     node_model_from_args,
+    parse_limit,
     permute_mode,
+    resolve_limit,
 )
-from distmm.errors import require
+from distmm.errors import InputError, agree, require
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -70,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     require(args.tune == 1, "distmm als asks the planner once for --algorithm auto; "
                             "--tune is not supported")
     machine = machine_from_args(args) if args.machine else None
+    refuse_oversized(args, comm)
 
     def report(record: dict, result: ALSResult) -> None:
         emit({"event": "als-epoch", **record})
@@ -99,3 +104,26 @@ def run(args: argparse.Namespace) -> int:
            "rank": result.config.rank})
     result.close()
     return 0
+
+
+def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm) -> None:
+    """Collective: the same InputError on every rank when ALS's memory model
+    (:mod:`distmm.apps.als_memory`) exceeds --memory-limit, from the ratings files' headers,
+    before any rating is read; it names the largest --rank that fits. Not checked for
+    ``--algorithm auto`` (the family is chosen from the data) nor an unknown family (the
+    ALS configuration's own check names it); a file whose header cannot be read is
+    reported by the reading that follows."""
+    limit = resolve_limit(parse_limit(args), comm)
+    msg = None
+    if limit is not None and args.algorithm in ALGORITHMS and args.c >= 1 and args.rank >= 1:
+        try:
+            m, n, nnz = ratings_header(args.ratings)
+            held = ratings_header(args.test)[2] if args.test else round(nnz * args.test_fraction)
+        except InputError:
+            m = None
+        if m is not None:
+            strategy = args.strategy or ALGORITHMS[args.algorithm].strategies[-1]
+            msg = als_memory_problem(limit, args.algorithm, strategy, m, n,
+                                     nnz - (0 if args.test else held), held, args.rank,
+                                     comm.Get_size(), args.c, args.dtype, args.overlap)
+    agree(comm, msg)

@@ -9,6 +9,7 @@ on stdout and a progress line on stderr, and writes the output files.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import os
@@ -21,14 +22,23 @@ from mpi4py import MPI
 
 from distmm import signals
 from distmm.apps.gat import DistGAT, distribute_graph
+from distmm.apps.gat_memory import gat_memory
 from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, TrainState, evaluate, standard_split, train
 from distmm.cli import files
-from distmm.cli.common import emit, job_options
+from distmm.cli.common import (
+    emit,
+    job_options,
+    memory_limit_option,
+    parse_limit,
+    resolve_limit,
+)
+from distmm.core.memory import format_bytes
 from distmm.core.permute import PERMUTE_MODES
 from distmm.errors import Checks, InputError, agree, require
-from distmm.io.matrix_market import read_csr_block
-from distmm.io.npy import load_dense_npy
+from distmm.io.hdf5 import sparse_header
+from distmm.io.matrix_market import mtx_header, read_csr_block
+from distmm.io.npy import load_dense_npy, npy_header
 from distmm.io.outputs import write_h5_atomic
 from distmm.kernels import NODE_MODELS
 
@@ -41,6 +51,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sub = gat.add_subparsers(dest="gat_command", required=True)
     tr = sub.add_parser("train", help="train a GAT; write its weights (HDF5)")
     _inputs(tr)
+    memory_limit_option(tr, "auto", "refuse a training whose modelled memory per rank "
+                                    "exceeds this before reading the graph and features")
     files.input_option(tr, "--labels", required=True,
                        help="one integer class per line, node order")
     files.input_option(tr, "--split", default="standard", keywords=("standard",),
@@ -278,6 +290,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             require(differ is None, f"--resume {args.resume}: the checkpoint's model was "
                                     f"built with other options; given {differ}")
     checks.agree(same={"--resume epoch": None if state is None else state.epoch})
+    refuse_oversized(args, comm)
     obj = _graph(args, not args.no_self_loops)
     n = obj.shape[0]
     checks, y, split = Checks(comm), None, None
@@ -373,3 +386,60 @@ def cmd_predict(args: argparse.Namespace) -> int:
         emit({"event": "predict", "nodes": int(full.shape[0]),
               "classes": int(full.shape[1]), "out": args.out}, comm)
     return 0
+
+
+def _symmetric(path: str) -> bool:
+    """Whether a Matrix Market file's banner says symmetric (its entries are mirrored)."""
+    with open(path, "rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"
+    with (gzip.open if gzipped else open)(path, "rt", errors="replace") as fh:
+        return "symmetric" in fh.readline().lower()
+
+
+def _feature_sizes(path: str) -> tuple[int, int | None]:
+    """(columns, stored entries or None for dense features) from the features file's header."""
+    if path.endswith((".mtx", ".mtx.gz")):
+        _, cols, entries = mtx_header(path)
+        return cols, entries
+    if path.endswith(".npy"):
+        return int(npy_header(path)[0][1]), None
+    with h5py.File(path, "r") as fh:
+        return int(fh["features"].shape[1]), None
+
+
+def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm) -> None:
+    """Collective: the same InputError on every rank when GAT training's memory model
+    (:mod:`distmm.apps.gat_memory`) exceeds --memory-limit, from the graph's and features'
+    headers and the labels (classes), before the graph or the features are read; it names the
+    largest --hidden that fits. A file that cannot be read here is reported by the reading
+    that follows."""
+    limit = resolve_limit(parse_limit(args), comm)
+    msg = None
+    if limit is not None:
+        try:
+            n, _, nnz = sparse_header(args.graph)
+            symmetric = not args.graph.endswith((".h5", ".hdf5")) and _symmetric(args.graph)
+            edges = (2 if symmetric else 1) * nnz + (0 if args.no_self_loops else n)
+            width, entries = _feature_sizes(args.features)
+            classes = int(_read_labels(args.labels, n).max()) + 1
+        except (InputError, OSError, KeyError, IndexError, ValueError):
+            n = None
+        if n is not None:
+            p = comm.Get_size()
+
+            def need(hidden: int) -> int:
+                return gat_memory(n, edges, width, hidden, args.heads, classes, args.out_heads,
+                                  args.layers, p, args.c, args.dtype, entries).peak
+
+            if need(args.hidden) > limit:
+                fits = [h for h in (args.hidden // 2**k for k in range(1, 40)) if h >= 1
+                        and need(h) <= limit][:1]
+                hint = (f"--hidden {fits[0]} fits" if fits else "no --hidden fits with "
+                        f"--heads {args.heads}: use more ranks or a larger --memory-limit")
+                msg = (f"GAT training with --hidden {args.hidden} --heads {args.heads} "
+                       f"--layers {args.layers} on {p} ranks needs about "
+                       f"{format_bytes(need(args.hidden))} per rank (graph of {n} nodes and "
+                       f"{edges} edges, {width} input features, {classes} classes, "
+                       f"{np.dtype(args.dtype)}), more than the memory limit of "
+                       f"{format_bytes(limit)} per rank; {hint} (docs/memory.md)")
+    agree(comm, msg)

@@ -62,6 +62,10 @@ class CommStats:
         default_factory=lambda: defaultdict(lambda: dict.fromkeys(COUNTERS, 0))
     )
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # Added to the point-to-point tags of the counting communicators that count into these
+    # stats: the current call's (distmm.algorithms.calls.call_tag), so that ranks in
+    # different calls never receive each other's messages. Not a counter (no annotation).
+    call_tag = 0
 
     def add(self, phase: str, sent: int, received: int, msgs_sent: int, msgs_received: int) -> None:
         c = self.counts[phase]
@@ -227,8 +231,9 @@ class CountingComm:
                 recvbuf[...] = sendbuf.reshape(recvbuf.shape)
                 return
             t = mpi_type(sendbuf.dtype)
-            self.comm.Sendrecv([sendbuf, t], dest=dest, sendtag=17, recvbuf=[recvbuf, t],
-                               source=source, recvtag=17)
+            tag = 17 + self.stats.call_tag
+            self.comm.Sendrecv([sendbuf, t], dest=dest, sendtag=tag, recvbuf=[recvbuf, t],
+                               source=source, recvtag=tag)
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
 
     def prepared_shift(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
@@ -246,13 +251,14 @@ class CountingComm:
         sendrecv, stats, clock = self.comm.Sendrecv, self.stats, time.perf_counter
         sent, received = int(sendbuf.size), int(recvbuf.size)
         t = mpi_type(sendbuf.dtype)
+        tag = 17 + stats.call_tag  # the preparing call's: a replay runs that call again
 
         def run(sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:
             if watchdog.ACTIVE is not None:
                 self.shift(sendbuf, recvbuf, dest, source, phase)
                 return
             t0 = clock()
-            sendrecv([sendbuf, t], dest, 17, [recvbuf, t], source, 17)
+            sendrecv([sendbuf, t], dest, tag, [recvbuf, t], source, tag)
             stats.seconds[phase] += clock() - t0
             c = stats.counts[phase]
             c["words_sent"] += sent
@@ -270,8 +276,9 @@ class CountingComm:
             return []
         with self._phase(phase):
             t = mpi_type(sendbuf.dtype)
-            reqs = [self.comm.Irecv([recvbuf, t], source=source, tag=18),
-                    self.comm.Isend([sendbuf, t], dest=dest, tag=18)]
+            tag = 18 + self.stats.call_tag
+            reqs = [self.comm.Irecv([recvbuf, t], source=source, tag=tag),
+                    self.comm.Isend([sendbuf, t], dest=dest, tag=tag)]
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
         return reqs
 
@@ -345,9 +352,9 @@ class CountingComm:
         for k in range(1, c):
             dest, source = (me + k) % c, (me - k) % c
             lo = int(displs[source])
-            self.comm.Sendrecv([mine, counts[me], t], dest, _TAG_GATHER,
-                               [flat[lo:lo + counts[source]], counts[source], t], source,
-                               _TAG_GATHER)
+            tag = _TAG_GATHER + self.stats.call_tag
+            self.comm.Sendrecv([mine, counts[me], t], dest, tag,
+                               [flat[lo:lo + counts[source]], counts[source], t], source, tag)
 
     def _pairwise_reduce_scatter(self, flat: np.ndarray, out: np.ndarray, counts: list[int],
                                  displs: np.ndarray, t: MPI.Datatype) -> None:
@@ -359,8 +366,9 @@ class CountingComm:
         for k in range(1, c):
             dest, source = (me + k) % c, (me - k) % c
             lo = int(displs[dest])
+            tag = _TAG_REDUCE + self.stats.call_tag
             self.comm.Sendrecv([flat[lo:lo + counts[dest]], counts[dest], t], dest,
-                               _TAG_REDUCE, [out, counts[me], t], source, _TAG_REDUCE)
+                               tag, [out, counts[me], t], source, tag)
             np.add(acc, out, out=out if k == c - 1 else acc)
 
     def alltoallv(self, sendbuf: np.ndarray, sendcounts: Sequence[int], recvbuf: np.ndarray,

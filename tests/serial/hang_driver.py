@@ -4,7 +4,9 @@ NTH entry into collective phase PHASE of :class:`distmm.core.comm.CountingComm` 
 collective, as a rank stuck on a slow file system or in a long kernel would be), so every
 other rank ends up waiting for it. HOW is ``sleep`` (time.sleep, which lets the rank's other
 threads run) or ``gil`` (libc's sleep called while holding the interpreter lock, as a kernel
-that does not release it would, so the rank's watchdog thread cannot answer). PHASE
+that does not release it would, so the rank's watchdog thread cannot answer) or ``unwatched``
+(the rank enters a barrier on COMM_WORLD that no other rank enters: a collective the
+watchdog does not watch, which it must not call "outside any collective"). PHASE
 ``read-input`` instead makes the rank sleep (``sleep`` only) while ``distmm run`` reads S's
 header, as on a file system that stopped answering, before the ranks agree on their checks.
 Used by tests/serial/test_watchdog.py only."""
@@ -43,6 +45,8 @@ def hang(rank: int, phase: str, nth: int, how: str) -> None:
             if seen[0] == nth:
                 if how == "gil":
                     ctypes.PyDLL(None).sleep(3600)  # a PyDLL call keeps the GIL
+                if how == "unwatched":
+                    MPI.COMM_WORLD.Barrier()
                 time.sleep(3600)
         return original(self, name)
 

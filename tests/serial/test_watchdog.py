@@ -60,7 +60,7 @@ def test_a_hung_rank_aborts_the_job_naming_phase_and_rank(p, sleeper, phase, alg
     line = ours[0]
     assert line.startswith(f"distmm: watchdog: a collective did not complete within "
                            f"--timeout {TIMEOUT:g} s (waiting in phase"), line
-    assert (f"; did not arrive: rank {sleeper}; rank {sleeper} is outside any collective"
+    assert (f"; did not arrive: rank {sleeper}; rank {sleeper} is in no watched collective"
             in line), line
     # the sleeper's partners wait for it in the planted phase (others may wait further on)
     assert re.search(rf"; ranks? [\d, ]+ waiting in {phase} \(up to", line), line
@@ -70,6 +70,22 @@ def test_a_hung_rank_aborts_the_job_naming_phase_and_rank(p, sleeper, phase, alg
         if " waiting in " in part:
             waiting |= {int(k) for k in re.findall(r"\d+", part.split(" waiting in ")[0])}
     assert waiting == set(range(p)) - {sleeper}, line
+    assert wall < TIMEOUT + SLACK, f"took {wall:.1f} s"
+
+
+def test_a_rank_in_an_unwatched_collective_is_not_called_outside_one():
+    """A rank blocked in a collective the watchdog does not watch (a raw barrier) is named
+    with the last phase it entered and the possibility that it waits in such a collective,
+    not as "outside any collective"."""
+    proc, wall = _hang(2, 1, "propagation", "unwatched")
+    assert proc.returncode == EXIT_CODE, proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("distmm:")]
+    assert len(ours) == 1, proc.stderr
+    assert ("; did not arrive: rank 1; rank 1 is in no watched collective (for " in ours[0]
+            and "or blocked in an unwatched collective; the last phase it entered was "
+            in ours[0]), ours[0]
+    assert "outside any collective" not in ours[0]
+    assert "rank 0 waiting in propagation" in ours[0], ours[0]
     assert wall < TIMEOUT + SLACK, f"took {wall:.1f} s"
 
 
@@ -111,8 +127,9 @@ def test_a_rank_stuck_reading_its_input_is_named(tmp_path):
     ours = [line for line in proc.stderr.splitlines() if line.startswith("distmm:")]
     assert len(ours) == 1 and re.fullmatch(
         rf"distmm: watchdog: a collective did not complete within --timeout {TIMEOUT:g} s "
-        r"\(waiting in phase agree\); did not arrive: rank 3; rank 3 is outside any "
-        r"collective \(for \d+\.\d s; its last collective phase was agree\); ranks 0, 1, 2 "
+        r"\(waiting in phase agree\); did not arrive: rank 3; rank 3 is in no watched "
+        r"collective \(for \d+\.\d s: computing, or blocked in an unwatched collective; the "
+        r"last phase it entered was agree\); ranks 0, 1, 2 "
         r"waiting in agree \(up to \d+\.\d s\); aborting the job", ours[0]), proc.stderr
     assert not (tmp_path / "o.h5").exists()
     assert wall < TIMEOUT + SLACK, f"took {wall:.1f} s"
@@ -132,8 +149,9 @@ def test_message_groups_waiting_outside_and_silent_ranks():
     assert describe(3.0, states, 5) == (
         "a collective did not complete within --timeout 3 s (waiting in phases propagation, "
         "replication); "
-        "did not arrive: ranks 1, 2; rank 1 is outside any collective (for 7.5 s; its last "
-        "collective phase was propagation); rank 2 did not answer (busy holding the "
+        "did not arrive: ranks 1, 2; rank 1 is in no watched collective (for 7.5 s: computing, "
+        "or blocked in an unwatched collective; the last phase it entered was propagation); "
+        "rank 2 did not answer (busy holding the "
         "interpreter, or gone); ranks 0, 4 waiting in propagation (up to 3.4 s); rank 3 "
         "waiting in replication (up to 3.1 s)")
     everyone = {k: ("agree", 5.0, None) for k in range(2)}
