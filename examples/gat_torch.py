@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import time
 from pathlib import Path
 
@@ -32,7 +33,8 @@ import distmm
 import distmm.torch as dt
 from distmm.torch import torch
 
-DATA = Path("/work/shared/data")
+# the real matrices: $DISTMM_DATA, else ../shared/data beside the checkout
+DATA = Path(os.environ.get("DISTMM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 comm = MPI.COMM_WORLD
 
 

@@ -1,6 +1,6 @@
 """What the cross-rank agreement of a call costs on small calls: Cora's adjacency, r = 16.
 
-    mpiexec -n P .venv/bin/python experiments/call_agreement_cost.py [MATRIX] [R] [ROUNDS]
+    mpiexec -n P .venv/bin/python benchmarks/bench_call_agreement.py [MATRIX] [R] [ROUNDS]
 
 For SDDMM, SpMMA and FusedMMA (15d-dense-shift, c = 1, float64) it times, alternating in one
 run: the first call of a fresh object under checks="once" (full checks plus the agreement on
@@ -14,6 +14,7 @@ ROUNDS rounds (each the slowest rank's time), and "always" over "once" later cal
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import sys
 import time
@@ -79,5 +80,8 @@ def main(path: str, r: int, rounds: int) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(args[0] if args else "/work/shared/data/cora-adjacency.mtx.gz",
+    # the real matrices: $DISTMM_DATA, else ../shared/data beside the checkout
+    data = os.environ.get("DISTMM_DATA", os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
+    main(args[0] if args else os.path.join(data, "cora-adjacency.mtx.gz"),
          int(args[1]) if len(args) > 1 else 16, int(args[2]) if len(args) > 2 else 30)
