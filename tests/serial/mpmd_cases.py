@@ -134,7 +134,7 @@ CASES: list[Case] = [
     Case("sparse-missing-on-one", "--sparse file missing on the last rank",
          r"S\.mtx: no such file " + LAST_RANK, files=on_last({}, drop=("S.mtx",)),
          cli=run_with()),
-    Case("a-missing-on-one", "--a file missing on the last rank (issue #25, reproduction 1)",
+    Case("a-missing-on-one", "--a file missing on the last rank",
          r"A\.npy: no such file " + LAST_RANK, files=on_last({}, drop=("A.npy",)),
          cli=run_with()),
     Case("b-missing-on-one", "--b file missing on the last rank",
@@ -236,7 +236,7 @@ CASES: list[Case] = [
                                            "B.npy": _npy(np.ones((0, R)))}),
          cli=run_with("--algorithm", "auto")),
     # ---- arguments that differ between ranks
-    Case("c-differs", "-c 1 on half the ranks, -c 2 on the others (issue #25, reproduction 2)",
+    Case("c-differs", "-c 1 on half the ranks, -c 2 on the others",
          r"different settings, which must be identical on every rank: -c \(1 on rank"
          r"s? 0(, 1)?; 2 on ranks? (1|2, 3)\)$", cli=split(["-c", "1"], ["-c", "2"])),
     Case("algorithm-differs", "--algorithm differs between ranks",
@@ -265,7 +265,7 @@ CASES: list[Case] = [
          r"COMMAND \(run on .*; bench on",
          cli=lambda rank, p: RUN if rank < p // 2 else ["bench", "--n", "10"]),
     # ---- the output, checked before any input is read (rank 0 writes it)
-    Case("out-is-a", "--out names the input A.npy (issue #25, reproduction 3)",
+    Case("out-is-a", "--out names the input A.npy",
          r"--out A\.npy: is the input file A\.npy; writing it would destroy the input",
          cli=run_with("--out", "A.npy")),
     Case("out-is-sparse", "--out names the input S.mtx",
