@@ -19,7 +19,7 @@ from distmm import api
 from distmm.cli import files
 from distmm.core.memory import available_bytes, parse_memory_limit
 from distmm.core.permute import PARTITION_MODES, PERMUTE_MODES
-from distmm.errors import InputError, agree, require
+from distmm.errors import Checks, agree, require
 from distmm.io.outputs import read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
 from distmm.perf.planner import Machine, memory_problem, plan
@@ -173,12 +173,10 @@ def permute_mode(args):
         return "none" if getattr(args, "no_permute", False) else args.permute
     from distmm.core.partition import load_partition
 
-    part, problem = None, None
-    try:
+    checks, part = Checks(MPI.COMM_WORLD), None
+    with checks.guard():
         part = load_partition(path)
-    except InputError as exc:
-        problem = str(exc)
-    agree(MPI.COMM_WORLD, problem)
+    checks.agree()
     return part
 
 

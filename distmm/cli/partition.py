@@ -14,7 +14,7 @@ from distmm import api
 from distmm.cli import files
 from distmm.cli.common import emit
 from distmm.core.partition import PARTITIONERS, partition, save_partition, volume
-from distmm.errors import InputError, agree
+from distmm.errors import Checks, InputError
 from distmm.io.outputs import atomic_output
 
 
@@ -40,9 +40,9 @@ def cmd_partition(args: argparse.Namespace) -> int:
     of a launch only agree on the outcome. Prints one JSON line: the partitioner's seconds,
     SpMM's volume before and after, the parts' balance. Collective over COMM_WORLD."""
     comm = MPI.COMM_WORLD
-    part = record = problem = None
-    if comm.Get_rank() == 0:
-        try:
+    checks, part, record = Checks(comm), None, None
+    with checks.guard():
+        if comm.Get_rank() == 0:
             if args.p < 1:
                 raise InputError(f"-p must be >= 1, got {args.p}")
             share = api.as_coo_share(args.sparse, MPI.COMM_SELF)
@@ -58,9 +58,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
                       "seconds": part.seconds, "volume": volume(S, part.parts),
                       "natural_volume": volume(S, natural),
                       "max_over_mean_work": float(weights.max() / weights.mean())}
-        except InputError as exc:
-            problem = str(exc)
-    agree(comm, problem)
+    checks.agree()
 
     def write(path: str) -> None:
         with atomic_output(path) as tmp:

@@ -127,9 +127,9 @@ def cmd_plan_sparse(args) -> int:
 
     comm = MPI.COMM_WORLD
     permute = permute_mode(args)
-    lines, problem = None, None
-    if comm.Get_rank() == 0:
-        try:
+    checks, lines = Checks(comm), None
+    with checks.guard():
+        if comm.Get_rank() == 0:
             if args.p < 1 or args.r < 1:
                 raise InputError("plan needs -p >= 1 and --r >= 1")
             machine = Machine.load(args.machine) if args.machine else Machine()
@@ -141,9 +141,7 @@ def cmd_plan_sparse(args) -> int:
             head = {"m": share.shape[0], "n": share.shape[1], "nnz": int(share.rows.size),
                     "p": args.p, "r": args.r, "read_s": read_s, **info}
             lines = [{**head, **row} for row in found]
-        except InputError as exc:
-            problem = str(exc)
-    agree(comm, problem)
+    checks.agree()
     if comm.Get_rank() == 0:
         for row in lines[:args.top or None]:
             print(json.dumps(row, sort_keys=True), flush=True)
