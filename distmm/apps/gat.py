@@ -23,16 +23,15 @@ its output is 0 before the bias (as in PyG), never NaN.
 Layout and communication. The layer input X (node features) is S's B side (columns) and the
 output is the A side (rows). The per-node scores reach the edges with the additive SDDMM
 (``S.sddmm_add``), the softmax is ``S.edge_softmax(dim="row")``, and the backward pass uses
-``S.expand``, ``S.row_sum`` and ``S.col_sum`` (:mod:`distmm.ops`, docs/primitives.md). Only
-1.5D dense shifting is supported: the other families split the dense rows by columns and fix r
-when S is placed, while a layer needs whole rows for X W^T and the scores and several widths
-per layer. For a square S the A and B layouts of 1.5D dense shifting coincide (block b of both
-sides lives on the same rank, one permutation serves rows and columns), so a layer's output is
-the next layer's input and A-side gradients are B-side ones without a transfer (checked at
-construction). Weights are replicated; their gradients are sums over disjoint node blocks,
-all-reduced once per step in one packed buffer (phase ``gat_weights``): one message for all
-parameters of all layers instead of one ``S.xty`` per matrix, and the first layer's input may
-be a scipy sparse matrix, which ``S.xty`` does not take.
+``S.expand``, ``S.row_sum`` and ``S.col_sum`` (:mod:`distmm.ops`, docs/primitives.md). Every
+family serves: each rank keeps whole rows of its A-side and B-side node blocks
+(:mod:`distmm.apps.gat_layout`), hands the family's SpMM and SDDMM its column piece of each
+head's block, all-gathers the SpMM's output pieces over the row group, and moves per-node rows
+between the A and B blocks where they differ (the 2.5D families; nothing moves in the 1.5D
+ones). Weights are replicated; their gradients are sums over the nodes each rank counts (once
+per row group), all-reduced once per step in one packed buffer (phase ``gat_weights``): one
+message for all parameters of all layers instead of one ``S.xty`` per matrix, and the first
+layer's input may be a scipy sparse matrix, which ``S.xty`` does not take.
 
 Dropout is drawn from a hash of (seed, step, layer, original ids): feature masks from the
 original node id and feature column, attention masks from the original (row, col) of the edge
@@ -50,6 +49,7 @@ from mpi4py import MPI
 from numba import njit, prange
 
 from distmm.apps.gat_features import SparseFeatures
+from distmm.apps.gat_layout import NodeLayout
 from distmm.apps.gat_model import PARAMS, GATLayer, GATModel
 from distmm.core.coo import CooShare
 from distmm.errors import require
@@ -90,15 +90,12 @@ def distribute_graph(S, comm: MPI.Comm = MPI.COMM_WORLD, add_self_loops: bool = 
 
     Collective. ``S`` is anything :func:`distmm.api.as_coo_share` accepts (a Matrix Market
     path read in parts by every rank, a CooShare, a scipy matrix on rank 0). ``options`` go to
-    :func:`distmm.api.distribute` (dtype, permute, seed, node_model, order, overlap). A
-    non-square matrix or a family other than 15d-dense-shift raises InputError on every rank.
+    :func:`distmm.api.distribute` (dtype, permute, seed, node_model, order, overlap). Any
+    family of :data:`distmm.algorithms.ALGORITHMS` serves (:mod:`distmm.apps.gat_layout`). A
+    non-square matrix raises InputError on every rank.
     """
     from distmm.api import as_coo_share, distribute
 
-    require(algorithm == "15d-dense-shift",
-            f"GAT runs on 15d-dense-shift only, not {algorithm!r}: the other families split "
-            "the dense rows by columns and fix r when S is placed, while a GAT layer needs "
-            "whole rows (per-node scores) and several widths per layer")
     share = as_coo_share(S, comm)
     require(share.shape[0] == share.shape[1],
             f"GAT needs a square adjacency matrix, got {share.shape[0]} x {share.shape[1]}")
@@ -294,16 +291,18 @@ def leaky_relu_backward(G: np.ndarray, X: np.ndarray, slope: float) -> np.ndarra
 # ---------------------------------------------------------------------------------- the model
 class HeadCall:
     """One operation of one layer, made once per attention head, as one bound call
-    (:meth:`~distmm.algorithms.replay.CallReplay.bind`) on contiguous buffers that each head's
+    (:meth:`~distmm.algorithms.replay.CallReplay.bind`) on dense blocks that each head's
     operands are copied into.
 
     A head's operands are strided slices of the layer's (nodes, heads, features) arrays. Passed
     as new contiguous copies each time, a call is checked and planned in full (nothing to
-    replay: the objects differ every call). Copied into the same buffers for every head and
+    replay: the objects differ every call). Copied into the same blocks for every head and
     step instead, the calls from the third on replay their kept kernels and shifts
     (replay.py): the same results, bitwise, for a fraction of the Python, whatever the number
-    of heads. The buffers hold one head's operands and result. Construction is not
-    collective; :meth:`__call__` is, like the operation.
+    of heads. The blocks are the object's own typed blocks of width ``r`` (``obj.dense``), so
+    that the families that cut r into column pieces read r from them; they hold this rank's
+    piece of one head's operands and result. Construction is not collective;
+    :meth:`__call__` is, like the operation.
 
     Parameters
     ----------
@@ -311,10 +310,9 @@ class HeadCall:
         The object the calls run on.
     op : {"sddmm", "spmm_a", "spmm_b"}
         The operation.
-    operands : tuple of tuple
-        The shape of one head's block of each dense operand, in the method's order.
-    out_shape : tuple
-        The shape of one head's result.
+    r : int
+        The dense width of the calls (a head's features, padded to the family's smallest
+        width; :meth:`distmm.apps.gat_layout.NodeLayout.width`).
     values : bool
         Whether each call passes the head's values of S (copied into a buffer); else every
         call uses ``fixed_values``.
@@ -322,17 +320,22 @@ class HeadCall:
         S's values for every call when ``values`` is false (None: S's own).
     """
 
-    def __init__(self, obj, op: str, operands: tuple, out_shape: tuple, values: bool,
+    SIDES = {"sddmm": (("a", "b"), None), "spmm_a": (("b",), "a"), "spmm_b": (("a",), "b")}
+
+    def __init__(self, obj, op: str, r: int, values: bool,
                  fixed_values: np.ndarray | None = None) -> None:
         dt = obj.dtype
-        self.inputs = [np.empty(shape, dtype=dt) for shape in operands]
+        sides, out_side = self.SIDES[op]
+        self.inputs = [obj.dense(side, r) for side in sides]
         self.values = np.empty(obj.values.shape[0], dtype=dt) if values else fixed_values
-        self.out = np.empty(out_shape, dtype=dt)
+        self.out = (np.empty(obj.values.shape[0], dtype=dt) if out_side is None
+                    else obj.dense(out_side, r))
         self.call = obj.bind(op, *self.inputs, values=self.values, out=self.out)
 
     def __call__(self, *operands: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """The result on ``operands`` (one head's slices) and ``values`` (copied into the
-        buffers): the result buffer, overwritten by the next call. Collective."""
+        """The result on ``operands`` (this rank's pieces of one head's blocks) and
+        ``values`` (copied into the buffers): the result buffer, overwritten by the next
+        call. Collective."""
         for buf, X in zip(self.inputs, operands, strict=True):
             np.copyto(buf, X)
         if values is not None:
@@ -345,31 +348,39 @@ class DistGAT:
 
     Parameters
     ----------
-    obj : DenseShift15D
-        S placed by :func:`distribute_graph` (square, 15d-dense-shift).
+    obj : DistributedMatrix
+        S placed by :func:`distribute_graph` (square), on any family of
+        :data:`distmm.algorithms.ALGORITHMS`.
     model : GATModel
         Replicated parameters (identical on every rank), in ``obj.dtype``.
     fused : bool
         Inference (``drop=None``) runs each layer's attention as one fused online-softmax
         loop (the family's :meth:`~distmm.algorithms.dense_shift_15d.DenseShift15D.
         fused_attention`); such a forward keeps no caches, so it cannot be followed by
-        :meth:`backward`. Training passes are never fused.
+        :meth:`backward`. Training passes are never fused. 1.5D dense shifting only (the
+        paper calls 1.5D fusion incompatible with the softmax; the loop that goes beyond it
+        exists for that family alone).
 
-    Construction is not collective. Every rank holds the node rows ``self.nodes`` (original
-    ids), the same on the A and B sides. Forward and backward are collective over ``obj.comm``.
+    Construction is not collective. Every rank holds whole rows of two node blocks
+    (:class:`~distmm.apps.gat_layout.NodeLayout`): ``input_nodes`` (original ids of S's B
+    side, the rows of a layer's input, the features) and ``nodes`` (the A side, the rows of a
+    layer's output, the logits); they are the same in the 1.5D families. In the families that
+    split the dense width, each block is held by a row group: ``counted`` marks the rows of
+    ``nodes`` this rank counts in a sum over nodes (a loss), so that each node counts once.
+    Forward and backward are collective over ``obj.comm``.
     """
 
     def __init__(self, obj, model: GATModel, fused: bool = False) -> None:
-        require(obj.name == "15d-dense-shift",
-                f"GAT runs on 15d-dense-shift only, not {obj.name!r} (see distmm.apps.gat)")
         require(obj.shape[0] == obj.shape[1], "GAT needs a square S")
+        require(not fused or obj.name == "15d-dense-shift",
+                f"the fused online-softmax attention runs on 15d-dense-shift only, not "
+                f"{obj.name!r} (the paper calls 1.5D fusion incompatible with the softmax; "
+                "the fused loop beyond it is that family's); run without fused")
         self.obj, self.model, self.fused = obj, model, bool(fused)
-        # layout arithmetic over every rank, so every rank reaches the same verdict
-        same_rows = all(np.array_equal(obj.dense_rows("a", k), obj.dense_rows("b", k))
-                        for k in range(obj.p))
-        same_perm = obj.row_perm is obj.col_perm or np.array_equal(obj.row_perm, obj.col_perm)
-        require(same_rows and same_perm, "GAT needs S's A and B layouts to coincide")
-        self.nodes = obj.local_rows("a")
+        self.layout = NodeLayout(obj)
+        self.nodes = self.layout.nodes["a"]
+        self.input_nodes = self.layout.nodes["b"]
+        self.counted = self.layout.counted["a"]
         rows, cols = obj.value_coordinates()
         self.edge_keys = obj.row_perm[rows] * obj.shape[1] + obj.col_perm[cols]
         self.dtype = obj.dtype
@@ -384,23 +395,33 @@ class DistGAT:
         key = (k, op, F)
         call = self._head_calls.get(key)
         if call is None:
-            n = self.nodes.size
+            r = self.layout.width(F)
             if op == "sddmm":  # d alpha_h = dout_h . z_h on each edge
-                call = HeadCall(self.obj, op, ((n, F), (n, F)), (self._ones.size,),
-                                values=False, fixed_values=self._ones)
+                call = HeadCall(self.obj, op, r, values=False, fixed_values=self._ones)
             else:  # out_h = S(alpha_h) z_h (spmm_a), d z_h = S(alpha_h)^T dout_h (spmm_b)
-                call = HeadCall(self.obj, op, ((n, F),), (n, F), values=True)
+                call = HeadCall(self.obj, op, r, values=True)
             self._head_calls[key] = call
         return call
 
+    def loss(self, logits: np.ndarray, labels: np.ndarray, mask: np.ndarray, count: int
+             ) -> tuple[float, np.ndarray]:
+        """:func:`cross_entropy` on this rank's ``nodes``: the loss over the ``mask``ed rows it
+        counts (``counted``; sum the ranks' losses for the global one) and the gradient on
+        every masked row it holds (every holder of a row needs it). Not collective."""
+        loss, grad = cross_entropy(logits, labels, mask, count)
+        if not self.counted.all():
+            loss = cross_entropy(logits, labels, mask & self.counted, count)[0]
+        return loss, grad
+
     # ---------------------------------------------------------------- forward
     def layer_forward(self, k: int, layer: GATLayer, X, drop: Dropout | None):
-        """One layer on this rank's nodes: returns (Y (nodes, width), cache). Collective."""
-        obj = self.obj
+        """One layer: ``X`` holds whole rows of ``input_nodes``; returns (Y, whole rows of
+        ``nodes``, (nodes, width)), cache). Collective."""
+        obj, lay = self.obj, self.layout
         H, F = layer.heads, layer.out_channels
         xmask = amask = None
         if drop is not None and drop.features > 0:
-            xmask = feature_mask(X, self.nodes, drop.features, drop.seed, drop.step, k,
+            xmask = feature_mask(X, self.input_nodes, drop.features, drop.seed, drop.step, k,
                                  self.dtype)
         feats = SparseFeatures.of(X, self.dtype, self._features)
         if feats is not None:  # Xd: the values of X's stored entries, masked
@@ -416,7 +437,7 @@ class DistGAT:
                 Xd = X * xmask
             Z = np.ascontiguousarray(Xd @ layer.weight.T, dtype=self.dtype).reshape(-1, H, F)
         s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
-        s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)
+        s_dst = lay.transfer(np.einsum("nhf,hf->nh", Z, layer.att_dst), "a")
         if self.fused and drop is None:
             out = obj.fused_attention(s_dst, s_src, Z.reshape(-1, H * F), layer.negative_slope)
             return self._combine(layer, out), None
@@ -429,10 +450,11 @@ class DistGAT:
             amask = dropout_factors(keys, drop.attention, self.dtype, drop.seed, drop.step, k,
                                     ATTENTION)
             ad = alpha * amask
-        out = np.empty_like(Z)
         spmm = self.head_call(k, "spmm_a", F)
+        pieces = np.empty((self.nodes.size, H, len(lay.columns("a", F))), dtype=self.dtype)
         for h in range(H):
-            out[:, h] = spmm(Z[:, h], values=ad[:, h])
+            pieces[:, h] = spmm(lay.piece("b", Z[:, h]), values=ad[:, h])
+        out = lay.allgather("a", pieces, F)
         cache = dict(k=k, Xd=Xd, feats=feats, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out,
                      xmask=xmask, amask=amask)
         return self._combine(layer, out), cache
@@ -444,7 +466,8 @@ class DistGAT:
         return (out.reshape(-1, H * F) if layer.concat else out.mean(axis=1)) + layer.bias
 
     def forward(self, X, drop: Dropout | None = None):
-        """Logits of this rank's nodes (nodes, classes) and the caches for :meth:`backward`.
+        """Logits of this rank's ``nodes`` (nodes, classes) and the caches for
+        :meth:`backward`, from ``X``, whole rows of ``input_nodes`` (dense or scipy CSR).
         ``drop=None`` is inference (no dropout). Collective."""
         caches, h = [], X
         last = len(self.model.layers) - 1
@@ -454,30 +477,35 @@ class DistGAT:
             if k < last:
                 if cache is not None:
                     cache["elu_in"] = Y
-                h = elu(Y)
+                h = self.layout.transfer(elu(Y), "b")
             else:
                 h = Y
         return h, caches
 
     # ---------------------------------------------------------------- backward
     def layer_backward(self, layer: GATLayer, dY: np.ndarray, cache: dict, need_dx: bool):
-        """Gradients of one layer (local sums over this rank's nodes, not yet all-reduced)
-        and, if ``need_dx``, d loss / d X. Collective."""
-        obj = self.obj
+        """Gradients of one layer (local sums over the rows this rank counts, not yet
+        all-reduced) and, if ``need_dx``, d loss / d X (whole rows of ``input_nodes``).
+        ``dY`` holds whole rows of ``nodes``, the same on every holder of a row.
+        Collective."""
+        obj, lay = self.obj, self.layout
         Z, Xd, pre, alpha, ad, out = (cache[k] for k in ("Z", "Xd", "pre", "alpha", "ad", "out"))
-        n, H, F = Z.shape
+        H, F = Z.shape[1], Z.shape[2]
+        na = dY.shape[0]
         if layer.concat:
-            dout = dY.reshape(n, H, F)
+            dout = dY.reshape(na, H, F)
         else:
             dout = np.repeat((dY / H)[:, None, :], H, axis=1)
         dad = np.empty_like(ad)
-        dZ = np.empty_like(Z)
+        pieces = np.empty((Z.shape[0], H, len(lay.columns("b", F))), dtype=self.dtype)
         k = cache["k"]
         sddmm, spmm_b = self.head_call(k, "sddmm", F), self.head_call(k, "spmm_b", F)
         for h in range(H):
             # d alpha_ij = dout_i . z_j (SDDMM); d z_j += sum_i alpha_ij dout_i (SpMM on S^T)
-            dad[:, h] = sddmm(dout[:, h], Z[:, h])
-            dZ[:, h] = spmm_b(dout[:, h], values=ad[:, h])
+            da = lay.piece("a", dout[:, h])
+            dad[:, h] = sddmm(da, lay.piece("b", Z[:, h]))
+            pieces[:, h] = spmm_b(da, values=ad[:, h])
+        dZ = lay.allgather("b", pieces, F)
         dalpha = dad if cache["amask"] is None else dad * cache["amask"]
         # Softmax backward, d e_ij = alpha_ij (d alpha_ij - t_i) with t_i = sum_k alpha_ik
         # d alpha_ik: since d alpha_ik = mask_ik dout_i . z_k, t_i = dout_i . out_i, a local
@@ -486,16 +514,21 @@ class DistGAT:
         t = np.einsum("nhf,nhf->nh", dout, out)
         de = alpha * (dalpha - obj.expand("a", t))
         dpre = leaky_relu_backward(de, pre, layer.negative_slope)
-        d_dst = obj.row_sum(dpre)
+        d_dst = lay.transfer(obj.row_sum(dpre), "b")
         d_src = obj.col_sum(dpre)
         dZ += d_dst[:, :, None] * layer.att_dst[None] + d_src[:, :, None] * layer.att_src[None]
-        dZ2 = dZ.reshape(n, H * F)
+        dZ2 = dZ.reshape(-1, H * F)
+        # each node's terms once per row group: the rows this rank counts
+        cb, ca = lay.counted["b"], lay.counted["a"]
+        split_b, split_a = not cb.all(), not ca.all()
+        dZc = dZ2 * cb[:, None] if split_b else dZ2
         feats = cache["feats"]
-        XtdZ = feats.t_times(Xd, dZ2) if feats is not None else Xd.T @ dZ2
+        XtdZ = feats.t_times(Xd, dZc) if feats is not None else Xd.T @ dZc
+        zc = Z * cb[:, None, None] if split_b else Z
         grads = {"weight": np.asarray(XtdZ.T, dtype=self.dtype),
-                 "att_src": np.einsum("nh,nhf->hf", d_src, Z),
-                 "att_dst": np.einsum("nh,nhf->hf", d_dst, Z),
-                 "bias": dY.sum(axis=0)}
+                 "att_src": np.einsum("nh,nhf->hf", d_src, zc),
+                 "att_dst": np.einsum("nh,nhf->hf", d_dst, zc),
+                 "bias": (dY[ca] if split_a else dY).sum(axis=0)}
         dX = None
         if need_dx:
             dX = dZ2 @ layer.weight
@@ -505,13 +538,15 @@ class DistGAT:
 
     def backward(self, dlogits: np.ndarray, caches: list[dict]) -> list[dict[str, np.ndarray]]:
         """Gradients of every layer's parameters, summed over all ranks (one all-reduce,
-        phase ``gat_weights``; identical on every rank). Collective."""
+        phase ``gat_weights``; identical on every rank), from ``dlogits`` on every row of
+        ``nodes`` (:meth:`loss` gives them). Collective."""
         layers = self.model.layers
         grads = [None] * len(layers)
         d = dlogits
         for k in range(len(layers) - 1, -1, -1):
             d, grads[k] = self.layer_backward(layers[k], d, caches[k], need_dx=k > 0)
             if k > 0:
+                d = self.layout.transfer(d, "a")
                 Y = caches[k - 1]["elu_in"]
                 d = d * np.where(Y > 0, 1.0, np.exp(np.minimum(Y, 0))).astype(self.dtype)
         return self.allreduce_grads(grads)
@@ -535,6 +570,11 @@ class DistGAT:
         size = sum(a.size for la in self.model.layers for a in la.arrays().values())
         p = self.obj.p
         return 2 * size * (p - 1) // p if p > 1 else 0
+
+    def gather(self, Y: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """The whole (n, width) array, original node order, on ``root`` from every rank's
+        whole rows ``Y`` of ``nodes`` (logits); None elsewhere. Collective."""
+        return self.layout.gather("a", Y, root)
 
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray, mask: np.ndarray, count: int
