@@ -23,8 +23,11 @@ from distmm.apps.gat_model import PARAMS, Adam, GATLayer, GATModel
 from distmm.errors import InputError, require
 from distmm.io.outputs import write_h5_atomic
 
-# the SpMM/SDDMM loops' communication (values: moving per-call values into S^T's order)
-COMM_PHASES = ("replication", "propagation", "reduction", "values")
+# the SpMM/SDDMM loops' communication (values: moving per-call values into S^T's order), with
+# the whole-row layer's all-gathers of their output pieces and its A/B transfers
+# (distmm.apps.gat_layout; none in 1.5D dense shifting)
+COMM_PHASES = ("replication", "propagation", "reduction", "values", "gat_allgather",
+               "gat_transfer")
 # per-node scores onto edges, the edge softmax and the backward pass's edge reductions
 SOFTMAX_PHASES = ("sddmm_add", "softmax", "expand", "row_reduce", "col_reduce", "plan")
 
@@ -172,6 +175,12 @@ def _masks(nodes: np.ndarray, split: dict[str, np.ndarray]) -> dict[str, np.ndar
     return {k: np.isin(nodes, v) for k, v in split.items()}
 
 
+def _counted_masks(gat: DistGAT, split: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The split's masks over ``gat.nodes``, restricted to the rows this rank counts (each
+    node once over its row group)."""
+    return {k: m & gat.counted for k, m in _masks(gat.nodes, split).items()}
+
+
 def evaluate(gat: DistGAT, X, labels: np.ndarray, split: dict[str, np.ndarray]) -> dict:
     """Inference-mode losses and accuracies of every split set (global). Collective."""
     logits, _ = gat.forward(X, None)
@@ -179,7 +188,7 @@ def evaluate(gat: DistGAT, X, labels: np.ndarray, split: dict[str, np.ndarray]) 
 
 
 def _metrics(gat: DistGAT, logits, labels, split, extra: float = 0.0) -> dict:
-    masks = _masks(gat.nodes, split)
+    masks = _counted_masks(gat, split)
     correct = logits.argmax(axis=1) == labels
     local = [extra]
     for k in split:
@@ -200,8 +209,8 @@ def train(gat: DistGAT, X, labels: np.ndarray, split: dict[str, np.ndarray],
           stop_after: int | None = None) -> TrainState:
     """Train ``gat.model`` in place; returns the state (its ``best_model`` is the result).
 
-    ``X`` holds this rank's node rows (``gat.nodes``; dense or scipy CSR), ``labels`` their
-    labels, ``split`` the global train/val/test node ids (identical on every rank).
+    ``X`` holds this rank's input rows (``gat.input_nodes``; dense or scipy CSR), ``labels``
+    the labels of its output rows (``gat.nodes``; the same nodes in the 1.5D families), ``split`` the global train/val/test node ids (identical on every rank).
     ``on_epoch(state, record)`` is called after every epoch on every rank (the record holds
     loss, accuracies and the seconds split into SpMM/SDDMM communication, their compute, the
     softmax's reductions and the rest). ``state`` continues a run from a checkpoint;
@@ -222,7 +231,7 @@ def train(gat: DistGAT, X, labels: np.ndarray, split: dict[str, np.ndarray],
         t0 = time.perf_counter()
         drop = Dropout(config.dropout, config.attention_dropout, config.seed, state.epoch)
         logits, caches = gat.forward(X, drop)
-        loss, dlog = cross_entropy(logits, labels, train_mask, split["train"].size)
+        loss, dlog = gat.loss(logits, labels, train_mask, split["train"].size)
         grads = gat.backward(dlog, caches)
         state.adam.step(state.model, grads)
         record = _metrics(gat, gat.forward(X, None)[0], labels, split, extra=loss)

@@ -21,7 +21,10 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from distmm import signals
+from distmm.algorithms import ALGORITHMS
 from distmm.apps.gat import DistGAT, distribute_graph
+from distmm.apps.gat_features import normalize_rows, read_mtx_rows
+from distmm.apps.gat_layout import NodeLayout
 from distmm.apps.gat_memory import gat_memory
 from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, TrainState, evaluate, standard_split, train
@@ -111,11 +114,15 @@ def _inputs(p: argparse.ArgumentParser) -> None:
     files.input_option(p, "--features", required=True,
                        help="node features (n x f): .mtx[.gz], .npy or .h5 (dataset "
                             "/features; real numbers)")
+    p.add_argument("--normalize-features", action="store_true",
+                   help="scale each feature row to sum 1 (the GAT paper's preprocessing; "
+                        "rows summing to zero, a negative or a tiny number are refused); "
+                        "default: the features as given, as in PyG")
     p.add_argument("--raw-features", action="store_true",
-                   help="do not row-normalise the features (default: each row sums to 1, as "
-                        "in the GAT paper's preprocessing)")
-    p.add_argument("--algorithm", default="15d-dense-shift",
-                   help="algorithm family (GAT runs on 15d-dense-shift)")
+                   help="deprecated, no effect: the features are used as given unless "
+                        "--normalize-features")
+    p.add_argument("--algorithm", default="15d-dense-shift", choices=list(ALGORITHMS),
+                   help="algorithm family (default %(default)s; every family runs GAT)")
     p.add_argument("-c", "--replication", type=int, default=1, dest="c")
     p.add_argument("--order", default="fiber", choices=["fiber", "layer"])
     p.add_argument("--node-model", default="reference", choices=list(NODE_MODELS))
@@ -132,15 +139,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------ inputs
-def _read_features(path: str, nodes: np.ndarray, n: int, comm: MPI.Comm, dtype, normalise):
-    """This rank's rows of the feature matrix (scipy CSR for .mtx, dense otherwise), checked
-    collectively (row count, finiteness)."""
+def _read_features(path: str, obj, comm: MPI.Comm, dtype, normalise: bool):
+    """This rank's rows of the feature matrix: the input rows of a GAT layer on ``obj``
+    (``obj.local_rows("b")``), scipy CSR for .mtx (read in parts, each entry sent to the ranks
+    needing its row), dense otherwise (only the rank's rows read); checked collectively (row
+    count, finiteness, and with ``normalise`` the rows' sums: :func:`normalize_rows`)."""
+    nodes, n = obj.local_rows("b"), obj.shape[0]
     msg, X = None, None
     try:
         if path.endswith((".mtx", ".mtx.gz")):
-            full = read_csr_block(path).to_scipy().tocsr()
-            rows = full.shape[0]
-            X = full[nodes] if rows == n else None
+            by_rank = [obj.col_perm[obj.dense_rows("b", k)] for k in range(obj.p)]
+            X, msg, rows = read_mtx_rows(path, by_rank, n, comm)
         elif path.endswith(".npy"):
             full = load_dense_npy(path)
             rows = full.shape[0]
@@ -164,7 +173,7 @@ def _read_features(path: str, nodes: np.ndarray, n: int, comm: MPI.Comm, dtype, 
         else:
             raise InputError(f"--features {path}: expected .mtx, .mtx.gz, .npy or .h5")
         if X is None:
-            msg = f"--features has {rows} rows but the graph has {n} nodes"
+            msg = msg or f"--features has {rows} rows but the graph has {n} nodes"
         elif not np.isfinite(X.data if sp.issparse(X) else X).all():
             msg = f"--features {path} holds NaN or infinite values"
     except (InputError, OSError) as exc:
@@ -173,18 +182,27 @@ def _read_features(path: str, nodes: np.ndarray, n: int, comm: MPI.Comm, dtype, 
     agree(comm, msg, {"--features columns": None if X is None else int(X.shape[1])})
     if sp.issparse(X):
         X = X.astype(dtype).tocsr()
-        if normalise:
-            s = np.asarray(X.sum(axis=1)).ravel()
-            X = (sp.diags(1.0 / np.where(s != 0, s, 1.0)) @ X).astype(dtype).tocsr()
         # sorted column indices, no duplicates: the layer's products then run on the SpMM
         # kernels (distmm.apps.gat_features); the dropout masks are keyed by column, not slot
         X.sum_duplicates()
     else:
         X = np.ascontiguousarray(X, dtype=dtype)
-        if normalise:
-            s = X.sum(axis=1, keepdims=True)
-            X = X / np.where(s != 0, s, 1.0).astype(dtype)
+    if normalise:
+        X = normalize_rows(X, nodes, NodeLayout(obj).counted["b"], comm)
     return X
+
+
+def _features_choice(args: argparse.Namespace, comm: MPI.Comm) -> bool:
+    """Whether to row-normalise the features (``--normalize-features``); ``--raw-features``
+    is accepted with a note (it is the default now) and refused beside
+    ``--normalize-features``."""
+    require(not (args.raw_features and args.normalize_features),
+            "--raw-features and --normalize-features contradict each other; give one "
+            "(--raw-features is the default and deprecated)")
+    if args.raw_features and comm.Get_rank() == 0:
+        print("distmm gat: --raw-features is deprecated and has no effect: the features are "
+              "used as given unless --normalize-features", file=sys.stderr, flush=True)
+    return bool(args.normalize_features)
 
 
 def _read_labels(path: str, n: int) -> np.ndarray:
@@ -290,6 +308,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             require(differ is None, f"--resume {args.resume}: the checkpoint's model was "
                                     f"built with other options; given {differ}")
     checks.agree(same={"--resume epoch": None if state is None else state.epoch})
+    normalise = _features_choice(args, comm)
     refuse_oversized(args, comm)
     obj = _graph(args, not args.no_self_loops)
     n = obj.shape[0]
@@ -301,7 +320,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                        "--split (content)": None if split is None else
                        _digest(*(split[k] for k in sorted(split)))})
     nodes = obj.local_rows("a")
-    X = _read_features(args.features, nodes, n, comm, dtype, not args.raw_features)
+    X = _read_features(args.features, obj, comm, dtype, normalise)
     classes = int(y.max()) + 1
     if state is None:
         model = GATModel.init(X.shape[1], args.hidden, args.heads, classes, args.out_heads,
@@ -371,14 +390,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         model = GATModel.load(args.weights, dtype)
     checks.agree(same={"--weights (model)": None if model is None else
                        _digest(*(a for la in model.layers for a in la.arrays().values()))})
+    normalise = _features_choice(args, comm)
     obj = _graph(args, model.add_self_loops)
-    nodes = obj.local_rows("a")
-    X = _read_features(args.features, nodes, obj.shape[0], comm, dtype, not args.raw_features)
+    X = _read_features(args.features, obj, comm, dtype, normalise)
     msg = model.check(X.shape[1])
     require(msg is None, f"--weights {args.weights}: {msg}")
     gat = DistGAT(obj, model, fused=args.fused)
     logits, _ = gat.forward(X, None)
-    full = obj.gather("a", np.ascontiguousarray(logits), root=0)
+    full = gat.gather(logits, root=0)
     files.write_output(comm, args.out, "--out", lambda path: write_h5_atomic(
         path, {"logits": full}, {"weights": os.path.abspath(args.weights),
                                  "graph": args.graph}))

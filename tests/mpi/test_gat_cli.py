@@ -1,7 +1,8 @@
 """``distmm gat train`` / ``predict`` in-process on every rank: JSON lines, weights in GATConv's
 layout, logits equal to the serial reference with the saved weights, bit-identical resume from a
-checkpoint, training that lowers the loss on a learnable task, and bad input refused with status 2
-and nothing written."""
+checkpoint, training that lowers the loss on a learnable task, every family trained and predicting
+like 1.5D dense shifting, features as given unless --normalize-features (which refuses rows it
+would blow up), and bad input refused with status 2 and nothing written."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import scipy.io
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from distmm.algorithms import ALGORITHMS
 from distmm.apps.gat_model import PARAMS, GATModel
 from distmm.cli import main
 from tests import gat_reference as ref
@@ -43,6 +45,12 @@ def files(shared_tmp):
         Xnan[4, 1] = np.nan
         np.save(os.path.join(d, "X_nan.npy"), Xnan)
         np.save(os.path.join(d, "X_short.npy"), X[:-1])
+        Xs = X.copy()
+        Xs[5] = [1.0, -1.0, 0.0, 0.0, 0.0, 0.0]          # sums to zero
+        Xs[9] = [0.5, -2.0, 0.0, 0.0, 0.0, 0.0]          # sums to a negative number
+        Xs[11] = [1.0, -1.0 + 1e-9, 0.0, 0.0, 0.0, 0.0]  # tiny sum against its size
+        Xs[14] = 0.0                                     # no features: kept as zero
+        np.save(os.path.join(d, "X_signed.npy"), Xs)
         np.savetxt(os.path.join(d, "y.txt"), y, fmt="%d")
         np.savetxt(os.path.join(d, "y_short.txt"), y[:-2], fmt="%d")
         scipy.io.mmwrite(os.path.join(d, "rect.mtx"), sp.random(N, N + 1, density=0.2,
@@ -83,7 +91,8 @@ def test_train_then_predict_matches_reference(files, capsys):
             assert not bool(fh["layer1"].attrs["concat"]) and fh["layer1/bias"].shape == (3,)
     COMM.Barrier()
     assert main(["gat", "predict", "--graph", f"{d}/A.mtx", "--features", f"{d}/X.npy",
-                 "--weights", out, "--out", logits, "--dtype", "float64", "--no-permute"]) == 0
+                 "--weights", out, "--out", logits, "--dtype", "float64", "--no-permute",
+                 "--normalize-features"]) == 0
     if COMM.rank == 0:
         model = GATModel.load(out, np.float64)
         layers = [dict(la.arrays(), heads=la.heads, concat=la.concat,
@@ -100,7 +109,7 @@ def test_train_then_predict_matches_reference(files, capsys):
     fused = f"{d}/l1f.h5"
     assert main(["gat", "predict", "--graph", f"{d}/A.mtx", "--features", f"{d}/X.npy",
                  "--weights", out, "--out", fused, "--dtype", "float64", "-c", str(c),
-                 "--fused"]) == 0
+                 "--fused", "--normalize-features"]) == 0
     if COMM.rank == 0:
         with h5py.File(fused) as fh:
             np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
@@ -108,7 +117,8 @@ def test_train_then_predict_matches_reference(files, capsys):
     # the transposed file read with --transpose is the same graph (features from HDF5 here)
     tr = f"{d}/l1t.h5"
     assert main(["gat", "predict", "--graph", f"{d}/At.mtx", "--transpose", "--features",
-                 f"{d}/X.h5", "--weights", out, "--out", tr, "--dtype", "float64"]) == 0
+                 f"{d}/X.h5", "--weights", out, "--out", tr, "--dtype", "float64",
+                 "--normalize-features"]) == 0
     if COMM.rank == 0:
         with h5py.File(tr) as fh:
             np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
@@ -139,7 +149,11 @@ def test_resume_is_bit_identical(files, capsys):
     ({"--features": "X_nan.npy"}, "NaN"),
     ({"--heads": "0"}, "heads"),
     ({"--graph": "rect.mtx"}, "square"),
-    ({"--algorithm": "15d-sparse-shift"}, "15d-dense-shift only"),
+    ({"--features": "X_signed.npy", "--normalize-features": None},
+     "3 feature row(s) sum to zero, a negative number or less than 1e-06 times the sum of "
+     "their absolute values, so scaling them to sum 1 would blow them up or flip their sign: "
+     "node(s) 5, 9, 11;"),
+    ({"--raw-features": None, "--normalize-features": None}, "contradict each other"),
 ])
 def test_bad_input_refused_everywhere(files, capsys, change, match):
     d = files["dir"]
@@ -148,7 +162,9 @@ def test_bad_input_refused_everywhere(files, capsys, change, match):
     for k, v in change.items():
         i = args.index(k) if k in args else None
         value = v if k in ("--heads", "--algorithm") else f"{d}/{v}"
-        if i is None:
+        if v is None:
+            args.append(k)
+        elif i is None:
             args += [k, value]
         else:
             args[i + 1] = value
@@ -198,3 +214,76 @@ def test_training_lowers_the_loss(files, capsys):
         assert len(loss) == 40 and loss[-1] < 0.7 * loss[0], loss
         result = [r for r in lines if r["event"] == "result"][0]
         assert result["train_acc"] > 0.6
+
+
+def _family_cases():
+    """(family, c) pairs to run at this p: every family at its largest valid c, and the 2.5D
+    families also at c = 1 where their grid allows it."""
+    cases = []
+    for name, cls in ALGORITHMS.items():
+        cs = [c for c in range(1, COMM.size + 1)
+              if COMM.size % c == 0 and cls.model.grid_allows(COMM.size, c)]
+        cases += [(name, c) for c in sorted({cs[0], cs[-1]})] if cs else []
+    return cases
+
+
+@pytest.mark.parametrize("family,c", _family_cases())
+def test_every_family_trains_and_predicts_like_dense_shift(files, capsys, family, c):
+    """Training on each family gives the weights of the 1.5D dense-shifting run (dropout on,
+    features read in parts from .mtx, as given), and its predictions on signed features
+    taken as given (no normalisation: no error) equal the serial reference's."""
+    d = files["dir"]
+    base, mine = f"{d}/fam-base.h5", f"{d}/fam-{family}-{c}.h5"
+    assert main(_train_args(d, base, "--epochs", "3")) == 0
+    assert main(_train_args(d, mine, "--epochs", "3", "--algorithm", family,
+                            "-c", str(c))) == 0
+    if COMM.rank == 0:
+        with h5py.File(base) as a, h5py.File(mine) as b:
+            for k in range(2):
+                for name in PARAMS:
+                    np.testing.assert_allclose(b[f"layer{k}/{name}"][...],
+                                               a[f"layer{k}/{name}"][...], rtol=1e-9,
+                                               atol=1e-12, err_msg=f"layer{k}/{name}")
+    COMM.Barrier()
+    logits = f"{d}/fam-{family}-{c}-logits.h5"
+    assert main(["gat", "predict", "--graph", f"{d}/A.mtx", "--features", f"{d}/X_signed.npy",
+                 "--weights", mine, "--out", logits, "--dtype", "float64", "--algorithm",
+                 family, "-c", str(c)]) == 0
+    capsys.readouterr()
+    if COMM.rank == 0:
+        model = GATModel.load(mine, np.float64)
+        layers = [dict(la.arrays(), heads=la.heads, concat=la.concat,
+                       negative_slope=la.negative_slope) for la in model.layers]
+        pat = files["A"].toarray() != 0
+        np.fill_diagonal(pat, True)
+        dst, src = np.nonzero(pat)
+        want, _ = ref.model_forward(np.load(f"{d}/X_signed.npy"), dst, src, layers)
+        with h5py.File(logits) as fh:
+            np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
+
+
+def test_raw_features_is_a_deprecated_no_op(files, capsys):
+    d = files["dir"]
+    plain, raw = f"{d}/plain.h5", f"{d}/raw.h5"
+    assert main(_train_args(d, plain, "--epochs", "2")) == 0
+    capsys.readouterr()
+    assert main(_train_args(d, raw, "--epochs", "2", "--raw-features")) == 0
+    err = capsys.readouterr().err
+    if COMM.rank == 0:
+        assert "--raw-features is deprecated and has no effect" in err
+        with h5py.File(plain) as a, h5py.File(raw) as b:
+            for name in PARAMS:
+                np.testing.assert_array_equal(a[f"layer0/{name}"][...], b[f"layer0/{name}"][...])
+
+
+def test_fused_predict_refused_off_dense_shift(files, capsys):
+    d = files["dir"]
+    out, weights = f"{d}/never-fused.h5", f"{d}/fused-w.h5"
+    assert main(_train_args(d, weights, "--epochs", "1")) == 0
+    assert main(["gat", "predict", "--graph", f"{d}/A.mtx", "--features", f"{d}/X.npy",
+                 "--weights", weights, "--out", out, "--algorithm", "15d-sparse-shift",
+                 "--fused"]) == 2
+    err = capsys.readouterr().err
+    if COMM.rank == 0:
+        assert "15d-dense-shift only" in err
+    assert not os.path.exists(out)
