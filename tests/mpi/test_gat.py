@@ -1,8 +1,9 @@
 """Distributed GAT (distmm.apps.gat) against the serial float64 reference (tests/gat_reference.py):
-forward, backward, loss, with dropout, at every c that divides p, permutation on and off, with
-and without self-loops (a node without in-edges then); the packed gradient all-reduce's words
-against its formula; a directional finite difference on the distributed loss itself; other
-families refused."""
+forward, backward, loss, with dropout, on every family at every valid c, permutation on and off,
+with and without self-loops (a node without in-edges then); the packed gradient all-reduce's
+words against its formula, and the whole-row layer's all-gathers and transfers
+(distmm.apps.gat_layout) against theirs, per family; a directional finite difference on the
+distributed loss itself; non-square graphs refused."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from distmm.algorithms import ALGORITHMS
 from distmm.apps.gat import (
     ATTENTION,
     DistGAT,
@@ -28,6 +30,10 @@ from tests import gat_reference as ref
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
 CS = [c for c in (1, 2, 3, 4, 8) if P % c == 0]
+# every family at every c its grid allows at this p
+FAMILY_CS = [(name, c) for name, cls in ALGORITHMS.items() for c in range(1, P + 1)
+             if P % c == 0 and cls.model.grid_allows(P, c)]
+OTHER_CS = [(name, c) for name, c in FAMILY_CS if name != "15d-dense-shift"]
 N, FIN, CLASSES = 13, 5, 3
 
 
@@ -65,23 +71,19 @@ def _ref_masks(X, layers, dst, src, drop: Dropout):
     return xm, am
 
 
-@pytest.mark.parametrize("c", CS)
-@pytest.mark.parametrize("permute", ["random", "blocks", "none"])
-@pytest.mark.parametrize("self_loops", [True, False])
-@pytest.mark.parametrize("dropout", [0.0, 0.5])
-def test_gat_matches_reference(c, permute, self_loops, dropout):
+def _check_against_reference(family, c, permute, self_loops, dropout):
     A, X, y, layers, dst, src = _problem(self_loops)
     obj = distribute_graph(A, COMM, add_self_loops=self_loops, c=c, dtype=np.float64,
-                           permute=permute, seed=2)
+                           permute=permute, seed=2, algorithm=family)
     gat = DistGAT(obj, _model(layers))
     drop = Dropout(dropout, dropout, seed=11, step=4) if dropout else None
-    X_loc = X[gat.nodes]
+    X_loc = X[gat.input_nodes]
     if dropout:
         X_loc = sp.csr_matrix(X_loc)    # sparse input: masks on stored entries only
     logits, caches = gat.forward(X_loc, drop)
     train = np.zeros(N, bool)
     train[[0, 2, 3, 5, 8, 12]] = True
-    loss, dlog = cross_entropy(logits, y[gat.nodes], train[gat.nodes], int(train.sum()))
+    loss, dlog = gat.loss(logits, y[gat.nodes], train[gat.nodes], int(train.sum()))
     grads = gat.backward(dlog, caches)
     total = np.zeros(1)
     COMM.Allreduce(np.array([loss]), total)
@@ -90,7 +92,7 @@ def test_gat_matches_reference(c, permute, self_loops, dropout):
     want, rc = ref.model_forward(X, dst, src, layers, xm, am)
     want_loss, want_d = ref.cross_entropy(want, y, np.flatnonzero(train))
     want_grads = ref.model_backward(want_d, dst, src, layers, rc)
-    got = obj.gather("a", logits, root=0)
+    got = gat.gather(logits, root=0)
     if COMM.rank == 0:
         assert np.isfinite(got).all()
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
@@ -103,6 +105,72 @@ def test_gat_matches_reference(c, permute, self_loops, dropout):
         row = np.flatnonzero(gat.nodes == 3)
         if row.size and not dropout:
             np.testing.assert_allclose(logits[row[0]], layers[1]["bias"], atol=1e-14)
+    obj.close()
+
+
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("permute", ["random", "blocks", "none"])
+@pytest.mark.parametrize("self_loops", [True, False])
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_gat_matches_reference(c, permute, self_loops, dropout):
+    _check_against_reference("15d-dense-shift", c, permute, self_loops, dropout)
+
+
+@pytest.mark.parametrize("family,c", OTHER_CS)
+@pytest.mark.parametrize("self_loops,dropout", [(True, 0.0), (False, 0.5)])
+def test_gat_on_every_family_matches_reference(family, c, self_loops, dropout):
+    """The other families, at every valid c: the same logits, loss and gradients as the
+    reference (and so as the 1.5D dense-shifting run, which the test above checks)."""
+    _check_against_reference(family, c, "random", self_loops, dropout)
+
+
+@pytest.mark.parametrize("family,c", FAMILY_CS)
+def test_layout_words_per_phase(family, c):
+    """One training step's words in the whole-row layer's phases equal their formulas: the
+    row-group all-gathers of the SpMM outputs (forward, A side) and of the S^T outputs
+    (backward, B side), :meth:`NodeLayout.allgather_words`, and the A/B transfers, per
+    family in closed form (docs/gat.md): none in the 1.5D families; in 2.5D dense
+    replicating rank (i, j, k) receives its block's rows where j != 0, in 2.5D sparse
+    replicating where i != j. The weight gradient all-reduce keeps its words."""
+    A, X, y, layers, *_ = _problem(True)
+    obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=1, algorithm=family)
+    gat = DistGAT(obj, _model(layers))
+    lay = gat.layout
+    obj.stats.reset()
+    logits, caches = gat.forward(X[gat.input_nodes], None)
+    gat.backward(np.ones_like(logits), caches)
+    want_sent = want_recv = 0
+    for la in gat.model.layers:
+        for side in ("a", "b"):
+            w = lay.allgather_words(side, la.heads, la.out_channels)
+            want_sent += w["words_sent"]
+            want_recv += w["words_received"]
+    assert obj.stats.words("gat_allgather") == want_sent
+    assert obj.stats.words("gat_allgather", "words_received") == want_recv
+    # transfers of one step: forward s_dst (H per row, to A) per layer and the hidden
+    # output (width, to B); backward d_dst (H, to B) per layer and d X of the output layer's
+    # input (width, to A)
+    L = gat.model.layers
+    moved = {"a": sum(la.heads for la in L) + sum(la.width for la in L[:-1]),
+             "b": sum(la.heads for la in L) + sum(la.width for la in L[:-1])}
+    rows = {side: obj.dense_rows(side, COMM.rank).size for side in "ab"}
+    if family == "25d-dense-replicate":
+        moves = obj.grid.position(COMM.rank)[1] != 0
+    elif family == "25d-sparse-replicate":
+        i, j, _ = obj.grid.position(COMM.rank)
+        moves = i != j
+    else:
+        moves = False
+    recv = sum(rows[side] * moved[side] for side in "ab") if moves else 0
+    assert obj.stats.words("gat_transfer", "words_received") == recv
+    mine = sum(lay.transfer_words(side, moved[side])["words_sent"] for side in "ab")
+    assert obj.stats.words("gat_transfer") == mine
+    total = np.zeros(2, dtype=np.int64)
+    COMM.Allreduce(np.array([obj.stats.words("gat_transfer"),
+                             obj.stats.words("gat_transfer", "words_received")]), total)
+    assert total[0] == total[1]
+    assert obj.stats.words("gat_weights") == gat.gradient_words(COMM.rank)
+    obj.close()
 
 
 @pytest.mark.parametrize("c,heads", [(c, (3, 2)) for c in CS] + [(1, (12, 9))])
@@ -115,7 +183,7 @@ def test_repeated_steps_replay_the_head_calls_and_match_the_reference(c, heads, 
     A, X, y, layers, dst, src = _problem(True, heads=heads)
     obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=2)
     gat = DistGAT(obj, _model(layers))
-    X_loc = X[gat.nodes]
+    X_loc = X[gat.input_nodes]
     train = np.zeros(N, bool)
     train[[0, 2, 5, 8, 12]] = True
     for step in range(4):
@@ -194,10 +262,12 @@ def test_distributed_gradient_directional_finite_difference():
     assert abs((vals[0] - vals[1]) / (2 * h) - slope) < 1e-6 * max(1.0, abs(slope))
 
 
-def test_gat_refuses_other_families_and_rectangular():
+def test_gat_refuses_rectangular_and_fused_off_dense_shift():
     A, *_ = _problem(True)
+    obj = distribute_graph(A, COMM, algorithm="15d-sparse-shift")
     with pytest.raises(InputError, match="15d-dense-shift only"):
-        distribute_graph(A, COMM, algorithm="25d-dense-replicate")
+        DistGAT(obj, _model(_problem(True)[3]), fused=True)
+    obj.close()
     R = sp.random(5, 7, density=0.5, format="csr", random_state=0)
     with pytest.raises(InputError, match="square"):
         distribute_graph(R if COMM.rank == 0 else None, COMM)
