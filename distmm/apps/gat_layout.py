@@ -35,6 +35,8 @@ Words are counted through the object's :class:`~distmm.core.comm.CountingComm` w
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from mpi4py import MPI
 
@@ -277,3 +279,47 @@ class NodeLayout:
         out = np.empty((n, w), dtype=X.dtype)
         out[all_ids] = all_rows.reshape(n, w)
         return out
+
+
+# ------------------------------------------------------------------------ closed forms
+def row_group_shape(algorithm: str, n: int, p: int, c: int) -> tuple[float, int]:
+    """(rows of a rank's node block, ranks in its row group) of a square n x n S on
+    ``algorithm`` with p ranks and replication c, blocks balanced (Table II): 1.5D dense
+    shifting and the sparsity-aware family n/p rows, groups of one; 1.5D sparse shifting
+    n/c rows (a layer's p/c row blocks), groups of q = p/c; 2.5D dense replicating n/(s c)
+    rows, groups of s = sqrt(p/c) (a grid row for A, a wrapped anti-diagonal for B); 2.5D
+    sparse replicating n/s rows, groups of s c. The same for the A and B sides. Not
+    collective."""
+    s = math.isqrt(p // c) if p % c == 0 else 0
+    return {"15d-dense-shift": (n / p, 1), "15d-sparse-aware": (n / p, 1),
+            "15d-sparse-shift": (n / c, p // c),
+            "25d-dense-replicate": (n / (s * c), s),
+            "25d-sparse-replicate": (n / s, s * c)}[algorithm]
+
+
+def allgather_model_words(algorithm: str, n: int, p: int, c: int, heads: int, F: int) -> float:
+    """Mean words a rank sends in one row-group all-gather (:meth:`NodeLayout.allgather`) of
+    ``heads`` heads of F features, either side, blocks and widths balanced: with ``rows``
+    and ``g`` of :func:`row_group_shape` and ``W = max(F, r_min)`` (the family's smallest
+    width), ``rows heads (W / g) (g - 1)``. Not collective."""
+    from distmm.algorithms import family
+
+    rows, g = row_group_shape(algorithm, n, p, c)
+    if g == 1:
+        return 0.0
+    W = max(F, family(algorithm).model.min_width(p, c))
+    return rows * heads * (W / g) * (g - 1)
+
+
+def transfer_model_words(algorithm: str, n: int, p: int, c: int, w: int) -> float:
+    """Mean words a rank sends in one whole-row transfer (:meth:`NodeLayout.transfer`) of w
+    values per row between the A and B blocks, blocks balanced: 0 in the 1.5D families (a
+    rank's two blocks are the same nodes); in 2.5D dense replicating every rank with j != 0
+    receives its n/(s c) rows, ``(1 - 1/s) n w / (s c)``; in 2.5D sparse replicating every
+    rank with i != j its n/s rows, ``(1 - 1/s) n w / s``. Each block moved is sent by one
+    holder, so the mean sent equals the mean received. Not collective."""
+    if algorithm not in ("25d-dense-replicate", "25d-sparse-replicate"):
+        return 0.0
+    rows, _ = row_group_shape(algorithm, n, p, c)
+    s = math.isqrt(p // c)
+    return (1 - 1 / s) * rows * w
