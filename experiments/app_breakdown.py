@@ -11,12 +11,13 @@ random weights. This script runs both, through the shared runner (records, resum
   one warm-up epoch, then ``repeat`` timed epochs.
 * ``gat``: one layer of :class:`distmm.apps.gat.DistGAT` (X W^T, the per-node scores, the
   attention and its aggregation over ``heads`` heads), pass ``forward`` (inference, as the paper)
-  or ``train`` (forward with dropout, cross-entropy and backward). GAT runs on 15d-dense-shift
-  only: for every other family the record says so (``"unsupported"``: the library's message)
-  instead of a time. Strategy ``none`` is the unfused attention (``S.sddmm_add``,
-  ``S.edge_softmax``, one ``S.spmm_a`` per head); ``fusion`` is the fused online-softmax loop
-  (``DenseShift15D.fused_attention``), forward only. The paper did not run fusion
-  for GAT ("incompatible with softmax regularization"); distmm's online softmax makes it one.
+  or ``train`` (forward with dropout, cross-entropy and backward), on every family at every
+  valid c. Strategy ``none`` is the unfused attention (``S.sddmm_add``, ``S.edge_softmax``, one
+  ``S.spmm_a`` per head, and in the families that split the dense width the row-group
+  all-gathers and A/B transfers of :mod:`distmm.apps.gat_layout`); ``fusion`` is the fused
+  online-softmax loop (``DenseShift15D.fused_attention``), forward only, on 1.5D dense shifting
+  only. The paper did not run fusion for GAT ("incompatible with softmax regularization");
+  distmm's online softmax makes it one for that family.
 
 Split of one epoch / pass (seconds of the slowest rank, the one whose wall time is the
 largest; the parts add up to its wall time), from the phases the counting communicator times:
@@ -25,6 +26,8 @@ largest; the parts add up to its wall time), from the phases the counting commun
   kernel is ``compute``);
 * ``kernel_other``: the rest of the time inside the SDDMM/SpMM/FusedMM calls (and the fused
   attention): input checks, buffers, Python;
+* ``layout_comm``: GAT's whole-row layer around the kernel calls (``gat_allgather``: the SpMM
+  outputs' row-group all-gathers; ``gat_transfer``: the A/B transfers); 0 for ALS;
 * ``app_comm``: the application's own counted communication outside those calls (ALS: the CG
   row dot products ``row_dot`` and the loss ``other``; GAT: ``sddmm_add``, ``softmax``,
   ``expand``, ``row_reduce``/``col_reduce``, ``values``, ``gat_weights``);
@@ -34,6 +37,11 @@ largest; the parts add up to its wall time), from the phases the counting commun
 The kernel calls are timed by wrapping the object's public kernel methods, its bound calls
 (the applications bind theirs) and the fused attention for the measurement; every phase second
 comes from :class:`distmm.core.comm.CommStats`.
+Figure 9's four parts (``figure9`` in a record; the plot draws them): ``fusedmm_comm`` (the
+kernels' replication, propagation and reduction, and GAT's ``layout_comm``),
+``fusedmm_compute`` (``compute`` and ``kernel_other``), ``reductions`` (GAT: the softmax's
+edge reductions and expansions ``sddmm_add``, ``softmax``, ``expand``, ``row_reduce``,
+``col_reduce``, ``plan``; ALS: the CG dot products' ``row_dot``) and ``rest``.
 Records also hold ``phase_seconds`` (max over ranks of each timed phase), words and messages
 per phase (max and mean over ranks) and the model's words per phase for the kernels (and ALS's
 row dot products); ALS's ``model.fusedmm_seconds`` is the planner's time of its FusedMM calls.
@@ -45,8 +53,16 @@ row dot products); ALS's ``model.fusedmm_seconds`` is the planner's time of its 
 Presets: ``laptop`` (Erdos-Renyi 8192 x 8192, 8 per row, r = 32, 10 CG iterations per half-step,
 4 heads of 8, p = 1, 2, 4), ``paper`` (Erdos-Renyi with amazon-large's 14,249,639 rows and 16
 per row, r = 128, 10 CG iterations per half-step, 4 heads of 32, p = 256, c up to 16) and
-``data`` (../shared/data: MovieLens 100K for ALS, Cora for GAT, r = 32, p = 1, 2, 4). The
-cost model has no term for the applications' own work, so ``--project`` is refused.
+``data`` (../shared/data: MovieLens 100K for ALS, Cora for GAT, r = 32, p = 1, 2, 4).
+
+``--project MACHINE.json`` (e.g. ``--preset paper --project machines/cori-knl.json``: 256
+nodes) writes the cost model's records of the applications' FusedMM parts only (the model has
+no term for their own work): ``figure9`` with ``fusedmm_comm`` (alpha-beta of every kernel
+call's exact words and messages per phase, :func:`distmm.perf.costmodel.exact`, plus GAT's
+all-gathers and transfers, :func:`distmm.apps.gat_layout.allgather_model_words` and
+``transfer_model_words``) and ``fusedmm_compute`` (the machine's time of the local kernel calls,
+:func:`distmm.perf.costmodel.local_calls`; an SpMM on S^T is costed as one on S, the same
+flops). The sparsity-aware family is left out: its words depend on S's pattern.
 """
 
 from __future__ import annotations
@@ -65,9 +81,15 @@ from distmm.perf import costmodel
 
 EXPERIMENT = "app-breakdown"
 KERNEL_PHASES = ("replication", "propagation", "reduction", "compute")
-SEGMENTS = (*KERNEL_PHASES, "kernel_other", "app_comm", "app_local")
+# GAT's whole-row layer (distmm.apps.gat_layout): part of the kernels' communication
+LAYOUT_PHASES = ("gat_allgather", "gat_transfer")
+SEGMENTS = (*KERNEL_PHASES, "kernel_other", "layout_comm", "app_comm", "app_local")
+# Figure 9's reductions outside the kernels: GAT's softmax, ALS's CG dot products
+REDUCTION_PHASES = ("sddmm_add", "softmax", "expand", "row_reduce", "col_reduce", "plan",
+                    "row_dot")
+FIGURE9 = ("fusedmm_comm", "fusedmm_compute", "reductions", "rest")
 KERNEL_METHODS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
-GAT_FAMILY = "15d-dense-shift"
+FUSED_GAT_FAMILY = "15d-dense-shift"
 # Paper Table V / section VI-E: amazon-large, 256 nodes, r = 128, 20 CG iterations.
 AMAZON_ROWS, AMAZON_NNZ = 14249639, 230788269
 DATA = {"als": "movielens-100k-ratings.mtx.gz", "gat": "cora-adjacency.mtx.gz"}
@@ -83,21 +105,18 @@ def als_configs(matrix: dict, r: int, ps, cg_iters: int, repeat: int, cs=None) -
 
 def gat_configs(matrix: dict, r: int, ps, heads: int, features: int, repeat: int,
                 cs=None) -> list[dict]:
-    """GAT layers of ``matrix`` (input width r, ``heads`` x ``features`` out): forward (unfused
-    and fused) and training passes (unfused) on 15d-dense-shift at every valid c, and one
-    record per other family, at its smallest valid c, that says it is not supported."""
+    """GAT layers of ``matrix`` (input width r, ``heads`` x ``features`` out): forward and
+    training passes, unfused, on every family at every valid c, and the fused forward on
+    1.5D dense shifting (the one family with the fused loop)."""
     out = []
-    width = heads * features
-    for gat_pass, strategies in (("forward", ("none", "fusion")), ("train", ("none",))):
+    for gat_pass in ("forward", "train"):
         workload = {"app": "gat", "pass": gat_pass, "heads": int(heads),
                     "features": int(features)}
         for p in ps:
             for algorithm in ALGORITHMS:
-                valid = [c for c in costmodel.valid_cs(algorithm, p, width)
-                         if cs is None or c in cs]
-                if algorithm != GAT_FAMILY:
-                    valid = valid[:1]
-                for strategy in (strategies if algorithm == GAT_FAMILY else ("none",)):
+                valid = [c for c in costmodel.valid_cs(algorithm, p) if cs is None or c in cs]
+                fused = algorithm == FUSED_GAT_FAMILY and gat_pass == "forward"
+                for strategy in (("none", "fusion") if fused else ("none",)):
                     out += [dict(runner.config(EXPERIMENT, matrix, r, p, algorithm, strategy, c,
                                                repeat=repeat), workload=workload)
                             for c in valid]
@@ -199,11 +218,14 @@ class Window:
         tot = {ph: s for ph, s in tot.items() if s > 0}
         seg = {ph: tot.get(ph, 0.0) for ph in KERNEL_PHASES}
         seg["kernel_other"] = clock.wall - sum(clock.inside.get(ph, 0.0) for ph in KERNEL_PHASES)
-        seg["app_comm"] = sum(s - clock.inside.get(ph, 0.0) for ph, s in tot.items()
-                              if ph not in KERNEL_PHASES)
+        outside = {ph: s - clock.inside.get(ph, 0.0) for ph, s in tot.items()
+                   if ph not in KERNEL_PHASES}
+        seg["layout_comm"] = sum(outside.get(ph, 0.0) for ph in LAYOUT_PHASES)
+        seg["app_comm"] = sum(s for ph, s in outside.items() if ph not in LAYOUT_PHASES)
         outside_kernels = sum(tot.get(ph, 0.0) - clock.inside.get(ph, 0.0)
                               for ph in KERNEL_PHASES)
-        seg["app_local"] = wall - clock.wall - seg["app_comm"] - outside_kernels
+        seg["app_local"] = (wall - clock.wall - seg["layout_comm"] - seg["app_comm"]
+                            - outside_kernels)
         counts = {}
         for ph, c in stats.counts.items():
             before = self.counts0.get(ph, {})
@@ -232,9 +254,21 @@ def summarise(reps: list[dict]) -> dict:
         return r["counts"].get(ph, {}).get("messages_sent", 0)
 
     return {"times": walls, "seconds": min(walls), "segments": slowest["segments"],
+            "figure9": figure9(slowest),
             "phase_seconds": over_ranks(lambda r, ph: r["seconds"].get(ph, 0.0), "max"),
             "words_max": over_ranks(words, "max"), "words_mean": over_ranks(words, "mean"),
             "messages_max": over_ranks(messages, "max")}
+
+
+def figure9(rank: dict) -> dict[str, float]:
+    """Figure 9's four parts of one rank's repetition (its ``segments`` and phase seconds),
+    adding up to its wall time. Not collective."""
+    seg, outside = rank["segments"], rank["seconds"]
+    comm = sum(seg[ph] for ph in ("replication", "propagation", "reduction", "layout_comm"))
+    compute = seg["compute"] + seg["kernel_other"]
+    reductions = sum(outside.get(ph, 0.0) for ph in REDUCTION_PHASES)
+    return {"fusedmm_comm": comm, "fusedmm_compute": compute, "reductions": reductions,
+            "rest": rank["wall"] - comm - compute - reductions}
 
 
 def kernel_words(cfg: dict, calls: dict[str, int], m: int, n: int, nnz: int, r: int
@@ -297,28 +331,30 @@ def measure_als(cfg: dict, source, comm, machine) -> dict | None:
 
 def measure_gat(cfg: dict, source, comm, machine) -> dict | None:
     """One warm-up and ``repeat`` timed GAT passes (collective); the record on rank 0, or the
-    library's refusal (``"unsupported"``) for a family GAT does not run on."""
+    library's refusal (``"unsupported"``, raised on every rank alike before any work)."""
     import numpy as np
 
     from distmm.algorithms.dense_shift_15d import fused_attention_words
     from distmm.apps.als import release
-    from distmm.apps.gat import DistGAT, Dropout, cross_entropy, distribute_graph
+    from distmm.apps.gat import DistGAT, Dropout, distribute_graph
     from distmm.apps.gat_model import GATModel
+    from distmm.core.dense import hashed_normal
 
     w = cfg["workload"]
     H, F = w["heads"], w["features"]
     try:
         obj = distribute_graph(source, comm, algorithm=cfg["algorithm"], c=cfg["c"],
                                dtype=np.dtype(cfg["dtype"]), seed=cfg["seed"])
-    except InputError as exc:  # raised on every rank alike, before any work
+    except InputError as exc:
         return {"unsupported": str(exc), "seconds": None} if comm.rank == 0 else None
     model = GATModel.init(cfg["r"], F, H, F, out_heads=H, layers=1, seed=cfg["seed"],
                           dtype=obj.dtype)
     fused = cfg["strategy"] == "fusion"
     gat = DistGAT(obj, model, fused=fused)
-    rng = np.random.default_rng([cfg["seed"], comm.rank])
-    X = rng.standard_normal((gat.nodes.size, cfg["r"])).astype(obj.dtype)
-    labels = rng.integers(0, F, gat.nodes.size)
+    lay = gat.layout
+    # inputs keyed by node id, so that every holder of a row (a row group) has the same row
+    X = hashed_normal(cfg["seed"])(gat.input_nodes, np.arange(cfg["r"])).astype(obj.dtype)
+    labels = gat.nodes % F
     mask = np.ones(gat.nodes.size, dtype=bool)
     n_nodes = obj.shape[0]
     steps = iter(range(1 + cfg["repeat"]))
@@ -328,7 +364,7 @@ def measure_gat(cfg: dict, source, comm, machine) -> dict | None:
             gat.forward(X)
             return
         logits, caches = gat.forward(X, Dropout(step=next(steps), seed=cfg["seed"]))
-        _, dlogits = cross_entropy(logits, labels, mask, n_nodes)
+        _, dlogits = gat.loss(logits, labels, mask, n_nodes)
         gat.backward(dlogits, caches)
 
     clock = KernelClock(obj.stats)
@@ -352,11 +388,16 @@ def measure_gat(cfg: dict, source, comm, machine) -> dict | None:
     else:
         calls = {"spmm_a": H} if w["pass"] == "forward" else {"spmm_a": H, "sddmm": H,
                                                                "spmm_b": H}
-        words = kernel_words(cfg, calls, n_nodes, n_nodes, nnz, F)
+        words = kernel_words(cfg, calls, n_nodes, n_nodes, nnz, lay.width(F))
+        # the layout layer: exact words of every rank (layout arithmetic), their mean
+        sides = ("a",) if w["pass"] == "forward" else ("a", "b")
+        words["gat_allgather"] = float(np.mean([sum(
+            lay.allgather_words(side, H, F, k)["words_sent"] for side in sides)
+            for k in range(obj.p)]))
     release(obj)
     if comm.rank != 0:
         return None
-    return {"m": n_nodes, "n": n_nodes, "nnz": nnz, **summarise(reps),
+    return {"m": n_nodes, "n": n_nodes, "nnz": nnz, "width": lay.width(F), **summarise(reps),
             "model": {"words": words, "machine": machine.source}}
 
 
@@ -366,13 +407,108 @@ def measure_app(cfg: dict, source, comm, machine) -> dict | None:
     return (measure_als if app == "als" else measure_gat)(cfg, source, comm, machine)
 
 
+# ------------------------------------------------------------------------- projection
+def op_seconds(machine, algorithm: str, strategy: str, op: str, m: int, n: int, nnz: int,
+               r: int, p: int, c: int) -> tuple[float, float]:
+    """(communication, computation) seconds the cost model predicts for one kernel call:
+    alpha-beta of its exact words and messages per phase (each phase at its measured beta
+    where the machine file has them) and the machine's time of its local calls (an SDDMM or
+    SpMM: those of that kind in the unfused FusedMM's calls; ``spmm_b`` costed as ``spmm_a``,
+    the same flops). Not collective."""
+    phases = costmodel.exact(algorithm, op, m, n, r, p, c, strategy, nnz=nnz)
+    betas = {"propagation": machine.beta_shift, "replication": machine.beta_replication,
+             "reduction": machine.beta_reduction} if machine.has_bulk_betas else {}
+    comm = sum(machine.alpha * v["messages"] + betas.get(ph, machine.beta) * v["words"]
+               for ph, v in phases.items())
+    if op.startswith("fusedmm"):
+        calls = costmodel.local_calls(algorithm, strategy, m, n, nnz, r, p, c)
+    else:
+        kind = "sddmm" if op == "sddmm" else "spmm_a"
+        calls = [k for k in costmodel.local_calls(algorithm, "none", m, n, nnz, r, p, c)
+                 if k.kind == kind]
+    return comm, sum(machine.call_seconds(k) for k in calls)
+
+
+def projected(cfg: dict, machine) -> dict:
+    """The model's record of one configuration's FusedMM parts (``figure9`` with
+    ``fusedmm_comm`` and ``fusedmm_compute``; the applications' own work has no model).
+    Not collective."""
+    from distmm.apps.gat_layout import (
+        allgather_model_words,
+        row_group_shape,
+        transfer_model_words,
+    )
+
+    m, n, nnz = runner.matrix_sizes(cfg["matrix"])
+    alg, strategy, r, p, c = cfg["algorithm"], cfg["strategy"], cfg["r"], cfg["p"], cfg["c"]
+    w = cfg["workload"]
+    parts = []  # (op, strategy, width, count)
+    comm = 0.0
+    if w["app"] == "als":
+        k = w["cg_iters"]
+        parts = [("fusedmm_a", strategy, r, 1 + k), ("fusedmm_b", strategy, r, 1 + k),
+                 ("spmm_a", "none", r, 1), ("spmm_b", "none", r, 1), ("sddmm", "none", r, 1)]
+    else:
+        H, F = w["heads"], w["features"]
+        train = w["pass"] == "train"
+        if strategy == "fusion":
+            parts = [("fusedmm_a", "fusion", H * F, 1)]
+        else:
+            W = max(F, ALGORITHMS[alg].model.min_width(p, c))
+            parts = [("spmm_a", "none", W, H)] + (
+                [("sddmm", "none", W, H), ("spmm_b", "none", W, H)] if train else [])
+            sides = 2 if train else 1
+            _, g = row_group_shape(alg, n, p, c)
+            words = sides * allgather_model_words(alg, n, p, c, H, F)
+            words += sides * transfer_model_words(alg, n, p, c, H)
+            moves = 1.0 if transfer_model_words(alg, n, p, c, 1) else 0.0
+            comm += machine.alpha * sides * ((g - 1) + moves) + machine.beta * words
+    compute = 0.0
+    for op, strat, width, count in parts:
+        cm, cp = op_seconds(machine, alg, strat, op, m, n, nnz, width, p, c)
+        comm += count * cm
+        compute += count * cp
+    return {"key": runner.key(cfg), **cfg, "label": runner.matrix_label(cfg["matrix"]),
+            "predicted": True, "m": m, "n": n, "nnz": nnz, "seconds": comm + compute,
+            "figure9": {"fusedmm_comm": comm, "fusedmm_compute": compute},
+            "model": {"kernel_calls": [list(x) for x in parts], "machine": machine.source},
+            "machine": runner.machine_info()}
+
+
+def project_apps(args) -> int | None:
+    """``--project``: the FusedMM parts of every configuration of the preset, from the cost
+    model (the sparsity-aware family left out: its words depend on S's pattern); appends the
+    records not yet in the results file. None without ``--project``. Not collective."""
+    from distmm.errors import require
+    from distmm.perf.planner import Machine
+
+    if not args.project:
+        return None
+    require(args.preset in PRESETS, f"unknown preset {args.preset!r}: choose one of "
+                                    f"{', '.join(PRESETS)}")
+    cfgs = [cfg for cfg in PRESETS[args.preset](args)
+            if not ALGORITHMS[cfg["algorithm"]].__dict__.get("needs_pattern", False)
+            and (not args.p or cfg["p"] in args.p) and (not args.max_c or cfg["c"] <= args.max_c)]
+    results = args.results or os.path.join("results",
+                                           f"{EXPERIMENT}-{args.preset}-projected.jsonl")
+    machine = Machine.load(args.project)
+    done = runner.recorded_keys(results, EXPERIMENT)
+    count = 0
+    for cfg in cfgs:
+        if runner.key(cfg) in done:
+            continue
+        runner.append(results, projected(cfg, machine))
+        count += 1
+    print(f"{count} records appended to {results}")
+    return 0
+
+
+PRESETS = {"laptop": laptop, "paper": paper, "data": data}
+
+
 def main(argv: list[str] | None = None) -> int:
-    return runner.main(EXPERIMENT, {"laptop": laptop, "paper": paper, "data": data},
-                       __doc__.split("\n")[0], argv,
-                       no_projection="the cost model has no term for the applications' own "
-                                     "work (CG vector updates, edge operations, GEMMs); "
-                                     "project the FusedMM calls with weak_scaling.py or "
-                                     "strong_scaling.py")
+    return runner.main(EXPERIMENT, PRESETS, __doc__.split("\n")[0], argv,
+                       instead=project_apps)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,9 @@ STYLE = {  # (algorithm, strategy) -> (label, colour, marker), as the paper's le
     ("25d-dense-replicate", "none"): ("2.5D dense repl., no elision", "tab:green", "o"),
     ("25d-dense-replicate", "reuse"): ("2.5D dense repl., repl. reuse", "olive", "s"),
     ("25d-sparse-replicate", "none"): ("2.5D sparse repl., no elision", "tab:brown", "^"),
+    ("15d-sparse-aware", "none"): ("1.5D sparsity-aware, no elision", "tab:pink", "P"),
+    ("15d-sparse-aware", "reuse"): ("1.5D sparsity-aware, repl. reuse", "hotpink", "X"),
+    ("15d-sparse-aware", "fusion"): ("1.5D sparsity-aware, kernel fusion", "deeppink", "*"),
     ("petsc", "matmatmult-x2"): ("PETSc MatMatMult x2", "black", "v"),
 }
 
@@ -228,11 +231,13 @@ def plot_strong(plt, records: list[dict], out: str) -> list[str]:
     return [_save(fig, out, "strong-scaling", records)]
 
 
-APP_COLOURS = {"replication": "tab:blue", "propagation": "tab:orange", "reduction": "tab:green",
-               "compute": "tab:gray", "kernel_other": "silver", "app_comm": "tab:red",
-               "app_local": "tab:purple"}
-APP_LABELS = {"compute": "local kernel", "kernel_other": "rest of kernel calls",
-              "app_comm": "app communication", "app_local": "app local work"}
+# Figure 9's four parts (app_breakdown.py's "figure9" of a record; a projection has the first two)
+APP_COLOURS = {"fusedmm_comm": "tab:blue", "fusedmm_compute": "tab:gray",
+               "reductions": "tab:red", "rest": "tab:purple"}
+APP_LABELS = {"fusedmm_comm": "FusedMM / SpMM communication",
+              "fusedmm_compute": "FusedMM / SpMM compute",
+              "reductions": "softmax (GAT) / dot-product (ALS) reductions",
+              "rest": "rest of the application"}
 
 
 def app_panel(rec: dict) -> str:
@@ -268,7 +273,7 @@ def plot_apps(plt, records: list[dict], out: str) -> list[str]:
                     continue
                 bottom = 0.0
                 for seg, colour in APP_COLOURS.items():
-                    height = ran[cfg]["segments"][seg]
+                    height = ran[cfg]["figure9"].get(seg, 0.0)
                     ax.bar(x, height, bottom=bottom, color=colour, width=0.8,
                            label=APP_LABELS.get(seg, seg))
                     bottom += height
@@ -276,7 +281,8 @@ def plot_apps(plt, records: list[dict], out: str) -> list[str]:
             ax.set_xticks(range(len(cfgs)), [STYLE[cfg][0].replace(", ", "\n") for cfg in cfgs],
                           fontsize=6, rotation=90)
             ax.set_xlim(-0.6, len(cfgs) - 0.4)
-            ax.set_ylabel("seconds (slowest rank)")
+            ax.set_ylabel("seconds (model)" if recs and recs[0]["predicted"]
+                          else "seconds (slowest rank)")
             ax.set_title(f"{panel}, p = {p}", fontsize=8)
     handles, labels = next(((h, lab) for ax in axes.flat
                             for h, lab in [ax.get_legend_handles_labels()] if h), ([], []))

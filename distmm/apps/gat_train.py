@@ -210,7 +210,8 @@ def train(gat: DistGAT, X, labels: np.ndarray, split: dict[str, np.ndarray],
     """Train ``gat.model`` in place; returns the state (its ``best_model`` is the result).
 
     ``X`` holds this rank's input rows (``gat.input_nodes``; dense or scipy CSR), ``labels``
-    the labels of its output rows (``gat.nodes``; the same nodes in the 1.5D families), ``split`` the global train/val/test node ids (identical on every rank).
+    the labels of its output rows (``gat.nodes``; the same nodes in the 1.5D families),
+    ``split`` the global train/val/test node ids (identical on every rank).
     ``on_epoch(state, record)`` is called after every epoch on every rank (the record holds
     loss, accuracies and the seconds split into SpMM/SDDMM communication, their compute, the
     softmax's reductions and the rest). ``state`` continues a run from a checkpoint;

@@ -40,7 +40,7 @@ from distmm.core.memory import format_bytes
 from distmm.core.permute import PERMUTE_MODES
 from distmm.errors import Checks, InputError, agree, require
 from distmm.io.hdf5 import sparse_header
-from distmm.io.matrix_market import mtx_header, read_csr_block
+from distmm.io.matrix_market import mtx_header
 from distmm.io.npy import load_dense_npy, npy_header
 from distmm.io.outputs import write_h5_atomic
 from distmm.kernels import NODE_MODELS
