@@ -489,6 +489,10 @@ def project_apps(args) -> int | None:
     cfgs = [cfg for cfg in PRESETS[args.preset](args)
             if not ALGORITHMS[cfg["algorithm"]].__dict__.get("needs_pattern", False)
             and (not args.p or cfg["p"] in args.p) and (not args.max_c or cfg["c"] <= args.max_c)]
+    if args.list:
+        for cfg in cfgs:
+            print(runner.key(cfg))
+        return 0
     results = args.results or os.path.join("results",
                                            f"{EXPERIMENT}-{args.preset}-projected.jsonl")
     machine = Machine.load(args.project)

@@ -386,9 +386,8 @@ def test_launcher_dry_run():
 def test_app_breakdown_bad_input(tmp_path, capsys):
     assert app_breakdown.main(["--preset", "huge", "--list"]) == 2
     assert "unknown preset 'huge': choose one of laptop, paper, data" in capsys.readouterr().err
-    assert app_breakdown.main(["--project", MACHINE, "--list"]) == 2
-    assert "--project: the cost model has no term for the applications' own work" in \
-        capsys.readouterr().err
+    assert app_breakdown.main(["--project", MACHINE, "--preset", "huge"]) == 2
+    assert "unknown preset 'huge'" in capsys.readouterr().err
     assert app_breakdown.main(["--preset", "data", "--data-dir", str(tmp_path), "--list"]) == 2
     assert f"matrix file {tmp_path}/movielens-100k-ratings.mtx.gz does not exist" in \
         capsys.readouterr().err
@@ -410,16 +409,19 @@ def test_app_breakdown_presets_follow_the_paper():
     assert {cfg["workload"]["cg_iters"] for cfg in als} == {10}
     assert {(cfg["algorithm"], cfg["strategy"]) for cfg in als} == set(costmodel.CONFIGS)
     assert max(cfg["c"] for cfg in cfgs) == 16
-    for cfg in cfgs:
-        width = cfg["r"] if cfg in als else cfg["workload"]["heads"] * cfg["workload"]["features"]
-        assert cfg["c"] in costmodel.valid_cs(cfg["algorithm"], cfg["p"], width)
-    # GAT: every c of 15d-dense-shift; fusion in the forward pass only; one record per other
-    # family (which says it is not supported).
-    dense = {(cfg["workload"]["pass"], cfg["strategy"]) for cfg in gat
-             if cfg["algorithm"] == "15d-dense-shift"}
-    assert dense == {("forward", "none"), ("forward", "fusion"), ("train", "none")}
-    others = [cfg for cfg in gat if cfg["algorithm"] != "15d-dense-shift"]
-    assert len(others) == 2 * (len(ALGORITHMS) - 1)
+    for cfg in als:
+        assert cfg["c"] in costmodel.valid_cs(cfg["algorithm"], cfg["p"], cfg["r"])
+    # GAT: every family at every c its grid allows (a head narrower than a family's smallest
+    # width is padded); unfused forward and training passes, fusion in the forward pass of
+    # 15d-dense-shift only.
+    for name in ALGORITHMS:
+        for gat_pass in ("forward", "train"):
+            got = {cfg["c"] for cfg in gat if cfg["algorithm"] == name
+                   and cfg["workload"]["pass"] == gat_pass and cfg["strategy"] == "none"}
+            assert got == set(costmodel.valid_cs(name, 256)) & set(range(1, 17)), name
+    fused = {(cfg["algorithm"], cfg["workload"]["pass"]) for cfg in gat
+             if cfg["strategy"] == "fusion"}
+    assert fused == {("15d-dense-shift", "forward")}
     assert len({runner.key(cfg) for cfg in cfgs}) == len(cfgs)
     # A configuration without a workload keeps the key it had before workloads existed.
     plain = runner.config("t", {"kind": "er", "m": 4, "n": 4, "d": 1}, 2, 1, "15d-dense-shift",
@@ -427,12 +429,52 @@ def test_app_breakdown_presets_follow_the_paper():
     assert json.loads(runner.key(plain)).keys() == set(runner.CONFIG_FIELDS)
 
 
+def test_app_breakdown_projects_the_fusedmm_parts(tmp_path):
+    """--project: one model record per configuration but the sparsity-aware family's (its
+    words need S's pattern), holding the FusedMM parts only; an ALS epoch's are its kernel
+    calls' alpha-beta and local-call seconds (checked against the FusedMM calls' own
+    op_seconds), GAT training costs more than its forward pass; a rerun appends nothing."""
+    from distmm.perf.planner import Machine
+
+    path = str(tmp_path / "proj.jsonl")
+    args = ["--preset", "paper", "--project", MACHINE, "--results", path, "--max-c", "4"]
+    assert app_breakdown.main(args) == 0
+    recs = runner.read_records(path)
+    want = [cfg for cfg in app_breakdown.paper(None)
+            if cfg["c"] <= 4 and cfg["algorithm"] != "15d-sparse-aware"]
+    assert sorted(r["key"] for r in recs) == sorted(runner.key(cfg) for cfg in want)
+    machine = Machine.load(MACHINE)
+    for rec in recs:
+        assert rec["predicted"] is True and set(rec["figure9"]) == {"fusedmm_comm",
+                                                                     "fusedmm_compute"}
+        assert sum(rec["figure9"].values()) == pytest.approx(rec["seconds"])
+        if rec["workload"]["app"] == "als":
+            m, n, nnz = rec["m"], rec["n"], rec["nnz"]
+            k = rec["workload"]["cg_iters"]
+            total = 0.0
+            for op, strat, count in (("fusedmm_a", rec["strategy"], 1 + k),
+                                     ("fusedmm_b", rec["strategy"], 1 + k),
+                                     ("spmm_a", "none", 1), ("spmm_b", "none", 1),
+                                     ("sddmm", "none", 1)):
+                total += count * sum(app_breakdown.op_seconds(
+                    machine, rec["algorithm"], strat, op, m, n, nnz, rec["r"], rec["p"],
+                    rec["c"]))
+            assert rec["seconds"] == pytest.approx(total)
+    gat = {(r["algorithm"], r["c"], r["workload"]["pass"]): r["seconds"] for r in recs
+           if r["workload"]["app"] == "gat" and r["strategy"] == "none"}
+    for (alg, c, what), sec in gat.items():
+        if what == "train":
+            assert sec > gat[(alg, c, "forward")]
+    assert app_breakdown.main(args) == 0
+    assert len(runner.read_records(path)) == len(recs)
+
+
 @pytest.mark.skipif(not HAS_MPIEXEC, reason="needs the mpiexec installed next to this Python")
 def test_app_breakdown_round_trip_and_resume(tmp_path, monkeypatch):
-    """ALS epochs and GAT passes at p = 1 and 2: the split adds up to the slowest rank's time,
-    the counted words of the kernels (and ALS's row dot products) equal the model's exact
-    words, GAT on another family is recorded as not supported, and a resumed sweep measures
-    only what is new."""
+    """ALS epochs and GAT passes at p = 1 and 2: the split (and Figure 9's four parts) adds up
+    to the slowest rank's time, the counted words of the kernels (and ALS's row dot products,
+    GAT's row-group all-gathers) equal the model's exact words, GAT runs on the column-split
+    families too, and a resumed sweep measures only what is new."""
     monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
     monkeypatch.setenv("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
     path = str(tmp_path / "apps.jsonl")
@@ -445,7 +487,8 @@ def test_app_breakdown_round_trip_and_resume(tmp_path, monkeypatch):
                                                          "fusion", 1),
             ("forward", 2, "15d-dense-shift", "none", 2), ("train", 2, "15d-dense-shift",
                                                            "none", 1),
-            ("forward", 2, "25d-dense-replicate", "none", 2)]
+            ("forward", 2, "25d-dense-replicate", "none", 2),
+            ("train", 2, "15d-sparse-shift", "none", 1)]
 
     def chosen(cfg):
         what = cfg["workload"].get("pass", "als")
@@ -459,12 +502,10 @@ def test_app_breakdown_round_trip_and_resume(tmp_path, monkeypatch):
     for rec in recs:
         assert rec["experiment"] == "app-breakdown" and rec["predicted"] is False
         assert rec["machine"]["numba_threads"] == 1 and rec["machine"]["date"]
-        if rec["algorithm"] == "25d-dense-replicate":  # GAT there: the library's refusal
-            assert rec["seconds"] is None
-            assert rec["unsupported"].startswith("GAT runs on 15d-dense-shift only")
-            continue
         assert set(rec["segments"]) == set(app_breakdown.SEGMENTS)
         assert sum(rec["segments"].values()) == pytest.approx(rec["seconds"], rel=1e-9)
+        assert set(rec["figure9"]) == set(app_breakdown.FIGURE9)
+        assert sum(rec["figure9"].values()) == pytest.approx(rec["seconds"], rel=1e-9)
         assert rec["seconds"] == min(rec["times"]) and len(rec["times"]) == rec["repeat"]
         for ph in ("replication", "propagation", "reduction", "compute"):
             assert rec["segments"][ph] <= rec["phase_seconds"].get(ph, 0.0) + 1e-12
@@ -478,6 +519,10 @@ def test_app_breakdown_round_trip_and_resume(tmp_path, monkeypatch):
             assert rec["segments"]["app_local"] > 0  # CG vector updates
         elif rec["strategy"] == "none":
             assert rec["segments"]["app_comm"] > 0  # sddmm_add and the softmax's all-reduces
+            assert rec["figure9"]["reductions"] > 0
+            if rec["algorithm"] == "15d-sparse-shift":  # a row group of 2: all-gathers
+                assert rec["model"]["words"]["gat_allgather"] > 0
+                assert rec["segments"]["layout_comm"] > 0
     sparse = next(r for r in recs if r["algorithm"] == "25d-sparse-replicate")
     assert sparse["words_mean"]["row_dot"] > 0 and sparse["words_mean"]["replication"] > 0
     more = cfgs + [cfg for cfg in als if (cfg["p"], cfg["algorithm"], cfg["strategy"],
