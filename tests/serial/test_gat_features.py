@@ -54,3 +54,29 @@ def test_which_inputs_take_the_kernels():
     assert SparseFeatures.of(unsorted, np.float64) is None  # not canonical
     X.indices = X.indices.copy()  # new structure arrays: built again
     assert SparseFeatures.of(X, np.float64, feats) is not feats
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_normalize_rows_scales_to_sum_one_and_refuses_rows_it_would_blow_up(sparse):
+    """Rows scaled to sum 1 in the input's dtype and format, a zero row kept zero; rows whose
+    sum is zero, negative or tiny against their absolute sum refused, named by node id."""
+    from mpi4py import MPI
+
+    from distmm.apps.gat_features import normalize_rows
+    from distmm.errors import InputError
+
+    X = np.array([[1.0, 3.0, 0.0], [0.0, 0.0, 0.0], [2.0, 0.5, 0.5]], dtype=np.float32)
+    ids = np.array([7, 3, 11])
+    got = normalize_rows(sp.csr_matrix(X) if sparse else X, ids, np.ones(3, bool),
+                         MPI.COMM_SELF)
+    dense = got.toarray() if sparse else got
+    assert got.dtype == np.float32 and sp.issparse(got) == sparse
+    np.testing.assert_allclose(dense, [[0.25, 0.75, 0], [0, 0, 0], [2 / 3, 1 / 6, 1 / 6]],
+                               rtol=1e-7)
+    bad = np.array([[1.0, -1.0], [1.0, 2.0], [0.5, -2.0], [1.0, -1.0 + 1e-9], [1.0, 1e-3]])
+    with pytest.raises(InputError, match=r"^--normalize-features: 3 feature row\(s\) .* node"
+                                         r"\(s\) 4, 20, 30;"):
+        normalize_rows(sp.csr_matrix(bad) if sparse else bad, np.array([20, 5, 4, 30, 6]),
+                       np.ones(5, bool), MPI.COMM_SELF)
+    # a row not counted here (another rank of its row group counts it) is not reported twice
+    normalize_rows(bad[:2], np.array([1, 2]), np.array([False, True]), MPI.COMM_SELF)
