@@ -15,9 +15,10 @@ same figure marked "predicted"):
 * strong-scaling (Figure 8): time of the timed FusedMM calls vs p per matrix, each algorithm at
   its best c, and PETSc (MatMatMult twice per FusedMM) where its records are present.
 * app-breakdown (Figure 9): per application (ALS epoch, GAT forward, GAT training step) and
-  matrix, one stacked bar per algorithm at its best c, split into the kernels' phases, the rest
-  of the kernel calls, the application's communication and its local work; one row per p.
-  A family the application does not run on is marked "not supported".
+  matrix, one stacked bar per algorithm at its best c, split into Figure 9's four parts
+  (FusedMM/SpMM communication, their compute, the softmax or dot-product reductions, the rest
+  of the application; a projection has the first two); one row per p. A record without a
+  time (a configuration the application refused) is marked "not supported".
 
 Needs matplotlib: pip install distmm[plot].
 """

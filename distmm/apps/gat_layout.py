@@ -150,20 +150,18 @@ class NodeLayout:
             H = holders(obj, side)
             rows = obj.dense_rows(side, obj.rank)
             self.counted[side] = H.combiner[rows] == obj.rank
-        self.whole = {side: self.counted[side].all() and self._group_size(side) == 1
-                      for side in SIDES}
         self._transfers: dict[str, RowTransfer] = {}
 
     # -------------------------------------------------------------------- layout facts
-    def _group_size(self, side: str, rank: int | None = None) -> int:
+    def members(self, side: str, rank: int | None = None) -> np.ndarray:
+        """World ranks of ``rank``'s row group on ``side`` (default this rank), ascending: the
+        order of its communicator. Not collective."""
         H = holders(self.obj, side)
-        rank = self.obj.rank if rank is None else rank
-        color = H.color[rank]
-        return 1 if color >= self.obj.p else int(np.count_nonzero(H.color == color))
+        return H.members(H.color[self.obj.rank if rank is None else rank])
 
     def group_size(self, side: str, rank: int | None = None) -> int:
         """Ranks in ``rank``'s row group on ``side`` (default this rank). Not collective."""
-        return self._group_size(side, rank)
+        return int(self.members(side, rank).size)
 
     def width(self, F: int) -> int:
         """The width the family's calls run at for a head of F features: F, or the family's
@@ -182,8 +180,11 @@ class NodeLayout:
     # -------------------------------------------------------------------- pieces
     def piece(self, side: str, X: np.ndarray) -> np.ndarray:
         """This rank's column piece of the whole rows ``X`` ((rows, F), one head), padded
-        with zero columns up to ``width(F)``: a new C-contiguous array. Not collective."""
+        with zero columns up to ``width(F)``: a new C-contiguous array (``X`` itself where the
+        family keeps whole rows). Not collective."""
         F = X.shape[1]
+        if not self.pieces_split() and self.width(F) == F:
+            return X  # the whole row: the calls' buffers take it as it is
         cols = self.columns(side, F)
         out = np.zeros((X.shape[0], len(cols)), dtype=X.dtype)
         hi = min(cols.stop, F)
@@ -201,9 +202,7 @@ class NodeLayout:
         if not self.pieces_split():
             return pieces[:, :, :F] if Fp != F else pieces
         group = row_group(self.obj, side)
-        members = holders(self.obj, side).members(holders(self.obj, side).color[self.obj.rank]) \
-            if group.size > 1 else np.array([self.obj.rank])
-        ranges = [column_range(self.obj, side, int(k), Fp) for k in members]
+        ranges = [column_range(self.obj, side, int(k), Fp) for k in self.members(side)]
         counts = [n * H * len(cr) for cr in ranges]
         recv = np.empty(sum(counts), dtype=pieces.dtype)
         group.allgatherv(np.ascontiguousarray(pieces), recv, counts, phase=ALLGATHER_PHASE)
