@@ -68,6 +68,18 @@ def _train_args(d, out, *extra):
             "--hidden", "3", "--heads", "2", "--epochs", "6", *extra]
 
 
+def _reference_logits(files, weights: str, X: np.ndarray) -> np.ndarray:
+    """The serial reference's logits with the saved ``weights`` on the fixture's graph (with
+    self-loops) and features ``X``."""
+    model = GATModel.load(weights, np.float64)
+    layers = [dict(la.arrays(), heads=la.heads, concat=la.concat,
+                   negative_slope=la.negative_slope) for la in model.layers]
+    pat = files["A"].toarray() != 0
+    np.fill_diagonal(pat, True)
+    dst, src = np.nonzero(pat)
+    return ref.model_forward(X, dst, src, layers)[0]
+
+
 def _lines(capsys):
     out = capsys.readouterr().out
     return [json.loads(line) for line in out.splitlines() if line.strip()]
@@ -94,15 +106,9 @@ def test_train_then_predict_matches_reference(files, capsys):
                  "--weights", out, "--out", logits, "--dtype", "float64", "--no-permute",
                  "--normalize-features"]) == 0
     if COMM.rank == 0:
-        model = GATModel.load(out, np.float64)
-        layers = [dict(la.arrays(), heads=la.heads, concat=la.concat,
-                       negative_slope=la.negative_slope) for la in model.layers]
-        pat = files["A"].toarray() != 0
-        np.fill_diagonal(pat, True)
-        dst, src = np.nonzero(pat)
         X = files["X"] / files["X"].sum(axis=1, keepdims=True).clip(min=1e-300)
         X[files["X"].sum(axis=1) == 0] = 0.0
-        want, _ = ref.model_forward(X, dst, src, layers)
+        want = _reference_logits(files, out, X)
         with h5py.File(logits) as fh:
             np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
     COMM.Barrier()
@@ -251,13 +257,7 @@ def test_every_family_trains_and_predicts_like_dense_shift(files, capsys, family
                  family, "-c", str(c)]) == 0
     capsys.readouterr()
     if COMM.rank == 0:
-        model = GATModel.load(mine, np.float64)
-        layers = [dict(la.arrays(), heads=la.heads, concat=la.concat,
-                       negative_slope=la.negative_slope) for la in model.layers]
-        pat = files["A"].toarray() != 0
-        np.fill_diagonal(pat, True)
-        dst, src = np.nonzero(pat)
-        want, _ = ref.model_forward(np.load(f"{d}/X_signed.npy"), dst, src, layers)
+        want = _reference_logits(files, mine, np.load(f"{d}/X_signed.npy"))
         with h5py.File(logits) as fh:
             np.testing.assert_allclose(fh["logits"][...], want, rtol=1e-10, atol=1e-12)
 
