@@ -485,7 +485,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         H = s_dst.shape[1]
         F = Z.shape[1] // H
         dt = self.dtype
-        u, v, c, q = self.grid.u, self.grid.v, self.c, self.q
+        u, v, c = self.grid.u, self.grid.v, self.c
         fib, lay = _attention_rows(self, u, v)
         # replication: the superblock's destination scores
         T = np.empty((sum(fib), H), dtype=dt)
