@@ -350,10 +350,11 @@ class DistGAT:
     model : GATModel
         Replicated parameters (identical on every rank), in ``obj.dtype``.
     fused : bool
-        Inference (``drop=None``) runs each layer's attention as one fused online-softmax
-        loop (the family's :meth:`~distmm.algorithms.dense_shift_15d.DenseShift15D.
-        fused_attention`); such a forward keeps no caches, so it cannot be followed by
-        :meth:`backward`. Training passes are never fused.
+        Each layer's attention, forward and backward, runs as one loop of the family's
+        compiled kernels (:meth:`~distmm.algorithms.dense_shift_15d.DenseShift15D.
+        fused_attention` with its statistics, then ``fused_attention_backward``) instead
+        of the additive SDDMM, the edge softmax and one SpMM per head; the caches keep the
+        per-node scores and each row's log-sum-exp instead of the coefficients.
 
     Construction is not collective. Every rank holds the node rows ``self.nodes`` (original
     ids), the same on the A and B sides. Forward and backward are collective over ``obj.comm``.
@@ -417,18 +418,20 @@ class DistGAT:
             Z = np.ascontiguousarray(Xd @ layer.weight.T, dtype=self.dtype).reshape(-1, H, F)
         s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
         s_dst = np.einsum("nhf,hf->nh", Z, layer.att_dst)
-        if self.fused and drop is None:
-            out = obj.fused_attention(s_dst, s_src, Z.reshape(-1, H * F), layer.negative_slope)
-            return self._combine(layer, out), None
-        pre = obj.sddmm_add(s_dst, s_src)
-        e = leaky_relu(pre, layer.negative_slope)
-        alpha = obj.edge_softmax(e, dim="row")
-        ad = alpha
         if drop is not None and drop.attention > 0:
             keys = self.edge_keys[:, None] * H + np.arange(H)[None, :]
             amask = dropout_factors(keys, drop.attention, self.dtype, drop.seed, drop.step, k,
                                     ATTENTION)
-            ad = alpha * amask
+        if self.fused:  # one compiled loop; the backward recomputes alpha from L
+            out, L = obj.fused_attention(s_dst, s_src, Z.reshape(-1, H * F),
+                                         layer.negative_slope, amask, return_stats=True)
+            return self._combine(layer, out), dict(k=k, Xd=Xd, feats=feats, Z=Z, out=out, L=L,
+                                                   s_dst=s_dst, s_src=s_src, xmask=xmask,
+                                                   amask=amask)
+        pre = obj.sddmm_add(s_dst, s_src)
+        e = leaky_relu(pre, layer.negative_slope)
+        alpha = obj.edge_softmax(e, dim="row")
+        ad = alpha if amask is None else alpha * amask
         out = np.empty_like(Z)
         spmm = self.head_call(k, "spmm_a", F)
         for h in range(H):
@@ -463,13 +466,38 @@ class DistGAT:
     def layer_backward(self, layer: GATLayer, dY: np.ndarray, cache: dict, need_dx: bool):
         """Gradients of one layer (local sums over this rank's nodes, not yet all-reduced)
         and, if ``need_dx``, d loss / d X. Collective."""
-        obj = self.obj
-        Z, Xd, pre, alpha, ad, out = (cache[k] for k in ("Z", "Xd", "pre", "alpha", "ad", "out"))
+        Z, Xd, out = cache["Z"], cache["Xd"], cache["out"]
         n, H, F = Z.shape
         if layer.concat:
             dout = dY.reshape(n, H, F)
         else:
             dout = np.repeat((dY / H)[:, None, :], H, axis=1)
+        if "L" in cache:  # the fused layer's (DenseShift15D.fused_attention_backward)
+            dZ, d_dst, d_src = self.obj.fused_attention_backward(
+                cache["s_dst"], cache["s_src"], Z.reshape(n, H * F), out, cache["L"], dout,
+                layer.negative_slope, cache["amask"])
+        else:
+            dZ, d_dst, d_src = self._attention_backward(layer, cache, dout)
+        dZ += d_dst[:, :, None] * layer.att_dst[None] + d_src[:, :, None] * layer.att_src[None]
+        dZ2 = dZ.reshape(n, H * F)
+        feats = cache["feats"]
+        XtdZ = feats.t_times(Xd, dZ2) if feats is not None else Xd.T @ dZ2
+        grads = {"weight": np.asarray(XtdZ.T, dtype=self.dtype),
+                 "att_src": np.einsum("nh,nhf->hf", d_src, Z),
+                 "att_dst": np.einsum("nh,nhf->hf", d_dst, Z),
+                 "bias": dY.sum(axis=0)}
+        dX = None
+        if need_dx:
+            dX = dZ2 @ layer.weight
+            if cache["xmask"] is not None:
+                dX = dX * cache["xmask"]
+        return dX, grads
+
+    def _attention_backward(self, layer: GATLayer, cache: dict, dout: np.ndarray):
+        """The unfused attention's backward: (dZ, d s_dst, d s_src). Collective."""
+        obj = self.obj
+        Z, pre, alpha, ad, out = (cache[k] for k in ("Z", "pre", "alpha", "ad", "out"))
+        H, F = Z.shape[1], Z.shape[2]
         dad = np.empty_like(ad)
         dZ = np.empty_like(Z)
         k = cache["k"]
@@ -486,22 +514,7 @@ class DistGAT:
         t = np.einsum("nhf,nhf->nh", dout, out)
         de = alpha * (dalpha - obj.expand("a", t))
         dpre = leaky_relu_backward(de, pre, layer.negative_slope)
-        d_dst = obj.row_sum(dpre)
-        d_src = obj.col_sum(dpre)
-        dZ += d_dst[:, :, None] * layer.att_dst[None] + d_src[:, :, None] * layer.att_src[None]
-        dZ2 = dZ.reshape(n, H * F)
-        feats = cache["feats"]
-        XtdZ = feats.t_times(Xd, dZ2) if feats is not None else Xd.T @ dZ2
-        grads = {"weight": np.asarray(XtdZ.T, dtype=self.dtype),
-                 "att_src": np.einsum("nh,nhf->hf", d_src, Z),
-                 "att_dst": np.einsum("nh,nhf->hf", d_dst, Z),
-                 "bias": dY.sum(axis=0)}
-        dX = None
-        if need_dx:
-            dX = dZ2 @ layer.weight
-            if cache["xmask"] is not None:
-                dX = dX * cache["xmask"]
-        return dX, grads
+        return dZ, obj.row_sum(dpre), obj.col_sum(dpre)
 
     def backward(self, dlogits: np.ndarray, caches: list[dict]) -> list[dict[str, np.ndarray]]:
         """Gradients of every layer's parameters, summed over all ranks (one all-reduce,

@@ -99,3 +99,33 @@ def test_fused_float32(c):
         assert g.dtype == np.float32
         np.testing.assert_allclose(g, w[nodes], rtol=1e-3, atol=1e-4)
     obj.close()
+
+
+@pytest.mark.parametrize("c", CS)
+@pytest.mark.parametrize("self_loops", [True, False])
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_fused_gat_training_equals_unfused(c, self_loops, dropout):
+    """A whole two-layer model (heads concatenated, then averaged): the fused forward and
+    backward give the unfused layer's logits and every parameter's gradient."""
+    from distmm.apps.gat import DistGAT, Dropout, cross_entropy
+    from distmm.apps.gat_model import GATModel
+
+    A, _ = _global(self_loops)
+    obj = distribute_graph(sp.csr_matrix(A), COMM, add_self_loops=self_loops, c=c,
+                           dtype=np.float64, seed=7)
+    model = GATModel.init(5, 3, 4, 3, out_heads=2, layers=2, seed=2, dtype=np.float64)
+    X = np.random.default_rng(3).standard_normal((N, 5))
+    labels = np.arange(N) % 3
+    drop = Dropout(dropout, dropout, seed=1, step=2) if dropout else None
+    res = []
+    for fused in (False, True):
+        gat = DistGAT(obj, model, fused=fused)
+        logits, caches = gat.forward(X[gat.nodes], drop)
+        _, d = cross_entropy(logits, labels[gat.nodes], np.ones(gat.nodes.size, bool), N)
+        res.append((logits, gat.backward(d, caches)))
+    np.testing.assert_allclose(res[1][0], res[0][0], rtol=1e-11, atol=1e-12)
+    for g_fused, g_unfused in zip(res[1][1], res[0][1], strict=True):
+        for name in g_unfused:
+            np.testing.assert_allclose(g_fused[name], g_unfused[name], rtol=1e-9, atol=1e-11,
+                                       err_msg=name)
+    obj.close()
