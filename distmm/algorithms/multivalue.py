@@ -20,7 +20,10 @@ run one single-value call per head (:func:`_per_head`), each counted as a fallba
 dense columns over ranks (``splits_r``) each head's call runs at the full width on the block
 with the other heads' columns zeroed, so its words are heads times those of one call.
 
-Every rank must call; bad operands raise the same InputError on every rank before any work.
+Every rank must call. Bad operands raise the same InputError on every rank before any work
+on the first call of each kind (side, heads, width) and on every call under
+``checks="always"``; later calls check locally (as the single-value calls under
+``checks="once"``).
 """
 
 from __future__ import annotations
@@ -64,9 +67,18 @@ def _check(S, side: str, X, V: np.ndarray, out) -> tuple[int, int]:
         msg = f"out has shape {np.shape(out)}, expected {(S._local_rows(side), X.shape[1])}"
     if msg is not None:
         msg += f" (rank {S.rank})"
-    if S.p > 1:
-        S.stats.add("other", S.p - 1, S.p - 1, S.p - 1, S.p - 1)
-    agree(S.comm, msg, {"heads": heads, "width": r})
+    # As the single-value calls do (calls.py): the first call of each kind is agreed over
+    # every rank (and every call under checks="always"); later ones check locally
+    kind = (side, heads, r)
+    done = S.__dict__.setdefault("_multi_value_agreed", set())
+    if S.checks == "always" or kind not in done:
+        if S.p > 1:
+            S.stats.add("other", S.p - 1, S.p - 1, S.p - 1, S.p - 1)
+        agree(S.comm, msg, {"heads": heads, "width": r})
+        done.add(kind)
+    elif msg is not None:
+        raise InputError(msg + " (found by the local checks after the first, agreed call "
+                               "of this kind)")
     return heads, r
 
 
@@ -184,17 +196,19 @@ def _per_head(S, side: str, X, V, heads: int, r: int) -> np.ndarray:
     return res
 
 
-def multi_value_words(S, op: str, heads: int, features: int) -> dict[str, dict[str, float]]:
+def multi_value_words(S, op: str, heads: int, features: int,
+                      first: bool = True) -> dict[str, dict[str, float]]:
     """Words and messages per phase one rank sends in one multi-value ``op`` ("spmm_a" or
     "spmm_b") on 1.5D dense shifting: those of one single-value call of width
     heads * features (:func:`~distmm.algorithms.dense_shift_15d.dense_shift_15d_exact`;
-    p must divide m and n), plus the input check's agreement (phase "other", p - 1). Not
-    collective."""
+    p must divide m and n), plus, on the ``first`` call of its kind, the input check's
+    agreement (phase "other", p - 1). Not collective."""
     if S.name != "15d-dense-shift":
         raise InputError("multi_value_words: only 15d-dense-shift runs one pass")
     from distmm.algorithms.dense_shift_15d import dense_shift_15d_exact
 
     m, n = S.shape
     words = dense_shift_15d_exact(op, m, n, heads * features, S.p, S.c)
-    words["other"] = {"words": S.p - 1, "messages": S.p - 1}
+    k = S.p - 1 if first or S.checks == "always" else 0
+    words["other"] = {"words": k, "messages": k}
     return words
