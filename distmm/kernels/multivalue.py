@@ -8,13 +8,15 @@ over the stored entries t of row i, for h = 0 .. H-1, with X and out of width H*
 features are columns h*F .. (h+1)*F - 1, as in the (rows, H, F) arrays of a GAT layer,
 reshaped). ``V`` is the (H, nnz_total) array of the caller's value order; a block's entries
 read its columns ``off .. off + nnz - 1``, so a block cut from a longer vector needs no
-copy. One pass reads each nonzero's structure and gathered row once for every head, where H
-SpMMs read the structure H times and each gathered row in H pieces.
+copy. One pass over the block's rows: within a row the heads take turns over its entries,
+whose structure and gathered rows are then in cache, where H SpMMs stream the structure H
+times and gather each row in H pieces in H passes.
 
 The compiled kernels (:func:`spmm_multi_block`) are row-parallel and race-free like the
 reference node model's SpMM (:mod:`distmm.kernels.reference`): one chunk of about equal
-nnz + rows per numba thread; ``spmm_multi_b`` runs the same kernel on the block's cached
-transpose, reading the values through the transpose's permutation. Every node model runs
+nnz + rows per numba thread, a kernel compiled per common head width F with the head's
+accumulator on the stack; ``spmm_multi_b`` runs the same kernel on the block's cached
+transpose after gathering the values into its order. Every node model runs
 these kernels for this operation (no model has its own), and their calls are recorded in the
 model's statistics as ``spmm_multi_a`` / ``spmm_multi_b``. :func:`spmm_multi_reference` is
 the numpy oracle. Not collective.
@@ -22,6 +24,7 @@ the numpy oracle. Not collective.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -29,30 +32,72 @@ from numba import njit, prange
 
 from distmm.core.sparse import CSRBlock
 from distmm.kernels.base import NodeModel, kernel_bytes, spmm_flops
-from distmm.kernels.numba_util import FASTMATH
-from distmm.kernels.reference import _num_chunks, _row_split
+from distmm.kernels.numba_util import FASTMATH, slp_vectorized, stack_array
+from distmm.kernels.reference import (
+    SPECIALISED_WIDTHS,
+    _gather_indices,
+    _num_chunks,
+    _row_split,
+)
 
 __all__ = ["spmm_multi_block", "spmm_multi_reference"]
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
-def _multi_kernel(indptr, indices, perm, use_perm, V, off, X, out, H, F, nchunks, overwrite):
-    r = H * F
-    for c in prange(nchunks):
-        lo = _row_split(indptr, c, nchunks)
-        hi = _row_split(indptr, c + 1, nchunks)
-        for i in range(lo, hi):
-            o = out[i]
-            if overwrite:
-                for k in range(r):
-                    o[k] = 0
-            for t in range(indptr[i], indptr[i + 1]):
-                e = off + (perm[t] if use_perm else t)
-                x = X[indices[t]]
-                for h in range(H):
-                    v = V[h, e]
-                    for k in range(h * F, h * F + F):
-                        o[k] += v * x[k]
+@functools.cache
+def _multi_kernel(width: int):
+    """The kernel for a head width ``width`` (0: any, read from the operands), as the
+    reference model's SpMM (:func:`distmm.kernels.reference._spmm_kernel`): per row and
+    head, the head's F columns accumulate on the stack over the row's entries, four at a
+    time, then are written or added to ``out``. The values of head h are read along the
+    row (``V[h, off + t]``, contiguous), the gathered rows once per head (a row's later
+    heads find it in cache)."""
+
+    @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+    def kernel(indptr, indices, V, off, X, out, H, Fr, nchunks, overwrite):
+        F = width if width > 0 else Fr
+        for c in prange(nchunks):
+            lo = _row_split(indptr, c, nchunks)
+            hi = _row_split(indptr, c + 1, nchunks)
+            if hi > lo:
+                acc = (stack_array(width, out.dtype) if width > 0
+                       else np.empty(F, dtype=out.dtype))
+                for i in range(lo, hi):
+                    start = indptr[i]
+                    end = indptr[i + 1]
+                    o = out[i]
+                    for h in range(H):
+                        base = h * F
+                        vh = V[h]
+                        for k in range(F):
+                            acc[k] = 0
+                        t = start
+                        while t + 4 <= end:
+                            v0 = vh[off + t]
+                            v1 = vh[off + t + 1]
+                            v2 = vh[off + t + 2]
+                            v3 = vh[off + t + 3]
+                            x0 = X[indices[t]]
+                            x1 = X[indices[t + 1]]
+                            x2 = X[indices[t + 2]]
+                            x3 = X[indices[t + 3]]
+                            for k in range(F):
+                                acc[k] += (v0 * x0[base + k] + v1 * x1[base + k]
+                                           + v2 * x2[base + k] + v3 * x3[base + k])
+                            t += 4
+                        while t < end:
+                            v = vh[off + t]
+                            x = X[indices[t]]
+                            for k in range(F):
+                                acc[k] += v * x[base + k]
+                            t += 1
+                        if overwrite:
+                            for k in range(F):
+                                o[base + k] = acc[k]
+                        else:
+                            for k in range(F):
+                                o[base + k] += acc[k]
+
+    return slp_vectorized(kernel) if width > 0 else kernel
 
 
 def _check(op: str, S: CSRBlock, V: np.ndarray, off: int, X: np.ndarray, out: np.ndarray,
@@ -102,12 +147,17 @@ def spmm_multi_block(model: NodeModel | None, op: str, S: CSRBlock, V: np.ndarra
         if not accumulate:
             out[...] = 0
     elif op == "spmm_multi_a":
-        _multi_kernel(S.indptr, S.indices, S.indices, False, V, int(off), X, out, heads, F,
-                      _num_chunks(S.shape[0]), not accumulate)
+        kernel = _multi_kernel(F if F in SPECIALISED_WIDTHS else 0)
+        kernel(S.indptr, _gather_indices("spmm_a", S.indices), V, int(off), X, out, heads, F,
+               _num_chunks(S.shape[0]), not accumulate)
     else:
+        # on the cached transpose, the values gathered into its order first (one pass; as
+        # the reference model's spmm_b)
         indptr_t, indices_t, perm = S.transpose()
-        _multi_kernel(indptr_t, indices_t, perm, True, V, int(off), X, out, heads, F,
-                      _num_chunks(S.shape[1]), not accumulate)
+        Vt = np.take(V, perm + int(off), axis=1)
+        kernel = _multi_kernel(F if F in SPECIALISED_WIDTHS else 0)
+        kernel(indptr_t, _gather_indices("spmm_a", indices_t), Vt, 0, X, out, heads, F,
+               _num_chunks(S.shape[1]), not accumulate)
     dt = time.perf_counter() - t0
     if model is not None:
         m, n = S.shape
