@@ -12,9 +12,12 @@ per block that meets the shifted B block. Per stored entry (i, j) of a block and
 
 Forward (:func:`attention_forward_block`): each row keeps a running maximum m, a running
 sum l of exp(e - m) and an accumulator acc of exp(e - m) scale z_j per head, as
-memory-efficient attention kernels do (Milakov and Gimelshein's online softmax); an entry
-whose score raises m rescales l and acc by exp(m_old - m_new) first. Scores live one entry
-at a time: no (nnz, heads) array is written.
+memory-efficient attention kernels do (Milakov and Gimelshein's online softmax). Per row
+and block, a first sweep over the row's entries finds the block's maximum score per head
+(scores only: H additions and comparisons per entry); where it raises m, l and acc are
+rescaled by exp(m_old - m_new) once; the second sweep adds exp(e - m) and its weighted z_j.
+The row's entries and gathered rows are in cache for the second sweep; no (nnz, heads)
+array is written, and no branch on a new maximum sits in the inner loop.
 
 Backward (:func:`attention_backward_block`): given the per-row statistics L (one number per
 row and head, kept by the forward) the coefficients are recomputed from the per-node scores,
@@ -55,31 +58,46 @@ __all__ = ["attention_backward_block", "attention_forward_block", "forward_refer
 def _forward_kernel(indptr, indices, T, Y, scale, soff, has_scale, H, F, slope, m, lsum, acc,
                     nchunks):
     HF = H * F
-    one = acc.dtype.type(1)
     for c in prange(nchunks):
         lo = _row_split(indptr, c, nchunks)
         hi = _row_split(indptr, c + 1, nchunks)
+        if hi > lo:
+            bm = np.empty(H, dtype=acc.dtype)
         for i in range(lo, hi):
+            start = indptr[i]
+            end = indptr[i + 1]
+            if end == start:
+                continue
             mi = m[i]
             li = lsum[i]
             ai = acc[i]
             ti = T[i]
-            for t in range(indptr[i], indptr[i + 1]):
+            # the block's maximum score of the row per head (scores are a few flops each:
+            # computed again below rather than stored)
+            for h in range(H):
+                bm[h] = mi[h]
+            for t in range(start, end):
                 y = Y[indices[t]]
                 for h in range(H):
                     x = ti[h] + y[HF + h]
                     e = x if x > 0 else slope * x
-                    mo = mi[h]
-                    if e > mo:
-                        # the new maximum: rescale what the row holds (exp(-inf) = 0 at first)
-                        f = math.exp(mo - e)
-                        li[h] *= f
-                        for k in range(h * F, h * F + F):
-                            ai[k] *= f
-                        mi[h] = e
-                        p = one
-                    else:
-                        p = math.exp(e - mo)
+                    if e > bm[h]:
+                        bm[h] = e
+            # raise the running maximum once per row and block, rescaling what the row holds
+            # (exp(-inf) = 0 the first time)
+            for h in range(H):
+                if bm[h] > mi[h]:
+                    f = math.exp(mi[h] - bm[h])
+                    li[h] *= f
+                    for k in range(h * F, h * F + F):
+                        ai[k] *= f
+                    mi[h] = bm[h]
+            for t in range(start, end):
+                y = Y[indices[t]]
+                for h in range(H):
+                    x = ti[h] + y[HF + h]
+                    e = x if x > 0 else slope * x
+                    p = math.exp(e - mi[h])
                     li[h] += p
                     w = p * scale[soff + t, h] if has_scale else p
                     for k in range(F):
