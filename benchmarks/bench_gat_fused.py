@@ -9,11 +9,13 @@ round runs one training step (forward with dropout, cross-entropy, backward, the
 gradient all-reduce) and one inference forward of each variant, the order alternating
 between rounds. Per variant and c it prints (rank 0, one JSON line each): the median step and
 forward seconds over rounds (slowest rank), the words each sends per step (largest over
-ranks, every phase including the gradient all-reduce), the seconds of the attention loops
-themselves (the fused forward and backward calls, summed over layers; unfused: None), and
-the bytes of the attention caches a step keeps per rank (unfused: the scores before the
-LeakyReLU, the coefficients and the dropped coefficients, (edges, heads) each; fused: the
-per-node scores and log-sum-exp, (nodes, heads) each).
+ranks, every phase including the gradient all-reduce), the seconds of the fused attention
+loops themselves (the training step's forward calls and backward calls, each summed over
+layers; unfused: None), and the bytes of the attention caches a step keeps per rank
+(unfused: the scores before the LeakyReLU, the coefficients and the dropped coefficients,
+(edges, heads) each; fused: the per-node scores and log-sum-exp, (nodes, heads) each; of
+these, ``row_statistics_bytes`` the log-sum-exp alone, what recomputing the statistics in
+the backward would save at the price of one more forward loop per layer).
 """
 
 from __future__ import annotations
@@ -81,14 +83,16 @@ def main(argv=None) -> None:
         obj = distribute_graph(os.path.join(DATA, "cora-adjacency.mtx.gz"), comm, c=c,
                                dtype=np.float32, seed=0)
         model = GATModel.init(X.shape[1], 8, 8, int(labels.max()) + 1, 1, 2, 0, np.float32)
-        clock = Clock()
+        clock, bclock = Clock(), Clock()
         obj.fused_attention = clock.wrap(obj.fused_attention)
-        obj.fused_attention_backward = clock.wrap(obj.fused_attention_backward)
+        obj.fused_attention_backward = bclock.wrap(obj.fused_attention_backward)
         gats = {v: DistGAT(obj, model, fused=v) for v in (False, True)}
         Xl = X[gats[False].nodes]
         y = labels[gats[False].nodes]
         mask = np.ones(y.size, dtype=bool)
-        rec = {v: {"step": [], "forward": [], "words": [], "loop": []} for v in gats}
+        rec = {v: {"step": [], "forward": [], "words": [], "loop": [], "bloop": []}
+               for v in gats}
+        stats_bytes = 0
         cache_bytes = {}
         for step in range(args.steps + 2):
             order = (False, True) if step % 2 == 0 else (True, False)
@@ -96,33 +100,39 @@ def main(argv=None) -> None:
                 gat = gats[v]
                 comm.Barrier()
                 obj.stats.reset()
-                clock.seconds = 0.0
+                clock.seconds = bclock.seconds = 0.0
                 t0 = time.perf_counter()
                 logits, caches = gat.forward(Xl, Dropout(0.6, 0.6, 0, step))
                 _, d = cross_entropy(logits, y, mask, labels.size)
                 gat.backward(d, caches)
                 t1 = time.perf_counter()
                 words = sum(obj.stats.words(ph) for ph in obj.stats.counts)
-                loop = clock.seconds
+                loop, bloop = clock.seconds, bclock.seconds
                 comm.Barrier()
                 t2 = time.perf_counter()
                 gat.forward(Xl, None)
                 t3 = time.perf_counter()
                 cache_bytes[v] = sum(cc[k].nbytes for cc in caches for k in CACHE_KEYS[v])
+                if v:
+                    stats_bytes = sum(cc["L"].nbytes for cc in caches)
                 if step >= 2:  # the first two rounds compile and plan
                     r = rec[v]
                     r["step"].append(comm.allreduce(t1 - t0, MPI.MAX))
                     r["forward"].append(comm.allreduce(t3 - t2, MPI.MAX))
                     r["words"].append(comm.allreduce(words, MPI.MAX))
                     r["loop"].append(comm.allreduce(loop, MPI.MAX))
+                    r["bloop"].append(comm.allreduce(bloop, MPI.MAX))
         for v in gats:
             r = rec[v]
             row = {"p": p, "c": c, "variant": "fused" if v else "unfused",
                    "step_s": float(np.median(r["step"])),
                    "forward_s": float(np.median(r["forward"])),
                    "words_per_step": int(np.median(r["words"])),
-                   "fused_loops_s": float(np.median(r["loop"])) if v else None,
+                   "fused_forward_loops_s": float(np.median(r["loop"])) if v else None,
+                   "fused_backward_loops_s": float(np.median(r["bloop"])) if v else None,
                    "attention_cache_bytes": int(comm.allreduce(cache_bytes[v], MPI.MAX)),
+                   "row_statistics_bytes": int(comm.allreduce(stats_bytes, MPI.MAX)) if v
+                   else None,
                    "rounds": len(r["step"])}
             if comm.rank == 0:
                 print(json.dumps(row), flush=True)
