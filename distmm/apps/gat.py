@@ -12,13 +12,14 @@ GATConv's semantics (torch_geometric.nn.GATConv):
     out_i = sum_j alpha_ij z_j                 SpMM S(alpha_h) z_h, one call per head
     y = concat_h(out) (or mean_h) + bias, ELU between layers.
 
-The SpMM loops over heads: the public SpMM takes one value vector per call, and the words a
-loop moves equal those of one call of width heads * out_channels (only the message count grows
-by the factor heads); a kernel taking several value vectors at once would need a new node-model
-method. A layer's per-head calls of an operation are one bound call on buffers the heads' slices
-are copied into (:class:`HeadCall`), so that from the third call on they replay
-(distmm/algorithms/replay.py). A node with no in-edges (self-loops off) aggregates over nothing:
-its output is 0 before the bias (as in PyG), never NaN.
+The unfused SpMM loops over heads, and the words a loop moves equal those of one call of width
+heads * out_channels (only the message count grows by the factor heads; the multi-value SpMM,
+distmm.algorithms.multivalue, is one call). The fused layer (``fused=True``) runs the family's
+compiled attention loop instead, forward and backward. A layer's per-head calls of an
+operation are one bound call on buffers the heads' slices are copied into
+(:class:`HeadCall`), so that from the third call on they replay (distmm/algorithms/replay.py).
+A node with no in-edges (self-loops off) aggregates over nothing: its output is 0 before the
+bias (as in PyG), never NaN.
 
 Layout and communication. The layer input X (node features) is S's B side (columns) and the
 output is the A side (rows). The per-node scores reach the edges with the additive SDDMM
