@@ -482,11 +482,9 @@ class DenseShift15D(TwoOrientationAlgorithm):
 
         Collective over the matrix's communicator.
         """
-        H = s_dst.shape[1]
-        F = Z.shape[1] // H
+        H, F, u, v, c, fib, lay, cur, edge_scale = self._attention_operands(s_dst, s_src, Z,
+                                                                            edge_scale)
         dt = self.dtype
-        u, v, c = self.grid.u, self.grid.v, self.c
-        fib, lay = _attention_rows(self, u, v)
         # replication: the superblock's destination scores
         T = np.empty((sum(fib), H), dtype=dt)
         self.fiber.allgatherv(np.ascontiguousarray(s_dst, dtype=dt), T, [k * H for k in fib])
@@ -495,12 +493,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         m = np.full((nrows, H), -np.inf, dtype=dt)
         lsum = np.zeros((nrows, H), dtype=dt)
         acc = np.zeros((nrows, H * F), dtype=dt)
-        cur = np.empty((max(lay), H * (F + 1)), dtype=dt)
         nxt = np.empty_like(cur)
-        cur[:lay[u], :H * F] = Z
-        cur[:lay[u], H * F:] = s_src
-        if edge_scale is not None:
-            edge_scale = np.ascontiguousarray(edge_scale, dtype=dt)
 
         def step(t: int, Yb: np.ndarray) -> None:
             with self.stats.timer("compute"):
@@ -578,11 +571,9 @@ class DenseShift15D(TwoOrientationAlgorithm):
 
         Collective over the matrix's communicator.
         """
-        H = s_dst.shape[1]
-        F = Z.shape[1] // H
+        H, F, u, v, c, fib, lay, cur, edge_scale = self._attention_operands(s_dst, s_src, Z,
+                                                                            edge_scale)
         dt = self.dtype
-        u, v, c = self.grid.u, self.grid.v, self.c
-        fib, lay = _attention_rows(self, u, v)
         own, nrows = fib[v], sum(fib)
         t = np.einsum("nhf,nhf->nh", dout, out)
         mine = np.concatenate([np.reshape(dout, (own, H * F)), t, L, s_dst], axis=1).astype(dt)
@@ -590,16 +581,10 @@ class DenseShift15D(TwoOrientationAlgorithm):
         XR = np.empty((nrows, wx), dtype=dt)
         self.fiber.allgatherv(np.ascontiguousarray(mine), XR, [k * wx for k in fib])
         o = self._orientation("a")
-        width = H * (F + 1)
-        cur = np.empty((max(lay), width), dtype=dt)
         nxt = np.empty_like(cur)
-        cur[:lay[u], :H * F] = Z
-        cur[:lay[u], H * F:] = s_src
         g_cur = np.zeros_like(cur)
         g_nxt = np.empty_like(cur)
         d_dst = np.zeros((nrows, H), dtype=dt)
-        if edge_scale is not None:
-            edge_scale = np.ascontiguousarray(edge_scale, dtype=dt)
 
         def step(tb: int, Yb: np.ndarray, Gb: np.ndarray) -> None:
             with self.stats.timer("compute"):
@@ -613,6 +598,21 @@ class DenseShift15D(TwoOrientationAlgorithm):
             d_dst = mine_dst
         dZ = np.ascontiguousarray(G[:, :H * F]).reshape(own, H, F)
         return dZ, d_dst, np.ascontiguousarray(G[:, H * F:])
+
+    def _attention_operands(self, s_dst, s_src, Z, edge_scale):
+        """What both fused attention loops start from: (H, F, u, v, c, the fiber's and the
+        layer's block rows, a shift buffer holding this rank's packed ``[z | s_src]`` rows,
+        the dropout factors contiguous in the matrix's dtype or None). Not collective."""
+        H = s_dst.shape[1]
+        F = Z.shape[1] // H
+        u, v = self.grid.u, self.grid.v
+        fib, lay = _attention_rows(self, u, v)
+        cur = np.empty((max(lay), H * (F + 1)), dtype=self.dtype)
+        cur[:lay[u], :H * F] = Z
+        cur[:lay[u], H * F:] = s_src
+        if edge_scale is not None:
+            edge_scale = np.ascontiguousarray(edge_scale, dtype=self.dtype)
+        return H, F, u, v, self.c, fib, lay, cur, edge_scale
 
     def _attention_shifts(self, cur: np.ndarray, nxt: np.ndarray, lay: list[int], step,
                           out_cur: np.ndarray | None = None,
