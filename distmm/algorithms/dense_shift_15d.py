@@ -53,6 +53,7 @@ from distmm.core.memory import (
     two_orientation_memory,
 )
 from distmm.errors import require
+from distmm.kernels.attention import attention_backward_block, attention_forward_block
 
 STRATEGIES = ("none", "reuse", "fusion")
 
@@ -425,7 +426,8 @@ class DenseShift15D(TwoOrientationAlgorithm):
     # ----------------------------------------------------------------- fused GAT attention
     def fused_attention(self, s_dst: np.ndarray, s_src: np.ndarray, Z: np.ndarray,
                         negative_slope: float = 0.2,
-                        edge_scale: np.ndarray | None = None) -> np.ndarray:
+                        edge_scale: np.ndarray | None = None,
+                        return_stats: bool = False):
         """GAT attention in one loop of Algorithm 1 with an online softmax (forward):
         ``out_i,h = sum_j softmax_j(LeakyReLU(s_dst[i,h] + s_src[j,h])) * scale_ij,h z_j,h``.
 
@@ -463,19 +465,26 @@ class DenseShift15D(TwoOrientationAlgorithm):
             LeakyReLU's slope below zero.
         edge_scale : ndarray, shape (nnz_local, H), optional
             Factors applied to the normalised coefficients (attention dropout), value order.
+        return_stats : bool
+            Also return each row's log-sum-exp L (what :meth:`fused_attention_backward`
+            needs).
 
         Returns
         -------
         ndarray, shape (local nodes, H, F)
             This rank's rows of the output (A side); a row without nonzeros gives 0.
+        ndarray, shape (local nodes, H), with ``return_stats`` only
+            ``L[i, h] = log sum_j exp(e_ijh)`` (-inf on a row without nonzeros).
+
+        The local step is one compiled call per block
+        (:func:`~distmm.kernels.attention.attention_forward_block`): every head in one pass
+        over the block's nonzeros.
 
         Collective over the matrix's communicator.
         """
-        H = s_dst.shape[1]
-        F = Z.shape[1] // H
+        H, F, u, v, c, fib, lay, cur, edge_scale = self._attention_operands(s_dst, s_src, Z,
+                                                                            edge_scale)
         dt = self.dtype
-        u, v, c, q = self.grid.u, self.grid.v, self.c, self.q
-        fib, lay = _attention_rows(self, u, v)
         # replication: the superblock's destination scores
         T = np.empty((sum(fib), H), dtype=dt)
         self.fiber.allgatherv(np.ascontiguousarray(s_dst, dtype=dt), T, [k * H for k in fib])
@@ -483,44 +492,17 @@ class DenseShift15D(TwoOrientationAlgorithm):
         nrows = sum(fib)
         m = np.full((nrows, H), -np.inf, dtype=dt)
         lsum = np.zeros((nrows, H), dtype=dt)
-        acc = np.zeros((H, nrows, F), dtype=dt)
-        width = H * (F + 1)
-        cur = np.zeros((max(lay), width), dtype=dt)
+        acc = np.zeros((nrows, H * F), dtype=dt)
         nxt = np.empty_like(cur)
-        cur[:lay[u], :H * F] = Z
-        cur[:lay[u], H * F:] = s_src
-        left, right = (u - 1) % q, (u + 1) % q
-        kernel = self.kernel
-        for step in range(q):
-            t = (u + step) % q
-            blk = o.blocks[t]
-            Yb = cur[:lay[t]]
-            if blk.nnz:
-                with self.stats.timer("compute"):
-                    rows = blk.row_ids()
-                    pre = T[rows] + Yb[blk.indices, H * F:]
-                    e = np.where(pre > 0, pre, negative_slope * pre)
-                    starts = blk.indptr[:-1][np.diff(blk.indptr) > 0]
-                    present = np.flatnonzero(np.diff(blk.indptr) > 0)
-                    bmax = np.maximum.reduceat(e, starts, axis=0)
-                    new = np.maximum(m[present], bmax)
-                    old = m[present]
-                    scale = np.where(np.isneginf(old), 0.0, np.exp(old - new)).astype(dt)
-                    m[present] = new
-                    lsum[present] *= scale
-                    acc[:, present, :] *= scale.T[:, :, None]
-                    p = np.exp(e - m[rows])
-                    lsum[present] += np.add.reduceat(p, starts, axis=0)
-                    if edge_scale is not None:
-                        p = p * o.block_values(edge_scale, t)
-                    for h in range(H):
-                        kernel.spmm_a(blk, np.ascontiguousarray(p[:, h]),
-                                      np.ascontiguousarray(Yb[:, h * F:(h + 1) * F]), acc[h])
-            if step < q - 1:
-                self.layer.shift(cur[:lay[t]], nxt[:lay[(t + 1) % q]], dest=left, source=right)
-                cur, nxt = nxt, cur
+
+        def step(t: int, Yb: np.ndarray) -> None:
+            with self.stats.timer("compute"):
+                attention_forward_block(o.blocks[t], T, Yb, H, F, negative_slope, m, lsum,
+                                        acc, edge_scale, int(o.offsets[t]))
+
+        self._attention_shifts(cur, nxt, lay, step)
         # reduction: merge the fiber's partials of each member's rows on that member
-        part = np.concatenate([m, lsum, acc.transpose(1, 0, 2).reshape(nrows, H * F)], axis=1)
+        part = np.concatenate([m, lsum, acc], axis=1)
         w = H * (F + 2)
         own = fib[v]
         if c > 1:
@@ -537,7 +519,127 @@ class DenseShift15D(TwoOrientationAlgorithm):
         num = (accs * fac[..., None]).sum(axis=0)
         out = np.zeros((own, H, F), dtype=dt)
         np.divide(num, total[..., None], out=out, where=total[..., None] > 0)
-        return out
+        if not return_stats:
+            return out
+        with np.errstate(divide="ignore"):
+            L = (M + np.log(total)).astype(dt)   # -inf on rows without entries
+        return out, L
+
+    def fused_attention_backward(self, s_dst: np.ndarray, s_src: np.ndarray, Z: np.ndarray,
+                                 out: np.ndarray, L: np.ndarray, dout: np.ndarray,
+                                 negative_slope: float = 0.2,
+                                 edge_scale: np.ndarray | None = None
+                                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The backward of :meth:`fused_attention`, in one loop of Algorithm 1.
+
+        Stored per-row statistics, not recomputation: the forward keeps L = log-sum-exp of
+        each row and head (``return_stats``; H numbers per node), from which every
+        coefficient alpha_ij = exp(e_ij - L_i) is recomputed from the per-node scores as the
+        blocks pass, so neither alpha nor the scores (H numbers per edge each) are stored
+        and the forward's loop is not run again. With t_i = dout_i . out_i (a local dot
+        product, sum_j alpha_ij d alpha_ij): d alpha_ij = scale_ij dout_i . z_j,
+        dpre_ij = LeakyReLU'(pre_ij) alpha_ij (d alpha_ij - t_i), and
+
+            dZ_j = sum_i alpha_ij scale_ij dout_i,  d s_src_j = sum_i dpre_ij,
+            d s_dst_i = sum_j dpre_ij.
+
+        Communication, on rank (u, v) (exact: :func:`fused_attention_backward_words`):
+        replication, an all-gather of ``[dout | t | L | s_dst]`` (H (F + 3) per row) over
+        the fiber; propagation, q - 1 shifts of the B block ``[z | s_src]`` and q shifts of
+        its gradient rows ``[dZ | d s_src]`` (H (F + 1) per row each), which travel with it
+        and come home finished (as SpMMB's output, Algorithm 1); reduction, d s_dst's
+        partials over the fiber (a reduce-scatter, H per row). The local step is one
+        compiled call per block (:func:`~distmm.kernels.attention.attention_backward_block`).
+
+        Parameters
+        ----------
+        s_dst, s_src : ndarray, shape (local nodes, H)
+            The forward's per-node scores.
+        Z : ndarray, shape (local nodes, H * F)
+            The forward's features.
+        out, L : ndarray, shapes (local nodes, H, F) and (local nodes, H)
+            The forward's output and statistics (``fused_attention(..., return_stats=True)``).
+        dout : ndarray, shape (local nodes, H, F)
+            The gradient of the loss with respect to ``out``.
+        negative_slope, edge_scale
+            As given to the forward.
+
+        Returns
+        -------
+        (dZ (local nodes, H, F), d_dst (local nodes, H), d_src (local nodes, H))
+            This rank's rows (B side for dZ and d_src, A side for d_dst; they coincide).
+
+        Collective over the matrix's communicator.
+        """
+        H, F, u, v, c, fib, lay, cur, edge_scale = self._attention_operands(s_dst, s_src, Z,
+                                                                            edge_scale)
+        dt = self.dtype
+        own, nrows = fib[v], sum(fib)
+        t = np.einsum("nhf,nhf->nh", dout, out)
+        mine = np.concatenate([np.reshape(dout, (own, H * F)), t, L, s_dst], axis=1).astype(dt)
+        wx = H * (F + 3)
+        XR = np.empty((nrows, wx), dtype=dt)
+        self.fiber.allgatherv(np.ascontiguousarray(mine), XR, [k * wx for k in fib])
+        o = self._orientation("a")
+        nxt = np.empty_like(cur)
+        g_cur = np.zeros_like(cur)
+        g_nxt = np.empty_like(cur)
+        d_dst = np.zeros((nrows, H), dtype=dt)
+
+        def step(tb: int, Yb: np.ndarray, Gb: np.ndarray) -> None:
+            with self.stats.timer("compute"):
+                attention_backward_block(o.blocks[tb], XR, Yb, H, F, negative_slope, Gb,
+                                         d_dst, edge_scale, int(o.offsets[tb]))
+
+        G = self._attention_shifts(cur, nxt, lay, step, g_cur, g_nxt)
+        if c > 1:
+            mine_dst = np.empty((own, H), dtype=dt)
+            self.fiber.reduce_scatter(d_dst, mine_dst, [k * H for k in fib])
+            d_dst = mine_dst
+        dZ = np.ascontiguousarray(G[:, :H * F]).reshape(own, H, F)
+        return dZ, d_dst, np.ascontiguousarray(G[:, H * F:])
+
+    def _attention_operands(self, s_dst, s_src, Z, edge_scale):
+        """What both fused attention loops start from: (H, F, u, v, c, the fiber's and the
+        layer's block rows, a shift buffer holding this rank's packed ``[z | s_src]`` rows,
+        the dropout factors contiguous in the matrix's dtype or None). Not collective."""
+        H = s_dst.shape[1]
+        F = Z.shape[1] // H
+        u, v = self.grid.u, self.grid.v
+        fib, lay = _attention_rows(self, u, v)
+        cur = np.empty((max(lay), H * (F + 1)), dtype=self.dtype)
+        cur[:lay[u], :H * F] = Z
+        cur[:lay[u], H * F:] = s_src
+        if edge_scale is not None:
+            edge_scale = np.ascontiguousarray(edge_scale, dtype=self.dtype)
+        return H, F, u, v, self.c, fib, lay, cur, edge_scale
+
+    def _attention_shifts(self, cur: np.ndarray, nxt: np.ndarray, lay: list[int], step,
+                          out_cur: np.ndarray | None = None,
+                          out_nxt: np.ndarray | None = None) -> np.ndarray | None:
+        """The fused attention's loop (Algorithm 1's shifts): at step s this rank runs
+        ``step(t, Y)`` on block t = (u + s) mod q with the packed B block Y present (in
+        ``cur``, rows ``lay[t]``), then sends it left and receives the next from the right.
+        The input block's last shift is not sent (it would only return home). With
+        ``out_cur`` (the backward's gradient rows, zeroed, travelling with the block),
+        ``step(t, Y, G)`` gets them too, and they are shifted at every step, the last
+        bringing this rank's finished rows home; returns them."""
+        u, q = self.grid.u, self.q
+        left, right = (u - 1) % q, (u + 1) % q
+        for s in range(q):
+            t = (u + s) % q
+            nt = (t + 1) % q
+            if out_cur is None:
+                step(t, cur[:lay[t]])
+            else:
+                step(t, cur[:lay[t]], out_cur[:lay[t]])
+            if s < q - 1:
+                self.layer.shift(cur[:lay[t]], nxt[:lay[nt]], dest=left, source=right)
+                cur, nxt = nxt, cur
+            if out_cur is not None and q > 1:
+                self.layer.shift(out_cur[:lay[t]], out_nxt[:lay[nt]], dest=left, source=right)
+                out_cur, out_nxt = out_nxt, out_cur
+        return None if out_cur is None else out_cur[:lay[u]]
 
 
 def dense_shift_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,
@@ -611,4 +713,23 @@ def fused_attention_words(S: DenseShift15D, heads: int, features: int,
         width = heads * (features + 1)
         # step s < q - 1 sends the block of layer position (u + s) mod q
         out["propagation"] = sum(lay[(u + s) % q] for s in range(q - 1)) * width
+    return out
+
+
+def fused_attention_backward_words(S: DenseShift15D, heads: int, features: int,
+                                   rank: int) -> dict[str, int]:
+    """Words ``rank`` sends per phase in one :meth:`DenseShift15D.fused_attention_backward`
+    on ``S`` with ``heads`` heads of ``features`` features. Not collective."""
+    u, v = S.grid.position(rank)
+    fib, lay = _attention_rows(S, u, v)
+    own = fib[v]
+    c, q = S.c, S.q
+    out = {"replication": own * heads * (features + 3) * (c - 1) if c > 1 else 0,
+           "reduction": (sum(fib) - own) * heads if c > 1 else 0,
+           "propagation": 0}
+    if q > 1:
+        width = heads * (features + 1)
+        # the input block: q - 1 shifts; its gradient rows: q (the last brings them home)
+        out["propagation"] = (sum(lay[(u + s) % q] for s in range(q - 1))
+                              + sum(lay)) * width
     return out

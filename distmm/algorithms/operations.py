@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from distmm.algorithms import multivalue as _multi
 from distmm.core.dense import DenseBlock
 from distmm.errors import InputError
 
@@ -61,7 +62,9 @@ def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
         This rank's side-"b" block of B (n x r); r is read from it.
     values : ndarray, optional
         Values of S in this rank's value order, or the name of a vector registered with
-        :meth:`set_named_values` (default: S's current values).
+        :meth:`set_named_values` (default: S's current values). A 2-D array (heads,
+        nnz_local) is one value vector per head: the multi-value SpMM, head h's columns of
+        B being h*F .. (h+1)*F - 1 (:mod:`distmm.algorithms.multivalue`).
     out : DenseBlock or ndarray, optional
         A side-"a" block of the same r to write into (reusable across calls).
 
@@ -72,6 +75,8 @@ def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
     """
     if isinstance(values, str):  # not a call: this runs before every replay
         values = S.named_values(values)
+    if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
+        return _multi.spmm_multi(S, "a", B_loc, values, out)
     if (done := S._replay("spmm_a", (B_loc, values, out))) is not None:
         return done
     key = S._call_key("spmm_a", B_loc)
@@ -107,6 +112,8 @@ def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
     """
     if isinstance(values, str):  # not a call: this runs before every replay
         values = S.named_values(values)
+    if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
+        return _multi.spmm_multi(S, "b", A_loc, values, out)
     if (done := S._replay("spmm_b", (A_loc, values, out))) is not None:
         return done
     key = S._call_key("spmm_b", A_loc)

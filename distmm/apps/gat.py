@@ -12,13 +12,14 @@ GATConv's semantics (torch_geometric.nn.GATConv):
     out_i = sum_j alpha_ij z_j                 SpMM S(alpha_h) z_h, one call per head
     y = concat_h(out) (or mean_h) + bias, ELU between layers.
 
-The SpMM loops over heads: the public SpMM takes one value vector per call, and the words a
-loop moves equal those of one call of width heads * out_channels (only the message count grows
-by the factor heads); a kernel taking several value vectors at once would need a new node-model
-method. A layer's per-head calls of an operation are one bound call on buffers the heads' slices
-are copied into (:class:`HeadCall`), so that from the third call on they replay
-(distmm/algorithms/replay.py). A node with no in-edges (self-loops off) aggregates over nothing:
-its output is 0 before the bias (as in PyG), never NaN.
+The unfused SpMM loops over heads, and the words a loop moves equal those of one call of width
+heads * out_channels (only the message count grows by the factor heads; the multi-value SpMM,
+distmm.algorithms.multivalue, is one call). The fused layer (``fused=True``) runs the family's
+compiled attention loop instead, forward and backward. A layer's per-head calls of an
+operation are one bound call on buffers the heads' slices are copied into
+(:class:`HeadCall`), so that from the third call on they replay (distmm/algorithms/replay.py).
+A node with no in-edges (self-loops off) aggregates over nothing: its output is 0 before the
+bias (as in PyG), never NaN.
 
 Layout and communication. The layer input X (node features) is S's B side (columns) and the
 output is the A side (rows). The per-node scores reach the edges with the additive SDDMM
@@ -354,13 +355,13 @@ class DistGAT:
     model : GATModel
         Replicated parameters (identical on every rank), in ``obj.dtype``.
     fused : bool
-        Inference (``drop=None``) runs each layer's attention as one fused online-softmax
-        loop (the family's :meth:`~distmm.algorithms.dense_shift_15d.DenseShift15D.
-        fused_attention`); such a forward keeps no caches, so it cannot be followed by
-        :meth:`backward`. Training passes are never fused. 1.5D dense shifting only (the
-        paper calls 1.5D fusion incompatible with the softmax; the loop that goes beyond it
-        exists for that family alone).
-
+        Each layer's attention, forward and backward, runs as one loop of the family's
+        compiled kernels (:meth:`~distmm.algorithms.dense_shift_15d.DenseShift15D.
+        fused_attention` with its statistics, then ``fused_attention_backward``) instead
+        of the additive SDDMM, the edge softmax and one SpMM per head; the caches keep the
+        per-node scores and each row's log-sum-exp instead of the coefficients. 1.5D dense
+        shifting only (the paper calls 1.5D fusion incompatible with the softmax; the loop
+        that goes beyond it exists for that family alone).
     Construction is not collective. Every rank holds whole rows of two node blocks
     (:class:`~distmm.apps.gat_layout.NodeLayout`): ``input_nodes`` (original ids of S's B
     side, the rows of a layer's input, the features) and ``nodes`` (the A side, the rows of a
@@ -438,18 +439,20 @@ class DistGAT:
             Z = np.ascontiguousarray(Xd @ layer.weight.T, dtype=self.dtype).reshape(-1, H, F)
         s_src = np.einsum("nhf,hf->nh", Z, layer.att_src)
         s_dst = lay.transfer(np.einsum("nhf,hf->nh", Z, layer.att_dst), "a")
-        if self.fused and drop is None:
-            out = obj.fused_attention(s_dst, s_src, Z.reshape(-1, H * F), layer.negative_slope)
-            return self._combine(layer, out), None
-        pre = obj.sddmm_add(s_dst, s_src)
-        e = leaky_relu(pre, layer.negative_slope)
-        alpha = obj.edge_softmax(e, dim="row")
-        ad = alpha
         if drop is not None and drop.attention > 0:
             keys = self.edge_keys[:, None] * H + np.arange(H)[None, :]
             amask = dropout_factors(keys, drop.attention, self.dtype, drop.seed, drop.step, k,
                                     ATTENTION)
-            ad = alpha * amask
+        if self.fused:  # one compiled loop; the backward recomputes alpha from L
+            out, L = obj.fused_attention(s_dst, s_src, Z.reshape(-1, H * F),
+                                         layer.negative_slope, amask, return_stats=True)
+            return self._combine(layer, out), dict(k=k, Xd=Xd, feats=feats, Z=Z, out=out, L=L,
+                                                   s_dst=s_dst, s_src=s_src, xmask=xmask,
+                                                   amask=amask)
+        pre = obj.sddmm_add(s_dst, s_src)
+        e = leaky_relu(pre, layer.negative_slope)
+        alpha = obj.edge_softmax(e, dim="row")
+        ad = alpha if amask is None else alpha * amask
         spmm = self.head_call(k, "spmm_a", F)
         pieces = np.empty((self.nodes.size, H, len(lay.columns("a", F))), dtype=self.dtype)
         for h in range(H):
@@ -488,14 +491,44 @@ class DistGAT:
         all-reduced) and, if ``need_dx``, d loss / d X (whole rows of ``input_nodes``).
         ``dY`` holds whole rows of ``nodes``, the same on every holder of a row.
         Collective."""
-        obj, lay = self.obj, self.layout
-        Z, Xd, pre, alpha, ad, out = (cache[k] for k in ("Z", "Xd", "pre", "alpha", "ad", "out"))
+        Z, Xd, out = cache["Z"], cache["Xd"], cache["out"]
         H, F = Z.shape[1], Z.shape[2]
         na = dY.shape[0]
         if layer.concat:
             dout = dY.reshape(na, H, F)
         else:
             dout = np.repeat((dY / H)[:, None, :], H, axis=1)
+        if "L" in cache:  # the fused layer's (DenseShift15D.fused_attention_backward)
+            dZ, d_dst, d_src = self.obj.fused_attention_backward(
+                cache["s_dst"], cache["s_src"], Z.reshape(-1, H * F), out, cache["L"], dout,
+                layer.negative_slope, cache["amask"])
+        else:
+            dZ, d_dst, d_src = self._attention_backward(layer, cache, dout)
+        dZ += d_dst[:, :, None] * layer.att_dst[None] + d_src[:, :, None] * layer.att_src[None]
+        dZ2 = dZ.reshape(-1, H * F)
+        # each node's terms once per row group: the rows this rank counts
+        cb, ca = self.layout.counted["b"], self.layout.counted["a"]
+        split_b, split_a = not cb.all(), not ca.all()
+        dZc = dZ2 * cb[:, None] if split_b else dZ2
+        feats = cache["feats"]
+        XtdZ = feats.t_times(Xd, dZc) if feats is not None else Xd.T @ dZc
+        zc = Z * cb[:, None, None] if split_b else Z
+        grads = {"weight": np.asarray(XtdZ.T, dtype=self.dtype),
+                 "att_src": np.einsum("nh,nhf->hf", d_src, zc),
+                 "att_dst": np.einsum("nh,nhf->hf", d_dst, zc),
+                 "bias": (dY[ca] if split_a else dY).sum(axis=0)}
+        dX = None
+        if need_dx:
+            dX = dZ2 @ layer.weight
+            if cache["xmask"] is not None:
+                dX = dX * cache["xmask"]
+        return dX, grads
+
+    def _attention_backward(self, layer: GATLayer, cache: dict, dout: np.ndarray):
+        """The unfused attention's backward: (dZ, d s_dst, d s_src). Collective."""
+        obj, lay = self.obj, self.layout
+        Z, pre, alpha, ad, out = (cache[k] for k in ("Z", "pre", "alpha", "ad", "out"))
+        H, F = Z.shape[1], Z.shape[2]
         dad = np.empty_like(ad)
         pieces = np.empty((Z.shape[0], H, len(lay.columns("b", F))), dtype=self.dtype)
         k = cache["k"]
@@ -514,27 +547,7 @@ class DistGAT:
         t = np.einsum("nhf,nhf->nh", dout, out)
         de = alpha * (dalpha - obj.expand("a", t))
         dpre = leaky_relu_backward(de, pre, layer.negative_slope)
-        d_dst = lay.transfer(obj.row_sum(dpre), "b")
-        d_src = obj.col_sum(dpre)
-        dZ += d_dst[:, :, None] * layer.att_dst[None] + d_src[:, :, None] * layer.att_src[None]
-        dZ2 = dZ.reshape(-1, H * F)
-        # each node's terms once per row group: the rows this rank counts
-        cb, ca = lay.counted["b"], lay.counted["a"]
-        split_b, split_a = not cb.all(), not ca.all()
-        dZc = dZ2 * cb[:, None] if split_b else dZ2
-        feats = cache["feats"]
-        XtdZ = feats.t_times(Xd, dZc) if feats is not None else Xd.T @ dZc
-        zc = Z * cb[:, None, None] if split_b else Z
-        grads = {"weight": np.asarray(XtdZ.T, dtype=self.dtype),
-                 "att_src": np.einsum("nh,nhf->hf", d_src, zc),
-                 "att_dst": np.einsum("nh,nhf->hf", d_dst, zc),
-                 "bias": (dY[ca] if split_a else dY).sum(axis=0)}
-        dX = None
-        if need_dx:
-            dX = dZ2 @ layer.weight
-            if cache["xmask"] is not None:
-                dX = dX * cache["xmask"]
-        return dX, grads
+        return dZ, lay.transfer(obj.row_sum(dpre), "b"), obj.col_sum(dpre)
 
     def backward(self, dlogits: np.ndarray, caches: list[dict]) -> list[dict[str, np.ndarray]]:
         """Gradients of every layer's parameters, summed over all ranks (one all-reduce,

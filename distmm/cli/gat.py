@@ -91,6 +91,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "epochs and at the end (may be the --resume file)")
     tr.add_argument("--checkpoint-every", type=int, default=50)
     files.input_option(tr, "--resume", help="continue bit-identically from this checkpoint")
+    _fused_option(tr)
     tr.set_defaults(gat_func=cmd_train)
     job_options(tr)
     pr = sub.add_parser("predict", help="logits of every node with saved weights (HDF5)")
@@ -100,10 +101,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     files.output_option(pr, "--out", required=True,
                         help="HDF5 file with /logits (n x classes, original node order), "
                              "written atomically")
-    pr.add_argument("--fused", action="store_true",
-                    help="run each layer's attention as one fused online-softmax loop")
+    _fused_option(pr)
     pr.set_defaults(gat_func=cmd_predict)
     return gat
+
+
+def _fused_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
+                   help="each layer's attention (and its backward) as one loop of compiled "
+                        "kernels with an online softmax (default where the family has it: "
+                        "15d-dense-shift); --no-fused: the additive SDDMM, edge softmax and "
+                        "one SpMM per head")
+
+
+def _fused(args: argparse.Namespace, obj) -> bool:
+    """--fused, by default where the family has the fused loop (on Cora it trained faster
+    than the unfused layer at p = 2 and as fast at p = 1, with a fifth of the attention
+    caches; docs/gat.md). Rank-independent."""
+    has = hasattr(obj, "fused_attention_backward")
+    require(has or not args.fused, f"--fused: {obj.name} has no fused attention loop")
+    return has if args.fused is None else args.fused
 
 
 def _inputs(p: argparse.ArgumentParser) -> None:
@@ -334,7 +351,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                    f"{classes}")
         require(msg is None, f"--resume {args.resume}: the checkpoint does not fit these "
                              f"inputs ({msg})")
-    gat = DistGAT(obj, model)
+    gat = DistGAT(obj, model, fused=_fused(args, obj))
 
     def save_checkpoint(st: TrainState) -> None:
         files.write_output(comm, args.checkpoint, "--checkpoint",
@@ -395,7 +412,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     X = _read_features(args.features, obj, comm, dtype, normalise)
     msg = model.check(X.shape[1])
     require(msg is None, f"--weights {args.weights}: {msg}")
-    gat = DistGAT(obj, model, fused=args.fused)
+    gat = DistGAT(obj, model, fused=_fused(args, obj))
     logits, _ = gat.forward(X, None)
     full = gat.gather(logits, root=0)
     files.write_output(comm, args.out, "--out", lambda path: write_h5_atomic(

@@ -1,0 +1,214 @@
+"""The multi-value SpMM: several value vectors of S (one per head) in one call.
+
+``S.spmm_a(B, values=V)`` with ``V`` of shape (heads, nnz_local) computes, for each head h,
+
+    out[:, h*F:(h+1)*F] = S(V[h]) @ B[:, h*F:(h+1)*F]
+
+(``S.spmm_b`` the same with S^T): B is a dense matrix of width heads * F whose columns hold
+the heads one after the other, the layout of a GAT layer's (nodes, heads, F) array reshaped
+to (nodes, heads * F), so a layer passes its arrays without copying them and the result is
+a plain width-(heads * F) block of the family's layout. Row h of V is S's values for head h
+in this rank's value order (as ``values=`` of a one-head call).
+
+On 1.5D dense shifting (:class:`~distmm.algorithms.dense_shift_15d.DenseShift15D`) the
+call is one pass of Algorithm 1 at width heads * F, with the multi-value kernel of
+:mod:`distmm.kernels.multivalue` (every head in one pass over each block's nonzeros) as its
+loop body: it moves exactly the words of one single-value SpMM of width heads * F
+(:func:`multi_value_words`), in one shift per step instead of one per head. The other families
+run one single-value call per head (:func:`_per_head`), each counted as a fallback call of
+``spmm_multi_a`` / ``spmm_multi_b`` in the node model's statistics; where a family cuts the
+dense columns over ranks (``splits_r``) each head's call runs at the full width on the block
+with the other heads' columns zeroed, so its words are heads times those of one call.
+
+Every rank must call. Bad operands raise the same InputError on every rank before any work
+on the first call of each kind (side, heads, width) and on every call under
+``checks="always"``; later calls check locally (as the single-value calls under
+``checks="once"``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distmm.core.aligned import aligned_empty
+from distmm.errors import InputError, agree
+from distmm.kernels.multivalue import spmm_multi_block
+
+__all__ = ["is_multi_value", "multi_value_words", "spmm_multi"]
+
+
+def is_multi_value(values) -> bool:
+    """Whether ``values`` asks for the multi-value SpMM (a 2-D array). Not collective."""
+    return isinstance(values, np.ndarray) and values.ndim == 2
+
+
+def _check(S, side: str, X, V: np.ndarray, out) -> tuple[int, int]:
+    """(heads, global width) of the call, after one agreement over every rank."""
+    X = np.asarray(X) if not isinstance(X, np.ndarray) else X
+    in_side = "b" if side == "a" else "a"
+    heads = int(V.shape[0])
+    r = int(getattr(X, "r", X.shape[1] if X.ndim == 2 else 0)) if S.splits_r \
+        else (X.shape[1] if X.ndim == 2 else 0)
+    msg = None
+    if V.dtype != S.dtype:
+        msg = f"values have dtype {V.dtype}, expected {S.dtype}"
+    elif V.shape[1] != S.values.shape[0]:
+        msg = (f"values have shape {V.shape}; one row per head of this rank's "
+               f"{S.values.shape[0]} stored nonzeros expected")
+    elif X.ndim != 2 or X.dtype != S.dtype:
+        msg = f"the dense operand must be a 2-D {S.dtype} array, got {X.dtype} {X.shape}"
+    elif X.shape[0] != S._local_rows(in_side):
+        msg = (f"the dense operand has {X.shape[0]} rows on this rank, expected "
+               f"{S._local_rows(in_side)}")
+    elif heads < 1 or r % heads:
+        msg = f"its width {r} is not a multiple of the {heads} heads of values"
+    elif out is not None and (np.shape(out) != (S._local_rows(side), X.shape[1])
+                              or np.asarray(out).dtype != S.dtype):
+        msg = f"out has shape {np.shape(out)}, expected {(S._local_rows(side), X.shape[1])}"
+    if msg is not None:
+        msg += f" (rank {S.rank})"
+    # As the single-value calls do (calls.py): the first call of each kind is agreed over
+    # every rank (and every call under checks="always"); later ones check locally
+    kind = (side, heads, r)
+    done = S.__dict__.setdefault("_multi_value_agreed", set())
+    if S.checks == "always" or kind not in done:
+        if S.p > 1:
+            S.stats.add("other", S.p - 1, S.p - 1, S.p - 1, S.p - 1)
+        agree(S.comm, msg, {"heads": heads, "width": r})
+        done.add(kind)
+    elif msg is not None:
+        raise InputError(msg + " (found by the local checks after the first, agreed call "
+                               "of this kind)")
+    return heads, r
+
+
+def spmm_multi(S, side: str, X_loc, values: np.ndarray, out=None):
+    """``S.spmm_a(X_loc, values=V)`` (side "a") or ``S.spmm_b`` (side "b") with V of shape
+    (heads, nnz_local): see the module docstring. Returns this rank's side-``side`` block of
+    width heads * F (``out`` when given). Collective."""
+    S._require_open()
+    heads, r = _check(S, side, X_loc, values, out)
+    X = np.ascontiguousarray(np.asarray(X_loc).view(np.ndarray))
+    V = np.ascontiguousarray(values)
+    if S.name != "15d-dense-shift":
+        res = _per_head(S, side, X, V, heads, r)
+    elif side == "a":
+        res = _dense_shift_a(S, X, V, heads, _plain_out(out))
+    else:
+        res = _dense_shift_b(S, X, V, heads, _plain_out(out))
+    if out is not None and res is not _plain_out(out):
+        np.copyto(np.asarray(out), res)
+        res = out
+    return S._block(side, r, res)
+
+
+def _plain_out(out):
+    if out is None:
+        return None
+    o = out.view(np.ndarray)
+    return o if o.flags.c_contiguous and o.flags.writeable else None
+
+
+def _dense_shift_a(S, B, V, heads: int, out) -> np.ndarray:
+    """Algorithm 1's SpMMA pass at width heads * F: B's blocks shift q - 1 times around the
+    layer, each step one multi-value kernel on the block present, the superblock's partial
+    sums reduce-scattered over the fiber."""
+    o = S._orientation("a")
+    r = B.shape[1]
+    nrows = o.blocks[0].shape[0] if o.blocks else 0
+    if S.c > 1:
+        acc = S._buffer(("T_out", "a"), (nrows, r))
+    else:
+        acc = out if out is not None else aligned_empty((nrows, r), S.dtype)
+    _shift_loop(S, o, "spmm_multi_a", B, V, heads, acc)
+    return acc if S.c == 1 else S._reduce("a", acc, out)
+
+
+def _dense_shift_b(S, A, V, heads: int, out) -> np.ndarray:
+    """Algorithm 1's SpMMB pass: A replicated over the fiber, the output B blocks travel q
+    shifts (the last brings each home), each step adding S(V)^T T to the block present."""
+    o = S._orientation("a")
+    T = S._replicate("a", A)
+    u, q = S.grid.u, S.q
+    r = A.shape[1]
+    sizes = np.diff(S.offsets["b"])[S.grid.layer_blocks()]
+    if q == 1:
+        res = out if out is not None else aligned_empty((int(sizes[0]), r), S.dtype)
+        _kernel(S, o, 0, "spmm_multi_b", V, T, res, heads, first=True)
+        return res
+    cur = S._buffer(("multi cur", "b"), (int(sizes.max()), r))
+    nxt = S._buffer(("multi nxt", "b"), (int(sizes.max()), r))
+    left, right = (u - 1) % q, (u + 1) % q
+    res = out if out is not None else aligned_empty((int(sizes[u]), r), S.dtype)
+    for s in range(q):
+        t, nt = (u + s) % q, (u + s + 1) % q
+        Yb = cur[:sizes[t]]
+        _kernel(S, o, t, "spmm_multi_b", V, T, Yb, heads, first=s == 0)
+        recv = res if s == q - 1 else nxt[:sizes[nt]]
+        S.layer.shift(Yb, recv, dest=left, source=right)
+        cur, nxt = nxt, cur
+    return res
+
+
+def _shift_loop(S, o, op: str, Y, V, heads: int, acc) -> None:
+    """The input-Y pass: q - 1 shifts (the block's last shift would only return it home),
+    received into two alternating buffers (one at q = 2)."""
+    u, q = S.grid.u, S.q
+    sizes = np.diff(S.offsets["b"])[S.grid.layer_blocks()]
+    left, right = (u - 1) % q, (u + 1) % q
+    bufs = [S._buffer(("multi shift", k), (int(sizes.max()), Y.shape[1]))
+            for k in range(min(2, q - 1))]
+    cur = Y
+    for s in range(q):
+        t, nt = (u + s) % q, (u + s + 1) % q
+        _kernel(S, o, t, op, V, cur, acc, heads, first=s == 0)
+        if s < q - 1:
+            recv = bufs[s % 2][:sizes[nt]]
+            S.layer.shift(cur, recv, dest=left, source=right)
+            cur = recv
+
+
+def _kernel(S, o, t: int, op: str, V, X, out, heads: int, first: bool) -> None:
+    """The multi-value kernel on block t (its seconds are the "compute" phase)."""
+    S.stats.seconds["compute"] += spmm_multi_block(
+        S.kernel, op, o.blocks[t], V, int(o.offsets[t]), X, out, heads, accumulate=not first)
+
+
+def _per_head(S, side: str, X, V, heads: int, r: int) -> np.ndarray:
+    """One single-value call per head (families without the multi-value loop)."""
+    op = "spmm_multi_a" if side == "a" else "spmm_multi_b"
+    call = S.spmm_a if side == "a" else S.spmm_b
+    in_side = "b" if side == "a" else "a"
+    F = r // heads
+    cols = np.arange(r)[S.dense_cols(in_side, S.rank, r)]
+    res = np.empty((S._local_rows(side), X.shape[1]), dtype=S.dtype)
+    for h in range(heads):
+        mine = (cols // F) == h
+        if S.splits_r:
+            Xh = np.where(mine[None, :], X, 0).astype(S.dtype)
+            got = np.asarray(call(S.wrap(in_side, Xh, r), values=np.ascontiguousarray(V[h])))
+            res[:, mine] = got[:, mine]
+        else:
+            got = call(np.ascontiguousarray(X[:, h * F:(h + 1) * F]),
+                       values=np.ascontiguousarray(V[h]))
+            res[:, h * F:(h + 1) * F] = np.asarray(got)
+        S.kernel.stats.record(op, 0.0, 0.0, 0.0, fallback=True)
+    return res
+
+
+def multi_value_words(S, op: str, heads: int, features: int,
+                      first: bool = True) -> dict[str, dict[str, float]]:
+    """Words and messages per phase one rank sends in one multi-value ``op`` ("spmm_a" or
+    "spmm_b") on 1.5D dense shifting: those of one single-value call of width
+    heads * features (:func:`~distmm.algorithms.dense_shift_15d.dense_shift_15d_exact`;
+    p must divide m and n), plus, on the ``first`` call of its kind, the input check's
+    agreement (phase "other", p - 1). Not collective."""
+    if S.name != "15d-dense-shift":
+        raise InputError("multi_value_words: only 15d-dense-shift runs one pass")
+    from distmm.algorithms.dense_shift_15d import dense_shift_15d_exact
+
+    m, n = S.shape
+    words = dense_shift_15d_exact(op, m, n, heads * features, S.p, S.c)
+    k = S.p - 1 if first or S.checks == "always" else 0
+    words["other"] = {"words": k, "messages": k}
+    return words

@@ -1,0 +1,184 @@
+"""The multi-value SpMM on one block: several value vectors (one per head) in one pass over
+the nonzeros.
+
+    spmm_multi_a:  out[i, h*F:(h+1)*F] (+)= sum_t V[h, off + t] * X[indices[t], h*F:(h+1)*F]
+    spmm_multi_b:  the same on S^T (out has the block's columns as rows)
+
+over the stored entries t of row i, for h = 0 .. H-1, with X and out of width H*F (head h's
+features are columns h*F .. (h+1)*F - 1, as in the (rows, H, F) arrays of a GAT layer,
+reshaped). ``V`` is the (H, nnz_total) array of the caller's value order; a block's entries
+read its columns ``off .. off + nnz - 1``, so a block cut from a longer vector needs no
+copy. One pass over the block's rows: within a row the heads take turns over its entries,
+whose structure and gathered rows are then in cache, where H SpMMs stream the structure H
+times and gather each row in H pieces in H passes.
+
+The compiled kernels (:func:`spmm_multi_block`) are row-parallel and race-free like the
+reference node model's SpMM (:mod:`distmm.kernels.reference`): one chunk of about equal
+nnz + rows per numba thread, a kernel compiled per common head width F with the head's
+accumulator on the stack; ``spmm_multi_b`` runs the same kernel on the block's cached
+transpose after gathering the values into its order. Every node model runs
+these kernels for this operation (no model has its own), and their calls are recorded in the
+model's statistics as ``spmm_multi_a`` / ``spmm_multi_b``. :func:`spmm_multi_reference` is
+the numpy oracle. Not collective.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+from numba import njit, prange
+
+from distmm.core.sparse import CSRBlock
+from distmm.kernels.base import NodeModel, kernel_bytes, spmm_flops
+from distmm.kernels.numba_util import FASTMATH, slp_vectorized, stack_array
+from distmm.kernels.reference import (
+    SPECIALISED_WIDTHS,
+    _gather_indices,
+    _num_chunks,
+    _row_split,
+)
+
+__all__ = ["spmm_multi_block", "spmm_multi_reference"]
+
+
+@functools.cache
+def _multi_kernel(width: int):
+    """The kernel for a head width ``width`` (0: any, read from the operands), as the
+    reference model's SpMM (:func:`distmm.kernels.reference._spmm_kernel`): per row and
+    head, the head's F columns accumulate on the stack over the row's entries, four at a
+    time, then are written or added to ``out``. The values of head h are read along the
+    row (``V[h, off + t]``, contiguous), the gathered rows once per head (a row's later
+    heads find it in cache)."""
+
+    @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+    def kernel(indptr, indices, V, off, X, out, H, Fr, nchunks, overwrite):
+        F = width if width > 0 else Fr
+        for c in prange(nchunks):
+            lo = _row_split(indptr, c, nchunks)
+            hi = _row_split(indptr, c + 1, nchunks)
+            if hi > lo:
+                acc = (stack_array(width, out.dtype) if width > 0
+                       else np.empty(F, dtype=out.dtype))
+                for i in range(lo, hi):
+                    start = indptr[i]
+                    end = indptr[i + 1]
+                    o = out[i]
+                    for h in range(H):
+                        base = h * F
+                        vh = V[h]
+                        for k in range(F):
+                            acc[k] = 0
+                        t = start
+                        while t + 4 <= end:
+                            v0 = vh[off + t]
+                            v1 = vh[off + t + 1]
+                            v2 = vh[off + t + 2]
+                            v3 = vh[off + t + 3]
+                            x0 = X[indices[t]]
+                            x1 = X[indices[t + 1]]
+                            x2 = X[indices[t + 2]]
+                            x3 = X[indices[t + 3]]
+                            for k in range(F):
+                                acc[k] += (v0 * x0[base + k] + v1 * x1[base + k]
+                                           + v2 * x2[base + k] + v3 * x3[base + k])
+                            t += 4
+                        while t < end:
+                            v = vh[off + t]
+                            x = X[indices[t]]
+                            for k in range(F):
+                                acc[k] += v * x[base + k]
+                            t += 1
+                        if overwrite:
+                            for k in range(F):
+                                o[base + k] = acc[k]
+                        else:
+                            for k in range(F):
+                                o[base + k] += acc[k]
+
+    return slp_vectorized(kernel) if width > 0 else kernel
+
+
+def _check(op: str, S: CSRBlock, V: np.ndarray, off: int, X: np.ndarray, out: np.ndarray,
+           heads: int) -> None:
+    m, n = S.shape
+    xr, orows = (n, m) if op == "spmm_multi_a" else (m, n)
+    dt = S.data.dtype
+    for name, a in (("V", V), ("X", X), ("out", out)):
+        if not isinstance(a, np.ndarray) or a.dtype != dt or a.ndim != 2 \
+                or not a.flags.c_contiguous:
+            raise ValueError(f"{op}: {name} must be a C-contiguous 2-D {dt} array")
+    if V.shape[0] != heads or not 0 <= off <= V.shape[1] - S.nnz:
+        raise ValueError(f"{op}: V has shape {V.shape}; expected {heads} rows and columns "
+                         f"{off} .. {off + S.nnz - 1}")
+    if heads < 1 or X.shape[1] % heads:
+        raise ValueError(f"{op}: width {X.shape[1]} is not a multiple of {heads} heads")
+    if X.shape[0] != xr or out.shape != (orows, X.shape[1]):
+        raise ValueError(f"{op}: X {X.shape} and out {out.shape} do not fit a block of shape "
+                         f"{S.shape}")
+    if not out.flags.writeable:
+        raise ValueError(f"{op}: out must be writeable")
+
+
+def spmm_multi_block(model: NodeModel | None, op: str, S: CSRBlock, V: np.ndarray, off: int,
+                     X: np.ndarray, out: np.ndarray, heads: int,
+                     accumulate: bool = True) -> float:
+    """One multi-value SpMM on block S (see the module docstring); returns its seconds.
+
+    Parameters
+    ----------
+    model : NodeModel or None
+        Whose statistics record the call (op name, seconds, flops, bytes).
+    op : {"spmm_multi_a", "spmm_multi_b"}
+    S : CSRBlock (m, n)
+    V : ndarray (heads, nnz_total)
+        Values per head; block entry t reads ``V[:, off + t]``.
+    X : ndarray (n, heads * F) for spmm_multi_a, (m, heads * F) for spmm_multi_b
+    out : ndarray (m or n, heads * F)
+        Added to, or written when ``accumulate`` is false.
+
+    Not collective.
+    """
+    _check(op, S, V, off, X, out, heads)
+    F = X.shape[1] // heads
+    t0 = time.perf_counter()
+    if S.nnz == 0 or F == 0:
+        if not accumulate:
+            out[...] = 0
+    elif op == "spmm_multi_a":
+        kernel = _multi_kernel(F if F in SPECIALISED_WIDTHS else 0)
+        kernel(S.indptr, _gather_indices("spmm_a", S.indices), V, int(off), X, out, heads, F,
+               _num_chunks(S.shape[0]), not accumulate)
+    else:
+        # on the cached transpose, the values gathered into its order first (one pass; as
+        # the reference model's spmm_b)
+        indptr_t, indices_t, perm = S.transpose()
+        Vt = np.take(V, perm + int(off), axis=1)
+        kernel = _multi_kernel(F if F in SPECIALISED_WIDTHS else 0)
+        kernel(indptr_t, _gather_indices("spmm_a", indices_t), Vt, 0, X, out, heads, F,
+               _num_chunks(S.shape[1]), not accumulate)
+    dt = time.perf_counter() - t0
+    if model is not None:
+        m, n = S.shape
+        rows_read, rows_written = (n, m) if op == "spmm_multi_a" else (m, n)
+        # the structure once, and H values per nonzero (kernel_bytes counts one)
+        nbytes = kernel_bytes(S, X.shape[1], rows_read, rows_written, 0, accumulate) \
+            + (heads - 1) * S.nnz * S.data.dtype.itemsize
+        model.stats.record(op, dt, spmm_flops(S.nnz, X.shape[1]), nbytes)
+    return dt
+
+
+def spmm_multi_reference(S: CSRBlock, V: np.ndarray, X: np.ndarray, heads: int,
+                         transpose: bool = False) -> np.ndarray:
+    """The multi-value SpMM in scipy, one product per head (the oracle): S(V[h]) @ X_h, or
+    S(V[h])^T @ X_h with ``transpose``, concatenated over h. V is (heads, nnz). Not
+    collective."""
+    F = X.shape[1] // heads
+    outs = []
+    for h in range(heads):
+        M = S.to_scipy(np.ascontiguousarray(V[h, :S.nnz]))
+        M = M.T if transpose else M
+        outs.append(np.asarray(M @ X[:, h * F:(h + 1) * F]))
+    return np.concatenate(outs, axis=1) if outs else np.zeros((S.shape[1 if transpose else 0],
+                                                               0))

@@ -1,0 +1,130 @@
+"""The multi-value SpMM (S.spmm_a / S.spmm_b with values of shape (heads, nnz_local)) against
+scipy, one product per head, on every family at every valid c: one pass on 1.5D dense
+shifting, whose words per phase equal multi_value_words exactly; one call per head elsewhere,
+counted as fallback calls. Bad operands raise the same InputError on every rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from mpi4py import MPI
+
+import distmm
+from distmm.algorithms.multivalue import multi_value_words
+from distmm.errors import InputError
+from distmm.perf import costmodel
+
+COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
+
+
+def _problem(m, n, seed=3):
+    rng = np.random.default_rng(seed)
+    A = sp.random(m, n, density=0.25, random_state=seed, format="csr")
+    A = A.tolil()
+    A[1, :] = 0     # an empty row
+    A = sp.csr_matrix(A)
+    A.sum_duplicates()
+    return A, rng
+
+
+def _head_values(rows, cols, h):
+    return np.cos(1.7 * rows + 0.3 * cols + h) + 0.2 * h
+
+
+def _run(obj, S, heads, F, rng, side):
+    m, n = S.shape
+    rows, cols = obj.value_coordinates()
+    V = np.stack([_head_values(obj.row_perm[rows], obj.col_perm[cols], h)
+                  for h in range(heads)]).astype(obj.dtype)
+    coo = S.tocoo()
+    X = rng.standard_normal(((n if side == "a" else m), heads * F))
+    X_loc = obj.scatter("b" if side == "a" else "a", X, root=None)
+    obj.stats.reset()
+    res = (obj.spmm_a if side == "a" else obj.spmm_b)(X_loc, values=V)
+    words = {ph: obj.stats.words(ph) for ph in ("replication", "propagation", "reduction",
+                                                "other")}
+    calls = obj.kernel.stats.ops["spmm_multi_" + side]
+    calls = (calls.calls, calls.fallback_calls)
+    got = obj.gather(side, res)
+    if COMM.rank == 0:
+        want = []
+        for h in range(heads):
+            Sh = sp.csr_matrix((_head_values(coo.row, coo.col, h), (coo.row, coo.col)),
+                               shape=S.shape)
+            Sh = Sh if side == "a" else Sh.T
+            want.append(Sh @ X[:, h * F:(h + 1) * F])
+        np.testing.assert_allclose(got, np.concatenate(want, axis=1), rtol=1e-11, atol=1e-12)
+    return words, calls
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+@pytest.mark.parametrize("heads,F", [(1, 3), (4, 1), (3, 5)])
+def test_dense_shift_one_pass(side, heads, F):
+    m, n = 8 * P, 4 * P   # p divides m and n: the exact formula holds on every rank
+    S, rng = _problem(m, n)
+    for c in costmodel.valid_cs("15d-dense-shift", P):
+        obj = distmm.distribute(S, COMM, algorithm="15d-dense-shift", c=c, dtype=np.float64,
+                                root=None, seed=1)
+        for first in (True, False):   # the second call of a kind is not agreed again
+            words, calls = _run(obj, S, heads, F, rng, side)
+            want = multi_value_words(obj, "spmm_" + side, heads, F, first)
+            for phase, d in want.items():
+                assert words[phase] == d["words"], (c, phase, first)
+            assert calls == (obj.q, 0)
+        obj.close()
+
+
+@pytest.mark.parametrize("algorithm", [a for a in distmm.ALGORITHMS if a != "15d-dense-shift"])
+def test_other_families_one_call_per_head(algorithm):
+    S, rng = _problem(13, 11)
+    heads, F = 3, 4
+    r = heads * F
+    for c in costmodel.valid_cs(algorithm, P, r):
+        obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
+                                root=None, seed=2)
+        for side in ("a", "b"):
+            _, calls = _run(obj, S, heads, F, rng, side)
+            assert calls == (heads, heads)
+        obj.close()
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_dense_shift_float32_and_odd_sizes(side):
+    S, rng = _problem(17, 23)
+    obj = distmm.distribute(S, COMM, algorithm="15d-dense-shift", dtype=np.float32, root=None)
+    rows, cols = obj.value_coordinates()
+    heads, F = 8, 2
+    V = np.stack([_head_values(obj.row_perm[rows], obj.col_perm[cols], h)
+                  for h in range(heads)]).astype(np.float32)
+    X = rng.standard_normal(((23 if side == "a" else 17), heads * F))
+    X_loc = obj.scatter("b" if side == "a" else "a", X.astype(np.float32), root=None)
+    out = obj.dense(side, heads * F)
+    res = (obj.spmm_a if side == "a" else obj.spmm_b)(X_loc, values=V, out=out)
+    assert res is out
+    got = obj.gather(side, res)
+    if COMM.rank == 0:
+        coo = S.tocoo()
+        for h in range(heads):
+            Sh = sp.csr_matrix((_head_values(coo.row, coo.col, h), (coo.row, coo.col)),
+                               shape=S.shape)
+            want = (Sh if side == "a" else Sh.T) @ X[:, h * F:(h + 1) * F]
+            np.testing.assert_allclose(got[:, h * F:(h + 1) * F], want, rtol=2e-5, atol=2e-5)
+    obj.close()
+
+
+def test_bad_operands_agreed():
+    S, rng = _problem(9, 9)
+    obj = distmm.distribute(S, COMM, algorithm="15d-dense-shift", dtype=np.float64, root=None)
+    nnz = obj.values.shape[0]
+    B = obj.scatter("b", rng.standard_normal((9, 6)), root=None)
+    with pytest.raises(InputError, match="multiple of the 4 heads"):
+        obj.spmm_a(B, values=np.ones((4, nnz)))
+    bad = np.ones((3, nnz + (1 if COMM.rank == 0 else 0)))
+    with pytest.raises(InputError, match="stored nonzeros"):   # rank 0 only is wrong
+        obj.spmm_a(B, values=bad)
+    with pytest.raises(InputError, match="dtype"):
+        obj.spmm_b(obj.scatter("a", np.ones((9, 6)), root=None),
+                   values=np.ones((2, nnz), dtype=np.float32))
+    obj.close()
