@@ -51,7 +51,7 @@ from distmm.errors import _describe_disagreement as describe_disagreement
 
 CHECKS = ("always", "once", "off")
 # Call keys (``_call_key``: one per operation and width) whose operands an object remembers at
-# most: the replays' (CallReplay.replay_widths per operation) and the newest others.
+# most (the newest).
 MEMO_KEYS = 32
 
 
@@ -136,8 +136,7 @@ class CallChecks:
         if state != self._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
             self._forget_prepared()
             self._plan_state = state
-        self._start_trace(kind)
-        repeat = alike = False
+        repeat = False
         if self.checks == "off":
             if strategy is not None:
                 self._check_strategy(strategy)
@@ -161,22 +160,11 @@ class CallChecks:
                 r = self._quick_r(dense, values, out, out_side)
                 if r is None:
                     r = self._cheap_check(dense, values, out, out_side)
-                # New arrays laid out as the last call's: a replay may swap the next ones in,
-                # unless a traced call showed that an operand in a new one's place cannot be,
-                # or the last swap failed and the new ones are not where they were in the
-                # call before (calls in turns on different operands, where each trace would
-                # be dropped by the next call)
-                new = self._like_last(kind, dense, values, out)
-                if new is None:  # operands of another layout: what was learnt may not hold
-                    self._swap_blocked.pop(kind, None)
-                    self._swap_failed.discard(kind)
-                alike = (new is not None and not new & self._swap_blocked.get(kind, 0)
-                         and (kind not in self._swap_failed or new == self._last_new.get(kind)))
-                self._last_new[kind] = new
                 self._remember(kind, dense, values, out, r)
         self.stats.call_tag = call_tag(key_op(kind), strategy)
-        self._repeat = repeat or self._binding
-        self._trace_if_repeated(out is not None, self._repeat or alike)
+        # a repeat, or a plan's call (plan.py): its operands get prepared kernel calls of
+        # their own (prepared.py)
+        self._repeat = repeat or self._tracer is not None
         self._last_r = r
         return r
 
@@ -211,30 +199,6 @@ class CallChecks:
             elif not unchanged(X, held):
                 return None
         return r
-
-    def _like_last(self, kind: str, dense, values, out) -> int | None:
-        """Whether this call's operands (new objects: :meth:`_recall` did not know them) are
-        laid out as those of the last cheap-checked call of ``kind`` were: each present in
-        both or in neither, with the same shape, strides and dtype. If so, a bit mask of the
-        positions (public order) whose operand is a new object, else None. A loop that makes
-        new arrays every step (each PyTorch function call does) is then traced, and its next
-        calls may replay with their own arrays swapped in (replay.py). Not collective."""
-        memo = self._memo.get(kind)
-        if memo is None or len(memo[1]) != len(dense) + 2:
-            return None
-        kept = memo[1]
-        k = new = 0
-        for X in (*(X for _, X, _ in dense), values, out):
-            held = kept[k]
-            if X is None or held is None:
-                if X is not held:
-                    return None
-            elif X.shape != held[1] or X.strides != held[2] or X.dtype != held[3]:
-                return None
-            elif held[0]() is not X:
-                new |= 1 << k
-            k += 1
-        return new
 
     def _quick_r(self, dense, values, out, out_side) -> int | None:
         """The call's r when every operand plainly passes the cheap checks, else None (then
@@ -336,10 +300,9 @@ class CallChecks:
         kept.append(None if out is None else remembered(out))
         self._memo[kind] = (r, tuple(kept))
         if len(self._memo) > MEMO_KEYS:  # calls at many widths: forget the oldest width's
-            old = next((k for k in self._memo if k.__class__ is tuple and k != kind
-                        and k not in self._replays), None)
+            old = next((k for k in self._memo if k.__class__ is tuple and k != kind), None)
             if old is not None:
-                self._forget_key(old)
+                del self._memo[old]
 
     def _require_open(self) -> None:
         if self._closed:
