@@ -42,6 +42,7 @@ after the first checks of an operation makes no other.
 from __future__ import annotations
 
 import sys
+import weakref
 
 import numpy as np
 
@@ -105,7 +106,7 @@ class CallPlan:
         self._dense, self._out = dense, out
         # the kept steps: (held operands, steps, result, fresh, swaps), or None
         # held: per operand in the method's order, values and out last, (object, shape,
-        # strides, dtype, typed block's layout token) or None; fresh: how a call without
+        # strides, dtype, typed block's layout token, weak reference: _held) or None; fresh: how a call without
         # out= makes its result (trace.fresh_steps); swaps: where new operands go
         # (trace.swap_slots)
         self._kept = None
@@ -241,7 +242,7 @@ class CallPlan:
                 if X is not None:
                     return None
                 continue
-            obj, shape, strides, dtype, token = h
+            obj, shape, strides, dtype, token, _ = h
             if X is obj:
                 if not same_layout(X, h):
                     return None
@@ -260,7 +261,7 @@ class CallPlan:
                 plain = X.view(np.ndarray)
             else:
                 plain = X
-            now[k] = (X, shape, strides, dtype, token)
+            now[k] = (X, shape, strides, dtype, token, weakref.ref(X))
             new.append((like[0], plain))
         if out is not None:
             for X in operands[:-1]:
@@ -319,10 +320,12 @@ class CallPlan:
 
 
 def _held(X: np.ndarray) -> tuple:
-    """What kept steps hold of one operand: the object, its shape, strides, dtype and a
-    typed block's layout token (:meth:`~distmm.core.dense.DenseBlock.layout_token`)."""
+    """What kept steps hold of one operand: the object, its shape, strides, dtype, a typed
+    block's layout token (:meth:`~distmm.core.dense.DenseBlock.layout_token`) and a weak
+    reference to it, for which numpy refuses to resize it in place (``resize(...,
+    refcheck=False)`` would leave the steps' views on freed memory)."""
     token = X.layout_token() if isinstance(X, DenseBlock) else None
-    return X, X.shape, X.strides, X.dtype, token
+    return X, X.shape, X.strides, X.dtype, token, weakref.ref(X)
 
 
 def _ref_counts(result: np.ndarray) -> tuple[int, ...]:
