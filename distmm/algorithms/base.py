@@ -69,7 +69,7 @@ def track_objects(into: list | None) -> None:
     _TRACKED = into
 
 
-class DistributedMatrix(CallChecks, EdgeOps):
+class DistributedMatrix(EdgeOps):
     """A sparse matrix S distributed over MPI ranks: what :func:`distmm.distribute` returns.
 
     The type users hold, and the base class of every algorithm family (one subclass per
@@ -141,12 +141,8 @@ class DistributedMatrix(CallChecks, EdgeOps):
         # Each rank's share of its node's cores as numba threads, before any kernel runs
         # (collective; distmm/kernels/threads.py).
         threads.settle(comm)
-        self._checked: set[str] = set()
-        # the dense widths r that passed the rank-independent rule (r_rule; calls.py)
-        self._widths_passed: set[int] = set()
-        # kind -> (r, the operands of the last cheap-checked call, weakly; calls.py)
-        self._memo: dict[str, tuple] = {}
-        self._last_r: int | None = None
+        # the per-call checks and what they remember (calls.py)
+        self._calls = CallChecks(self)
         self._closed = False
         self._scratch: dict[tuple, np.ndarray] = {}
         # key -> {the step's operands' ids: (the operands, weakly, with their shapes; the
@@ -314,7 +310,7 @@ class DistributedMatrix(CallChecks, EdgeOps):
         """Rank-independent check of a dense width; returns it as an int."""
         require(isinstance(r, (int, np.integer)) and not isinstance(r, bool),
                 f"the dense width r must be an integer, got {r!r}")
-        problem = self._r_problem(int(r))
+        problem = self._calls.r_problem(int(r))
         require(problem is None, problem or "")
         return int(r)
 
@@ -365,6 +361,19 @@ class DistributedMatrix(CallChecks, EdgeOps):
             self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
         agree(self.comm, message, same)
 
+    def _begin(self, kind, dense: tuple, values: np.ndarray | None = None,
+               out: np.ndarray | None = None, out_side: str | None = None,
+               strategy: str | None = None) -> int:
+        """Check one call's operands per ``checks`` and return its dense width r
+        (:meth:`CallChecks.begin`). Collective unless the policy allows a local check."""
+        return self._calls.begin(kind, dense, values, out, out_side, strategy)
+
+    def _require_open(self) -> None:
+        """Raise InputError on every use after :meth:`close`. Not collective."""
+        if self._closed:
+            raise InputError(f"this {self.name} object was closed (close() or the end of its "
+                             "with-block freed its communicators); distribute S again")
+
     def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
                      values: np.ndarray | None = None) -> int:
         """Fully check dense blocks given as (side, array, name) and optional values of S.
@@ -373,7 +382,7 @@ class DistributedMatrix(CallChecks, EdgeOps):
         rank raises the same InputError on every rank. Returns the dense width r the blocks
         agree on."""
         self._require_open()
-        return self._full_check(pairs, values, None, None)
+        return self._calls.full_check(pairs, values, None, None)
 
     # ----------------------------------------------------------------- public operations
     # (operations.py; each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm)
@@ -455,7 +464,7 @@ class DistributedMatrix(CallChecks, EdgeOps):
 
         Collective: every rank calls it with its own values; they are checked everywhere."""
         self._require_open()
-        self._agree(self._check_values(values))
+        self._agree(self._calls.check_values(values))
         self._store_values(values)
         self._forget_prepared()
 
@@ -472,7 +481,7 @@ class DistributedMatrix(CallChecks, EdgeOps):
         Registering a name again replaces its vector and its moved copies."""
         require(isinstance(name, str) and name != "",
                 f"a value vector's name must be a non-empty string, got {name!r}")
-        self._agree(self._check_values(values))
+        self._agree(self._calls.check_values(values))
         self._named.set(name, values)
         self._forget_prepared()
 

@@ -8,7 +8,7 @@ and requires ``out=``. Plain method calls (``S.fusedmm_a(A, B, out=Y)``) only ch
 a plan is where a loop's repeats get cheaper:
 
 - In every family a plan's calls go through the method, whose checks of a repeat on the
-  very same operands are cheap (:meth:`CallChecks._recall`), and whose prepared kernel calls
+  very same operands are cheap (:meth:`CallChecks.recall`), and whose prepared kernel calls
   the plan's operand sets get by id (several plans of one operation in turns each find
   theirs: :func:`~distmm.algorithms.prepared._run_kernel`).
 - Where the family's whole call is a fixed sequence of local kernels on the caller's arrays
@@ -106,9 +106,9 @@ class CallPlan:
         self._dense, self._out = dense, out
         # the kept steps: (held operands, steps, result, fresh, swaps), or None
         # held: per operand in the method's order, values and out last, (object, shape,
-        # strides, dtype, typed block's layout token, weak reference: _held) or None; fresh: how a call without
-        # out= makes its result (trace.fresh_steps); swaps: where new operands go
-        # (trace.swap_slots)
+        # strides, dtype, typed block's layout token, weak reference: _held) or None;
+        # fresh: how a call without out= makes its result (trace.fresh_steps); swaps: where
+        # new operands go (trace.swap_slots)
         self._kept = None
         # the last result a replay without out= made, to write again once the caller holds
         # it no more (_into_new)

@@ -801,7 +801,7 @@ def test_a_replay_sends_what_the_full_call_sends():
 
 
 def _count_begins(obj, monkeypatch, kinds: tuple) -> list[int]:
-    """Counts the calls of ``kinds`` run in full (CallChecks._begin), in a one-item list."""
+    """Counts the calls of ``kinds`` run in full (DistributedMatrix._begin), in a one-item list."""
     count, real = [0], obj._begin
 
     def counted(kind, *args, **kwargs):  # kind: "spmm_a" or ("spmm_a", width) (_call_key)
