@@ -17,7 +17,7 @@ loop moves equal those of one call of width heads * out_channels (only the messa
 by the factor heads); a kernel taking several value vectors at once would need a new node-model
 method. A layer's per-head calls of an operation are one bound call on buffers the heads' slices
 are copied into (:class:`HeadCall`), so that from the third call on they replay
-(distmm/algorithms/replay.py). A node with no in-edges (self-loops off) aggregates over nothing:
+(distmm/algorithms/plan.py). A node with no in-edges (self-loops off) aggregates over nothing:
 its output is 0 before the bias (as in PyG), never NaN.
 
 Layout and communication. The layer input X (node features) is S's B side (columns) and the
@@ -294,7 +294,7 @@ def leaky_relu_backward(G: np.ndarray, X: np.ndarray, slope: float) -> np.ndarra
 # ---------------------------------------------------------------------------------- the model
 class HeadCall:
     """One operation of one layer, made once per attention head, as one bound call
-    (:meth:`~distmm.algorithms.replay.CallReplay.bind`) on contiguous buffers that each head's
+    (:meth:`~distmm.algorithms.base.DistributedMatrix.bind`) on contiguous buffers that each head's
     operands are copied into.
 
     A head's operands are strided slices of the layer's (nodes, heads, features) arrays. Passed
