@@ -144,18 +144,19 @@ class CallChecks:
         point-to-point messages of the call carry its tag (:func:`call_tag`), so that ranks
         in different calls after the checks wait (where a watchdog names the phase) rather
         than receive each other's blocks."""
-        self.mat._require_open()
-        self.mat._kind = kind
-        state = self.mat.kernel.plan_state()
-        if state != self.mat._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
-            self.mat._forget_prepared()
-            self.mat._plan_state = state
+        mat = self.mat  # (read once: this runs before every plain call)
+        mat._require_open()
+        mat._kind = kind
+        state = mat.kernel.plan_state()
+        if state != mat._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
+            mat._forget_prepared()
+            mat._plan_state = state
         repeat = False
-        if self.mat.checks == "off":
+        if mat.checks == "off":
             if strategy is not None:
-                self.mat._check_strategy(strategy)
+                mat._check_strategy(strategy)
             r = self._unchecked_r(dense)
-        elif self.mat.checks == "always" or key_op(kind) not in self.checked:
+        elif mat.checks == "always" or key_op(kind) not in self.checked:
             # full checks on the first call of each operation, whatever its width: they are
             # collective, and every rank must decide alike (a key's width is rank-local)
             call = {"operation": key_op(kind), "strategy": strategy,
@@ -163,11 +164,11 @@ class CallChecks:
                     "out=": "given" if out is not None else "not given"}
             r = self.full_check(dense, values, out, out_side, call)
             self.checked.add(key_op(kind))
-            if self.mat.checks == "once":  # the full checks include the cheap ones
+            if mat.checks == "once":  # the full checks include the cheap ones
                 self._remember(kind, dense, values, out, r)
         else:
             if strategy is not None:
-                self.mat._check_strategy(strategy)
+                mat._check_strategy(strategy)
             r = self.recall(kind, dense, values, out)
             repeat = r is not None
             if not repeat:
@@ -175,10 +176,10 @@ class CallChecks:
                 if r is None:
                     r = self.cheap_check(dense, values, out, out_side)
                 self._remember(kind, dense, values, out, r)
-        self.mat.stats.call_tag = call_tag(key_op(kind), strategy)
+        mat.stats.call_tag = call_tag(key_op(kind), strategy)
         # a repeat, or a plan's call (plan.py): its operands get prepared kernel calls of
         # their own (prepared.py)
-        self.mat._repeat = repeat or self.mat._tracer is not None
+        mat._repeat = repeat or mat._tracer is not None
         self.last_r = r
         return r
 
