@@ -136,13 +136,13 @@ class DistributedMatrix(EdgeOps):
         self.shape = (int(source.shape[0]), int(source.shape[1]))
         self.check_finite = check_finite
         self.checks = checks
+        # the per-call checks and what they remember (calls.py)
+        self._calls = CallChecks(self)
         # Rank-independent (the family sets its grid sizes first), so before any message.
         self.r = None if r is None else self._check_r(r)
         # Each rank's share of its node's cores as numba threads, before any kernel runs
         # (collective; distmm/kernels/threads.py).
         threads.settle(comm)
-        # the per-call checks and what they remember (calls.py)
-        self._calls = CallChecks(self)
         self._closed = False
         self._scratch: dict[tuple, np.ndarray] = {}
         # key -> {the step's operands' ids: (the operands, weakly, with their shapes; the
