@@ -176,7 +176,7 @@ class KernelClock:
         """Time every public kernel method of ``obj`` (instance attributes shadow the class's)
         and its bound calls (``S.bind``, which the applications make: a replayed bound call
         does not go through the method). :meth:`unwrap` puts the bound calls' class back."""
-        from distmm.algorithms.replay import BoundCall
+        from distmm.algorithms.plan import CallPlan as BoundCall
 
         for name in KERNEL_METHODS:
             setattr(obj, name, self.wrap(getattr(obj, name)))
@@ -184,13 +184,13 @@ class KernelClock:
         timed = self.wrap(original)
 
         def call(bound):
-            return timed(bound) if bound._obj is obj else original(bound)
+            return timed(bound) if bound.matrix is obj else original(bound)
 
         BoundCall.__call__ = call
 
     def unwrap(self) -> None:
         """Undo :meth:`wrap_methods`' change to the bound calls' class."""
-        from distmm.algorithms.replay import BoundCall
+        from distmm.algorithms.plan import CallPlan as BoundCall
 
         if self._bound_call is not None:
             BoundCall.__call__, self._bound_call = self._bound_call, None

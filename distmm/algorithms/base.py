@@ -9,8 +9,9 @@ are flat arrays aligned with the rank's stored nonzeros of S ("value order").
 
 The parts: :mod:`.placement` (placing S, the permutations, moving values between
 orientations), :mod:`.values` (named value vectors), :mod:`.stats` (``S.stats``: every
-diagnostic), :mod:`.calls` (per-call checks), :mod:`.replay` (replayed repeats and bound
-calls), :mod:`.prepared` (prepared kernel calls and scratch buffers), :mod:`.operations`
+diagnostic), :mod:`.calls` (per-call checks), :mod:`.plan` (call plans: ``S.plan``,
+``S.bind``) and :mod:`.trace` (what a plan's traced call ran),
+:mod:`.prepared` (prepared kernel calls and scratch buffers), :mod:`.operations`
 (the five operations' front-ends), :mod:`.dense_io` (dense blocks in and out) and
 :mod:`distmm.ops` (the edge primitives); a family's cost formulas sit on its ``model``
 (:mod:`.model`). This module holds construction, the layout hooks and the lifetime.
@@ -32,10 +33,10 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.algorithms import dense_io, operations, prepared
+from distmm.algorithms import plan as plans
 from distmm.algorithms.calls import CHECKS, CallChecks
 from distmm.algorithms.model import FamilyModel
 from distmm.algorithms.placement import Orientation, Placement, check_share
-from distmm.algorithms.replay import CallReplay
 from distmm.algorithms.stats import MatrixStats
 from distmm.algorithms.values import NamedValues
 from distmm.core.comm import CountingComm, pairwise_setting
@@ -68,7 +69,7 @@ def track_objects(into: list | None) -> None:
     _TRACKED = into
 
 
-class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
+class DistributedMatrix(EdgeOps):
     """A sparse matrix S distributed over MPI ranks: what :func:`distmm.distribute` returns.
 
     The type users hold, and the base class of every algorithm family (one subclass per
@@ -76,10 +77,11 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
     the operations (:meth:`sddmm`, :meth:`spmm_a`, :meth:`spmm_b`, :meth:`fusedmm_a`,
     :meth:`fusedmm_b`), dense layouts (:meth:`dense`, :meth:`scatter`, :meth:`gather`,
     :meth:`wrap`, :meth:`local_rows`), S's values (:attr:`values`, :meth:`set_values`,
-    named vectors), the edge primitives (:mod:`distmm.ops`), :meth:`bind`,
-    :meth:`as_operator` and :meth:`close`. Diagnostics (words, timings, memory, the run
-    report) live behind :attr:`stats` (:class:`~distmm.algorithms.stats.MatrixStats`); the
-    family's cost-model formulas on its class, ``type(S).model``.
+    named vectors), the edge primitives (:mod:`distmm.ops`), call plans for loops
+    (:meth:`plan`, :meth:`bind`), :meth:`as_operator` and :meth:`close`. Diagnostics
+    (words, timings, memory, the run report) live behind :attr:`stats`
+    (:class:`~distmm.algorithms.stats.MatrixStats`); the family's cost-model formulas on its
+    class, ``type(S).model``.
 
     A family defines the grid (``grid_class``, whose shape rule is ``model.grid_allows``),
     ``_setup`` (placing S with :meth:`_place`), the owner of each nonzero in each
@@ -134,17 +136,13 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         self.shape = (int(source.shape[0]), int(source.shape[1]))
         self.check_finite = check_finite
         self.checks = checks
+        # the per-call checks and what they remember (calls.py)
+        self._calls = CallChecks(self)
         # Rank-independent (the family sets its grid sizes first), so before any message.
         self.r = None if r is None else self._check_r(r)
         # Each rank's share of its node's cores as numba threads, before any kernel runs
         # (collective; distmm/kernels/threads.py).
         threads.settle(comm)
-        self._checked: set[str] = set()
-        # the dense widths r that passed the rank-independent rule (r_rule; calls.py)
-        self._widths_passed: set[int] = set()
-        # kind -> (r, the operands of the last cheap-checked call, weakly; calls.py)
-        self._memo: dict[str, tuple] = {}
-        self._last_r: int | None = None
         self._closed = False
         self._scratch: dict[tuple, np.ndarray] = {}
         # key -> {the step's operands' ids: (the operands, weakly, with their shapes; the
@@ -153,27 +151,14 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         self._prepared: dict[tuple, dict] = {}
         self._plan_state = None
         self._kind: str | None = None
-        # kind -> the kept replay of its last call, and the kernels of the call being traced
-        # (replay.py)
-        self._replays: dict[str | tuple, tuple] = {}
-        # operation -> its newest kept replay (one of _replays'), where a repeat looks first
-        self._newest: dict[str, tuple] = {}
-        self._trace: list | None = None
-        # When a call on new operands is traced so that later ones replay with theirs swapped
-        # in (calls.py, _begin; replay.py): per kind, bit k set where a traced call's operand
-        # k could not be swapped, the positions of new operands in its last call run in full,
-        # and whether its last attempt to swap failed
-        self._swap_blocked: dict[str, int] = {}
-        self._last_new: dict[str, int | None] = {}
-        self._swap_failed: set[str] = set()
-        # kind -> the last result a replay without out= made, kept to be written again once
-        # the caller holds it no more (replay.py, _replay_into_new)
-        self._spare: dict[str, list] = {}
-        # whether the call under way repeats the last call's operands or is a bound call's
-        # (calls.py, _begin)
+        # set only during a plan's full call (plan.py, trace.py)
+        self._tracer = None
+        # whether the call under way repeats the last call's operands or is a plan's
+        # (calls.py, _begin; prepared.py)
         self._repeat = False
-        # the bound calls made by bind, each keeping a replay of its own (replay.py)
-        self._bound_calls: weakref.WeakSet = weakref.WeakSet()
+        # the plans made on this matrix, whose kept steps the events that may make them stale
+        # drop (plan.py; prepared._forget_prepared)
+        self._plans: weakref.WeakSet = weakref.WeakSet()
         self._col_cache: dict[int, np.ndarray] = {}
         # named vectors of edge values beside S's own (values.py)
         self._named = NamedValues(dtype)
@@ -299,9 +284,9 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
 
     def _call_key(self, op: str, X) -> str | tuple[str, int]:
         """The key under which calls of ``op`` whose first dense operand is ``X`` keep their
-        remembered operands and replay (calls.py, replay.py): ``(op, width)`` in a family
-        that keeps whole dense rows (the local width is r, the same on every rank), so that
-        a loop alternating widths (the layers of a model) keeps a replay per width; ``op``
+        remembered operands (calls.py): ``(op, width)`` in a family that keeps whole dense
+        rows (the local width is r, the same on every rank), so that a loop alternating
+        widths (the layers of a model) skips the checks of each width's repeats; ``op``
         where the r columns are split across ranks. Not collective."""
         if self.splits_r:
             return op
@@ -325,7 +310,7 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         """Rank-independent check of a dense width; returns it as an int."""
         require(isinstance(r, (int, np.integer)) and not isinstance(r, bool),
                 f"the dense width r must be an integer, got {r!r}")
-        problem = self._r_problem(int(r))
+        problem = self._calls.r_problem(int(r))
         require(problem is None, problem or "")
         return int(r)
 
@@ -376,6 +361,19 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
             self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
         agree(self.comm, message, same)
 
+    def _begin(self, kind, dense: tuple, values: np.ndarray | None = None,
+               out: np.ndarray | None = None, out_side: str | None = None,
+               strategy: str | None = None) -> int:
+        """Check one call's operands per ``checks`` and return its dense width r
+        (:meth:`CallChecks.begin`). Collective unless the policy allows a local check."""
+        return self._calls.begin(kind, dense, values, out, out_side, strategy)
+
+    def _require_open(self) -> None:
+        """Raise InputError on every use after :meth:`close`. Not collective."""
+        if self._closed:
+            raise InputError(f"this {self.name} object was closed (close() or the end of its "
+                             "with-block freed its communicators); distribute S again")
+
     def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
                      values: np.ndarray | None = None) -> int:
         """Fully check dense blocks given as (side, array, name) and optional values of S.
@@ -384,7 +382,7 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         rank raises the same InputError on every rank. Returns the dense width r the blocks
         agree on."""
         self._require_open()
-        return self._full_check(pairs, values, None, None)
+        return self._calls.full_check(pairs, values, None, None)
 
     # ----------------------------------------------------------------- public operations
     # (operations.py; each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm)
@@ -398,6 +396,63 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
     _into = staticmethod(operations._into)
     as_operator = operations.as_operator
 
+    # ----------------------------------------------------------------- call plans
+    def plan(self, op: str, *operands, out=None, **options) -> plans.CallPlan:
+        """``op``'s call on ``operands`` as an object for a loop (:class:`~distmm.
+        algorithms.plan.CallPlan`): ``step = S.plan("fusedmm_a", A, B, out=Y)`` once, then
+        ``step()`` (the held operands) or ``step(A2, B2, out=Y2)`` (new ones) every
+        iteration; each returns what ``getattr(S, op)(*operands, out=out, **options)``
+        returns.
+
+        Parameters
+        ----------
+        op : {"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b"}
+            The operation (the command line's spelling, ``"fusedmm-a"``, is accepted too).
+        *operands
+            Its dense operands, as the method takes them (``B`` for spmm_a, ``A`` for
+            spmm_b, ``A, B`` for sddmm and FusedMM).
+        out : DenseBlock or ndarray, optional
+            The result buffer (None: each call returns a new array).
+        **options
+            The method's other keywords (``values``, FusedMM's ``strategy``).
+
+        Making a plan is not collective (its first call checks the operands, on every
+        rank); calling it is collective, like the method. Where the family allows it
+        (1.5D dense shifting with c = 1 and no overlap, under ``checks="once"``) a plan's
+        repeats run the traced steps of its call alone, skipping the checks and the
+        family's loop; elsewhere it calls the method, whose checks of a repeat are cheap.
+        Between calls the held operands' contents may change, their shapes, dtypes and
+        memory layout must not. See :mod:`distmm.algorithms.plan`."""
+        return plans.make_plan(self, op, operands, out, options)
+
+    def bind(self, op: str, *operands, out, **options) -> plans.CallPlan:
+        """:meth:`plan` with a required ``out=`` buffer, written by every call (a bound call
+        never allocates). Not collective; calling it is."""
+        if out is None:
+            self._require_open()
+            raise InputError("bind needs out=: a bound call writes the same buffer every time")
+        return plans.make_plan(self, op, operands, out, options, verb="bind")
+
+    def _replayable(self) -> bool:
+        """Whether a call is local kernels on the caller's arrays (and its result) and
+        shifts between the object's buffers and nothing else, always the same steps for the
+        same operands, so that a plan's repeat may run those steps alone (plan.py). The
+        family that can says so."""
+        return False
+
+    def _traced_shift(self, comm, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int,
+                      source: int) -> None:
+        """Note one cyclic shift (``comm.shift`` with these arguments) in the trace of a
+        plan's call, if one is under way (trace.py). Not collective."""
+        if self._tracer is not None:
+            self._tracer.shift(comm, sendbuf, recvbuf, dest, source)
+
+    def _not_replayable(self) -> None:
+        """Called by a family during a call that does work besides its kernels and shifts
+        (moves or copies the caller's data): a plan keeps no steps of it. Not collective."""
+        if self._tracer is not None:
+            self._tracer.not_replayable()
+
     # ----------------------------------------------------------------- values of S
     @property
     def values(self) -> np.ndarray:
@@ -409,7 +464,7 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
 
         Collective: every rank calls it with its own values; they are checked everywhere."""
         self._require_open()
-        self._agree(self._check_values(values))
+        self._agree(self._calls.check_values(values))
         self._store_values(values)
         self._forget_prepared()
 
@@ -426,7 +481,7 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         Registering a name again replaces its vector and its moved copies."""
         require(isinstance(name, str) and name != "",
                 f"a value vector's name must be a non-empty string, got {name!r}")
-        self._agree(self._check_values(values))
+        self._agree(self._calls.check_values(values))
         self._named.set(name, values)
         self._forget_prepared()
 
@@ -505,8 +560,8 @@ class DistributedMatrix(CallChecks, CallReplay, EdgeOps):
         self.__dict__["_extra_comms"] = []
         self.__dict__.get("_scratch", {}).clear()
         self.__dict__.get("_prepared", {}).clear()
-        if "_replays" in self.__dict__:
-            self._forget_replays()
+        for plan in list(self.__dict__.get("_plans", ())):
+            plan.forget()
 
     @property
     def closed(self) -> bool:

@@ -1,6 +1,6 @@
 """Checking one call's operands, and learning its dense width r, under a ``checks`` policy.
 
-Every public operation of a distributed object starts with :meth:`CallChecks._begin`, which
+Every public operation of a distributed object starts with :meth:`CallChecks.begin`, which
 validates the dense blocks, S's values and the ``out=`` buffer, and returns the call's dense
 width r. How much it does depends on the object's ``checks`` (a constructor argument):
 
@@ -21,7 +21,7 @@ width r. How much it does depends on the object's ``checks`` (a constructor argu
     the cheap checks much stronger: side, owner and the global r are known locally, so a block
     of the wrong side or object is refused on every rank that holds one. A call that passes the
     very same operand objects as the last call of its kind skips even the cheap checks where r
-    is known locally (:meth:`CallChecks._recall`). A kind is the operation, and in a family
+    is known locally (:meth:`CallChecks.recall`). A kind is the operation, and in a family
     that keeps whole rows also the width (``_call_key``: a loop over layers of several
     widths is remembered per width); the full validation runs on the first call of each
     operation whatever its width.
@@ -51,7 +51,7 @@ from distmm.errors import _describe_disagreement as describe_disagreement
 
 CHECKS = ("always", "once", "off")
 # Call keys (``_call_key``: one per operation and width) whose operands an object remembers at
-# most: the replays' (CallReplay.replay_widths per operation) and the newest others.
+# most (the newest).
 MEMO_KEYS = 32
 
 
@@ -110,17 +110,31 @@ def same_layout(X: np.ndarray, held: tuple) -> bool:
 
 
 class CallChecks:
-    """Mixin of :class:`~distmm.algorithms.base.DistributedMatrix`: the per-call checks.
+    """The per-call checks of one distributed matrix (its ``_calls`` part), and what they
+    remember between calls: which operations had their full check (``checked``), the
+    widths that passed the family's rule (``widths_passed``), the operands of the last
+    cheap-checked call of each kind (``memo``) and the last width (``last_r``).
 
-    Uses the object's ``comm``, ``p``, ``rank``, ``dtype``, ``stats``, ``checks``,
+    Reads the matrix's ``comm``, ``p``, ``rank``, ``dtype``, ``stats``, ``checks``,
     ``check_finite``, ``splits_r``, ``values`` and its layout hooks (``_local_rows``,
-    ``local_width``, ``r_rule``, ``_col_block``)."""
+    ``local_width``, ``r_rule``, ``_col_block``); owns no communicator. The matrix's
+    ``_begin`` and ``check_inputs`` delegate here."""
+
+    def __init__(self, mat) -> None:
+        self.mat = mat
+        # operations whose first call had the full checks
+        self.checked: set[str] = set()
+        # the dense widths r that passed the rank-independent rule (r_rule)
+        self.widths_passed: set[int] = set()
+        # kind -> (r, the operands of the last cheap-checked call, weakly)
+        self.memo: dict = {}
+        self.last_r: int | None = None
 
     # ----------------------------------------------------------------- entry point
-    def _begin(self, kind: str, dense: tuple[tuple[str, np.ndarray, str], ...],
+    def begin(self, kind: str, dense: tuple[tuple[str, np.ndarray, str], ...],
                values: np.ndarray | None = None, out: np.ndarray | None = None,
                out_side: str | None = None, strategy: str | None = None) -> int:
-        """Validate one call's operands per ``self.checks`` and return its dense width r.
+        """Validate one call's operands per ``self.mat.checks`` and return its dense width r.
 
         ``dense`` lists (side, block, name); ``out_side`` is the side of a dense ``out=``
         buffer or ``"values"`` for an SDDMM result; ``strategy`` a FusedMM call's strategy.
@@ -130,58 +144,47 @@ class CallChecks:
         point-to-point messages of the call carry its tag (:func:`call_tag`), so that ranks
         in different calls after the checks wait (where a watchdog names the phase) rather
         than receive each other's blocks."""
-        self._require_open()
-        self._kind = kind
-        state = self.kernel.plan_state()
-        if state != self._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
-            self._forget_prepared()
-            self._plan_state = state
-        self._start_trace(kind)
-        repeat = alike = False
-        if self.checks == "off":
+        mat = self.mat  # (read once: this runs before every plain call)
+        mat._require_open()
+        mat._kind = kind
+        state = mat.kernel.plan_state()
+        if state != mat._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
+            mat._forget_prepared()
+            mat._plan_state = state
+        repeat = False
+        if mat.checks == "off":
             if strategy is not None:
-                self._check_strategy(strategy)
+                mat._check_strategy(strategy)
             r = self._unchecked_r(dense)
-        elif self.checks == "always" or key_op(kind) not in self._checked:
+        elif mat.checks == "always" or key_op(kind) not in self.checked:
             # full checks on the first call of each operation, whatever its width: they are
             # collective, and every rank must decide alike (a key's width is rank-local)
             call = {"operation": key_op(kind), "strategy": strategy,
                     "values=": "given" if values is not None else "not given",
                     "out=": "given" if out is not None else "not given"}
-            r = self._full_check(dense, values, out, out_side, call)
-            self._checked.add(key_op(kind))
-            if self.checks == "once":  # the full checks include the cheap ones
+            r = self.full_check(dense, values, out, out_side, call)
+            self.checked.add(key_op(kind))
+            if mat.checks == "once":  # the full checks include the cheap ones
                 self._remember(kind, dense, values, out, r)
         else:
             if strategy is not None:
-                self._check_strategy(strategy)
-            r = self._recall(kind, dense, values, out)
+                mat._check_strategy(strategy)
+            r = self.recall(kind, dense, values, out)
             repeat = r is not None
             if not repeat:
-                r = self._quick_r(dense, values, out, out_side)
+                r = self.quick_r(dense, values, out, out_side)
                 if r is None:
-                    r = self._cheap_check(dense, values, out, out_side)
-                # New arrays laid out as the last call's: a replay may swap the next ones in,
-                # unless a traced call showed that an operand in a new one's place cannot be,
-                # or the last swap failed and the new ones are not where they were in the
-                # call before (calls in turns on different operands, where each trace would
-                # be dropped by the next call)
-                new = self._like_last(kind, dense, values, out)
-                if new is None:  # operands of another layout: what was learnt may not hold
-                    self._swap_blocked.pop(kind, None)
-                    self._swap_failed.discard(kind)
-                alike = (new is not None and not new & self._swap_blocked.get(kind, 0)
-                         and (kind not in self._swap_failed or new == self._last_new.get(kind)))
-                self._last_new[kind] = new
+                    r = self.cheap_check(dense, values, out, out_side)
                 self._remember(kind, dense, values, out, r)
-        self.stats.call_tag = call_tag(key_op(kind), strategy)
-        self._repeat = repeat or self._binding
-        self._trace_if_repeated(out is not None, self._repeat or alike)
-        self._last_r = r
+        mat.stats.call_tag = call_tag(key_op(kind), strategy)
+        # a repeat, or a plan's call (plan.py): its operands get prepared kernel calls of
+        # their own (prepared.py)
+        mat._repeat = repeat or mat._tracer is not None
+        self.last_r = r
         return r
 
     # ----------------------------------------------------------------- repeated operands
-    def _recall(self, kind: str, dense, values, out) -> int | None:
+    def recall(self, kind: str, dense, values, out) -> int | None:
         """r of the last cheap-checked call of ``kind`` if this call passes the very same
         operand objects, unchanged (None otherwise). Not collective.
 
@@ -191,7 +194,7 @@ class CallChecks:
         neither its layout nor its side or owner changed). The cheap checks depend on nothing
         else, so they would pass again: a loop that calls one operation with the same buffers
         pays for them once."""
-        memo = self._memo.get(kind)
+        memo = self.memo.get(kind)
         if memo is None:
             return None
         r, kept = memo
@@ -212,33 +215,9 @@ class CallChecks:
                 return None
         return r
 
-    def _like_last(self, kind: str, dense, values, out) -> int | None:
-        """Whether this call's operands (new objects: :meth:`_recall` did not know them) are
-        laid out as those of the last cheap-checked call of ``kind`` were: each present in
-        both or in neither, with the same shape, strides and dtype. If so, a bit mask of the
-        positions (public order) whose operand is a new object, else None. A loop that makes
-        new arrays every step (each PyTorch function call does) is then traced, and its next
-        calls may replay with their own arrays swapped in (replay.py). Not collective."""
-        memo = self._memo.get(kind)
-        if memo is None or len(memo[1]) != len(dense) + 2:
-            return None
-        kept = memo[1]
-        k = new = 0
-        for X in (*(X for _, X, _ in dense), values, out):
-            held = kept[k]
-            if X is None or held is None:
-                if X is not held:
-                    return None
-            elif X.shape != held[1] or X.strides != held[2] or X.dtype != held[3]:
-                return None
-            elif held[0]() is not X:
-                new |= 1 << k
-            k += 1
-        return new
-
-    def _quick_r(self, dense, values, out, out_side) -> int | None:
+    def quick_r(self, dense, values, out, out_side) -> int | None:
         """The call's r when every operand plainly passes the cheap checks, else None (then
-        :meth:`_cheap_check` looks again and words the problem). Not collective.
+        :meth:`cheap_check` looks again and words the problem). Not collective.
 
         The cheap checks' rules for the common case only: each dense operand a typed block of
         this very object (not a reshaped view) on its side, or a plain 2-D ndarray, with this
@@ -266,7 +245,7 @@ class CallChecks:
                 return None
         if typed_r is not None:
             r = typed_r
-        elif self.splits_r or width is None:
+        elif self.mat.splits_r or width is None:
             return None
         else:
             r = width
@@ -287,21 +266,21 @@ class CallChecks:
                 return None
         if values is not None and not self._quick_values(values):
             return None
-        if r not in self._widths_passed:
-            if self._r_problem(r) is not None:
+        if r not in self.widths_passed:
+            if self.r_problem(r) is not None:
                 return None
-            self._widths_passed.add(r)
-        if not self.splits_r:
+            self.widths_passed.add(r)
+        if not self.mat.splits_r:
             return r if width == r else None
-        return r if width == self.local_width(r) else None
+        return r if width == self.mat.local_width(r) else None
 
     def _quick_block(self, X, side: str) -> int | None:
-        """For :meth:`_quick_r`: X's global r if it is a typed block of this very object on
+        """For :meth:`quick_r`: X's global r if it is a typed block of this very object on
         ``side`` (not a reshaped view), 0 if it is a plain 2-D ndarray, either with this
         rank's rows, the object's dtype and C layout; else None."""
         if type(X) is DenseBlock:
             meta = X.__dict__
-            if (meta["owner"] is not self or meta["side"] != side
+            if (meta["owner"] is not self.mat or meta["side"] != side
                     or X.shape != meta["_block_shape"]):
                 return None
             typed = meta["global_shape"][1]
@@ -309,17 +288,17 @@ class CallChecks:
             typed = 0
         else:
             return None
-        dtype = self.dtype
-        if (X.shape[0] != self._local_rows(side) or (X.dtype is not dtype and X.dtype != dtype)
+        dtype = self.mat.dtype
+        if (X.shape[0] != self.mat._local_rows(side) or (X.dtype is not dtype and X.dtype != dtype)
                 or not X.flags.c_contiguous):
             return None
         return typed
 
     def _quick_values(self, values) -> bool:
-        """Whether ``values`` plainly passes the values checks (:meth:`_quick_r`)."""
+        """Whether ``values`` plainly passes the values checks (:meth:`quick_r`)."""
         return (type(values) is np.ndarray and values.ndim == 1
-                and values.size == self.values.size
-                and (values.dtype is self.dtype or values.dtype == self.dtype)
+                and values.size == self.mat.values.size
+                and (values.dtype is self.mat.dtype or values.dtype == self.mat.dtype)
                 and values.flags.c_contiguous)
 
     def _remember(self, kind: str, dense, values, out, r: int) -> None:
@@ -328,31 +307,25 @@ class CallChecks:
         Only where r came from the operands on this rank alone: where the cheap checks agree
         on r by an all-gather, every rank must keep doing it, and a rank whose operands
         changed would otherwise wait in it for ranks that skipped it."""
-        if self.splits_r and not any(isinstance(X, DenseBlock) and X.typed
+        if self.mat.splits_r and not any(isinstance(X, DenseBlock) and X.typed
                                      for _, X, _ in dense):
             return
         kept = [remembered(X) for _, X, _ in dense]
         kept.append(None if values is None else remembered(values))
         kept.append(None if out is None else remembered(out))
-        self._memo[kind] = (r, tuple(kept))
-        if len(self._memo) > MEMO_KEYS:  # calls at many widths: forget the oldest width's
-            old = next((k for k in self._memo if k.__class__ is tuple and k != kind
-                        and k not in self._replays), None)
+        self.memo[kind] = (r, tuple(kept))
+        if len(self.memo) > MEMO_KEYS:  # calls at many widths: forget the oldest width's
+            old = next((k for k in self.memo if k.__class__ is tuple and k != kind), None)
             if old is not None:
-                self._forget_key(old)
-
-    def _require_open(self) -> None:
-        if self._closed:
-            raise InputError(f"this {self.name} object was closed (close() or the end of its "
-                             "with-block freed its communicators); distribute S again")
+                del self.memo[old]
 
     # ----------------------------------------------------------------- local pieces
-    def _block_problem(self, side: str, X, what: str, scan: bool) -> str | None:
+    def block_problem(self, side: str, X, what: str, scan: bool) -> str | None:
         """What is wrong with one operand on this rank (None if nothing). Not collective."""
         if not isinstance(X, np.ndarray) or X.ndim != 2:
             return f"{what} must be a 2-D numpy array"
         if isinstance(X, DenseBlock) and X.typed:
-            if X.owner is not self and _layout_key(X.owner) != _layout_key(self):
+            if X.owner is not self.mat and _layout_key(X.owner) != _layout_key(self.mat):
                 return (f"{what} is a block of another distributed object whose dense "
                         "distribution differs from this one's (family, grid, shape or "
                         "permutation); move it with that object's gather and this one's "
@@ -360,12 +333,13 @@ class CallChecks:
             if X.side != side:
                 return (f"{what} is a side-{X.side!r} block ({_side_words(X.side)}), but this "
                         f"operation needs a side-{side!r} block ({_side_words(side)})")
-        expect = self._local_rows(side)
+        expect = self.mat._local_rows(side)
         if X.shape[0] != expect:
             return (f"{what} has {X.shape[0]} rows on this rank but the distribution gives it "
                     f"{expect}")
-        if X.dtype != self.dtype:
-            return f"{what} has dtype {X.dtype}, but this matrix was distributed as {self.dtype}"
+        if X.dtype != self.mat.dtype:
+            return (f"{what} has dtype {X.dtype}, but this matrix was distributed as "
+                    f"{self.mat.dtype}")
         if not X.flags.c_contiguous:
             return f"{what} must be C-contiguous (np.ascontiguousarray)"
         if scan and not np.isfinite(X).all():
@@ -373,18 +347,18 @@ class CallChecks:
         return None
 
     def _values_problem(self, values, scan: bool) -> str | None:
-        nnz = self.values.size
+        nnz = self.mat.values.size
         if not isinstance(values, np.ndarray) or values.ndim != 1 or values.size != nnz:
             return f"values must be a 1-D array of this rank's {nnz} stored nonzeros"
-        if values.dtype != self.dtype:
-            return f"values have dtype {values.dtype}, expected {self.dtype}"
+        if values.dtype != self.mat.dtype:
+            return f"values have dtype {values.dtype}, expected {self.mat.dtype}"
         if scan and not np.isfinite(values).all():
             return "values contain NaN or infinite entries"
         return None
 
-    def _check_values(self, values: np.ndarray) -> str | None:
+    def check_values(self, values: np.ndarray) -> str | None:
         """Local check of a values array (with the NaN scan when ``check_finite``)."""
-        return self._values_problem(values, self.check_finite)
+        return self._values_problem(values, self.mat.check_finite)
 
     def _out_problem(self, out, out_side: str | None, operands) -> str | None:
         """What is wrong with an ``out=`` buffer, apart from its width. Not collective."""
@@ -394,7 +368,7 @@ class CallChecks:
             msg = self._values_problem(out, scan=False) or _contiguity_problem(out)
             msg = msg and "out= " + msg
         else:
-            msg = self._block_problem(out_side, out, "out=", scan=False)
+            msg = self.block_problem(out_side, out, "out=", scan=False)
         if msg is None and not out.flags.writeable:
             msg = "out= is read-only (its flags.writeable is False); pass a writeable buffer"
         if msg is None and any(isinstance(x, np.ndarray) and np.may_share_memory(out, x)
@@ -406,7 +380,7 @@ class CallChecks:
         """(message, typed r or None, local width or -1, out= width or None) on this rank."""
         msg, typed, widths = None, set(), set()
         for side, X, what in dense:
-            msg = msg or self._block_problem(side, X, what, scan)
+            msg = msg or self.block_problem(side, X, what, scan)
             if isinstance(X, np.ndarray) and X.ndim == 2:
                 widths.add(X.shape[1])
                 if isinstance(X, DenseBlock) and X.typed:
@@ -429,21 +403,22 @@ class CallChecks:
         return msg, (typed.pop() if len(typed) == 1 else None), width, out_width
 
     # ----------------------------------------------------------------- the three policies
-    def _full_check(self, dense, values, out, out_side, call: dict | None = None) -> int:
+    def full_check(self, dense, values, out, out_side, call: dict | None = None) -> int:
         """Every check, then one agreement over ``comm`` (collective) on the problems found,
         the widths and ``call`` (what must be the same call on every rank: operation,
         strategy, values= and out= given or not; None for :meth:`check_inputs`)."""
         msg, typed_r, width, out_width = self._local(dense, values, out, out_side,
-                                                     scan=self.check_finite)
+                                                     scan=self.mat.check_finite)
         if call is not None and call["strategy"] is not None:
             try:  # an unknown strategy is agreed like any other problem
-                self._check_strategy(call["strategy"])
+                self.mat._check_strategy(call["strategy"])
             except InputError as err:
                 msg = str(err)
         with watchdog.waiting("agree"):
-            gathered = self.comm.allgather((msg, typed_r, width, out_width, call))
-        if self.p > 1:
-            self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
+            gathered = self.mat.comm.allgather((msg, typed_r, width, out_width, call))
+        p = self.mat.p
+        if p > 1:
+            self.mat.stats.add("other", p - 1, p - 1, p - 1, p - 1)
         differ = describe_disagreement([g[4] for g in gathered])
         if differ is not None:  # ranks in different calls: nothing else is comparable
             raise InputError("the ranks made different calls on one distributed matrix "
@@ -458,26 +433,26 @@ class CallChecks:
                 bad = [(None, problem)]
         if bad:
             k, m = bad[0]
-            suffix = f" (reported by rank {k})" if self.p > 1 and k is not None else ""
+            suffix = f" (reported by rank {k})" if self.mat.p > 1 and k is not None else ""
             raise InputError(m + suffix)
         return r
 
-    def _cheap_check(self, dense, values, out, out_side) -> int:
+    def cheap_check(self, dense, values, out, out_side) -> int:
         """Local checks only; an all-gather of one integer when r is not known locally."""
         msg, typed_r, width, out_width = self._local(dense, values, out, out_side, scan=False)
         if msg is None:
             if typed_r is not None:
                 r = typed_r
-            elif not self.splits_r:
+            elif not self.mat.splits_r:
                 r = width
             else:
                 r = self._agree_width(width)
-            msg = self._r_problem(r) or self._width_problem(r, {self.rank: width}, "dense block")
+            msg = self.r_problem(r) or self._width_problem(r, {self.mat.rank: width}, "dense block")
             if msg is None and out_side not in (None, "values"):
-                msg = self._width_problem(r, {self.rank: out_width}, "out=")
+                msg = self._width_problem(r, {self.mat.rank: out_width}, "out=")
         if msg is not None:
             raise InputError(msg + " (found by the cheap local checks of checks='once' on "
-                             f"rank {self.rank}; other ranks may not have seen it)")
+                             f"rank {self.mat.rank}; other ranks may not have seen it)")
         return r
 
     def _unchecked_r(self, dense) -> int:
@@ -485,19 +460,20 @@ class CallChecks:
         for _, X, _ in dense:
             if isinstance(X, DenseBlock) and X.typed:
                 return X.r
-        if not self.splits_r:
+        if not self.mat.splits_r:
             return dense[0][1].shape[1]
-        known = self._last_r if self._last_r is not None else self.r
+        known = self.last_r if self.last_r is not None else self.mat.r
         return known if known is not None else self._agree_width(dense[0][1].shape[1])
 
     def _agree_width(self, width: int) -> int:
         """r from every rank's local width: an all-gather of one integer (collective)."""
         mine = np.array([width], dtype=np.int64)
-        every = np.empty(self.p, dtype=np.int64)
-        with self.stats.timer("other"):
-            self.comm.Allgather([mine, MPI.INT64_T], [every, MPI.INT64_T])
-        if self.p > 1:
-            self.stats.add("other", self.p - 1, self.p - 1, self.p - 1, self.p - 1)
+        every = np.empty(self.mat.p, dtype=np.int64)
+        with self.mat.stats.timer("other"):
+            self.mat.comm.Allgather([mine, MPI.INT64_T], [every, MPI.INT64_T])
+        p = self.mat.p
+        if p > 1:
+            self.mat.stats.add("other", p - 1, p - 1, p - 1, p - 1)
         r, problem = self._derive_r([(None, int(w)) for w in every])
         if problem is not None:
             raise InputError(problem)
@@ -513,7 +489,7 @@ class CallChecks:
             return -1, f"dense blocks disagree on r across ranks: {typed}"
         if typed:
             r = typed[0]
-        elif not self.splits_r:
+        elif not self.mat.splits_r:
             widths = sorted({w for _, w in info})
             if len(widths) > 1:
                 ranks = {w: [k for k, (_, v) in enumerate(info) if v == w] for w in widths}
@@ -524,18 +500,18 @@ class CallChecks:
             # Each column block of r is held by several ranks: take the first holder's width.
             first: dict[int, int] = {}
             for k, (_, w) in enumerate(info):
-                first.setdefault(self._col_block(k), w)
+                first.setdefault(self.mat._col_block(k), w)
             r = sum(first.values()) if min(first.values()) >= 0 else -1
-        problem = self._r_problem(r) or self._width_problem(
+        problem = self.r_problem(r) or self._width_problem(
             r, {k: w for k, (_, w) in enumerate(info)}, "dense block")
         return r, problem
 
-    def _r_problem(self, r: int) -> str | None:
+    def r_problem(self, r: int) -> str | None:
         if r < 1:
             return f"dense width r={r} is too small: dense operands need r >= 1 columns"
-        low, why = self.r_rule()
+        low, why = self.mat.r_rule()
         if r < low:
-            return (f"dense width r={r} is too small for the {self.name} algorithm: it needs "
+            return (f"dense width r={r} is too small for the {self.mat.name} algorithm: it needs "
                     f"r >= {low} ({why})")
         return None
 
@@ -545,7 +521,7 @@ class CallChecks:
         for k, w in items:
             if w is None:
                 continue
-            expect = self.local_width(r, k)
+            expect = self.mat.local_width(r, k)
             if w != expect:
                 return (f"{what} on rank {k} has {w} columns, but its share of the r={r} "
                         f"columns is {expect} (dense blocks disagree on r across ranks, or "

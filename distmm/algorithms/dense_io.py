@@ -77,7 +77,7 @@ def wrap(S, side: str, X_loc: np.ndarray, r: int | None = None) -> DenseBlock:
     if r is None and not S.splits_r and isinstance(X_loc, np.ndarray) and X_loc.ndim == 2:
         r = X_loc.shape[1]
     r = S._check_r(S._default_r(r))
-    msg = S._block_problem(side, X_loc, "the block", scan=False)
+    msg = S._calls.block_problem(side, X_loc, "the block", scan=False)
     if msg is None and X_loc.shape[1] != S.local_width(r):
         msg = (f"the block has {X_loc.shape[1]} columns on this rank but its share of "
                f"r={r} is {S.local_width(r)}")
@@ -102,7 +102,7 @@ def scatter(S, side: str, X: np.ndarray | None, root: int | None = 0) -> DenseBl
         # Every rank reads only its own rows (X may be a memory-mapped file), so the
         # finiteness check runs on the local block, then all ranks agree.
         msg = check_global(X, nrows, side, check_finite=False)
-        msg = msg or S._r_problem(X.shape[1])
+        msg = msg or S._calls.r_problem(X.shape[1])
         block = None
         if msg is None:
             r = X.shape[1]
@@ -115,7 +115,7 @@ def scatter(S, side: str, X: np.ndarray | None, root: int | None = 0) -> DenseBl
         S._agree(msg)
         return S._block(side, r, block)
     msg = check_global(X, nrows, side) if S.rank == root else None
-    msg = msg or (S._r_problem(X.shape[1]) if S.rank == root else None)
+    msg = msg or (S._calls.r_problem(X.shape[1]) if S.rank == root else None)
     S._agree(msg)
     r = S.comm.bcast(X.shape[1] if S.rank == root else None, root=root)
     blocks, counts = None, None
@@ -170,7 +170,7 @@ def gather_values(S, values: np.ndarray | None = None, root: int = 0
     S._require_open()
     if values is None:
         values = S.values
-    S._agree(S._check_values(values))
+    S._agree(S._calls.check_values(values))
     rows, cols = S.value_coordinates()
     rows = S.row_perm[rows]
     cols = S.col_perm[cols]

@@ -258,7 +258,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
     def _replayable(self) -> bool:
         """With c = 1 a call is q kernels on the caller's blocks and the shift buffers, and q
         shifts between them (none on one rank): nothing is replicated, reduced or copied
-        (replay.py). With overlap the shifts are split around the kernels and not traced."""
+        (plan.py). With overlap the shifts are split around the kernels and not traced."""
         return self.c == 1 and (self.q == 1 or not self.overlap)
 
     # ----------------------------------------------------------------- the loop (Algorithm 1)

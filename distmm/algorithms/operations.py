@@ -2,10 +2,10 @@
 
 Each function takes the matrix as its first argument; :class:`~distmm.algorithms.base.
 DistributedMatrix` installs them as its methods (``S.sddmm``, ``S.spmm_a``, ``S.spmm_b``,
-``S.fusedmm_a``, ``S.fusedmm_b``, ``S.as_operator``). A call looks for a
-kept replay of itself (replay.py), else checks its operands (calls.py, ``_begin``), runs the
-family's loop piece (``_sddmm``, ``_spmm_a``, ``_spmm_b``, ``_fusedmm``) and keeps a replay
-where the family allows one.
+``S.fusedmm_a``, ``S.fusedmm_b``, ``S.as_operator``). A call checks its operands (calls.py,
+``_begin``) and runs the family's loop piece (``_sddmm``, ``_spmm_a``, ``_spmm_b``,
+``_fusedmm``); nothing else. A loop that repeats a call makes a plan of it (``S.plan``,
+plan.py), which is where repeats get cheaper.
 """
 
 from __future__ import annotations
@@ -38,17 +38,14 @@ def sddmm(S, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | No
     ndarray
         This rank's R in value order (``out`` when given).
     """
-    if isinstance(values, str):  # not a call: this runs before every replay
+    if isinstance(values, str):
         values = S.named_values(values)
-    if (done := S._replay("sddmm", (A_loc, B_loc, values, out))) is not None:
-        return done
     key = S._call_key("sddmm", A_loc)
     dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
     r = S._begin(key, dense, values, out, "values")
     vals = S.values if values is None else values
     res = S._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
     res = res if out is None else out
-    S._keep_replay(key, res)
     return res
 
 
@@ -73,19 +70,16 @@ def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
     DenseBlock
         This rank's side-"a" block of the result (``out`` when given).
     """
-    if isinstance(values, str):  # not a call: this runs before every replay
+    if isinstance(values, str):
         values = S.named_values(values)
     if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
         return _multi.spmm_multi(S, "a", B_loc, values, out)
-    if (done := S._replay("spmm_a", (B_loc, values, out))) is not None:
-        return done
     key = S._call_key("spmm_a", B_loc)
     dense = (("b", B_loc, "B"),)
     r = S._begin(key, dense, values, out, "a")
     vals = S.values if values is None else values
     res = S._spmm_a(_plain(B_loc), vals, r, _plain(out))
     res = S._block("a", r, res if out is None else out)
-    S._keep_replay(key, res)
     return res
 
 
@@ -110,19 +104,16 @@ def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
     DenseBlock
         This rank's side-"b" block of the result (``out`` when given).
     """
-    if isinstance(values, str):  # not a call: this runs before every replay
+    if isinstance(values, str):
         values = S.named_values(values)
     if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
         return _multi.spmm_multi(S, "b", A_loc, values, out)
-    if (done := S._replay("spmm_b", (A_loc, values, out))) is not None:
-        return done
     key = S._call_key("spmm_b", A_loc)
     dense = (("a", A_loc, "A"),)
     r = S._begin(key, dense, values, out, "b")
     vals = S.values if values is None else values
     res = S._spmm_b(_plain(A_loc), vals, r, _plain(out))
     res = S._block("b", r, res if out is None else out)
-    S._keep_replay(key, res)
     return res
 
 
@@ -171,9 +162,6 @@ def _fused_call(S, side: str, A_loc, B_loc, strategy, out, values=None) -> Dense
     strategy = strategy or S.strategies[-1]
     op = "fusedmm_a" if side == "a" else "fusedmm_b"
     resolved = S.named_values(values) if isinstance(values, str) else values
-    # a replay was kept only for a valid strategy, so the check waits for the full call
-    if (done := S._replay(op, (A_loc, B_loc, resolved, out), strategy)) is not None:
-        return done
     kind = S._call_key(op, A_loc)
     dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
     r = S._begin(kind, dense, resolved, out, side, strategy)  # checks the strategy too
@@ -182,7 +170,6 @@ def _fused_call(S, side: str, A_loc, B_loc, strategy, out, values=None) -> Dense
     res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
                         values)
     res = S._block(side, r, res if out is None else out)
-    S._keep_replay(kind, res, strategy)
     return res
 
 

@@ -69,12 +69,12 @@ def _run_kernel(mat, key: tuple | None, sources: tuple, op: str, S, vals: np.nda
     while every source is an array of the same shape, strides, dtype and writability as
     the one it was prepared with (then the checks would pass again and the plan is the
     same): the very same objects, or new ones such as the new result array of each call
-    without ``out=`` or an intermediate array made per call. A traced call (replay.py)
-    notes whether each kernel was such a kept call; the replay itself checks the operands
-    by identity, keeps running the traced call's own intermediates, and writes a call
-    without ``out=`` into a new array. The key remembers the last ``PREPARED_SOURCES``
+    without ``out=`` or an intermediate array made per call. A plan's traced call (plan.py,
+    trace.py) notes whether each kernel was such a kept call; the plan's replay keeps
+    running the traced call's own intermediates, and writes a call without ``out=`` into a
+    new array. The key remembers the last ``PREPARED_SOURCES``
     sets of sources it served, so that calls on several sets of operands made in turns
-    (bound calls per attention head) find theirs by id.
+    (plans per attention head) find theirs by id.
     ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
     vector are replaced, when the node model's plan state (the numba thread count) changes
     (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
@@ -97,7 +97,7 @@ def _run_kernel(mat, key: tuple | None, sources: tuple, op: str, S, vals: np.nda
         if kept is None:
             first = next(iter(entries.values()))  # every entry's sources are alike
             if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
-                # the same prepared call serves these sources too. A repeated or bound
+                # the same prepared call serves these sources too. A repeated or planned
                 # call's sources get an entry of their own, so that calls on several sets
                 # of operands in turns find it by id; a call on operands the last call did
                 # not pass (new arrays each time) gets none it would not use again
@@ -116,26 +116,27 @@ def _run_kernel(mat, key: tuple | None, sources: tuple, op: str, S, vals: np.nda
     run = kept[1]
     args = (vals, X, out) if Y is None else (vals, X, Y, out)
     mat.stats.seconds["compute"] += run(*args)
-    if mat._trace is not None:
-        mat._traced(reused, run, args)
+    if mat._tracer is not None:
+        mat._tracer.kernel(reused, run, args)
 
 
 def _forget_prepared(mat) -> None:
-    """Drop the kept kernel calls (see :meth:`_run_kernel`) and the replays built on them
-    (replay.py). Not collective."""
+    """Drop the kept kernel calls (see :meth:`_run_kernel`) and the steps of every plan of
+    the matrix built on them (plan.py). Not collective."""
     mat._prepared.clear()
-    mat._forget_replays()
+    for plan in list(mat._plans):
+        plan.forget()
 
 
 def release_buffers(mat) -> None:
     """Free what the object keeps between calls to make the next call cheaper: the
     scratch buffers of every width used so far (replication, shifts, reduction), the
-    prepared kernel calls, and the kept replays with the operands, ``out=`` buffers and
+    prepared kernel calls, and the steps the plans keep with the views of buffers and
     intermediates they hold. S's blocks, its cached transposes and named vectors stay.
 
     For a loop that moves on to another width or other operands: the object keeps each
-    width's buffers and each operation's last replayed operands until then, so a sweep
-    over r holds the buffers of every width it visited. The next call of each kind
+    width's buffers until then, so a sweep over r holds the buffers of every width it
+    visited (a plan holds its own operands while it lives). The next call of each kind
     allocates and prepares again, as the first did. Not collective (local state only);
     call it between calls, on any ranks.
     """

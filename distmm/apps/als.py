@@ -233,13 +233,13 @@ class _Timer:
 
 
 class SideCalls:
-    """One side's half-step calls as bound calls (:meth:`~distmm.algorithms.replay.CallReplay.
-    bind`) on buffers kept from epoch to epoch: the FusedMM of CG's search direction with the
-    fixed factor, into ``Y``, and the right-hand side's SpMM with the ratings, into ``rhs``.
+    """One side's half-step calls as call plans (``S.bind``) on buffers kept from epoch to
+    epoch: the FusedMM of CG's search direction with the fixed factor, into ``Y``, and the
+    right-hand side's SpMM with the ratings, into ``rhs``.
 
     Method calls without ``out=`` would each allocate their result and be checked and planned
     in full; bound on the same arrays every time, the calls from the third on replay their
-    kept kernels and shifts where the family replays (replay.py), with the same results.
+    kept kernels and shifts where the family replays (plan.py), with the same results.
     ``P`` is CG's search direction (the FusedMM's operand on this side): :func:`half_step`
     works in it. Construction is not collective.
 

@@ -17,7 +17,7 @@ heads * out_channels (only the message count grows by the factor heads; the mult
 distmm.algorithms.multivalue, is one call). The fused layer (``fused=True``) runs the family's
 compiled attention loop instead, forward and backward. A layer's per-head calls of an
 operation are one bound call on buffers the heads' slices are copied into
-(:class:`HeadCall`), so that from the third call on they replay (distmm/algorithms/replay.py).
+(:class:`HeadCall`), so that from the third call on they replay (distmm/algorithms/plan.py).
 A node with no in-edges (self-loops off) aggregates over nothing: its output is 0 before the
 bias (as in PyG), never NaN.
 
@@ -292,14 +292,14 @@ def leaky_relu_backward(G: np.ndarray, X: np.ndarray, slope: float) -> np.ndarra
 # ---------------------------------------------------------------------------------- the model
 class HeadCall:
     """One operation of one layer, made once per attention head, as one bound call
-    (:meth:`~distmm.algorithms.replay.CallReplay.bind`) on dense blocks that each head's
+    (:meth:`~distmm.algorithms.base.DistributedMatrix.bind`) on dense blocks that each head's
     operands are copied into.
 
     A head's operands are strided slices of the layer's (nodes, heads, features) arrays. Passed
     as new contiguous copies each time, a call is checked and planned in full (nothing to
     replay: the objects differ every call). Copied into the same blocks for every head and
     step instead, the calls from the third on replay their kept kernels and shifts
-    (replay.py): the same results, bitwise, for a fraction of the Python, whatever the number
+    (plan.py): the same results, bitwise, for a fraction of the Python, whatever the number
     of heads. The blocks are the object's own typed blocks of width ``r`` (``obj.dense``), so
     that the families that cut r into column pieces read r from them; they hold this rank's
     piece of one head's operands and result. Construction is not collective;

@@ -241,7 +241,7 @@ class CountingComm:
         """A call ``run(sendbuf, recvbuf)`` that makes :meth:`shift` with these ``dest``,
         ``source`` and ``phase`` again and again, on buffers of the sizes of the ones given
         here (the same ones, or others of those sizes): the same message, counted and timed
-        alike, with the counts worked out once. Replays (:mod:`distmm.algorithms.replay`) run
+        alike, with the counts worked out once. Plans (:mod:`distmm.algorithms.plan`) replay
         the same shifts call after call, and the wrapper's own work is then a noticeable part
         of a small call; a replay on new operands passes their buffers. While a watchdog runs,
         the call goes through :meth:`shift` (which marks the rank as waiting). Pairs with the

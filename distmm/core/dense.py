@@ -73,7 +73,7 @@ class DenseBlock(np.ndarray):
 
         Any attribute assignment (``X.shape = ...``, ``X.dtype = ...``, ``X.strides = ...``,
         ``X.side = ...``, anything) and ``X.resize`` or ``X.__setstate__`` drop it, and the next
-        call makes a new one. A repeated call (distmm/algorithms/calls.py, replay.py) compares
+        call makes a new one. A repeated call (distmm/algorithms/calls.py, plan.py) compares
         a block's token with the one its checks remembered instead of reading its shape,
         strides and dtype every time: those change in place only through such assignments.
 

@@ -126,6 +126,25 @@ def _tensor(a: np.ndarray):
     return torch.from_numpy(a)
 
 
+def _run(obj, op: str, *dense: np.ndarray, values: np.ndarray | None = None,
+         strategy: str | None = None):
+    """``getattr(obj, op)(*dense, values=values)`` through the call plan this module keeps
+    on ``obj`` per (operation, strategy, width, values given or not) (``S.plan``): each
+    autograd call brings new arrays, which the plan puts in its kept steps where the family
+    replays (:mod:`distmm.algorithms.plan`), instead of checking and running the call in
+    full. Collective, like the method."""
+    plans = obj.__dict__.get("_torch_plans")
+    if plans is None:
+        plans = obj.__dict__["_torch_plans"] = {}
+    key = (op, strategy, values is None, dense[0].shape[-1])
+    plan = plans.get(key)
+    if plan is None:
+        options = {} if strategy is None else {"strategy": strategy}
+        plan = plans[key] = obj.plan(op, *dense, values=values, **options)
+        return plan()
+    return plan(*dense, values=values)
+
+
 def _ones(obj) -> np.ndarray:
     """A cached vector of ones in value order (SDDMM values that leave the dots unscaled)."""
     cache = obj.__dict__.setdefault("_torch_ones", {})
@@ -198,7 +217,7 @@ class SDDMM(torch.autograd.Function):
         ctx.obj = obj
         ctx.save_for_backward(A, B, values)
         v = None if values is None else as_numpy(values)
-        return _tensor(obj.sddmm(as_numpy(A), as_numpy(B), values=v))
+        return _tensor(_run(obj, "sddmm", as_numpy(A), as_numpy(B), values=v))
 
     @staticmethod
     @_first_order
@@ -211,11 +230,11 @@ class SDDMM(torch.autograd.Function):
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             gv = g * v
             if ctx.needs_input_grad[1]:
-                dA = _tensor(obj.spmm_a(B, values=gv))
+                dA = _tensor(_run(obj, "spmm_a", B, values=gv))
             if ctx.needs_input_grad[2]:
-                dB = _tensor(obj.spmm_b(A, values=gv))
+                dB = _tensor(_run(obj, "spmm_b", A, values=gv))
         if ctx.needs_input_grad[3]:
-            dv = _tensor(obj.sddmm(A, B, values=g))
+            dv = _tensor(_run(obj, "sddmm", A, B, values=g))
         return None, dA, dB, dv
 
 
@@ -227,7 +246,7 @@ class SpMMA(torch.autograd.Function):
         ctx.obj = obj
         ctx.save_for_backward(B, values)
         v = None if values is None else as_numpy(values)
-        return _tensor(obj.spmm_a(as_numpy(B), values=v))
+        return _tensor(_run(obj, "spmm_a", as_numpy(B), values=v))
 
     @staticmethod
     @_first_order
@@ -237,9 +256,9 @@ class SpMMA(torch.autograd.Function):
         g = as_numpy(G)
         dB = dv = None
         if ctx.needs_input_grad[1]:
-            dB = _tensor(obj.spmm_b(g, values=vt))
+            dB = _tensor(_run(obj, "spmm_b", g, values=vt))
         if ctx.needs_input_grad[2]:
-            dv = _tensor(obj.sddmm(g, B, values=_ones(obj)))
+            dv = _tensor(_run(obj, "sddmm", g, B, values=_ones(obj)))
         return None, dB, dv
 
 
@@ -251,7 +270,7 @@ class SpMMB(torch.autograd.Function):
         ctx.obj = obj
         ctx.save_for_backward(A, values)
         v = None if values is None else as_numpy(values)
-        return _tensor(obj.spmm_b(as_numpy(A), values=v))
+        return _tensor(_run(obj, "spmm_b", as_numpy(A), values=v))
 
     @staticmethod
     @_first_order
@@ -261,17 +280,16 @@ class SpMMB(torch.autograd.Function):
         g = as_numpy(G)
         dA = dv = None
         if ctx.needs_input_grad[1]:
-            dA = _tensor(obj.spmm_a(g, values=vt))
+            dA = _tensor(_run(obj, "spmm_a", g, values=vt))
         if ctx.needs_input_grad[2]:
-            dv = _tensor(obj.sddmm(A, g, values=_ones(obj)))
+            dv = _tensor(_run(obj, "sddmm", A, g, values=_ones(obj)))
         return None, dA, dv
 
 
 def _fused_call(obj, side: str, A: np.ndarray, B: np.ndarray, values, strategy):
-    method = obj.fusedmm_a if side == "a" else obj.fusedmm_b
-    if values is None:
-        return method(A, B, strategy=strategy)
-    return method(A, B, strategy=strategy, values=as_numpy(values))
+    op = "fusedmm_a" if side == "a" else "fusedmm_b"
+    return _run(obj, op, A, B, values=None if values is None else as_numpy(values),
+                strategy=strategy or obj.strategies[-1])
 
 
 class FusedMM(torch.autograd.Function):
@@ -294,21 +312,23 @@ class FusedMM(torch.autograd.Function):
         ones = _ones(obj)
         need_a, need_b, need_v = ctx.needs_input_grad[3:6]
         # H_e: the output gradient's dot with the other operand's row at each nonzero.
-        H = obj.sddmm(g, B, values=ones) if side == "a" else obj.sddmm(A, g, values=ones)
-        P = obj.sddmm(A, B, values=ones) if (need_v or (side == "a" and need_b)
-                                             or (side == "b" and need_a)) else None
+        H = _run(obj, "sddmm", *((g, B) if side == "a" else (A, g)), values=ones)
+        P = _run(obj, "sddmm", A, B, values=ones) if (need_v or (side == "a" and need_b)
+                                                      or (side == "b" and need_a)) else None
         vh = H * v
         dA = dB = dv = None
         if side == "a":
             if need_a:
-                dA = _tensor(obj.spmm_a(B, values=vh))
+                dA = _tensor(_run(obj, "spmm_a", B, values=vh))
             if need_b:
-                dB = _tensor(obj.spmm_b(g, values=P * v) + obj.spmm_b(A, values=vh))
+                dB = _tensor(_run(obj, "spmm_b", g, values=P * v)
+                             + _run(obj, "spmm_b", A, values=vh))
         else:
             if need_a:
-                dA = _tensor(obj.spmm_a(g, values=P * v) + obj.spmm_a(B, values=vh))
+                dA = _tensor(_run(obj, "spmm_a", g, values=P * v)
+                             + _run(obj, "spmm_a", B, values=vh))
             if need_b:
-                dB = _tensor(obj.spmm_b(A, values=vh))
+                dB = _tensor(_run(obj, "spmm_b", A, values=vh))
         if need_v:
             dv = _tensor(H * P)
         return None, None, None, dA, dB, dv

@@ -1,6 +1,6 @@
-"""Bound calls (``S.bind``, distmm/algorithms/replay.py): a callable for one operation on fixed
-operands, which repeats the method's call without comparing the operands again where the
-method's repeats are replayed, and makes the method call in full everywhere else.
+"""Bound calls (``S.bind``: a call plan with out=, distmm/algorithms/plan.py): a callable for
+one operation on fixed operands, which repeats the method's call without checking the operands
+again where the family replays, and makes the method call in full everywhere else.
 
 Against the method itself (checked against scipy in test_prepared_calls.py and the family
 oracle tests): bitwise the same results and the same counted words and messages, every family
@@ -69,7 +69,7 @@ def test_bound_calls_match_the_method_bitwise_and_count_the_same(algorithm, c):
 
 def test_repeats_skip_the_checks_and_the_loop(monkeypatch):
     """In the family that replays (1.5D dense shifting, c = 1), a bound call's repeats neither
-    compare operands (the method's _replay) nor run the family's loop, for every call that
+    check operands (the method's _begin) nor run the family's loop, for every call that
     the method replays (one kernel per step: not FusedMM's "none" and "reuse", whose SDDMM
     result feeds a second loop)."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
@@ -84,7 +84,7 @@ def test_repeats_skip_the_checks_and_the_loop(monkeypatch):
                 raise AssertionError(f"{name}: a repeat of a bound call went through "
                                      "the method")
 
-            m.setattr(obj, "_replay", refuse)
+            m.setattr(obj, "_begin", refuse)
             m.setattr(obj, "_propagate", refuse)
             res = call()
         check(op.replace("_", "-"), _gathered(obj, op, res), S, A, B, rtol=1e-10)
@@ -111,7 +111,7 @@ def test_bound_calls_of_one_operation_on_other_operands_each_replay(monkeypatch)
         def refuse(*args, **kwargs):
             raise AssertionError("a repeat of a bound call went through the method")
 
-        m.setattr(obj, "_replay", refuse)
+        m.setattr(obj, "_begin", refuse)
         m.setattr(obj, "_propagate", refuse)
         for _ in range(2):
             res1, res2 = first(), second()
@@ -171,7 +171,7 @@ def test_bound_calls_of_two_widths_in_turns_each_replay(monkeypatch):
         def refuse(*args, **kwargs):
             raise AssertionError("a repeat of a bound call went through the method")
 
-        m.setattr(obj, "_replay", refuse)
+        m.setattr(obj, "_begin", refuse)
         m.setattr(obj, "_propagate", refuse)
         res = [wide(), narrow(), narrow_spmm()]
     check("spmm-a", obj.gather("a", res[0]), S, None, B, rtol=1e-10)

@@ -1,10 +1,12 @@
 """Random sequences of calls on one distributed object, each result checked against scipy.
 
 The object keeps state between calls: remembered checks, prepared kernel calls (reused for
-alike arrays), traced and replayed calls, moved copies of named value vectors, S^T. Each piece
+alike arrays), call plans with their traced and replayed steps, moved copies of named value
+vectors, S^T. Each piece
 has its own targeted test (test_prepared_calls.py, test_values_per_call.py, test_set_values.py,
 test_r_per_call.py); this one interleaves them as a training loop or a user's session might:
-every operation and strategy, with and without ``out=``, the same or new operand objects,
+every operation and strategy, with and without ``out=``, as plain calls or through a plan
+per call kind (``S.plan``) that is given the operands of each call, the same or new operand objects,
 operands changed in place, two widths, S's own values, a named vector, a vector per call, S's
 values replaced and a name registered again, and the check policy switched. Every rank draws
 the same sequence (one seed per case). After every call the result is gathered and compared
@@ -23,6 +25,7 @@ from mpi4py import MPI
 from oracle import check, problem
 
 import distmm
+from distmm.algorithms import plan as plan_module
 from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
@@ -63,15 +66,8 @@ class Session:
         self.kept = []  # (array, its expected content, buffer key or None)
         self.value_k = 0
         self.recent = []  # the last few calls drawn, repeated at random
-        self.replayed = 0
-        replay = self.obj._replay
-
-        def counted(*args, **kwargs):
-            done = replay(*args, **kwargs)
-            self.replayed += done is not None
-            return done
-
-        self.obj._replay = counted
+        self.plans = {}  # call kind -> its plan (calls drawn as planned)
+        self.replayed = 0  # plan calls that ran kept steps (counted by the test's patch)
 
     # -------------------------------------------------------------------- operands
     def _new_operands(self, r: int):
@@ -150,7 +146,8 @@ class Session:
         kind = "values" if op == "sddmm" else op[-1]
         u = rng.random()
         key = None if u < 0.3 else (kind, r, int(u < 0.85))
-        return op, r, strategy, values, fn, key
+        planned = bool(rng.random() < 0.6)
+        return op, r, strategy, values, fn, key, planned
 
     def call(self) -> str:
         """Run one call 1-4 times in a row (half the time a call made before, as loops do),
@@ -167,17 +164,29 @@ class Session:
 
     def _run(self, spec: tuple) -> str:
         obj = self.obj
-        op, r, strategy, values, fn, key = spec
+        op, r, strategy, values, fn, key, planned = spec
         fn = {"S": self.s_fn, "w": self.named_fn}.get(fn, fn) if isinstance(fn, str) else fn
         A, B, A_loc, B_loc = self.ops[r]
         kind = "values" if op == "sddmm" else op[-1]
         out = None if key is None else self._buffer(*key)
         what = (f"{op} r={r} strategy={strategy} values="
                 f"{'array' if isinstance(values, np.ndarray) else values} "
-                f"out={'new' if key is None else key} checks={obj.checks}")
+                f"out={'new' if key is None else key} checks={obj.checks} "
+                f"{'planned' if planned else 'plain'}")
         dense = {"sddmm": (A_loc, B_loc), "spmm_a": (B_loc,), "spmm_b": (A_loc,),
-                 "fusedmm_a": (A_loc, B_loc, strategy), "fusedmm_b": (A_loc, B_loc, strategy)}
-        res = getattr(obj, op)(*dense[op], values=values, out=out)
+                 "fusedmm_a": (A_loc, B_loc), "fusedmm_b": (A_loc, B_loc)}[op]
+        options = {} if strategy is None else {"strategy": strategy}
+        if not planned:
+            res = getattr(obj, op)(*dense, values=values, out=out, **options)
+        else:  # one plan per kind of call, given this call's operands
+            kind_key = (op, r, strategy, isinstance(values, np.ndarray) or values, key)
+            plan = self.plans.get(kind_key)
+            if plan is None:
+                plan = self.plans[kind_key] = obj.plan(op, *dense, values=values, out=out,
+                                                       **options)
+                res = plan()
+            else:
+                res = plan(*dense, values=values, out=out)
         if out is not None:
             assert res is out, what
         else:  # a new array: no earlier result, no buffer the caller holds
@@ -212,10 +221,22 @@ def _run(s: Session, seed: int, steps: int) -> None:
         s.obj.close()
 
 
+def _count_replays(s: Session, monkeypatch) -> None:
+    """Count the plan calls of ``s`` that ran kept steps (plan.run_steps) in s.replayed."""
+    real = plan_module.run_steps
+
+    def counted(stats, steps):
+        s.replayed += stats is s.obj.stats
+        real(stats, steps)
+
+    monkeypatch.setattr(plan_module, "run_steps", counted)
+
+
 @pytest.mark.parametrize("algorithm,c", CASES)
-def test_random_call_sequences_match_scipy(algorithm, c):
+def test_random_call_sequences_match_scipy(algorithm, c, monkeypatch):
     seed = 1000 + 17 * list(distmm.ALGORITHMS).index(algorithm) + c
     s = Session(algorithm, c, seed)
+    _count_replays(s, monkeypatch)
     _run(s, seed, STEPS)
     if algorithm == "15d-dense-shift" and c == 1:
         # the family whose calls replay: the sequence must have exercised replays
@@ -223,17 +244,20 @@ def test_random_call_sequences_match_scipy(algorithm, c):
 
 
 @pytest.mark.parametrize("seed", [7, 8])
-def test_random_call_sequences_at_more_widths_than_kept_match_scipy(seed, monkeypatch):
-    """Calls at six widths in 1.5D dense shifting, where the object keeps the replay of one
-    width per operation (``replay_widths`` lowered from its four, so that a random sequence
-    drops many): replays are kept per width, dropped for newer widths and traced again, and
-    every result is still scipy's, with no earlier result written."""
-    from distmm.algorithms.replay import CallReplay
-
-    monkeypatch.setattr(CallReplay, "replay_widths", 1)
+def test_random_call_sequences_at_more_widths_match_scipy(seed, monkeypatch):
+    """Calls at six widths in 1.5D dense shifting, many kinds of call each with its plan:
+    plans replay, their kept steps are dropped (new values of S, a name registered again, a
+    new plan state) and traced again, and every result is still scipy's, with no earlier
+    result written."""
     s = Session("15d-dense-shift", 1, seed, widths=(R, 9, 7, 5, 4, 3))
-    forgotten, forget = [], s.obj._forget_key
-    s.obj._forget_key = lambda key: forgotten.append(key) or forget(key)
+    _count_replays(s, monkeypatch)
+    dropped, forget = [], plan_module.CallPlan.forget
+
+    def counted(plan):
+        dropped.append(plan.replaying)
+        forget(plan)
+
+    monkeypatch.setattr(plan_module.CallPlan, "forget", counted)
     _run(s, seed, 4 * STEPS)
     assert s.replayed > 0
-    assert any(not isinstance(key, str) for key in forgotten)  # some width's replay dropped
+    assert any(dropped)  # some plan's kept steps were dropped

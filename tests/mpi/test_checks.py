@@ -160,14 +160,14 @@ def _quick_cases(obj, A_loc, B_loc):
 
 @pytest.mark.parametrize("algorithm,c", CASES)
 def test_the_quick_path_agrees_with_the_cheap_checks(algorithm, c):
-    """The quick path of a call with new operands (_quick_r) gives the cheap checks' r where
-    it answers, answers for the well-formed calls a loop makes, and leaves every call with
+    """The quick path of a call with new operands (CallChecks.quick_r) gives the cheap checks'
+    r where it answers, answers for the well-formed calls a loop makes, and leaves every call with
     something wrong to the cheap checks (which raise)."""
     obj, S, A, B, A_loc, B_loc = make(algorithm, c, "once")
     for label, dense, values, out, out_side, quick in _quick_cases(obj, A_loc, B_loc):
-        got = obj._quick_r(dense, values, out, out_side)
+        got = obj._calls.quick_r(dense, values, out, out_side)
         try:
-            want = obj._cheap_check(dense, values, out, out_side)
+            want = obj._calls.cheap_check(dense, values, out, out_side)
         except InputError:
             want = None
         assert (want is not None) == (label in ("typed", "typed, values and out",
@@ -187,7 +187,7 @@ def test_repeated_operands_are_checked_once_and_changes_still_refused(algorithm,
     vals = obj.values.copy()
     words = other_words(obj, lambda: obj.spmm_a(B_loc, values=vals, out=out), calls=4)
     assert words == ((P - 1, P - 1) if P > 1 else (0, 0))  # the first call's agreement only
-    assert obj._call_key("spmm_a", B_loc) in obj._memo
+    assert obj._call_key("spmm_a", B_loc) in obj._calls.memo
     check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, values=vals, out=out)), S, A, B,
           rtol=1e-10)
     with pytest.raises(InputError, match="values must be"):

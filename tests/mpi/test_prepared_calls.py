@@ -1,9 +1,10 @@
 """Prepared kernel calls (DistributedMatrix._run_kernel): a loop that repeats a call with
 the same operand objects reuses the node model's prepared calls, and must give bitwise the
 results of a fresh object, keep the kernel statistics exact, and prepare again whenever what
-a prepared call captured may have changed (S's values, a named vector, the plan state). On one
-rank, repeats of a one-kernel call are replayed (distmm/algorithms/replay.py): the same results,
-the operands as they are at the call, never a stale replay after a failed call."""
+a prepared call captured may have changed (S's values, a named vector, the plan state). In 1.5D
+dense shifting with c = 1, a call plan's repeats (``S.plan``, distmm/algorithms/plan.py) replay
+their kernels and shifts alone: the same results, the operands as they are at the call, never a
+stale replay after a failed call."""
 
 from __future__ import annotations
 
@@ -31,16 +32,50 @@ def _setup(algorithm, c, seed=3):
     return obj, S, A, B, A_loc, B_loc
 
 
-def _calls(obj, A_loc, B_loc, r):
-    """(name, call) of every operation and strategy, each writing into its own out=."""
+class Plans:
+    """Calls of one object through one call plan per (operation, strategy, width, values
+    given, out= given), each call passing its operands to the plan (``plan(*dense, values=,
+    out=)``), as a loop or distmm.torch keeps them; ``last`` is the plan of the last call."""
+
+    def __init__(self, obj) -> None:
+        self.obj, self.plans, self.last = obj, {}, None
+
+    def __call__(self, op: str, *dense, strategy=None, values=None, out=None):
+        key = (op, strategy, dense[0].shape[-1], values is None, out is None)
+        plan = self.last = self.plans.get(key)
+        if plan is None:
+            kw = {} if strategy is None else {"strategy": strategy}
+            plan = self.last = self.plans[key] = self.obj.plan(op, *dense, values=values,
+                                                                out=out, **kw)
+            return plan()
+        return plan(*dense, values=values, out=out)
+
+
+def _caller(obj, via):
+    """``via`` (a :class:`Plans`), or plain method calls of ``obj`` with its signature."""
+    if via is not None:
+        return via
+
+    def plain(op, *dense, strategy=None, **kw):
+        return getattr(obj, op)(*dense, **kw, **({} if strategy is None else
+                                                  {"strategy": strategy}))
+    return plain
+
+
+def _calls(obj, A_loc, B_loc, r, via=None):
+    """(name, call) of every operation and strategy, each writing into its own out=: plain
+    method calls, or through the plans of ``via``."""
+    run = _caller(obj, via)
     out_a, out_b = obj.dense("a", r), obj.dense("b", r)
     vals = np.empty_like(obj.values)
-    calls = [("sddmm", lambda: obj.sddmm(A_loc, B_loc, out=vals)),
-             ("spmm_a", lambda: obj.spmm_a(B_loc, out=out_a)),
-             ("spmm_b", lambda: obj.spmm_b(A_loc, out=out_b))]
+    calls = [("sddmm", lambda: run("sddmm", A_loc, B_loc, out=vals)),
+             ("spmm_a", lambda: run("spmm_a", B_loc, out=out_a)),
+             ("spmm_b", lambda: run("spmm_b", A_loc, out=out_b))]
     for s in obj.strategies:
-        calls.append((f"fusedmm_a {s}", lambda s=s: obj.fusedmm_a(A_loc, B_loc, s, out=out_a)))
-        calls.append((f"fusedmm_b {s}", lambda s=s: obj.fusedmm_b(A_loc, B_loc, s, out=out_b)))
+        calls.append((f"fusedmm_a {s}",
+                      lambda s=s: run("fusedmm_a", A_loc, B_loc, strategy=s, out=out_a)))
+        calls.append((f"fusedmm_b {s}",
+                      lambda s=s: run("fusedmm_b", A_loc, B_loc, strategy=s, out=out_b)))
     return calls
 
 
@@ -158,13 +193,15 @@ def test_prepared_again_when_the_plan_state_changes(algorithm, c, monkeypatch):
     obj.close()
 
 
-def _no_out_calls(obj, A_loc, B_loc):
-    """(name, call) of every operation and strategy without out=: each returns a new array."""
-    calls = [("sddmm", lambda: obj.sddmm(A_loc, B_loc)), ("spmm_a", lambda: obj.spmm_a(B_loc)),
-             ("spmm_b", lambda: obj.spmm_b(A_loc))]
+def _no_out_calls(obj, A_loc, B_loc, via=None):
+    """(name, call) of every operation and strategy without out=: each returns a new array
+    (plain method calls, or through the plans of ``via``)."""
+    run = _caller(obj, via)
+    calls = [("sddmm", lambda: run("sddmm", A_loc, B_loc)),
+             ("spmm_a", lambda: run("spmm_a", B_loc)), ("spmm_b", lambda: run("spmm_b", A_loc))]
     for s in obj.strategies:
-        calls.append((f"fusedmm_a {s}", lambda s=s: obj.fusedmm_a(A_loc, B_loc, s)))
-        calls.append((f"fusedmm_b {s}", lambda s=s: obj.fusedmm_b(A_loc, B_loc, s)))
+        calls.append((f"fusedmm_a {s}", lambda s=s: run("fusedmm_a", A_loc, B_loc, strategy=s)))
+        calls.append((f"fusedmm_b {s}", lambda s=s: run("fusedmm_b", A_loc, B_loc, strategy=s)))
     return calls
 
 
@@ -218,8 +255,8 @@ def test_numba_thread_count_between_repeats():
 
 # ----------------------------------------------------------------------------- replays
 # 1.5D dense shifting with c = 1 runs a call as q kernels on the caller's arrays and the shifts
-# between its buffers (one kernel on one rank); from the third call with the same operands it
-# runs those steps alone (replay.py).
+# between its buffers (one kernel on one rank); from a plan's third call on the same operands it
+# runs those steps alone (plan.py). Plain method calls only check and run.
 
 def _count_loops(obj, monkeypatch) -> list[int]:
     """Counts the family loops run (DenseShift15D._propagate), in a one-item list."""
@@ -247,12 +284,18 @@ def _gathered(obj, name, res):
 def test_repeats_run_their_kernels_and_shifts_alone(monkeypatch):
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     loops = _count_loops(obj, monkeypatch)
-    for name, call in _calls(obj, A_loc, B_loc, 19):
+    for name, call in _calls(obj, A_loc, B_loc, 19, Plans(obj)):
         loops[0] = 0
         for _ in range(4):
             check(*_gathered(obj, name, call()), S, A, B, rtol=1e-10)
         # the first call and the traced second run the family's loop(s); the rest replay
         assert loops[0] == (2 if _single_kernel(name) else 4), name
+    # plain calls run the loop every time
+    for name, call in _calls(obj, A_loc, B_loc, 19):
+        loops[0] = 0
+        for _ in range(4):
+            check(*_gathered(obj, name, call()), S, A, B, rtol=1e-10)
+        assert loops[0] == 4 * (1 if _single_kernel(name) else 2), name
     obj.close()
 
 
@@ -260,20 +303,21 @@ def test_a_replay_reads_the_operands_as_they_are_now():
     """Operands changed in place between repeats, and S's values replaced, reach the
     repeated call; another out= buffer is written, not the last one."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    run = Plans(obj)
     out = obj.dense("a", 19)
     for _ in range(3):
-        obj.fusedmm_a(A_loc, B_loc, out=out)
+        run("fusedmm_a", A_loc, B_loc, out=out)
     B_loc[...] *= 2.0
-    check("fusedmm-a", obj.gather("a", obj.fusedmm_a(A_loc, B_loc, out=out)), S, A, 2.0 * B,
+    check("fusedmm-a", obj.gather("a", run("fusedmm_a", A_loc, B_loc, out=out)), S, A, 2.0 * B,
           rtol=1e-10)
     obj.set_values(_new_values(obj))
     S2 = _scipy_with(S, lambda i, j: np.sin(i + 2.0 * j) + 2.0)
     for _ in range(3):
-        check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S2, A, 2.0 * B,
+        check("spmm-a", obj.gather("a", run("spmm_a", B_loc, out=out)), S2, A, 2.0 * B,
               rtol=1e-10)
     kept = np.array(out, copy=True)
     other = obj.dense("a", 19)
-    res = obj.spmm_a(B_loc, out=other)
+    res = run("spmm_a", B_loc, out=other)
     assert res is other
     np.testing.assert_array_equal(out, kept)
     check("spmm-a", obj.gather("a", other), S2, A, 2.0 * B, rtol=1e-10)
@@ -286,7 +330,8 @@ def test_every_replay_reads_the_operands_as_they_are_now():
     values, are written again by every replay)."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     ka = kb = 1.0
-    for name, call in _calls(obj, A_loc, B_loc, 19) + _no_out_calls(obj, A_loc, B_loc):
+    via = Plans(obj)
+    for name, call in _calls(obj, A_loc, B_loc, 19, via) + _no_out_calls(obj, A_loc, B_loc, via):
         for _ in range(3):
             call()
         A_loc[...] *= 2.0
@@ -303,20 +348,22 @@ def test_an_operand_changed_in_layout_is_not_replayed():
     views."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     out = obj.dense("a", 19)
+    plan = obj.plan("spmm_a", B_loc, out=out)
     for _ in range(3):
-        obj.spmm_a(B_loc, out=out)
+        plan(B_loc, out=out)
+    assert plan.replaying
     rows = out.shape[0]
     out.shape = (rows * 19, 1)
     with pytest.raises(distmm.InputError):
-        obj.spmm_a(B_loc, out=out)
+        plan(B_loc, out=out)
     out.shape = (rows, 19)
     for _ in range(3):
-        obj.spmm_a(B_loc, out=out)
+        plan(B_loc, out=out)
     B_loc.dtype = np.int64  # same itemsize, same shape: only the dtype differs
     with pytest.raises(distmm.InputError, match="dtype"):
-        obj.spmm_a(B_loc, out=out)
+        plan(B_loc, out=out)
     B_loc.dtype = np.float64
-    check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
+    check("spmm-a", obj.gather("a", plan(B_loc, out=out)), S, A, B, rtol=1e-10)
     obj.close()
 
 
@@ -326,18 +373,19 @@ def test_a_block_assigned_to_is_checked_again():
     __setstate__ drops the token, so the next call checks the block again (and refuses it
     where it no longer fits) instead of replaying through the old views."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    run = Plans(obj)
     out = obj.dense("a", 19)
 
     def settle():  # the first call, the traced second, then replays
         for _ in range(3):
-            obj.spmm_a(B_loc, out=out)
+            run("spmm_a", B_loc, out=out)
         return B_loc.layout_token()
 
     token = settle()
     assert B_loc.layout_token() is token  # kept while nothing is assigned
     B_loc.side = "a"  # the wrong side for SpMMA's operand: only a full check can see it
     with pytest.raises(distmm.InputError, match="side"):
-        obj.spmm_a(B_loc, out=out)
+        run("spmm_a", B_loc, out=out)
     B_loc.side = "b"
     assert settle() is not token
     # an in-place strides assignment (deprecated by NumPy), even of the same strides
@@ -346,12 +394,13 @@ def test_a_block_assigned_to_is_checked_again():
         warnings.simplefilter("ignore", DeprecationWarning)
         B_loc.strides = B_loc.strides
     assert B_loc.layout_token() is not token
-    check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
-    # resize in place: numpy refuses it for an operand the calls remember (they hold a weak
-    # reference to it), even without refcheck; a block nobody remembers loses its token
+    check("spmm-a", obj.gather("a", run("spmm_a", B_loc, out=out)), S, A, B, rtol=1e-10)
+    # resize in place: numpy refuses it for an operand the calls remember (a plan holds it,
+    # the checks a weak reference), even without refcheck; a block nobody remembers loses
+    # its token
     own = B_loc.copy()
     for _ in range(3):
-        obj.spmm_a(own, out=out)
+        run("spmm_a", own, out=out)
     with pytest.raises(ValueError, match="resize"):
         own.resize((own.shape[0] + 1, 19), refcheck=False)
     spare = B_loc.copy()
@@ -363,7 +412,7 @@ def test_a_block_assigned_to_is_checked_again():
     token = settle()
     B_loc.__setstate__(state)
     assert B_loc.layout_token() is not token
-    check("spmm-a", obj.gather("a", obj.spmm_a(B_loc, out=out)), S, A, B, rtol=1e-10)
+    check("spmm-a", obj.gather("a", run("spmm_a", B_loc, out=out)), S, A, B, rtol=1e-10)
     obj.close()
 
 
@@ -371,11 +420,12 @@ def test_a_call_that_fails_leaves_no_replay(monkeypatch):
     """A call that remembers new operands and then fails must not leave the old replay to
     run for them: the next call with those operands writes its own out= buffer. (``other``
     is a plain array where the replay's ``out`` was a typed block, so that the failing call
-    is not replayed with it swapped in, replay.py's _replay_alike, but runs in full.)"""
+    is not replayed with it swapped in, plan.py's CallPlan._swapped, but runs in full.)"""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     out, other = obj.dense("a", 19), np.asarray(obj.dense("a", 19))
+    plan = obj.plan("spmm_a", B_loc, out=out)
     for _ in range(3):
-        obj.spmm_a(B_loc, out=out)
+        plan()
     real = obj._spmm_a
 
     def fails(*args, **kwargs):
@@ -383,10 +433,11 @@ def test_a_call_that_fails_leaves_no_replay(monkeypatch):
 
     monkeypatch.setattr(obj, "_spmm_a", fails)
     with pytest.raises(RuntimeError, match="planted"):
-        obj.spmm_a(B_loc, out=other)
+        plan(B_loc, out=other)
+    assert not plan.replaying
     monkeypatch.setattr(obj, "_spmm_a", real)
     before = np.array(out, copy=True)
-    res = obj.spmm_a(B_loc, out=other)
+    res = plan(B_loc, out=other)
     assert np.shares_memory(res, other)
     np.testing.assert_array_equal(out, before)
     check("spmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
@@ -395,13 +446,18 @@ def test_a_call_that_fails_leaves_no_replay(monkeypatch):
 
 def test_a_replay_keeps_to_its_strategy_and_ends_with_close():
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    run = Plans(obj)
     out = obj.dense("a", 19)
     for strategy in ("fusion", "fusion", "fusion", "none", "fusion", "reuse", "fusion"):
-        check("fusedmm-a", obj.gather("a", obj.fusedmm_a(A_loc, B_loc, strategy, out=out)),
+        check("fusedmm-a", obj.gather("a", run("fusedmm_a", A_loc, B_loc, strategy=strategy,
+                                               out=out)),
               S, A, B, rtol=1e-10)
+    plans = list(run.plans.values())
+    assert any(plan.replaying for plan in plans)
     obj.close()
+    assert not any(plan.replaying for plan in plans)
     with pytest.raises(distmm.InputError):
-        obj.fusedmm_a(A_loc, B_loc, "fusion", out=out)
+        run("fusedmm_a", A_loc, B_loc, strategy="fusion", out=out)
 
 
 def _words(obj) -> dict:
@@ -419,7 +475,7 @@ def test_calls_without_out_are_replayed_into_new_arrays(monkeypatch):
 
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     loops = _count_loops(obj, monkeypatch)
-    for name, call in _no_out_calls(obj, A_loc, B_loc):
+    for name, call in _no_out_calls(obj, A_loc, B_loc, Plans(obj)):
         first = call()
         check(*_gathered(obj, name, first), S, A, B, rtol=1e-10)
         obj.stats.reset()
@@ -449,7 +505,7 @@ def test_calls_without_out_are_replayed_into_new_arrays(monkeypatch):
         assert (again is last()) == replayed, name
         np.testing.assert_array_equal(again, second, err_msg=name)
         del again
-        obj.release_buffers()  # drops the replays and the result kept for them
+        obj.release_buffers()  # drops the plans' steps and the result kept for them
         gc.collect()
         assert last() is None, name
     obj.close()
@@ -474,7 +530,7 @@ def test_a_result_the_caller_still_holds_is_never_written_again():
     it, a torch tensor over it (each held while the operands change between calls, so a
     result written again would change); dropped, it is written and returned again."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
-    for name, call in _no_out_calls(obj, A_loc, B_loc):
+    for name, call in _no_out_calls(obj, A_loc, B_loc, Plans(obj)):
         if P > 1 and (name == "spmm_b" or name.endswith("reuse")):
             continue  # its result arrives by a shift: never replayed
         for _ in range(3):
@@ -505,7 +561,8 @@ def test_a_kept_result_of_another_width_is_not_written():
     rng = np.random.default_rng(5)
     A7, B7 = rng.standard_normal((A.shape[0], 7)), rng.standard_normal((B.shape[0], 7))
     A7_loc, B7_loc = obj.scatter("a", A7, root=None), obj.scatter("b", B7, root=None)
-    wide, narrow = _no_out_calls(obj, A_loc, B_loc), _no_out_calls(obj, A7_loc, B7_loc)
+    via = Plans(obj)
+    wide, narrow = _no_out_calls(obj, A_loc, B_loc, via), _no_out_calls(obj, A7_loc, B7_loc, via)
     for (name, call), (_, call7) in zip(wide, narrow, strict=True):
         for _ in range(4):
             call()
@@ -515,16 +572,17 @@ def test_a_kept_result_of_another_width_is_not_written():
     obj.close()
 
 
-def _op_call(obj, name: str, A_now, B_now, **kw):
-    """Operation ``name`` (as :func:`_calls` names them) on these operands."""
+def _op_call(run, name: str, A_now, B_now, **kw):
+    """Operation ``name`` (as :func:`_calls` names them) on these operands, through ``run``
+    (a :class:`Plans`)."""
     op, _, strategy = name.partition(" ")
     if op == "sddmm":
-        return obj.sddmm(A_now, B_now, **kw)
+        return run("sddmm", A_now, B_now, **kw)
     if op == "spmm_a":
-        return obj.spmm_a(B_now, **kw)
+        return run("spmm_a", B_now, **kw)
     if op == "spmm_b":
-        return obj.spmm_b(A_now, **kw)
-    return getattr(obj, op)(A_now, B_now, strategy, **kw)
+        return run("spmm_b", A_now, **kw)
+    return run(op, A_now, B_now, strategy=strategy, **kw)
 
 
 def test_values_changed_in_place_reach_every_repeat():
@@ -533,18 +591,19 @@ def test_values_changed_in_place_reach_every_repeat():
     kernel on S^T moves the values into S^T's order at each call: such a call leaves no
     replay, which would run on the traced call's copy.)"""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    run = Plans(obj)
     for name, _ in _calls(obj, A_loc, B_loc, 19):
         v = np.array(obj.values)
         side = name.split()[0][-1]
         out = np.empty_like(v) if name == "sddmm" else obj.dense(side, 19)
         for k in range(4):
-            res = _op_call(obj, name, A_loc, B_loc, values=v, out=out)
+            res = _op_call(run, name, A_loc, B_loc, values=v, out=out)
             check(*_gathered(obj, name, res), S * 2.0**k, A, B, rtol=1e-9)
             v *= 2.0
     obj.close()
 
 
-def _alike_call(obj, name: str, k: int, A_loc, B_loc, plain: bool, with_out: bool,
+def _alike_call(obj, run, name: str, k: int, A_loc, B_loc, plain: bool, with_out: bool,
                 with_values: bool):
     """Call ``k`` of a loop that passes new operands every time, laid out alike: copies of
     the blocks scaled by call (typed blocks, or plain arrays when ``plain``), a new ``out=``
@@ -562,7 +621,7 @@ def _alike_call(obj, name: str, k: int, A_loc, B_loc, plain: bool, with_out: boo
             kw["out"] = np.empty_like(obj.values)
         else:
             kw["out"] = new(obj.dense("a" if op.endswith("_a") else "b", 19))
-    res = _op_call(obj, name, A_now, B_now, **kw)
+    res = _op_call(run, name, A_now, B_now, **kw)
     if with_out:
         assert np.shares_memory(res, kw["out"]), name
         if op != "sddmm":
@@ -575,8 +634,8 @@ def _alike_call(obj, name: str, k: int, A_loc, B_loc, plain: bool, with_out: boo
 def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, with_out):
     """A loop that passes new arrays every call, laid out as the last call's (what a numpy
     loop that makes its operands, and every distmm.torch function, does): from the third
-    call each call replays the traced steps with its own arrays swapped in (replay.py,
-    _replay_alike; at q > 1 the shifts send the new B), except where its result travels in
+    call each plan call replays the traced steps with its own arrays swapped in (plan.py,
+    CallPlan._swapped; at q > 1 the shifts send the new B), except where its result travels in
     a shift at q > 1. Every result is the oracle's for the operands of its own
     call (each call scales them differently, so a replay that read an earlier call's arrays
     fails), with the full call's messages and kernel counts, and the replay holds the last
@@ -586,6 +645,7 @@ def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, 
 
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
     loops = _count_loops(obj, monkeypatch)
+    run = Plans(obj)
     gone = []  # (name, weak reference) of each case's replayed operands, replaced since
     for name, _ in _calls(obj, A_loc, B_loc, 19):
         for with_values in (False, True):
@@ -593,8 +653,8 @@ def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, 
             words = kernels = None
             for k in range(5):
                 obj.stats.reset()
-                res, (ka, kb, kv) = _alike_call(obj, name, k, A_loc, B_loc, plain, with_out,
-                                                with_values)
+                res, (ka, kb, kv) = _alike_call(obj, run, name, k, A_loc, B_loc, plain,
+                                                with_out, with_values)
                 S_now = S * kv
                 check(*_gathered(obj, name, res), S_now, ka * A, kb * B, rtol=1e-9)
                 if k == 1:
@@ -612,15 +672,15 @@ def test_new_operands_laid_out_alike_are_replayed_with_them(monkeypatch, plain, 
             swapped = not moved and (P == 1 or not (name == "spmm_b" or name.endswith("reuse")))
             if moved:
                 assert loops[0] == 5 * per_call, name
-            elif swapped:
-                assert loops[0] == 2 * per_call, (name, with_values)
-            kind = name.split()[0]
-            first = B_loc if kind == "spmm_a" else A_loc
-            held = ([h[0] for h in obj._replays[obj._call_key(kind, first)][0] if h is not None]
+            elif swapped:  # a plan whose kernels were prepared by another's: traced at once
+                assert per_call <= loops[0] <= 2 * per_call, (name, with_values)
+            if swapped:
+                assert run.last.replaying, name
+            held = ([x for x in run.last.operands if isinstance(x, np.ndarray)]
                     if swapped else [])
             gone.extend((name, weakref.ref(x)) for x in held)
             del res, held
-            _alike_call(obj, name, 5, A_loc, B_loc, plain, with_out, with_values)
+            _alike_call(obj, run, name, 5, A_loc, B_loc, plain, with_out, with_values)
     gc.collect()  # once: a typed block and its cached plain view refer to each other
     assert [name for name, ref in gone if ref() is not None] == []
     obj.close()
@@ -645,13 +705,14 @@ def test_an_operand_alike_but_for_its_alignment_is_prepared_for(monkeypatch):
     monkeypatch.setattr(obj.kernel, "prepare",
                         lambda *a, **k: prepared.append(a[0]) or real(*a, **k))
     A_np, B_np = A_loc.view(np.ndarray), B_loc.view(np.ndarray)
+    run = Plans(obj)
     for name in ("spmm_a", "sddmm", "fusedmm_a fusion"):
         for _ in range(4):  # new aligned arrays: prepared once, then reused and replayed
-            got = _op_call(obj, name, A_np.copy(), B_np.copy())
+            got = _op_call(run, name, A_np.copy(), B_np.copy())
             check(*_gathered(obj, name, got), S, A, B, rtol=1e-10)
         before = len(prepared)
         for _ in range(3):
-            got = _op_call(obj, name, _misaligned(A_np), _misaligned(B_np))
+            got = _op_call(run, name, _misaligned(A_np), _misaligned(B_np))
             check(*_gathered(obj, name, got), S, A, B, rtol=1e-10)
         assert len(prepared) > before, name
     obj.close()
@@ -659,25 +720,31 @@ def test_an_operand_alike_but_for_its_alignment_is_prepared_for(monkeypatch):
 
 def test_new_operands_in_turns_are_traced_only_while_it_pays(monkeypatch):
     """Two calls of one kind in turns on new arrays (FusedMM's backward in distmm.torch: an
-    SDDMM of (G, B) and one of (A, B), each with new views): each swaps its arrays into the
-    other's replay (at q > 1 the shifts send the new B). Where an operand cannot be swapped
-    (SpMMB's out= at q > 1, which a shift writes), calls on new ones stop being traced (a
-    trace at q > 1 prepares every shift again) after the first."""
+    SDDMM of (G, B) and one of (A, B), each with new views), through one plan: each swaps its
+    arrays into the other's replay (at q > 1 the shifts send the new B). Where an operand
+    cannot be swapped (SpMMB's out= at q > 1, which a shift writes), calls on new ones stop
+    being traced (a trace at q > 1 prepares every shift again) after the first."""
+    from distmm.algorithms import plan as plan_module
+
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
-    traced, real = [0], obj._trace_if_repeated
+    traced = [0]
 
-    def counted(*args):
-        real(*args)
-        traced[0] += obj._trace is not None
+    class Counted(plan_module.Tracer):
+        __slots__ = ()
 
-    monkeypatch.setattr(obj, "_trace_if_repeated", counted)
+        def __init__(self, record: bool) -> None:
+            super().__init__(record)
+            traced[0] += record
+
+    monkeypatch.setattr(plan_module, "Tracer", Counted)
+    run = Plans(obj)
     full = _count_begins(obj, monkeypatch, ("sddmm",))
     v = np.array(obj.values)  # one array for every call, as the backward's ones
     G_loc = obj.scatter("a", 0.5 * A, root=None)
     for k in range(12):
         B_now = np.array(B_loc)
-        first = obj.sddmm(np.array(G_loc) * (k + 1), B_now, values=v)
-        second = obj.sddmm(np.array(A_loc), B_now, values=v)
+        first = run("sddmm", np.array(G_loc) * (k + 1), B_now, values=v)
+        second = run("sddmm", np.array(A_loc), B_now, values=v)
         check("sddmm", obj.gather_values(first), S, 0.5 * (k + 1) * A, B, rtol=1e-9)
         check("sddmm", obj.gather_values(second), S, A, B, rtol=1e-9)
         if k == 3:
@@ -687,8 +754,8 @@ def test_new_operands_in_turns_are_traced_only_while_it_pays(monkeypatch):
         full = _count_begins(obj, monkeypatch, ("spmm_b",))
         results = []
         for k in range(8):
-            results.append(obj.spmm_b(np.array(A_loc) * (k + 1),
-                                      out=np.array(obj.dense("b", 19))))
+            results.append(run("spmm_b", np.array(A_loc) * (k + 1),
+                                   out=np.array(obj.dense("b", 19))))
             if k == 2:
                 full[0] = traced[0] = 0
         assert traced[0] == 0 and full[0] == 5
@@ -704,11 +771,14 @@ def test_an_alike_out_sharing_memory_with_an_input_is_refused():
     if obj.shape[0] != obj.shape[1]:
         obj.close()
         pytest.skip("needs A and out blocks of one shape")
+    run = Plans(obj)
     for k in range(4):
-        res, scales = _alike_call(obj, "fusedmm_a fusion", k, A_loc, B_loc, False, True, False)
+        res, scales = _alike_call(obj, run, "fusedmm_a fusion", k, A_loc, B_loc, False, True,
+                                  False)
+    assert run.last.replaying
     A_now = A_loc.copy()
     with pytest.raises(distmm.InputError, match="shares memory"):
-        obj.fusedmm_a(A_now, B_loc.copy(), "fusion", out=A_now)
+        run("fusedmm_a", A_now, B_loc.copy(), strategy="fusion", out=A_now)
     obj.close()
 
 
@@ -716,7 +786,7 @@ def test_a_replay_sends_what_the_full_call_sends():
     """Per call, a replayed call sends and receives the words and messages of the full call
     (the counts that the exact formulas are tested against), and times its shifts."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
-    for name, call in _calls(obj, A_loc, B_loc, 19):
+    for name, call in _calls(obj, A_loc, B_loc, 19, Plans(obj)):
         call()  # the first call of its kind: checked in full (an agreement, phase "other")
         obj.stats.reset()
         call()  # run in full and traced
@@ -731,7 +801,7 @@ def test_a_replay_sends_what_the_full_call_sends():
 
 
 def _count_begins(obj, monkeypatch, kinds: tuple) -> list[int]:
-    """Counts the calls of ``kinds`` run in full (CallChecks._begin), in a one-item list."""
+    """Counts the calls of ``kinds`` run in full (DistributedMatrix._begin), in a one-item list."""
     count, real = [0], obj._begin
 
     def counted(kind, *args, **kwargs):  # kind: "spmm_a" or ("spmm_a", width) (_call_key)
@@ -743,11 +813,12 @@ def _count_begins(obj, monkeypatch, kinds: tuple) -> list[int]:
 
 
 def test_ranks_need_not_agree_on_replaying(monkeypatch):
-    """Rank 0 repeats its operands (and replays) while the other ranks pass a new out= block
-    every time, a typed block and a plain array in turns, so that no call is laid out as the
-    one before it (and each runs in full): the same messages flow, nothing waits, and every
-    result is right. Then the same with rank 0 replaying new blocks swapped in."""
+    """Through plans, rank 0 repeats its operands (and replays) while the other ranks pass a
+    new out= block every time, a typed block and a plain array in turns, so that no call is
+    laid out as the one before it (and each runs in full): the same messages flow, nothing
+    waits, and every result is right. Then the same with rank 0 replaying new blocks swapped in."""
     obj, S, A, B, A_loc, B_loc = _setup("15d-dense-shift", 1)
+    run = Plans(obj)
     full = _count_begins(obj, monkeypatch, ("fusedmm_a", "spmm_a"))
     out = obj.dense("a", 19)
     for k in range(5):
@@ -757,7 +828,7 @@ def test_ranks_need_not_agree_on_replaying(monkeypatch):
             target = out
         elif k % 2:
             target = np.asarray(target)
-        res = obj.fusedmm_a(A_loc, B_loc, out=target)
+        res = run("fusedmm_a", A_loc, B_loc, out=target)
         assert np.shares_memory(res, target)
         check("fusedmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
         if k >= 2:
@@ -767,7 +838,7 @@ def test_ranks_need_not_agree_on_replaying(monkeypatch):
     for k in range(5):
         full[0] = 0
         B_now = B_loc.copy() if COMM.rank == 0 else (np.array(B_loc) if k % 2 else B_loc)
-        res = obj.spmm_a(B_now)
+        res = run("spmm_a", B_now)
         check("spmm-a", obj.gather("a", res), S, A, B, rtol=1e-10)
         if k >= 2:
             assert full[0] == (COMM.rank != 0)  # at q > 1 the shifts send rank 0's new B
@@ -827,28 +898,27 @@ def test_release_buffers_frees_what_calls_keep(algorithm, c):
 
 
 def test_calls_at_widths_in_turns_each_keep_their_replay(monkeypatch):
-    """The layers of a model call one operation at several widths in turns. In 1.5D dense
-    shifting (whole rows: the width is r on every rank) each width keeps its own replay
-    (``_call_key``), so after two calls of each width every call is replayed; the results are
-    the oracle's and bitwise those of an object that sees each width alone, with the same
-    counted words. A sweep over more widths keeps the replays of the newest
-    ``replay_widths`` only, and what they hold is released."""
+    """The layers of a model call one operation at several widths in turns, each width
+    through its own plan: after two calls of each width every call is replayed; the results
+    are the oracle's and bitwise those of an object that sees each width alone, with the same
+    counted words. Each plan holds its own operands only while it lives: a sweep over more
+    widths keeps every width's plan replaying, and a dropped plan's operands are released."""
     import gc
     import weakref
 
-    from distmm.algorithms.replay import CallReplay
     from distmm.core.memory import OPS
 
     obj, S, A, B, _, _ = _setup("15d-dense-shift", 1)
     ref = _setup("15d-dense-shift", 1)[0]
+    via = Plans(obj)
     widths = (19, 8, 5)
     mine, alone, oracle = [], [], []
     for r in widths:
         Ar, Br = np.ascontiguousarray(A[:, :r]), np.ascontiguousarray(B[:, :r])
         oracle.append((Ar, Br))
-        for o, calls in ((obj, mine), (ref, alone)):
+        for o, calls, v in ((obj, mine, via), (ref, alone, None)):
             calls.append(_calls(o, o.scatter("a", Ar, root=None), o.scatter("b", Br, root=None),
-                                r))
+                                r, v))
     full = _count_begins(obj, monkeypatch, OPS)
     names = [name for name, _ in mine[0]]
     for i, name in enumerate(names):
@@ -865,21 +935,26 @@ def test_calls_at_widths_in_turns_each_keep_their_replay(monkeypatch):
         assert full[0] == 0, name  # every call of the last two rounds replayed
         for w, (Ar, Br) in enumerate(oracle):
             check(*_gathered(obj, name, mine[w][i][1]()), S, Ar, Br, rtol=1e-10)
-    kept = [k for k in obj._replays if not isinstance(k, str) and k[0] == "spmm_a"]
-    assert sorted(k[1] for k in kept) == sorted(widths)
-    # more widths than an object keeps: the oldest go, with the operands they held
+    kept = [key[2] for key, plan in via.plans.items() if key[0] == "spmm_a" and plan.replaying]
+    assert sorted(kept) == sorted(widths)
+    # more widths: each plan replays, and a plan let go releases what it held
     B6, out6 = obj.scatter("b", np.ascontiguousarray(B[:, :6]), root=None), obj.dense("a", 6)
+    six = obj.plan("spmm_a", B6, out=out6)
     for _ in range(3):
-        obj.spmm_a(B6, out=out6)
-    assert ("spmm_a", 6) in obj._replays
+        six()
+    assert six.replaying
     held = [weakref.ref(B6), weakref.ref(out6)]
     del B6, out6
+    narrow = []
     for r in (1, 2, 3, 4):
         Br, out = obj.scatter("b", np.ascontiguousarray(B[:, :r]), root=None), obj.dense("a", r)
+        narrow.append(obj.plan("spmm_a", Br, out=out))
         for _ in range(3):
-            obj.spmm_a(Br, out=out)
-    kept = [k[1] for k in obj._replays if not isinstance(k, str) and k[0] == "spmm_a"]
-    assert CallReplay.replay_widths == 4 and sorted(kept) == [1, 2, 3, 4], kept
+            narrow[-1]()
+    assert six.replaying and all(plan.replaying for plan in narrow)
+    gc.collect()
+    assert [gone() is None for gone in held] == [False, False]  # six holds them
+    del six
     gc.collect()
     assert [gone() is None for gone in held] == [True, True]
     obj.close()

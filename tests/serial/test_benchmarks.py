@@ -172,3 +172,21 @@ def test_end_to_end_ab_table_pairs_each_round():
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4:9] == ["0.5", "0.8", "1.60", "0.90", "10%, 10%"]
     assert cells[9:12] == ["-", "-", "-"]
+
+
+def test_bench_plans_table_has_a_row_per_case_and_ratios_to_plain():
+    """bench_plans.table: one row per case, times in microseconds, each other variant's
+    ratio to this version's plain call, '-' where a variant has no such call."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_plans", os.path.join(ROOT, "benchmarks", "bench_plans.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    best = {("plain", c): 100e-6 for c in bench.CASES}
+    best.update({("plan", c): 50e-6 for c in bench.CASES})
+    best["old bind", "sddmm"] = 80e-6
+    lines = bench.table(best, ["plain", "plan", "old bind"]).splitlines()
+    assert len(lines) == 2 + len(bench.CASES)
+    assert lines[2] == "| sddmm | 100.0 | 50.0 | 80.0 | 0.50 | 0.80 |"
+    assert lines[3].endswith("| 100.0 | 50.0 | - | 0.50 | - |")
