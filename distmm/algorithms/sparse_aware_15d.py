@@ -61,8 +61,8 @@ from distmm.core.memory import (
     place_bytes,
     transpose_bytes,
 )
-from distmm.core.partition import Partition, check_method, partition
-from distmm.core.permute import PARTITION_MODES
+from distmm.core.partition import Partition, check_method, default_method, partition
+from distmm.core.permute import PARTITION_MODES, permute_mode
 from distmm.errors import InputError, require
 
 STRATEGIES = ("none", "reuse", "fusion")
@@ -208,7 +208,11 @@ class SparseAware15D(DistributedAlgorithm):
                               ) -> tuple[np.ndarray, np.ndarray]:
         """The base class's orderings, or, for a partitioner's (``"kahip"``, ``"kahypar"``)
         or a saved partition's (``"partition"``), rows and columns ordered by part: the parts
-        become the p blocks (:func:`order_by_partition`). Collective."""
+        become the p blocks (:func:`order_by_partition`). The default (``"auto"``) is the
+        partitioner of :func:`~distmm.core.partition.default_method` where it applies (S
+        square, p > 1, the package installed), else the base class's. Collective."""
+        if permute_mode(self.permute) == "auto":
+            mode = default_method(self.shape, self.p) or mode
         if mode not in PARTITION_MODES + ("partition",):
             return super()._balance_permutations(source, mode, seed)
         part = order_by_partition(self, source, mode, seed)

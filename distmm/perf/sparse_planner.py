@@ -28,8 +28,8 @@ from distmm.algorithms import ALGORITHMS
 from distmm.algorithms.sparse_aware_15d import SparseAware15D, sparse_aware_15d_exact
 from distmm.core.exchange import ExchangeCounts, exchange_model
 from distmm.core.layout import block_offsets
-from distmm.core.partition import partition
-from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation
+from distmm.core.partition import default_method, partition
+from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation, permute_mode
 from distmm.perf import costmodel
 from distmm.perf.planner import Machine, predict
 
@@ -47,6 +47,8 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
     m, n = shape
     info: dict = {"permute": "partition" if getattr(permute, "is_partition", False)
                   else applied_mode(permute, p)}
+    if permute_mode(permute) == "auto":  # the family's default: a partition where it can
+        info["permute"] = default_method(shape, p) or info["permute"]
     part = None
     if info["permute"] in PARTITION_MODES:
         t0 = time.perf_counter()
