@@ -212,6 +212,9 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
         rows += found
     if memory_limit is not None:
         fit = [row for row in rows if row["memory"] <= memory_limit]
+        if not fit and oblivious:  # the planner's own message: what c or p would fit
+            plan(m, n, nnz, r, p, machine, oblivious, dtype=dtype, overlap=overlap,
+                 memory_limit=memory_limit)
         if not fit and rows:
             least = min(rows, key=lambda row: row["memory"])
             raise InputError(
