@@ -105,7 +105,8 @@ def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, 
             local={"rows_a": int(model.a_rows[k]), "rows_b": int(b_rows[k]),
                    "super": int(model.super_rows[k]),
                    "nnz_a": int(model.nnz[k]), "recv": int(model.recv_rows[k]),
-                   "send": int(model.send_rows[k]), "share": -(-nnz // p)}).peak
+                   "send": int(model.send_rows[k]), "share": -(-nnz // p),
+                   "partition": 8 * n if offsets is not None else 0}).peak
             for k in range(p))
         calls = SparseAware15D.model.local_calls(strategy, m, n, float(model.nnz.max()) * p,
                                                  r, p, c)
