@@ -61,8 +61,8 @@ from distmm.core.memory import (
     place_bytes,
     transpose_bytes,
 )
-from distmm.core.partition import Partition, check_method, partition
-from distmm.core.permute import PARTITION_MODES
+from distmm.core.partition import Partition, check_method, default_method, partition
+from distmm.core.permute import PARTITION_MODES, permute_mode
 from distmm.errors import InputError, require
 
 STRATEGIES = ("none", "reuse", "fusion")
@@ -144,8 +144,9 @@ class SparseAware15DModel(FamilyModel):
         """Bytes one rank holds for one ``op``. Not collective.
 
         S's two CSR blocks of the superblock's rows (and their cached transposes where a
-        call runs SpMMB), the plan (the ids of the rows received, the rows sent), the
-        superblock T and its accumulator (c > 1), the exchange buffers (the rows received
+        call runs SpMMB), the partition ordering S (its default where one applies), the plan
+        (the ids of the rows received, the rows sent), the superblock T and its accumulator
+        (c > 1), the exchange buffers (the rows received
         and the rows sent at width r; a B-side output adds its partial rows and the rows
         coming back), the caller's dense blocks, and the SDDMM result a FusedMM with
         "none" or "reuse" passes to its SpMM. Without ``local``
@@ -156,10 +157,13 @@ class SparseAware15DModel(FamilyModel):
         k = merged({"rows_a": ceil_div(m, p), "rows_b": ceil_div(n, p),
                     "super": ceil_div(m * c, p), "nnz_a": ceil_div(nnz, p),
                     "recv": ceil_div(n, p) * (q - 1), "send": ceil_div(n, p) * (q - 1),
-                    "share": ceil_div(nnz, p)}, local)
+                    "share": ceil_div(nnz, p),
+                    # the partition that orders S by default (int64 parts of its n rows)
+                    "partition": 8 * m if m == n and default_method((m, n), p) else 0},
+                   local)
         k.setdefault("t_cols", k["recv"] + k["rows_b"])
         k.setdefault("t_blocks", 2)
-        parts = {"permutations": perm_bytes(m, n),
+        parts = {"permutations": perm_bytes(m, n), "partition": k["partition"],
                  "S": csr_bytes(k["super"], k["nnz_a"], it, 2),
                  "exchange plan": 8 * (k["recv"] + k["send"]) + 16 * q,
                  # block offsets of A and B, the two blocks' value offsets and column bases,
@@ -208,7 +212,11 @@ class SparseAware15D(DistributedAlgorithm):
                               ) -> tuple[np.ndarray, np.ndarray]:
         """The base class's orderings, or, for a partitioner's (``"kahip"``, ``"kahypar"``)
         or a saved partition's (``"partition"``), rows and columns ordered by part: the parts
-        become the p blocks (:func:`order_by_partition`). Collective."""
+        become the p blocks (:func:`order_by_partition`). The default (``"auto"``) is the
+        partitioner of :func:`~distmm.core.partition.default_method` where it applies (S
+        square, p > 1, the package installed), else the base class's. Collective."""
+        if permute_mode(self.permute) == "auto":
+            mode = default_method(self.shape, self.p) or mode
         if mode not in PARTITION_MODES + ("partition",):
             return super()._balance_permutations(source, mode, seed)
         part = order_by_partition(self, source, mode, seed)
@@ -444,6 +452,8 @@ class SparseAware15D(DistributedAlgorithm):
         return {"rows_a": self._local_rows("a"), "rows_b": self._local_rows("b"),
                 "super": int(self._fiber_sizes.sum()), "nnz_a": self._o.nnz,
                 "recv": x.nrecv, "send": x.nsend,
+                "partition": int(self.partition.parts.nbytes)
+                if getattr(self, "partition", None) is not None else 0,
                 "t_blocks": sum(1 for blk in self._o.blocks if blk.nnz),
                 "t_cols": sum(blk.shape[1] for blk in self._o.blocks if blk.nnz)}
 

@@ -22,7 +22,8 @@ from distmm.core.permute import PARTITION_MODES, PERMUTE_MODES
 from distmm.errors import Checks, agree, require
 from distmm.io.outputs import read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
-from distmm.perf.planner import Machine, memory_problem, plan
+from distmm.perf.planner import Machine, memory_problem
+from distmm.perf.sparse_planner import plan_distributed
 from distmm.perf.tuning import tune, tune_events
 
 __all__ = ["PERMUTE_CHOICES", "Parser", "UsageError", "check_common", "choose",
@@ -168,6 +169,9 @@ def permute_mode(args):
     """What ``permute=`` gets: the partition loaded from ``--partition FILE`` (every rank reads
     it; one that cannot stops all, collectively), else the mode the options ask for
     (--no-permute wins). Collective over COMM_WORLD when ``--partition`` is given."""
+    planned = getattr(args, "planned_partition", None)  # --algorithm auto's, see choose
+    if planned is not None:
+        return planned
     path = getattr(args, "partition", None)
     if path is None:
         return "none" if getattr(args, "no_permute", False) else args.permute
@@ -252,8 +256,12 @@ def choose(args, share, r: int, op: str, machine: Machine, limit: int | None = N
     # With --overlap, only the families that can overlap are candidates.
     families = tuple(name for name, cls in api.ALGORITHMS.items()
                      if not args.overlap or getattr(cls, "supports_overlap", False))
-    best = plan(m, n, nnz, r, comm.Get_size(), machine, algorithms=families,
-                dtype=np.dtype(args.dtype), overlap=args.overlap, memory_limit=limit)[0]
+    # the sparsity-aware family is priced from S's pattern in the order a run would give it
+    rows, partition = plan_distributed(share, comm, r, machine, families,
+                                       dtype=np.dtype(args.dtype), overlap=args.overlap,
+                                       memory_limit=limit, permute=permute_mode(args),
+                                       seed=args.seed)
+    best = rows[0]
     emit({"event": "plan", "m": m, "n": n, "nnz": nnz, "r": r, **best,
           "machine": machine.as_dict()})
     obj = None
@@ -261,10 +269,12 @@ def choose(args, share, r: int, op: str, machine: Machine, limit: int | None = N
         result = tune(share, comm, r, args.tune, machine, op=op, algorithms=families,
                       node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
                       permute=permute_mode(args), seed=args.seed, order=args.order,
-                      overlap=args.overlap, memory_limit=limit)
+                      overlap=args.overlap, memory_limit=limit, rows=rows)
         for event in tune_events(result):
             emit(event)
         best, obj = result.best, result.obj
     args.algorithm, args.strategy, args.c = best["algorithm"], best["strategy"], best["c"]
+    if obj is None and partition is not None:  # the sparsity-aware pick, ordered by default
+        args.planned_partition = partition  # the planner's partition: not made twice
     return obj
 

@@ -138,6 +138,7 @@ def cmd_plan_sparse(args) -> int:
             read_s = time.perf_counter() - t0
             found, info = plan_sparse(share.rows, share.cols, share.shape, args.r, args.p,
                                       machine, permute, args.seed, np.dtype(args.dtype))
+            info.pop("partition", None)
             head = {"m": share.shape[0], "n": share.shape[1], "nnz": int(share.rows.size),
                     "p": args.p, "r": args.r, "read_s": read_s, **info}
             lines = [{**head, **row} for row in found]

@@ -15,8 +15,11 @@ rank needs and their owners (the pattern of S alone), and then reused by every c
 Both run as one MPI ``Ialltoallv`` on the communicator, through the counting wrapper. Why
 Alltoallv: the peers and counts are fixed by the plan, MPI sends nothing for a zero count (so
 a rank that needs nothing sends and receives no message), it needs no extra communicator
-(a neighbourhood collective needs a distributed-graph communicator per object) and its
+(a neighbourhood collective needs a distributed-graph communicator per object) nor requests
+kept between calls (persistent ones would fix every call's message tag), and its
 non-blocking form lets the kernels on the rows already local run while the rows travel.
+Neither alternative was faster in every measurement (docs/algorithms/15d-sparse-aware.md;
+experiments/bench_exchange.py).
 
 Counted words (exact): a gather sends ``r`` words per row of ``send_rows`` and one message
 per peer with a non-zero count; a scatter sends ``r`` words per received row back. Building

@@ -33,6 +33,7 @@ import scipy.sparse as sp
 from distmm.errors import InputError, require
 
 PARTITIONERS = ("kahip", "kahypar")
+DEFAULT = "kahip"  # the faster of the two, for 3-8% more volume (docs/algorithms)
 EXTRA = "partition"
 IMBALANCE = 0.03
 _FORMAT = "distmm-partition-1"
@@ -86,6 +87,24 @@ def _require_module(method: str):
     except ImportError:
         raise InputError(f"partitioning with {method} needs the Python package {method!r}: "
                          f"pip install 'distmm[{EXTRA}]' (or pip install {method})") from None
+
+
+def default_method(shape: tuple[int, int], p: int) -> str | None:
+    """The partitioner the sparsity-aware family's default order (``permute="auto"``) uses
+    for an S of ``shape`` on p ranks: :data:`DEFAULT` when S is square, p > 1 and its
+    package is installed, else None (the family then takes the natural-order blocks of
+    ``"auto"``). The same on every rank of one installation. Not collective.
+
+    Why a partitioner at every p > 1: on the development graphs its order cuts the busiest
+    rank's exchanged rows several-fold at every p measured (docs/algorithms/15d-sparse-aware.md),
+    for seconds once per placement, which a saved partition (``--partition``) also saves."""
+    if p <= 1 or shape[0] != shape[1]:
+        return None
+    try:
+        _require_module(DEFAULT)
+    except InputError:
+        return None
+    return DEFAULT
 
 
 def check_method(method: str) -> None:
@@ -247,5 +266,6 @@ def load_partition(path: str | os.PathLike) -> Partition:
     return Partition(parts, p, n, nnz, method, imbalance, seconds)
 
 
-__all__ = ["PARTITIONERS", "Partition", "check_method", "load_partition", "partition",
+__all__ = ["DEFAULT", "PARTITIONERS", "Partition", "check_method", "default_method",
+           "load_partition", "partition",
            "save_partition", "volume"]

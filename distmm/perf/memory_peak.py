@@ -26,7 +26,8 @@ __all__ = ["measure_peak"]
 
 def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
                  op: str = "fusedmm_a", strategy: str | None = None, dtype=np.float32,
-                 overlap: bool = False, rounds: int = 2) -> tuple[int | None, Memory]:
+                 overlap: bool = False, rounds: int = 2, permute="auto"
+                 ) -> tuple[int | None, Memory]:
     """This rank's measured peak resident bytes for placing S and one ``op``, beside the
     family's predicted :class:`Memory`. Collective over ``comm``.
 
@@ -37,15 +38,15 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
     OS; the peak is Linux's VmHWM, reset after ``make_share``. The measurement runs
     ``rounds`` times (S placed anew each time) and the smallest peak is kept: what a process
     did before (the allocator's state, a first use of something at full size) can add to one
-    round, never to what placing S and one call need. Returns (None, model) where the peak
-    cannot be reset (not Linux)."""
+    round, never to what placing S and one call need. ``permute`` is distribute's. Returns
+    (None, model) where the peak cannot be reset (not Linux)."""
     cls = ALGORITHMS[algorithm]
     strategy = strategy or cls.strategies[-1]
     p = comm.Get_size()
 
     def run(share, width):
         obj = distribute(share, comm, algorithm=algorithm, c=c, r=width, dtype=dtype,
-                                overlap=overlap)
+                         overlap=overlap, permute=permute)
         A, B = obj.dense("a", width, 0.5), obj.dense("b", width, 0.25)
         args = {"sddmm": (A, B), "spmm_a": (B,), "spmm_b": (A,)}.get(op, (A, B))
         kw = {"strategy": strategy} if op.startswith("fusedmm") else {}

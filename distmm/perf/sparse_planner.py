@@ -28,10 +28,12 @@ from distmm.algorithms import ALGORITHMS
 from distmm.algorithms.sparse_aware_15d import SparseAware15D, sparse_aware_15d_exact
 from distmm.core.exchange import ExchangeCounts, exchange_model
 from distmm.core.layout import block_offsets
-from distmm.core.partition import partition
-from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation
+from distmm.core.memory import format_bytes
+from distmm.core.partition import default_method, partition
+from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation, permute_mode
+from distmm.errors import Checks, InputError
 from distmm.perf import costmodel
-from distmm.perf.planner import Machine, predict
+from distmm.perf.planner import Machine, plan, predict
 
 AWARE = SparseAware15D.name
 
@@ -47,6 +49,8 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
     m, n = shape
     info: dict = {"permute": "partition" if getattr(permute, "is_partition", False)
                   else applied_mode(permute, p)}
+    if permute_mode(permute) == "auto":  # the family's default: a partition where it can
+        info["permute"] = default_method(shape, p) or info["permute"]
     part = None
     if info["permute"] in PARTITION_MODES:
         t0 = time.perf_counter()
@@ -57,9 +61,9 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
         part = permute
         problem = part.problem(n, p, int(rows.size))
         if problem is not None:
-            from distmm.errors import InputError
             raise InputError(problem)
     if part is not None:
+        info["partition"] = part  # a run may reuse it (not JSON: callers printing info drop it)
         perm, offsets = part.permutation()
         inv = np.empty_like(perm)
         inv[perm] = np.arange(perm.size)
@@ -101,16 +105,23 @@ def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, 
             local={"rows_a": int(model.a_rows[k]), "rows_b": int(b_rows[k]),
                    "super": int(model.super_rows[k]),
                    "nnz_a": int(model.nnz[k]), "recv": int(model.recv_rows[k]),
-                   "send": int(model.send_rows[k]), "share": -(-nnz // p)}).peak
+                   "send": int(model.send_rows[k]), "share": -(-nnz // p),
+                   "partition": 8 * n if offsets is not None else 0}).peak
             for k in range(p))
         calls = SparseAware15D.model.local_calls(strategy, m, n, float(model.nnz.max()) * p,
                                                  r, p, c)
         compute = sum(machine.call_seconds(call) for call in calls)
         comm = machine.alpha * best[1] + machine.beta * best[0]
+        # with the fields of distmm.perf.planner.plan's rows too (words, memory, calls), so
+        # that --algorithm auto ranks them with the others
         rows.append({"algorithm": AWARE, "strategy": strategy, "c": c,
                      "max_words": int(best[0]), "messages": best[1],
                      "memory_bytes": int(memory), "comm_s": comm, "compute_s": compute,
-                     "time_s": comm + compute})
+                     "time_s": comm + compute, "words": int(best[0]), "memory": int(memory),
+                     "kernel_calls": [call.as_dict() for call in calls],
+                     "calls": sum(call.count for call in calls),
+                     "visits": sum(call.count * call.nnz for call in calls),
+                     "phi": nnz / (n * r) if n and r else 0.0})
     return rows
 
 
@@ -153,4 +164,69 @@ def plan_sparse(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], r: i
     return out, info
 
 
-__all__ = ["aware_rows", "order", "plan_sparse"]
+def plan_distributed(share, comm, r: int, machine: Machine | None = None,
+                     algorithms: tuple[str, ...] | None = None, dtype=np.float32,
+                     overlap: bool = False, memory_limit: int | None = None,
+                     permute="auto", seed: int = 0) -> tuple[list[dict], object]:
+    """What ``--algorithm auto`` ranks: :func:`distmm.perf.planner.plan`'s rows for the
+    sparsity-oblivious families (m, n and nnz decide their words) and, when the
+    sparsity-aware family is among ``algorithms``, its rows priced from S's pattern ordered
+    as ``permute`` orders it (:func:`aware_rows`), fastest predicted first, in ``plan``'s row
+    format; and the partition that ordering made (or None), which the caller may pass as
+    ``permute`` when it distributes S for the sparsity-aware pick.
+
+    Collective over ``comm``: ``share`` (a :class:`~distmm.core.coo.CooShare`) is this rank's
+    part of S; rank 0 gathers the pattern and plans (a partitioner runs there), every rank
+    gets the same rows, and a problem is the same InputError on every rank. A partitioner's
+    order (``permute`` "kahip", "kahypar" or a saved partition) leaves only the
+    sparsity-aware family, which alone runs on it."""
+    machine = machine or Machine()
+    algorithms = tuple(ALGORITHMS) if algorithms is None else tuple(algorithms)
+    m, n = share.shape
+    p = comm.Get_size()
+    nnz = int(comm.allreduce(int(share.nnz)))
+    partitioned = (getattr(permute, "is_partition", False)
+                   or (isinstance(permute, str) and permute in PARTITION_MODES))
+    oblivious = () if partitioned else tuple(a for a in algorithms if a != AWARE)
+    rows = plan(m, n, nnz, r, p, machine, oblivious, dtype=dtype, overlap=overlap) \
+        if oblivious else []
+    part = None
+    if AWARE in algorithms and min(m, n, r) >= 1:
+        pieces = comm.gather((share.rows, share.cols), root=0)
+        checks, found = Checks(comm), None
+        with checks.guard():
+            if comm.Get_rank() == 0:
+                grows = np.concatenate([x[0] for x in pieces]).astype(np.int64)
+                gcols = np.concatenate([x[1] for x in pieces]).astype(np.int64)
+                row_inv, col_inv, offsets, info = order(grows, gcols, (m, n), p, permute,
+                                                        seed)
+                found = []
+                for c in costmodel.valid_cs(AWARE, p, r):
+                    model = exchange_model(row_inv[grows], col_inv[gcols], (m, n), p, c,
+                                           offsets=offsets)
+                    found += aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
+                part = info.get("partition")
+                if permute_mode(permute) != "auto":  # a given order: the run makes its own
+                    part = None
+        checks.agree()
+        found, part = comm.bcast((found, part), root=0)
+        rows += found
+    if memory_limit is not None:
+        fit = [row for row in rows if row["memory"] <= memory_limit]
+        if not fit and oblivious:  # the planner's own message: what c or p would fit
+            plan(m, n, nnz, r, p, machine, oblivious, dtype=dtype, overlap=overlap,
+                 memory_limit=memory_limit)
+        if not fit and rows:
+            least = min(rows, key=lambda row: row["memory"])
+            raise InputError(
+                f"no candidate fits the memory limit of {format_bytes(memory_limit)} per "
+                f"rank: the one that needs least, {least['algorithm']} {least['strategy']} "
+                f"c={least['c']}, needs {format_bytes(least['memory'])} on the fullest rank")
+        rows = fit
+    if not rows:
+        raise InputError(f"no algorithm fits p={p}, r={r}")
+    rows.sort(key=lambda row: (row["time_s"], row["c"], row["algorithm"]))
+    return rows, (part if rows[0]["algorithm"] == AWARE else None)
+
+
+__all__ = ["aware_rows", "order", "plan_distributed", "plan_sparse"]

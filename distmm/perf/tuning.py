@@ -59,7 +59,8 @@ def candidates(rows: list[dict], k: int, op: str = "fusedmm-a") -> list[dict]:
 def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
          machine: Machine | None = None, op: str = "fusedmm-a",
          algorithms: tuple[str, ...] | None = None, repeat: int = 3, seed: int = 0,
-         memory_limit: int | None = None, **distribute_kwargs) -> Tuned:
+         memory_limit: int | None = None, rows: list[dict] | None = None,
+         **distribute_kwargs) -> Tuned:
     """Pick (algorithm, strategy, c) for ``op`` on S at width ``r`` by timing the model's top
     ``candidates_k`` configurations on this data (collective over ``comm``).
 
@@ -72,15 +73,19 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
     :class:`Tuned`; only the chosen candidate's distribution is kept in memory: the others are
     closed (their sub-communicators freed) as soon as they are beaten. With
     ``memory_limit`` (bytes per rank) only candidates whose modelled peak fits are tried.
+    ``rows``: the planner's ranking when the caller has it (e.g.
+    :func:`distmm.perf.sparse_planner.plan_distributed`'s, which prices the sparsity-aware
+    family from S's pattern), instead of :func:`distmm.perf.planner.plan`'s.
     """
     require(op in CLI_OPS, f"unknown operation {op!r}; choose one of {', '.join(CLI_OPS)}")
     require(isinstance(repeat, int) and repeat >= 1, "repeat must be at least 1")
     m, n = share.shape
     nnz = int(comm.allreduce(share.nnz))
-    rows = plan(m, n, nnz, r, comm.Get_size(), machine,
-                algorithms=algorithms or tuple(api.ALGORITHMS),
-                dtype=distribute_kwargs.get("dtype", np.float32),
-                overlap=bool(distribute_kwargs.get("overlap")), memory_limit=memory_limit)
+    if rows is None:
+        rows = plan(m, n, nnz, r, comm.Get_size(), machine,
+                    algorithms=algorithms or tuple(api.ALGORITHMS),
+                    dtype=distribute_kwargs.get("dtype", np.float32),
+                    overlap=bool(distribute_kwargs.get("overlap")), memory_limit=memory_limit)
     chosen = [dict(row, predicted_s=row["time_s"], measured_s=None)
               for row in candidates(rows, candidates_k, op)]
     if len(chosen) == 1:

@@ -14,6 +14,7 @@ from oracle import check, problem
 import distmm
 from distmm.algorithms.sparse_aware_15d import SparseAware15D, sparse_aware_15d_exact
 from distmm.core.exchange import exchange_model
+from distmm.core.partition import default_method
 from distmm.perf import bench, costmodel
 
 NAME = SparseAware15D.name
@@ -239,7 +240,140 @@ def test_the_planner_orders_s_as_a_run_does(shape):
 
     S, _, _ = problem(*shape, 1, density=0.1, seed=6)
     obj = distmm.distribute(S, COMM, algorithm=NAME, root=None)
-    row_inv, col_inv, offsets, _ = order(S.row, S.col, S.shape, P, "auto")
-    assert offsets is None
+    row_inv, col_inv, offsets, info = order(S.row, S.col, S.shape, P, "auto")
+    # the default order is a partition where one applies (square S, p > 1, kahip installed)
+    if default_method(S.shape, P) is None:
+        assert offsets is None and info["permute"] in ("none", "blocks")
+    else:
+        assert info["permute"] == "kahip" and obj.partition.method == "kahip"
+        assert np.array_equal(offsets, obj.offsets["a"])
     assert np.array_equal(row_inv, obj.row_inv) and np.array_equal(col_inv, obj.col_inv)
     obj.close()
+
+
+def test_default_order_is_the_partitioner_and_matches_scipy_and_the_model():
+    """permute="auto" (the default) on a square S with p > 1: KaHIP's parts are the blocks;
+    results equal scipy and the counters the pattern model, at every c."""
+    pytest.importorskip("kahip")
+    S = shuffled_grid(9, seed=3)
+    r = 4
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((81, r)), rng.standard_normal((81, r))
+    for c in CS:
+        obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, dtype=np.float64,
+                                root=None)
+        if P == 1:
+            assert getattr(obj, "partition", None) is None
+        else:
+            assert obj.partition.method == "kahip"
+            assert np.array_equal(np.diff(obj.offsets["a"]),
+                                  np.bincount(obj.partition.parts, minlength=P))
+        A_loc, B_loc = scattered(obj, A, B)
+        for op, strategy in RUNS:
+            check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
+        model = exchange_model(obj.row_inv[S.row], obj.col_inv[S.col], S.shape, P, c,
+                               offsets=obj.offsets["a"] if P > 1 else None)
+        exact = sparse_aware_15d_exact("fusedmm_a", 81, 81, r, P, c, "fusion",
+                                       **model.rank(COMM.rank))
+        obj.stats.reset()
+        obj.fusedmm_a(A_loc, B_loc, "fusion")
+        for ph in PHASES:
+            assert obj.stats.words(ph) == exact[ph]["words"], ph
+        obj.close()
+
+
+def test_default_order_without_the_partitioner_is_the_natural_blocks(monkeypatch):
+    """When KaHIP is not installed the default falls back to the base class's order."""
+    import distmm.algorithms.sparse_aware_15d as family
+
+    monkeypatch.setattr(family, "default_method", lambda shape, p: None)
+    S = shuffled_grid(6)
+    obj = distmm.distribute(S, COMM, algorithm=NAME, root=None)
+    assert getattr(obj, "partition", None) is None
+    assert obj.stats.describe()["permute"] == ("none" if P == 1 else "blocks")
+    obj.close()
+
+
+def test_auto_ranks_the_aware_family_from_the_pattern():
+    """plan_distributed (what --algorithm auto ranks): the oblivious families' rows are
+    plan()'s, the sparsity-aware family's are plan_sparse's on the whole pattern, every rank
+    gets the same ranking, and a partitioner's order leaves only the aware family."""
+    from distmm.api import as_coo_share
+    from distmm.perf.planner import plan
+    from distmm.perf.sparse_planner import plan_distributed, plan_sparse
+
+    S = shuffled_grid(10, seed=1)
+    r = 16
+    share = as_coo_share(S if COMM.rank == 0 else None, COMM)
+    rows, part = plan_distributed(share, COMM, r)
+    key = [(x["algorithm"], x["strategy"], x["c"], x["time_s"]) for x in rows]
+    assert COMM.allgather(key) == [key] * P
+    aware = [x for x in rows if x["algorithm"] == NAME]
+    expect, _ = plan_sparse(S.row, S.col, S.shape, r, P)
+    assert sorted((x["strategy"], x["c"], x["words"], x["memory"]) for x in aware) == sorted(
+        (x["strategy"], x["c"], x["max_words"], x["memory_bytes"]) for x in expect
+        if x["algorithm"] == NAME)
+    others = [(x["algorithm"], x["strategy"], x["c"], x["words"]) for x in rows
+              if x["algorithm"] != NAME]
+    assert others == [(x["algorithm"], x["strategy"], x["c"], x["words"])
+                      for x in plan(100, 100, S.nnz, r, P)
+                      if x["algorithm"] != NAME]
+    if rows[0]["algorithm"] != NAME or default_method(S.shape, P) is None:
+        assert part is None
+    else:
+        assert part.method == "kahip" and part.p == P
+    if default_method(S.shape, P) is not None:
+        only, _ = plan_distributed(share, COMM, r, permute="kahip")
+        assert {x["algorithm"] for x in only} == {NAME}
+
+
+def test_run_auto_picks_the_aware_family_and_reuses_its_partition(monkeypatch, shared_tmp,
+                                                                   capsys):
+    """A graph whose exchange is tiny (a shuffled grid, partitioned) at a large width: the
+    planner picks the sparsity-aware family; the run partitions once and is right."""
+    import json
+    import os
+
+    import h5py
+    import scipy.io
+
+    import distmm.perf.sparse_planner as planner_module
+    from distmm.cli import main
+
+    if default_method((1, 1), 2) is None:
+        pytest.skip("kahip is not installed")
+    S = shuffled_grid(16, seed=2)
+    n, r = 256, 512
+    d = os.path.join(shared_tmp, "auto_aware")
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((n, r)), rng.standard_normal((n, r))
+    if COMM.rank == 0:
+        os.makedirs(d, exist_ok=True)
+        scipy.io.mmwrite(os.path.join(d, "S.mtx"), S)
+        np.save(os.path.join(d, "A.npy"), A)
+        np.save(os.path.join(d, "B.npy"), B)
+    COMM.Barrier()
+    made = []
+    real = planner_module.partition
+    monkeypatch.setattr(planner_module, "partition",
+                        lambda *a, **k: made.append(1) or real(*a, **k))
+    import distmm.algorithms.sparse_aware_15d as family
+    real_family = family.partition
+    monkeypatch.setattr(family, "partition",
+                        lambda *a, **k: made.append(2) or real_family(*a, **k))
+    out = os.path.join(d, f"out{P}.h5")
+    code = main(["run", "fusedmm-a", "--sparse", os.path.join(d, "S.mtx"),
+                 "--a", os.path.join(d, "A.npy"), "--b", os.path.join(d, "B.npy"),
+                 "--out", out, "--algorithm", "auto", "--tune", "1", "--dtype", "float64"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    if COMM.rank != 0:
+        return
+    recs = [json.loads(line) for line in printed.strip().splitlines()]
+    run = next(x for x in recs if x["event"] == "run")
+    if P > 1:
+        assert recs[0]["event"] == "plan" and recs[0]["algorithm"] == NAME
+        assert run["algorithm"] == NAME
+        assert made == [1]  # the planner's partition serves the run
+    with h5py.File(out, "r") as h5:
+        check("fusedmm-a", h5["result"][()], S, A, B, rtol=1e-9)

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from distmm.core.partition import (
     PARTITIONERS,
     Partition,
+    default_method,
     load_partition,
     partition,
     save_partition,
@@ -81,6 +82,26 @@ def test_missing_package_names_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_kahip)
     with pytest.raises(InputError, match=r"distmm\[partition\]"):
         partition(grid_graph(4), 2, "kahip")
+
+
+def test_default_method_is_kahip_where_it_applies(monkeypatch):
+    """The sparsity-aware family's default order: KaHIP for a square S on p > 1 ranks when
+    the package is installed; None (natural-order blocks) otherwise."""
+    import builtins
+
+    pytest.importorskip("kahip")
+    assert default_method((10, 10), 4) == "kahip"
+    assert default_method((10, 10), 1) is None
+    assert default_method((10, 12), 4) is None
+    real = builtins.__import__
+
+    def no_kahip(name, *args, **kw):
+        if name == "kahip":
+            raise ImportError(name)
+        return real(name, *args, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_kahip)
+    assert default_method((10, 10), 4) is None
 
 
 def test_file_round_trip_and_refusals(tmp_path):
