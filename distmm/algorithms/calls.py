@@ -174,7 +174,8 @@ class CallChecks:
                          and (kind not in self._swap_failed or new == self._last_new.get(kind)))
                 self._last_new[kind] = new
                 self._remember(kind, dense, values, out, r)
-        self.stats.call_tag = call_tag(key_op(kind), strategy)
+        self.stats.set_call(call_tag(key_op(kind), strategy), r, key_op(kind) if strategy is None
+                            else f"{key_op(kind)} (strategy {strategy})")
         self._repeat = repeat or self._binding
         self._trace_if_repeated(out is not None, self._repeat or alike)
         self._last_r = r
