@@ -22,8 +22,9 @@ calls"). The operation's checks agree on the first call of each operation only (
 each point-to-point message carries the call's tag (:attr:`CommStats.call_tag`: operation and
 FusedMM strategy) and its received size is checked against the size the receiving call
 expects (a call of another width); and the first collective of each call on each
-communicator is preceded by one small all-gather of the call's tag and width
-(:meth:`CountingComm._same_call`), so that ranks in different calls raise one error there
+communicator (and its first shift, in the families whose shifts do not show the width:
+:attr:`CountingComm.sizes_show_width`) is preceded by one small all-gather of the call's tag
+and width (:meth:`CountingComm._same_call`), so that ranks in different calls raise one error there
 instead of pairing their collectives. Neither check is counted: like the calls' agreement,
 they are not words of the paper's model.
 """
@@ -249,10 +250,15 @@ class CountingComm:
         # the call (CommStats.call_serial) whose first collective here was compared
         self._compared = stats.call_serial
         self._status = MPI.Status()
+        # False where a shift's size does not tell the call's width (a block of S, three
+        # words a nonzero; a column block of r, which two widths can share): the first shift
+        # of each call then compares the calls too (_same_call). Set by the family.
+        self.sizes_show_width = True
 
     def _same_call(self, phase: str) -> None:
-        """Before the first collective of a call on this communicator: all-gather the call's
-        tag and width (:meth:`CommStats.set_call`) and raise one :class:`InputError` on every
+        """Before the first collective of a call on this communicator (or its first shift,
+        where shifts' sizes do not show the width: :attr:`sizes_show_width`): all-gather the
+        call's tag and width (:meth:`CommStats.set_call`) and raise one :class:`InputError` on every
         rank of the communicator if they differ, naming each rank's call. Collective.
 
         The collectives of a call carry no tag, so ranks in different calls (possible after
@@ -316,6 +322,8 @@ class CountingComm:
             if dest == self.rank and source == self.rank:
                 recvbuf[...] = sendbuf.reshape(recvbuf.shape)
                 return
+            if not self.sizes_show_width:
+                self._same_call(phase)
             t = mpi_type(sendbuf.dtype)
             tag = 17 + self.stats.call_tag
             try:
@@ -379,6 +387,8 @@ class CountingComm:
             recvbuf[...] = sendbuf.reshape(recvbuf.shape)
             return []
         with self._phase(phase):
+            if not self.sizes_show_width:
+                self._same_call(phase)
             t = mpi_type(sendbuf.dtype)
             tag = 18 + self.stats.call_tag
             reqs = [self.comm.Irecv([recvbuf, t], source=source, tag=tag),
