@@ -8,9 +8,9 @@ collective of each call on each communicator (the first shift too, in the famili
 shifts do not show the width) is preceded by one all-gather of the call's tag and width. For
 each family at c = 1 and at its deepest c, and SDDMM, SpMMA and FusedMMA, it times later calls
 on two objects alike, in turns: one as shipped, one with those checks bypassed on its
-communicators (the comparison made a no-op, the size check skipped). Prints, on rank 0, the
-median microseconds over ROUNDS rounds (each the slowest rank's time) and checked over
-bypassed.
+communicators (the comparison made a no-op, the size check skipped); and, alone, the
+comparison's all-gather of three integers over all ranks. Prints, on rank 0, the median
+microseconds over ROUNDS rounds (each the slowest rank's time) and checked over bypassed.
 """
 
 from __future__ import annotations
@@ -71,15 +71,20 @@ def main(path: str, r: int, rounds: int) -> None:
             for S, (Ab, Bb) in zip(objs, blocks, strict=True):  # warm: first calls done
                 for call in CALLS.values():
                     call(S, Ab, Bb)
+            mine, every = np.zeros(3, np.int64), np.zeros((COMM.size, 3), np.int64)
+            alone = functools.partial(COMM.Allgather, [mine, MPI.INT64_T],
+                                      [every, MPI.INT64_T])
             for op, call in CALLS.items():
-                times = [[], []]
+                times = [[], [], []]
                 for _ in range(rounds):
                     for k in (0, 1):
                         times[k].append(timed(functools.partial(call, objs[k], *blocks[k])))
+                    times[2].append(timed(alone))
                 med = [1e6 * statistics.median(t) for t in times]
                 if COMM.rank == 0:
                     print(f"{family:22s} c={c} {op:10s} checked {med[0]:8.1f}  bypassed "
-                          f"{med[1]:8.1f}  ratio {med[0] / med[1]:5.2f}", flush=True)
+                          f"{med[1]:8.1f}  ratio {med[0] / med[1]:5.2f}  comparison alone "
+                          f"{med[2]:6.1f}", flush=True)
             for S in objs:
                 S.close()
 
