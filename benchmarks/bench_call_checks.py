@@ -19,7 +19,6 @@ import functools
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 from mpi4py import MPI
@@ -27,12 +26,10 @@ from mpi4py import MPI
 import distmm
 from distmm.perf import costmodel
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_call_agreement import CALLS, timed  # noqa: E402  (the calls and their timing)
+
 COMM = MPI.COMM_WORLD
-CALLS = {
-    "sddmm": lambda S, A, B: S.sddmm(A, B),
-    "spmm_a": lambda S, A, B: S.spmm_a(B),
-    "fusedmm_a": lambda S, A, B: S.fusedmm_a(A, B),
-}
 
 
 def bypass(S) -> None:
@@ -43,13 +40,6 @@ def bypass(S) -> None:
         if comm is not None:
             comm._same_call = lambda phase: None
             comm._received = lambda *args: None
-
-
-def timed(fn) -> float:
-    COMM.Barrier()
-    t0 = time.perf_counter()
-    fn()
-    return COMM.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
 
 def main(path: str, r: int, rounds: int) -> None:

@@ -108,15 +108,20 @@ def test_a_huge_rank_is_refused_in_one_line_before_reading(shared_tmp, capsys, l
     assert not os.path.exists(out)
 
 
-def test_a_fitting_rank_runs(shared_tmp, capsys):
-    path = os.path.join(shared_tmp, "ratings-small.mtx")
+def _small_ratings(path: str, seed: int) -> str:
+    """Rank 0 writes 200 ratings of 30 users and 40 items to ``path``; every rank returns it."""
     if COMM.rank == 0:
-        rng = np.random.default_rng(0)
+        rng = np.random.default_rng(seed)
         rows, cols = rng.integers(1, 31, 200), rng.integers(1, 41, 200)
         with open(path, "w") as fh:
             fh.write("%%MatrixMarket matrix coordinate real general\n30 40 200\n")
             fh.writelines(f"{u} {i} {1 + (u * i) % 5}\n" for u, i in zip(rows, cols, strict=True))
     COMM.Barrier()
+    return path
+
+
+def test_a_fitting_rank_runs(shared_tmp, capsys):
+    path = _small_ratings(os.path.join(shared_tmp, "ratings-small.mtx"), 0)
     assert main(["als", "--ratings", path, "--rank", "4", "--epochs", "1",
                  "--memory-limit", "1G"]) == 0
     capsys.readouterr()
@@ -127,14 +132,7 @@ def test_auto_runs_the_family_it_checked(shared_tmp, capsys):
     pick from the header), as the final record says."""
     import json
 
-    path = os.path.join(shared_tmp, "ratings-auto.mtx")
-    if COMM.rank == 0:
-        rng = np.random.default_rng(1)
-        rows, cols = rng.integers(1, 31, 200), rng.integers(1, 41, 200)
-        with open(path, "w") as fh:
-            fh.write("%%MatrixMarket matrix coordinate real general\n30 40 200\n")
-            fh.writelines(f"{u} {i} {1 + (u * i) % 5}\n" for u, i in zip(rows, cols, strict=True))
-    COMM.Barrier()
+    path = _small_ratings(os.path.join(shared_tmp, "ratings-auto.mtx"), 1)
     assert main(["als", "--ratings", path, "--rank", "8", "--epochs", "1", "--algorithm",
                  "auto", "--memory-limit", "1G"]) == 0
     out = capsys.readouterr().out
