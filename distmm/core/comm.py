@@ -271,6 +271,13 @@ class CountingComm:
         st = self.stats
         if self._compared == st.call_serial or phase not in CALL_PHASES:
             return
+        self.compare_call()
+
+    def compare_call(self) -> None:
+        """Compare the current call's tag and width across the ranks of this communicator
+        now (what :meth:`_same_call` does before a call's first collective), for a call
+        whose messages go around this wrapper (a raw gather). Collective."""
+        st = self.stats
         self._compared = st.call_serial
         mine = np.array([_CALL_CHECK, st.call_tag, st.call_width], dtype=np.int64)
         every = np.zeros((self.size, 3), dtype=np.int64)

@@ -2,7 +2,8 @@
 agreed first calls on one distributed matrix (SDDMM, SpMMA, FusedMMA), then rank 0 makes one
 call and the others another, three times, under a watchdog of 3 s. CASE says how the calls
 differ: ``op`` (SDDMM on rank 0, SpMMA on the others), ``strategy`` (FusedMMA under the
-family's first and last strategies) or ``width`` (FusedMMA at two widths r).
+family's first and last strategies), ``width`` (FusedMMA at two widths r) or ``gather`` (a
+block of A gathered at two widths).
 
 Each rank prints ``rank K got a result ...`` if its calls return, or ``rank K refused: ...``
 if one raises the library's InputError, and then waits in a barrier. So a job either ends
@@ -46,6 +47,12 @@ def main(algorithm: str, c: int, checks: str, case: str) -> None:
     elif case == "strategy":
         def call():
             return obj.fusedmm_a(*loc[r], strategy=first if mine else last)
+    elif case == "gather":
+        obj.gather("a", loc[r][0])
+        obj.gather("a", loc[wide][0])
+
+        def call():
+            return obj.gather("a", loc[r if mine else wide][0])
     else:
         def call():
             return obj.fusedmm_a(*loc[r if mine else wide], strategy=first)

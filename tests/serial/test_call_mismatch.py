@@ -45,6 +45,9 @@ def _cases():
                 out.append((p, name, c, ("once", "off")[(p + k) % 2], "width"))
                 out.append((p, name, c, ("off", "once")[(p + k) % 2],
                             others[(p + k) % len(others)]))
+    # a block gathered at two widths (a raw MPI gather, compared before it), every family
+    out += [(p, name, costmodel.valid_cs(name, p)[0], ("once", "off")[p % 2], "gather")
+            for p in (2, 3) for name in distmm.ALGORITHMS]
     return out
 
 
