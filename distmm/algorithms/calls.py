@@ -176,7 +176,8 @@ class CallChecks:
                 if r is None:
                     r = self.cheap_check(dense, values, out, out_side)
                 self._remember(kind, dense, values, out, r)
-        mat.stats.call_tag = call_tag(key_op(kind), strategy)
+        mat.stats.set_call(call_tag(key_op(kind), strategy), r, key_op(kind) if strategy is None
+                           else f"{key_op(kind)} (strategy {strategy})")
         # a repeat, or a plan's call (plan.py): its operands get prepared kernel calls of
         # their own (prepared.py)
         mat._repeat = repeat or mat._tracer is not None

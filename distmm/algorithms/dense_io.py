@@ -146,6 +146,8 @@ def gather(S, side: str, X_loc: np.ndarray, root: int = 0) -> np.ndarray | None:
     perm = S.row_perm if side == "a" else S.col_perm
     t = mpi_type(S.dtype)
     send = np.ascontiguousarray(X_loc)
+    if S.p > 1:  # blocks of another width would be gathered silently short
+        S.world.compare_call()
     if S.rank != root:
         S.comm.Gatherv([send, send.size, t], None, root=root)
         return None

@@ -350,6 +350,9 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
     def _setup(self, source: CooShare) -> None:
         s = self.s
         self._word = word_dtype(self.dtype)
+        # S's packets (and column blocks of r) do not show a call's width: compare it first
+        for comm in (self.layer, self.fiber, self.row, self.col):
+            comm.sizes_show_width = False
         m, n = self.shape
         self.offsets = {"a": block_offsets(m, s * self.c), "b": block_offsets(n, s * self.c)}
         rows = self.row_inv[source.rows]

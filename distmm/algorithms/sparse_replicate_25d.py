@@ -288,6 +288,9 @@ class SparseReplicate25D(DistributedMatrix):
         g, c, s = self.grid, self.c, self.s
         m, n = self.shape
         self.offsets = {"a": block_offsets(m, s), "b": block_offsets(n, s)}
+        # S's packets (and column blocks of r) do not show a call's width: compare it first
+        for comm in (self.layer, self.fiber, self.row, self.col):
+            comm.sizes_show_width = False
 
         rows = self.row_inv[source.rows]
         cols = self.col_inv[source.cols]

@@ -337,6 +337,9 @@ class SparseShift15D(TwoOrientationAlgorithm):
         p = self.p
         self.offsets = {"a": block_offsets(m, p), "b": block_offsets(n, p)}
         self._pack_dtype = word_dtype(self.dtype)
+        # S's packets (and column blocks of r) do not show a call's width: compare it first
+        for comm in (self.layer, self.fiber):
+            comm.sizes_show_width = False
         # Fiber order of each side's rows: layer 0's rows (its row blocks in local order), then
         # layer 1's, ...: exactly the order in which an all-gather along the fiber stacks them.
         self._row_map, self._row_pos, self._layer_starts = {}, {}, {}

@@ -349,16 +349,27 @@ def _rmse(obj: DistributedMatrix, predict: Callable[[], np.ndarray], ratings: np
     return math.sqrt(total[0] / total[1]) if total[1] else float("nan")
 
 
-def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None) -> ALSConfig:
-    """Ask the planner once for ALS's FusedMM shape (m x n, nnz, r = rank)."""
+def auto_choice(m: int, n: int, nnz: int, rank: int, p: int, overlap: bool = False,
+                machine=None) -> tuple[str, str, int]:
+    """(algorithm, strategy, c) that ``algorithm="auto"`` runs: the planner's pick for ALS's
+    FusedMM shape (m x n, ``nnz`` training ratings, r = ``rank``) on ``p`` ranks, among the
+    families that can overlap when ``overlap`` is asked. Not collective (the same on every
+    rank for the same arguments); ``distmm als`` calls it from the headers to check the
+    chosen family's memory before any rating is read."""
     from distmm.perf.planner import Machine, plan
 
-    nnz = int(comm.allreduce(share.nnz))
     families = tuple(name for name, cls in api.ALGORITHMS.items()
-                     if not cfg.overlap or getattr(cls, "supports_overlap", False))
-    best = plan(share.shape[0], share.shape[1], nnz, cfg.rank, comm.Get_size(),
-                machine or Machine(), algorithms=families)[0]
-    return replace(cfg, algorithm=best["algorithm"], strategy=best["strategy"], c=best["c"])
+                     if not overlap or getattr(cls, "supports_overlap", False))
+    best = plan(m, n, nnz, rank, p, machine or Machine(), algorithms=families)[0]
+    return best["algorithm"], best["strategy"], best["c"]
+
+
+def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None) -> ALSConfig:
+    """Ask the planner once for ALS's FusedMM shape (m x n, nnz, r = rank)."""
+    nnz = int(comm.allreduce(share.nnz))
+    algorithm, strategy, c = auto_choice(share.shape[0], share.shape[1], nnz, cfg.rank,
+                                         comm.Get_size(), cfg.overlap, machine)
+    return replace(cfg, algorithm=algorithm, strategy=strategy, c=c)
 
 
 def distribute_ratings(share: CooShare, comm: MPI.Comm, cfg: ALSConfig,

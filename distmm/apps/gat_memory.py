@@ -21,7 +21,11 @@ included) a rank, for a layer of H heads of F features reading W features:
   returns;
 * the parameters, their gradients, Adam's two moments and the best model's copy.
 
-The model assumes nodes and edges spread evenly over the ranks.
+The model assumes nodes and edges spread evenly over the ranks. Its ``edges`` are S's
+(:func:`graph_edges`): a graph file's stored self-loops are not edges of their own, and a
+symmetric file's entries are mirrored; ``distmm gat train --memory-limit`` refuses from the
+header alone when even the fewest edges it allows do not fit (:func:`edge_bounds`), and
+counts the stored self-loops only when the answer depends on them.
 """
 
 from __future__ import annotations
@@ -46,6 +50,23 @@ def layer_shapes(in_channels: int, hidden: int, heads: int, classes: int, out_he
         shapes.append((width, H, F))
         width = H * F
     return shapes
+
+
+def graph_edges(n: int, stored: int, symmetric: bool, loops_stored: int,
+                self_loops: bool) -> int:
+    """The edges of GAT's S (:func:`distmm.apps.gat.graph_share`) from a graph file of ``n``
+    nodes with ``stored`` entries, ``loops_stored`` of them on the diagonal: the stored
+    self-loops are dropped, a symmetric file's other entries count twice (mirrored), and with
+    ``self_loops`` one self-loop per node is added. Duplicate entries (merged when S is
+    placed) are counted as stored. Not collective."""
+    return (2 if symmetric else 1) * (stored - loops_stored) + (n if self_loops else 0)
+
+
+def edge_bounds(n: int, stored: int, symmetric: bool, self_loops: bool) -> tuple[int, int]:
+    """(fewest, most) edges of GAT's S that a graph file's header allows (:func:`graph_edges`
+    with every stored entry on the diagonal, and with none). Not collective."""
+    return (graph_edges(n, stored, symmetric, stored, self_loops),
+            graph_edges(n, stored, symmetric, 0, self_loops))
 
 
 def gat_memory(n: int, edges: int, in_channels: int, hidden: int, heads: int, classes: int,

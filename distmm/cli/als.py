@@ -15,7 +15,7 @@ import sys
 from mpi4py import MPI
 
 from distmm.algorithms import ALGORITHMS
-from distmm.apps.als import ALSResult, fit
+from distmm.apps.als import ALSResult, auto_choice, fit
 from distmm.apps.als_io import ratings_header, save_factors
 from distmm.apps.als_memory import als_memory_problem
 from distmm.cli import files
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     require(args.tune == 1, "distmm als asks the planner once for --algorithm auto; "
                             "--tune is not supported")
     machine = machine_from_args(args) if args.machine else None
-    refuse_oversized(args, comm)
+    algorithm, strategy, c = refuse_oversized(args, comm, machine)
 
     def report(record: dict, result: ALSResult) -> None:
         emit({"event": "als-epoch", **record})
@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
 
     result = fit(args.ratings, comm, rank=args.rank, lam=args.lam, epochs=args.epochs,
                  cg_iters=args.cg_iters, cg_tol=args.cg_tol, weighted=args.weighted,
-                 test_fraction=args.test_fraction, seed=args.seed, algorithm=args.algorithm,
-                 c=args.c, strategy=args.strategy, node_model=node_model_from_args(args),
+                 test_fraction=args.test_fraction, seed=args.seed, algorithm=algorithm,
+                 c=c, strategy=strategy, node_model=node_model_from_args(args),
                  dtype=args.dtype, permute=permute_mode(args), order=args.order,
                  overlap=args.overlap, test=args.test, machine=machine, callback=report,
                  checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
@@ -106,24 +106,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm) -> None:
+def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm,
+                     machine=None) -> tuple[str, str | None, int]:
     """Collective: the same InputError on every rank when ALS's memory model
     (:mod:`distmm.apps.als_memory`) exceeds --memory-limit, from the ratings files' headers,
-    before any rating is read; it names the largest --rank that fits. Not checked for
-    ``--algorithm auto`` (the family is chosen from the data) nor an unknown family (the
-    ALS configuration's own check names it); a file whose header cannot be read is
-    reported by the reading that follows."""
+    before any rating is read; it names the largest --rank that fits.
+
+    Returns the (algorithm, strategy, c) to run: the arguments' or, for ``--algorithm auto``,
+    the planner's pick (:func:`distmm.apps.als.auto_choice`) from the headers (the training
+    ratings a --test-fraction leaves, expected from the header's count), which is the family
+    checked here and then run. Not checked for an unknown family (the ALS configuration's own
+    check names it); a file whose header cannot be read is reported by the reading that
+    follows (then ``auto`` is planned from the data)."""
     limit = resolve_limit(parse_limit(args), comm)
     msg = None
-    if limit is not None and args.algorithm in ALGORITHMS and args.c >= 1 and args.rank >= 1:
+    algorithm, strategy, c = args.algorithm, args.strategy, args.c
+    known = algorithm in ALGORITHMS or algorithm == "auto"
+    if known and args.c >= 1 and args.rank >= 1:
         try:
             m, n, nnz = ratings_header(args.ratings)
             held = ratings_header(args.test)[2] if args.test else round(nnz * args.test_fraction)
         except InputError:
             m = None
-        if m is not None:
-            strategy = args.strategy or ALGORITHMS[args.algorithm].strategies[-1]
-            msg = als_memory_problem(limit, args.algorithm, strategy, m, n,
-                                     nnz - (0 if args.test else held), held, args.rank,
-                                     comm.Get_size(), args.c, args.dtype, args.overlap)
+        train = None if m is None else nnz - (0 if args.test else held)
+        if m is not None and algorithm == "auto":
+            algorithm, strategy, c = auto_choice(m, n, train, args.rank, comm.Get_size(),
+                                                 args.overlap, machine)
+        if m is not None and limit is not None:
+            msg = als_memory_problem(limit, algorithm,
+                                     strategy or ALGORITHMS[algorithm].strategies[-1], m, n,
+                                     train, held, args.rank, comm.Get_size(), c, args.dtype,
+                                     args.overlap)
     agree(comm, msg)
+    return algorithm, strategy, c

@@ -12,9 +12,12 @@ function runs (the command cannot skip it): every input must exist and be a read
 file (a FIFO or a device is refused, not opened, so nothing blocks on it); every output must be
 absent or a regular file (never a directory, a device or a FIFO, never the same file as an
 input after links are resolved) in an existing, writable directory; a log directory must be
-creatable and writable (probed with a real file). Each rank checks what it reads or writes and
-the ranks agree in one collective, so a file present on some ranks only ends every rank with
-one message naming the ranks (exit status 2), never a hang.
+creatable and writable (probed with a real file). Each rank then reads the header of every
+input it reads (:func:`input_header`: a matrix's rows, columns and entries, an array's shape
+and dtype, an HDF5 file's datasets, any other file's size), and the ranks agree on all of it
+in the same collective, so a file present on some ranks only, or one that differs between
+ranks (the same name, other content), ends every rank with one message naming the ranks
+(exit status 2), never a hang and before any work.
 
 A command writes an output only through :func:`write_output` (collective): rank 0 writes it
 through :func:`distmm.io.outputs.atomic_output` (a temporary file in the output's directory,
@@ -39,11 +42,12 @@ from dataclasses import dataclass
 
 from mpi4py import MPI
 
-from distmm.errors import agree
+from distmm.errors import InputError, agree
 from distmm.io.outputs import check_output
 from distmm.io.outputs import os_error_reason as reason
 
-__all__ = ["FILES", "FileOption", "check_files", "declared", "input_option", "input_problem",
+__all__ = ["FILES", "FileOption", "check_files", "declared", "input_header", "input_option",
+           "input_problem",
            "log_dir_option", "output_option", "output_problem", "reason", "warn_once",
            "write_output"]
 
@@ -141,6 +145,70 @@ def input_problem(path: str, what: str) -> str | None:
     return None
 
 
+def input_header(path: str) -> tuple[str | None, str]:
+    """(a problem with the header, what the header says) of an input file, from its header
+    only. Not collective; reads a few bytes (an HDF5 file's metadata).
+
+    The sizes the ranks must agree on before any work: a Matrix Market file's rows, columns
+    and entries (a malformed header is a problem, with the reader's own message); an ``.npy``
+    file's shape and dtype; an HDF5 file's datasets with their shapes and dtypes; any other
+    file's size in bytes. A header the generic readers here cannot read is reported as such
+    (``"no readable ... header"``), not as a problem: the command's own checks name the cause,
+    and a rank that reads it differently from the others is refused by the comparison."""
+    name = os.fspath(path).lower()
+    if name.endswith((".mtx", ".mtx.gz")):
+        from distmm.io.matrix_market import mtx_header
+
+        try:
+            m, n, nnz = mtx_header(path)
+        except InputError as exc:
+            return str(exc), "no readable Matrix Market header"
+        return None, f"{m} x {n}, {nnz} entries"
+    if name.endswith(".npy"):
+        import numpy as np
+
+        try:
+            with open(path, "rb") as fh:
+                fmt = np.lib.format
+                version = fmt.read_magic(fh)
+                read = (fmt.read_array_header_1_0 if version == (1, 0)
+                        else fmt.read_array_header_2_0)
+                shape, fortran, dtype = read(fh)
+        except (OSError, ValueError, TypeError, SyntaxError, EOFError):
+            from distmm.io.npy import npy_header
+
+            try:  # its message names the cause (an .npz archive, not a .npy file, ...)
+                npy_header(path)
+            except InputError as exc:
+                return str(exc), "no readable .npy header"
+            return None, "no readable .npy header"
+        return None, f"shape {tuple(shape)}, dtype {dtype}{' (Fortran order)' if fortran else ''}"
+    if name.endswith((".h5", ".hdf5")):
+        return None, _h5_datasets(path)
+    try:
+        return None, f"{os.stat(path).st_size} bytes"
+    except OSError as exc:
+        return f"{path}: cannot be read ({reason(exc)})", "unreadable"
+
+
+def _h5_datasets(path: str) -> str:
+    """An HDF5 file's datasets as ``name shape dtype`` (the first 64, sorted), from its
+    metadata. Not collective."""
+    import h5py
+
+    found: list[str] = []
+
+    def note(name: str, item) -> None:
+        if isinstance(item, h5py.Dataset) and len(found) < 64:
+            found.append(f"{name} {item.shape} {item.dtype}")
+    try:
+        with h5py.File(path, "r") as fh:
+            fh.visititems(note)
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError):
+        return "no readable HDF5 header"
+    return "; ".join(sorted(found)) or "no datasets"
+
+
 def output_problem(path: str, what: str, inputs: list[str] = ()) -> str | None:
     """Why ``path`` cannot be written as an output, or None. Not collective; touches nothing.
 
@@ -207,10 +275,13 @@ def check_files(args: argparse.Namespace, comm: MPI.Comm) -> None:
         if problem is None and len(set(outputs)) < len(outputs):
             problem = ("two outputs name the same file: "
                        + ", ".join(f"{s.label} {p}" for s, p in files("output")))
+    headers = {}
     for spec, path in files("input"):
         if spec.readers == "all" or comm.Get_rank() == 0:
             problem = problem or input_problem(path, spec.label)
-    agree(comm, problem)
+            if problem is None and spec.readers == "all":  # a file every rank reads alike
+                problem, headers[f"{spec.label} {path}: header"] = input_header(path)
+    agree(comm, problem, headers)
     directories = files("directory")
     if directories:  # created only once every other check has passed
         problem = None

@@ -22,10 +22,11 @@ from mpi4py import MPI
 
 from distmm import signals
 from distmm.algorithms import ALGORITHMS
+from distmm.api import as_coo_share
 from distmm.apps.gat import DistGAT, distribute_graph
 from distmm.apps.gat_features import normalize_rows, read_mtx_rows
 from distmm.apps.gat_layout import NodeLayout
-from distmm.apps.gat_memory import gat_memory
+from distmm.apps.gat_memory import edge_bounds, gat_memory, graph_edges
 from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, TrainState, evaluate, standard_split, train
 from distmm.cli import files
@@ -443,6 +444,12 @@ def _feature_sizes(path: str) -> tuple[int, int | None]:
         return int(fh["features"].shape[1]), None
 
 
+def _loops_stored(path: str, comm: MPI.Comm) -> int:
+    """The self-loops a graph file stores (collective: each rank reads its part)."""
+    share = as_coo_share(path, comm)
+    return int(comm.allreduce(int(np.count_nonzero(share.rows == share.cols))))
+
+
 def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm) -> None:
     """Collective: the same InputError on every rank when GAT training's memory model
     (:mod:`distmm.apps.gat_memory`) exceeds --memory-limit, from the graph's and features'
@@ -455,18 +462,30 @@ def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm) -> None:
         try:
             n, _, nnz = sparse_header(args.graph)
             symmetric = not args.graph.endswith((".h5", ".hdf5")) and _symmetric(args.graph)
-            edges = (2 if symmetric else 1) * nnz + (0 if args.no_self_loops else n)
             width, entries = _feature_sizes(args.features)
             classes = int(_read_labels(args.labels, n).max()) + 1
         except (InputError, OSError, KeyError, IndexError, ValueError):
             n = None
+        # every rank must take the same branches below (one of them reads the graph)
+        agree(comm, None, {"the sizes of --graph, --features and --labels":
+                           None if n is None else (n, nnz, symmetric, width, entries, classes)})
         if n is not None:
             p = comm.Get_size()
+            fewest, edges = edge_bounds(n, nnz, symmetric, not args.no_self_loops)
 
             def need(hidden: int) -> int:
                 return gat_memory(n, edges, width, hidden, args.heads, classes, args.out_heads,
                                   args.layers, p, args.c, args.dtype, entries).peak
 
+            if need(args.hidden) > limit:
+                most, edges = edges, fewest
+                if need(args.hidden) <= limit:
+                    # the header's most edges do not fit, its fewest do: count the stored
+                    # self-loops (the graph is read for it, only this close to the limit)
+                    edges = graph_edges(n, nnz, symmetric, _loops_stored(args.graph, comm),
+                                        not args.no_self_loops)
+                else:  # refused from the header: name a --hidden that fits the most edges
+                    edges = most
             if need(args.hidden) > limit:
                 fits = [h for h in (args.hidden // 2**k for k in range(1, 40)) if h >= 1
                         and need(h) <= limit][:1]

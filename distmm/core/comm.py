@@ -15,6 +15,18 @@ Each phase is also timed: ``replication`` (all-gather of an input along the fibe
 the fiber), ``compute`` (local kernels), ``distribute`` (placing S once), ``values`` (moving
 edge values into the stored S^T's order), ``other`` (agreement on input checks); the edge-value
 primitives of :mod:`distmm.ops` name phases of their own.
+
+Ranks in different calls never pair up (docs/reliability.md, "Python API: ranks in different
+calls"). The operation's checks agree on the first call of each operation only (under
+``checks="once"``; on none under ``"off"``), so later calls are told apart by their messages:
+each point-to-point message carries the call's tag (:attr:`CommStats.call_tag`: operation and
+FusedMM strategy) and its received size is checked against the size the receiving call
+expects (a call of another width); and the first collective of each call on each
+communicator (and its first shift, in the families whose shifts do not show the width:
+:attr:`CountingComm.sizes_show_width`) is preceded by one small all-gather of the call's tag
+and width (:meth:`CountingComm._same_call`), so that ranks in different calls raise one error there
+instead of pairing their collectives. Neither check is counted: like the calls' agreement,
+they are not words of the paper's model.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm import watchdog
+from distmm.errors import InputError
 
 PHASES = ("distribute", "replication", "propagation", "reduction", "compute", "values",
           "other")
@@ -64,8 +77,22 @@ class CommStats:
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     # Added to the point-to-point tags of the counting communicators that count into these
     # stats: the current call's (distmm.algorithms.calls.call_tag), so that ranks in
-    # different calls never receive each other's messages. Not a counter (no annotation).
+    # different calls never receive each other's messages. Not a counter (no annotation);
+    # nor are the call's width, name and serial number (set_call), which the first collective
+    # of each call compares across ranks (CountingComm._same_call).
     call_tag = 0
+    call_width = 0
+    call_name = "no call"
+    call_serial = 0
+
+    def set_call(self, tag: int, width: int, name: str) -> None:
+        """Start a call: its point-to-point tag offset, its dense width r and a name for
+        messages (``"fusedmm_a (strategy reuse)"``). Not collective."""
+        self.call_tag = tag
+        self.call_width = int(width)
+        self.call_name = name
+        self.call_serial += 1
+        self.__dict__.pop("_receives", None)  # expected sizes of an unfinished call's receives
 
     def add(self, phase: str, sent: int, received: int, msgs_sent: int, msgs_received: int) -> None:
         c = self.counts[phase]
@@ -180,6 +207,13 @@ def pairwise_setting() -> tuple[str | None, dict[str, object]]:
 
 _TAG_GATHER, _TAG_REDUCE = 19, 20
 
+# The phases of an operation's call: a collective in one of them is the call's
+# (CountingComm._same_call); distribution, agreement and the edge-value primitives are not.
+CALL_PHASES = frozenset(("replication", "propagation", "reduction"))
+# First word of the per-call comparison (CountingComm._same_call): a rank in another
+# collective of the same communicator sends something else.
+_CALL_CHECK = 0x64697374  # "dist"
+
 
 def pairwise_block(nbytes: int) -> bool:
     """Whether a fiber collective whose largest block has ``nbytes`` bytes exchanges its
@@ -213,6 +247,71 @@ class CountingComm:
         self.stats = stats
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
+        # the call (CommStats.call_serial) whose first collective here was compared
+        self._compared = stats.call_serial
+        self._status = MPI.Status()
+        # False where a shift's size does not tell the call's width (a block of S, three
+        # words a nonzero; a column block of r, which two widths can share): the first shift
+        # of each call then compares the calls too (_same_call). Set by the family.
+        self.sizes_show_width = True
+
+    def _same_call(self, phase: str) -> None:
+        """Before the first collective of a call on this communicator (or its first shift,
+        where shifts' sizes do not show the width: :attr:`sizes_show_width`): all-gather the
+        call's tag and width (:meth:`CommStats.set_call`) and raise one :class:`InputError` on every
+        rank of the communicator if they differ, naming each rank's call. Collective.
+
+        The collectives of a call carry no tag, so ranks in different calls (possible after
+        the first call of each operation, which alone is agreed under ``checks="once"``)
+        would otherwise pair them up: an all-gather of one call's blocks into another's.
+        Once the ranks agree here, the rest of the call's collectives on this communicator
+        follow from the same call and width alike. A rank still in the previous call's
+        collectives (a rank that raised and was caught in the middle of a call) sends other
+        words, which are refused too. Not counted: a check, not a word of the model."""
+        st = self.stats
+        if self._compared == st.call_serial or phase not in CALL_PHASES:
+            return
+        self.compare_call()
+
+    def compare_call(self) -> None:
+        """Compare the current call's tag and width across the ranks of this communicator
+        now (what :meth:`_same_call` does before a call's first collective), for a call
+        whose messages go around this wrapper (a raw gather). Collective."""
+        st = self.stats
+        self._compared = st.call_serial
+        mine = np.array([_CALL_CHECK, st.call_tag, st.call_width], dtype=np.int64)
+        every = np.zeros((self.size, 3), dtype=np.int64)
+        self.comm.Allgather([mine, MPI.INT64_T], [every, MPI.INT64_T])
+        if (every == mine).all():
+            return
+        names = self.comm.allgather(f"{st.call_name} at r = {st.call_width}"
+                                    if (every[:, 0] == _CALL_CHECK).all() else None)
+        calls = "; ".join(f"rank {k}: {'another collective' if n is None else n}"
+                          for k, n in enumerate(names))
+        raise InputError(
+            f"the ranks are in different calls on one distributed matrix ({calls}; ranks of "
+            "the communicator of this call's first collective, in its order): after the "
+            "first call of each operation (checks='once') or always (checks='off') the "
+            "ranks' calls are not compared, so every rank must make the same calls in the "
+            "same order, with the same widths")
+
+    def _wrong_size(self, got: int, expected: int, source: int) -> InputError:
+        """The error of a receive of ``got`` elements where this rank's call expects
+        ``expected`` (a message of another call's width). Not collective."""
+        st = self.stats
+        return InputError(
+            f"a message of {got} numbers arrived from rank {source} of the communicator where "
+            f"this rank's call ({st.call_name} at r = {st.call_width}) expects {expected}: "
+            "the ranks are in calls of different widths; after the first call of each "
+            "operation (checks='once') or always (checks='off') the ranks' calls are not "
+            "compared, so every rank must make the same calls, with the same widths")
+
+    def _received(self, t: MPI.Datatype, expected: int, source: int) -> None:
+        """Raise unless the last blocking receive (into ``self._status``) brought
+        ``expected`` elements of ``t``. Not collective."""
+        got = self._status.Get_count(t)
+        if got != expected:
+            raise self._wrong_size(got, expected, source)
 
     def _phase(self, phase: str):
         """Time ``phase``; while a watchdog runs, also mark this rank as waiting in it."""
@@ -230,11 +329,25 @@ class CountingComm:
             if dest == self.rank and source == self.rank:
                 recvbuf[...] = sendbuf.reshape(recvbuf.shape)
                 return
+            if not self.sizes_show_width:
+                self._same_call(phase)
             t = mpi_type(sendbuf.dtype)
             tag = 17 + self.stats.call_tag
-            self.comm.Sendrecv([sendbuf, t], dest=dest, sendtag=tag, recvbuf=[recvbuf, t],
-                               source=source, recvtag=tag)
+            try:
+                self.comm.Sendrecv([sendbuf, t], dest=dest, sendtag=tag, recvbuf=[recvbuf, t],
+                                   source=source, recvtag=tag, status=self._status)
+            except MPI.Exception as e:
+                raise self._truncated(e, recvbuf.size, source) from None
+            self._received(t, recvbuf.size, source)
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
+
+    def _truncated(self, error: MPI.Exception, expected: int, source: int) -> Exception:
+        """The error to raise for an MPI error of a receive of ``expected`` elements: a
+        truncated message (one of a wider call) as :meth:`_wrong_size`, any other as it
+        is. Not collective."""
+        if error.Get_error_class() != MPI.ERR_TRUNCATE:
+            return error
+        return self._wrong_size(f"more than {expected}", expected, source)
 
     def prepared_shift(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
                        phase: str = "propagation") -> Callable[[np.ndarray, np.ndarray], None]:
@@ -252,13 +365,19 @@ class CountingComm:
         sent, received = int(sendbuf.size), int(recvbuf.size)
         t = mpi_type(sendbuf.dtype)
         tag = 17 + stats.call_tag  # the preparing call's: a replay runs that call again
+        status = MPI.Status()
 
         def run(sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:
             if watchdog.ACTIVE is not None:
                 self.shift(sendbuf, recvbuf, dest, source, phase)
                 return
             t0 = clock()
-            sendrecv([sendbuf, t], dest, tag, [recvbuf, t], source, tag)
+            try:
+                sendrecv([sendbuf, t], dest, tag, [recvbuf, t], source, tag, status)
+            except MPI.Exception as e:
+                raise self._truncated(e, received, source) from None
+            if status.Get_count(t) != received:
+                raise self._wrong_size(status.Get_count(t), received, source)
             stats.seconds[phase] += clock() - t0
             c = stats.counts[phase]
             c["words_sent"] += sent
@@ -275,18 +394,51 @@ class CountingComm:
             recvbuf[...] = sendbuf.reshape(recvbuf.shape)
             return []
         with self._phase(phase):
+            if not self.sizes_show_width:
+                self._same_call(phase)
             t = mpi_type(sendbuf.dtype)
             tag = 18 + self.stats.call_tag
             reqs = [self.comm.Irecv([recvbuf, t], source=source, tag=tag),
                     self.comm.Isend([sendbuf, t], dest=dest, tag=tag)]
+        # the receive's expected size, checked by finish (on any of the object's
+        # communicators: a caller may wait for several communicators' requests at once)
+        receives = self.stats.__dict__.setdefault("_receives", {})
+        receives[id(reqs[0])] = (reqs[0], t, recvbuf.size, source, self)
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
         return reqs
 
     def finish(self, requests: list[MPI.Request], phase: str = "propagation") -> None:
-        """Wait for requests from :meth:`start_shift`, timing the wait under ``phase``."""
-        if requests:
-            with self._phase(phase):
-                MPI.Request.Waitall(requests)
+        """Wait for requests from :meth:`start_shift` (of any communicator counting into
+        these stats) or :meth:`start_alltoallv`, timing the wait under ``phase``; a
+        shift's message of another size than its receive expects (a call of another width
+        on the sending rank) raises :class:`InputError`."""
+        if not requests:
+            return
+        statuses = [MPI.Status() for _ in requests]
+        with self._phase(phase):
+            try:
+                MPI.Request.Waitall(requests, statuses)
+            except MPI.Exception as e:
+                truncated = {e.Get_error_class()} | {
+                    MPI.Get_error_class(s.Get_error()) for s in statuses}
+                if MPI.ERR_TRUNCATE not in truncated:
+                    raise
+                raise InputError(
+                    f"a message larger than its receive arrived ({e.Get_error_string()}): "
+                    f"this rank's call ({self.stats.call_name} at r = "
+                    f"{self.stats.call_width}) and its neighbour's differ in width; after "
+                    "the first call of each operation (checks='once') or always "
+                    "(checks='off') the ranks' calls are not compared, so every rank must "
+                    "make the same calls, with the same widths") from None
+        receives = self.stats.__dict__.get("_receives")
+        if receives:
+            for req, status in zip(requests, statuses, strict=True):
+                kept = receives.pop(id(req), None)
+                if kept is not None and kept[0] is req:
+                    _, t, expected, source, comm = kept
+                    got = status.Get_count(t)
+                    if got != expected:
+                        raise comm._wrong_size(got, expected, source)
 
     def allgatherv(self, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
                    phase: str = "replication") -> None:
@@ -301,6 +453,7 @@ class CountingComm:
             if c == 1:
                 recvbuf.reshape(-1)[:own] = sendbuf.reshape(-1)[:own]
                 return
+            self._same_call(phase)
             t = mpi_type(recvbuf.dtype)
             displs = _displs(counts)
             if _pairwise(counts, recvbuf.itemsize):
@@ -325,6 +478,7 @@ class CountingComm:
             if c == 1:
                 recvbuf.reshape(-1)[:own] = sendbuf.reshape(-1)[:own]
                 return
+            self._same_call(phase)
             t = mpi_type(recvbuf.dtype)
             if _pairwise(counts, recvbuf.itemsize):
                 self._pairwise_reduce_scatter(_flat(sendbuf), _flat(recvbuf)[:own], counts,
@@ -378,6 +532,8 @@ class CountingComm:
         recvcounts = [int(x) for x in recvcounts]
         me = self.rank
         with self._phase(phase):
+            if self.size > 1:
+                self._same_call(phase)
             t = mpi_type(sendbuf.dtype)
             self.comm.Alltoallv([sendbuf, (sendcounts, _displs(sendcounts)), t],
                                 [recvbuf, (recvcounts, _displs(recvcounts)), t])
@@ -398,6 +554,8 @@ class CountingComm:
         recvcounts = [int(x) for x in recvcounts]
         me = self.rank
         with self._phase(phase):
+            if self.size > 1:
+                self._same_call(phase)
             t = mpi_type(sendbuf.dtype)
             req = self.comm.Ialltoallv([_flat(sendbuf), (sendcounts, _displs(sendcounts)), t],
                                        [_flat(recvbuf), (recvcounts, _displs(recvcounts)), t])
@@ -414,6 +572,7 @@ class CountingComm:
             if c == 1:
                 recvbuf[...] = sendbuf
                 return
+            self._same_call(phase)
             self.comm.Allreduce(sendbuf, recvbuf, op=MPI.SUM)
         words = 2 * n * (c - 1) // c
         self.stats.add(phase, words, words, 2 * (c - 1), 2 * (c - 1))

@@ -17,7 +17,7 @@ import pytest
 from mpi4py import MPI
 
 import distmm
-from distmm.apps.als import fit
+from distmm.apps.als import auto_choice, fit
 from distmm.apps.als_memory import als_memory, als_memory_problem
 from distmm.cli import main
 from distmm.core.memory import current_rss, peak_rss, release_freed_memory, reset_peak_rss
@@ -76,9 +76,12 @@ def test_the_named_rank_fits_and_one_more_does_not():
 
 
 @pytest.mark.parametrize("limit", ["auto", "50M"])
-def test_a_huge_rank_is_refused_in_one_line_before_reading(shared_tmp, capsys, limit):
+@pytest.mark.parametrize("algorithm", ["15d-dense-shift", "auto"])
+def test_a_huge_rank_is_refused_in_one_line_before_reading(shared_tmp, capsys, limit,
+                                                           algorithm):
     """The ratings' data lines are garbage: reading them would fail differently, so the
-    refusal must come from the header alone."""
+    refusal must come from the header alone. Under --algorithm auto the limit applies to the
+    family the planner picks for these sizes, which the message names."""
     path = os.path.join(shared_tmp, "ratings-bad-data.mtx")
     if COMM.rank == 0:
         with open(path, "w") as fh:
@@ -86,13 +89,17 @@ def test_a_huge_rank_is_refused_in_one_line_before_reading(shared_tmp, capsys, l
                      "this is not a rating\n")
     COMM.Barrier()
     out = os.path.join(shared_tmp, "never-als.h5")
-    code = main(["als", "--ratings", path, "--rank", str(10**9 if limit == "auto" else 20000),
-                 "--out", out, "--memory-limit", limit])
+    rank = 10**9 if limit == "auto" else 20000
+    code = main(["als", "--ratings", path, "--rank", str(rank), "--out", out,
+                 "--memory-limit", limit, "--algorithm", algorithm])
     err = capsys.readouterr().err
     assert code == 2
     if COMM.rank == 0:
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("distmm: error: ALS with --rank "), err
+        chosen = (auto_choice(900, 1700, 3, rank, P) if algorithm == "auto"
+                  else (algorithm, "fusion", 1))
+        assert f"({chosen[0]}, strategy {chosen[1]}, c = {chosen[2]})" in err, err
         assert "more than the memory limit" in err and "fits (docs/memory.md)" in err, err
         assert "Traceback" not in err and "line 3" not in err
     else:
@@ -101,15 +108,35 @@ def test_a_huge_rank_is_refused_in_one_line_before_reading(shared_tmp, capsys, l
     assert not os.path.exists(out)
 
 
-def test_a_fitting_rank_runs(shared_tmp, capsys):
-    path = os.path.join(shared_tmp, "ratings-small.mtx")
+def _small_ratings(path: str, seed: int) -> str:
+    """Rank 0 writes 200 ratings of 30 users and 40 items to ``path``; every rank returns it."""
     if COMM.rank == 0:
-        rng = np.random.default_rng(0)
+        rng = np.random.default_rng(seed)
         rows, cols = rng.integers(1, 31, 200), rng.integers(1, 41, 200)
         with open(path, "w") as fh:
             fh.write("%%MatrixMarket matrix coordinate real general\n30 40 200\n")
             fh.writelines(f"{u} {i} {1 + (u * i) % 5}\n" for u, i in zip(rows, cols, strict=True))
     COMM.Barrier()
+    return path
+
+
+def test_a_fitting_rank_runs(shared_tmp, capsys):
+    path = _small_ratings(os.path.join(shared_tmp, "ratings-small.mtx"), 0)
     assert main(["als", "--ratings", path, "--rank", "4", "--epochs", "1",
                  "--memory-limit", "1G"]) == 0
     capsys.readouterr()
+
+
+def test_auto_runs_the_family_it_checked(shared_tmp, capsys):
+    """--algorithm auto under a limit runs the family whose memory it checked (the planner's
+    pick from the header), as the final record says."""
+    import json
+
+    path = _small_ratings(os.path.join(shared_tmp, "ratings-auto.mtx"), 1)
+    assert main(["als", "--ratings", path, "--rank", "8", "--epochs", "1", "--algorithm",
+                 "auto", "--memory-limit", "1G"]) == 0
+    out = capsys.readouterr().out
+    if COMM.rank == 0:
+        done = [json.loads(line) for line in out.splitlines() if '"als-done"' in line][0]
+        algorithm, strategy, c = auto_choice(30, 40, 200, 8, P)
+        assert (done["algorithm"], done["strategy"], done["c"]) == (algorithm, strategy, c)

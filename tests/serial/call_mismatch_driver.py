@@ -1,8 +1,14 @@
-"""Test driver: ``call_mismatch_driver.py ALGORITHM C CHECKS`` makes every rank call SDDMM and
-SpMMA once on one distributed matrix (the agreed first calls), then rank 0 calls SDDMM while
-the others call SpMMA, under a watchdog of 3 s. With each call's messages under its own tag
-the ranks cannot pair up: the job must hang in the calls' phases and be aborted by the
-watchdog, never print a result. Used by tests/serial/test_call_mismatch.py only."""
+"""Test driver: ``call_mismatch_driver.py ALGORITHM C CHECKS CASE`` makes every rank make the
+agreed first calls on one distributed matrix (SDDMM, SpMMA, FusedMMA), then rank 0 makes one
+call and the others another, three times, under a watchdog of 3 s. CASE says how the calls
+differ: ``op`` (SDDMM on rank 0, SpMMA on the others), ``strategy`` (FusedMMA under the
+family's first and last strategies), ``width`` (FusedMMA at two widths r) or ``gather`` (a
+block of A gathered at two widths).
+
+Each rank prints ``rank K got a result ...`` if its calls return, or ``rank K refused: ...``
+if one raises the library's InputError, and then waits in a barrier. So a job either ends
+with every rank refused (exit 0), or hangs where the watchdog names the phases (exit 124);
+it must never print a result. Used by tests/serial/test_call_mismatch.py only."""
 
 from __future__ import annotations
 
@@ -14,25 +20,52 @@ from mpi4py import MPI
 
 import distmm
 from distmm import watchdog
+from distmm.errors import InputError
 
 COMM = MPI.COMM_WORLD
 
 
-def main(algorithm: str, c: int, checks: str) -> None:
+def main(algorithm: str, c: int, checks: str, case: str) -> None:
     S = sp.random(40, 36, density=0.2, random_state=1, format="coo")
     obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, root=None, dtype=np.float64,
                             checks=checks)
-    r = obj.r_rule()[0] + 1
+    low = obj.r_rule()[0]
     rng = np.random.default_rng(0)
-    A_loc = obj.scatter("a", rng.standard_normal((40, r)), root=None)
-    B_loc = obj.scatter("b", rng.standard_normal((36, r)), root=None)
-    obj.sddmm(A_loc, B_loc)
-    obj.spmm_a(B_loc)
+    loc = {}
+    for r in (low + 1, 2 * low + 1):  # two widths every family takes
+        loc[r] = (obj.scatter("a", rng.standard_normal((40, r)), root=None),
+                  obj.scatter("b", rng.standard_normal((36, r)), root=None))
+    r, wide = low + 1, 2 * low + 1
+    first, last = obj.strategies[0], obj.strategies[-1]
+    obj.sddmm(*loc[r])
+    obj.spmm_a(loc[r][1])
+    obj.fusedmm_a(*loc[r], strategy=first)
+    mine = COMM.rank == 0
+    if case == "op":
+        def call():
+            return obj.sddmm(*loc[r]) if mine else obj.spmm_a(loc[r][1])
+    elif case == "strategy":
+        def call():
+            return obj.fusedmm_a(*loc[r], strategy=first if mine else last)
+    elif case == "gather":
+        obj.gather("a", loc[r][0])
+        obj.gather("a", loc[wide][0])
+
+        def call():
+            return obj.gather("a", loc[r if mine else wide][0])
+    else:
+        def call():
+            return obj.fusedmm_a(*loc[r if mine else wide], strategy=first)
     with watchdog.running(COMM, 3.0):
-        for _ in range(3):
-            got = obj.sddmm(A_loc, B_loc) if COMM.rank == 0 else obj.spmm_a(B_loc)
-        print(f"rank {COMM.rank} got a result of {np.asarray(got).size} numbers", flush=True)
+        try:
+            for _ in range(3):
+                got = call()
+            print(f"rank {COMM.rank} got a result of {np.asarray(got).size} numbers", flush=True)
+        except InputError as err:
+            print(f"rank {COMM.rank} refused: {err}", flush=True)
+        with watchdog.waiting("refused"):
+            COMM.Barrier()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])

@@ -18,7 +18,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import mpmd_cases  # noqa: E402
-from test_mpmd import _env, _materialise, _mpmd  # noqa: E402
+from launch_env import mpi_env as _env  # noqa: E402
+from test_mpmd import _materialise, _mpmd  # noqa: E402
 
 
 def run(p: int) -> dict[str, tuple[str, float]]:
