@@ -116,11 +116,11 @@ def _fused_option(p: argparse.ArgumentParser) -> None:
 
 
 def _fused(args: argparse.Namespace, obj) -> bool:
-    """--fused, by default where the family has the fused loop (on Cora it trained faster
-    than the unfused layer at p = 2 and as fast at p = 1, with a fifth of the attention
-    caches; docs/gat.md). Rank-independent."""
+    """--fused, by default where the family has the fused loop (measured against the
+    unfused layer in docs/gat.md). Rank-independent."""
     has = hasattr(obj, "fused_attention_backward")
-    require(has or not args.fused, f"--fused: {obj.name} has no fused attention loop")
+    require(has or not args.fused, f"--fused: the fused attention loop runs on 15d-dense-shift "
+            f"only, not {obj.name!r}; run without --fused")
     return has if args.fused is None else args.fused
 
 
