@@ -118,10 +118,10 @@ def test_no_tests_collected_is_an_error_unless_allowed(tmp_path):
 
 
 
-def test_limited_modules_are_left_out_above_four_ranks_unless_asked(tmp_path):
-    """On 5 ranks a module named like one of tests/mpi's LIMITED_MODULES (test_tune.py), in a
-    directory being collected, is left out, and the run says so;
-    DISTMM_TEST_EVERY_RANK_COUNT=1 runs it."""
+def test_modules_run_only_at_their_rank_counts_unless_asked(tmp_path):
+    """On 2 ranks a module that tests/mpi/rank_counts.py gives other counts (test_tune.py: 3
+    and 4), in a directory being collected, is left out, and the run says so; a module it does
+    not list runs; DISTMM_TEST_EVERY_RANK_COUNT=1 runs both."""
     cases = tmp_path / "cases"
     cases.mkdir()
     # the harness cases' conftest (the real harness), pointed at this checkout's
@@ -132,7 +132,7 @@ def test_limited_modules_are_left_out_above_four_ranks_unless_asked(tmp_path):
     (cases / "test_engine.py").write_text("def test_engine():\n    pass\n")
 
     def run(every: str):
-        cmd = [str(MPIEXEC), "-n", "5", sys.executable, str(REPO / "tests" / "mpi_pytest.py"),
+        cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(REPO / "tests" / "mpi_pytest.py"),
                str(cases), "-q"]
         env = mpi_env(TMPDIR=str(tmp_path), DISTMM_TEST_EVERY_RANK_COUNT=every)
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
@@ -143,7 +143,8 @@ def test_limited_modules_are_left_out_above_four_ranks_unless_asked(tmp_path):
 
     left_out = run("")
     assert "1 passed" in left_out.stdout, show(left_out)
-    assert "on 5 ranks these modules are not run" in left_out.stderr, show(left_out)
+    assert "on 2 ranks these modules are not run" in left_out.stderr, show(left_out)
+    assert "test_tune.py" in left_out.stderr, show(left_out)
     asked = run("1")
     assert "2 passed" in asked.stdout, show(asked)
     assert "modules are not run" not in asked.stderr, show(asked)
