@@ -13,8 +13,8 @@ tests/mpi/conftest.py leaves a module out of a run over a directory at a rank co
 lacks, and names it; a module named on the command line runs at any count, and
 ``DISTMM_TEST_EVERY_RANK_COUNT=1`` runs every module at every count. ``./tasks test`` starts
 one ``mpiexec`` stage for each count of :func:`stage_counts` (``python
-tests/mpi/rank_counts.py`` prints them). Pure Python, no imports: ``tasks`` reads it without
-MPI.
+tests/mpi/rank_counts.py --stages`` prints them; without an argument it prints the table).
+The standard library only: ``tasks`` reads it without MPI.
 """
 
 from __future__ import annotations
@@ -23,55 +23,60 @@ import sys
 
 EVERY = (1, 2, 3, 4, 8)  # the stages of ./tasks test for a module not listed below
 
-# What is built on the families, and what every family's call does the same way, runs at:
-# 1 (everything local, no word moves), 3 (an uneven split; c = 3, layers of one rank) and 4
-# (a 2D grid of the 2.5D families, c = 2 layers of two ranks, c = 4). The ring of two (2) and
-# the 2.5D grid with c > 1 (8) belong to the family's own loop, which the family modules
-# (DEFAULT) test at those counts.
-BUILT_ON = (1, 3, 4)
-# Claims that need ranks that can differ or a layout with several ranks per layer, but whose
-# code is the same at every p > 1 (per-rank files, the tuner's agreement, the command line)
-SEVERAL = (3, 4)
+# What each call does on every family's layout (typed blocks, the edge operations, values and
+# widths per call, prepared and bound calls, close), and the layers built on it whose own code
+# follows the layout (GAT, distmm.torch's node and edge tensors): 1 (everything local, no word
+# moves), 3 (an uneven split; c = 3, layers of one rank) and 4 (the 2D grid of the 2.5D
+# families, q = 2; 1.5D layers of two ranks, c = 2; c = 4). The ring of two (2) and the 2.5D
+# grid with c > 1 (8) are the family's own loop, which the family modules test there.
+LAYOUT = (1, 3, 4)
+# What is built on the families and reaches the layout only through them (wiring, the
+# applications' own arithmetic, the command line in-process, the other node models' local
+# kernels): 1 and 3, everything local and an uneven split with c = 1 and c = 3
+BUILT = (1, 3)
+# Claims about ranks that can differ (per-rank files, the ranks agreeing on the tuner's pick),
+# the same code at every p > 1: the smallest such run, 2, and a middle rank that is neither
+# the first nor the last, 3
+DIFFER = (2, 3)
 
 RANK_COUNTS: dict[str, tuple[int, ...]] = {
     # per-call features that every family shares
-    "test_bound_calls.py": BUILT_ON,
-    "test_close.py": BUILT_ON,
-    "test_dense_blocks.py": BUILT_ON,
-    "test_hdf5_input.py": BUILT_ON,
-    "test_ops_dense.py": BUILT_ON,
-    "test_ops_edges.py": BUILT_ON,
-    "test_ops_methods.py": BUILT_ON,
-    "test_ops_softmax.py": BUILT_ON,
-    "test_prepared_calls.py": BUILT_ON,
-    "test_r_per_call.py": BUILT_ON,
-    "test_row_dot.py": BUILT_ON,
-    "test_set_values.py": BUILT_ON,
-    "test_values_per_call.py": BUILT_ON,
-    "test_write_mode.py": BUILT_ON,
-    # applications, command line, PyTorch
-    "test_als.py": BUILT_ON,
-    "test_cli.py": BUILT_ON,
-    "test_determinism.py": BUILT_ON,
-    "test_gat.py": BUILT_ON,
-    "test_gat_cli.py": BUILT_ON,
-    "test_gat_fused.py": BUILT_ON,
-    "test_ops_gat_example.py": BUILT_ON,
-    "test_torch_edges.py": BUILT_ON,
-    "test_torch_graph.py": BUILT_ON,
-    "test_torch_kernels.py": BUILT_ON,
-    "test_torch_layers.py": BUILT_ON,
-    "test_torch_pitfalls.py": BUILT_ON,
-    "test_io_layer.py": SEVERAL,
-    "test_tune.py": SEVERAL,
-    # calibration's fit has a one-rank path and a pairwise one; 3 ranks: a rank without a pair
+    "test_bound_calls.py": LAYOUT,
+    "test_close.py": LAYOUT,
+    "test_dense_blocks.py": LAYOUT,
+    "test_ops_dense.py": LAYOUT,
+    "test_ops_edges.py": LAYOUT,
+    "test_ops_softmax.py": LAYOUT,
+    "test_prepared_calls.py": LAYOUT,
+    "test_r_per_call.py": LAYOUT,
+    "test_row_dot.py": LAYOUT,
+    "test_set_values.py": LAYOUT,
+    "test_values_per_call.py": LAYOUT,
+    "test_write_mode.py": LAYOUT,
+    "test_ops_methods.py": BUILT,  # each method is its function (tested above): wiring
+    # the reader is one of every p (test_io_mpi.py); here the conversion and its round trip
+    "test_hdf5_input.py": BUILT,
+    # applications and PyTorch
+    "test_determinism.py": LAYOUT,
+    "test_gat.py": LAYOUT,
+    "test_gat_fused.py": LAYOUT,
+    "test_torch_edges.py": LAYOUT,
+    "test_torch_graph.py": LAYOUT,
+    "test_torch_kernels.py": LAYOUT,
+    "test_als.py": BUILT,
+    "test_cli.py": BUILT,
+    "test_gat_cli.py": BUILT,
+    "test_ops_gat_example.py": BUILT,
+    "test_torch_layers.py": BUILT,
+    "test_torch_pitfalls.py": BUILT,
+    "test_node_model_dynaspase.py": BUILT,
+    "test_node_model_hash_spgemm.py": BUILT,  # 1: it runs; 3: it refuses more than one rank
+    "test_node_model_sparch.py": BUILT,
+    "test_node_model_sputnik.py": BUILT,
+    "test_io_layer.py": DIFFER,
+    "test_tune.py": DIFFER,
+    # calibration refuses one rank; at 3 a rank stays out of the ping-pong of ranks 0 and 1
     "test_calibrate.py": (1, 3),
-    # the other node models: the local kernel sees the whole S (1) or a block of a 2D grid and
-    # of a layer (4); hash-spgemm's command refuses more than one rank (4)
-    "test_node_model_dynaspase.py": (1, 4),
-    "test_node_model_hash_spgemm.py": (1, 4),
-    "test_node_model_sparch.py": (1, 4),
-    "test_node_model_sputnik.py": (1, 4),
     # measured against the operating system at the counts its own cases name
     "test_memory_rss.py": (1, 2, 4),
 }
