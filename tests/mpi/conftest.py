@@ -61,7 +61,7 @@ _spec = importlib.util.spec_from_file_location(
     "_distmm_rank_counts", Path(__file__).resolve().parent / "rank_counts.py")
 rank_counts = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rank_counts)
-_LEFT_OUT = pytest.StashKey[set]()  # the modules this run leaves out
+_LEFT_OUT = pytest.StashKey[set]()  # the module paths this run leaves out
 _STATE_ATTR = "_distmm_mpi_harness"  # on the pytest Config; set once per session
 
 
@@ -162,7 +162,7 @@ def _left_out(config: pytest.Config, name: str) -> bool:
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     # Not collected at all (rather than deselected): their imports (PyTorch) are skipped too.
     if _left_out(config, collection_path.name):
-        config.stash.setdefault(_LEFT_OUT, set()).add(collection_path.name)
+        config.stash.setdefault(_LEFT_OUT, set()).add(collection_path)
         return True
     return None
 
@@ -179,7 +179,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if harness is None:
         return
     harness.meet("at the end of collection")
-    left_out = sorted(session.config.stash.get(_LEFT_OUT, set()))
+    # the modules left out of the directories asked for (pytest also visits the directory of a
+    # file named on the command line, whose other modules nobody asked for)
+    asked = [Path(arg.split("::")[0]).resolve() for arg in session.config.args]
+    left_out = sorted({path.name for path in session.config.stash.get(_LEFT_OUT, set())
+                       if any(d.is_dir() and path.is_relative_to(d) for d in asked)})
     if harness.rank == 0 and left_out:
         harness.say(f"distmm MPI harness: on {harness.size} ranks these modules are not run "
                     f"(tests/mpi/rank_counts.py gives their rank counts; "
