@@ -38,6 +38,11 @@ BUILT = (1, 3)
 # the same code at every p > 1: the smallest such run, 2, and a middle rank that is neither
 # the first nor the last, 3
 DIFFER = (2, 3)
+# The checks every call makes before any work: one agreement over the object's communicator,
+# the same collective on every grid, and each rank's block checks, which meet every grid kind
+# (a 2D grid, layers of several ranks, layers of one) by 4; 8 adds only larger grids of kinds
+# met at 4
+CHECKS = (1, 2, 3, 4)
 
 RANK_COUNTS: dict[str, tuple[int, ...]] = {
     # per-call features that every family shares
@@ -56,13 +61,17 @@ RANK_COUNTS: dict[str, tuple[int, ...]] = {
     "test_ops_methods.py": BUILT,  # each method is its function (tested above): wiring
     # the reader is one of every p (test_io_mpi.py); here the conversion and its round trip
     "test_hdf5_input.py": BUILT,
-    # applications and PyTorch
-    "test_determinism.py": LAYOUT,
+    "test_checks.py": CHECKS,
+    "test_call_agreement.py": CHECKS,
+    # applications and PyTorch; distmm.torch's node tensors follow the layout, its autograd
+    # functions are the family's operations (tested at every count) and their transposes
     "test_gat.py": LAYOUT,
     "test_gat_fused.py": LAYOUT,
-    "test_torch_edges.py": LAYOUT,
     "test_torch_graph.py": LAYOUT,
-    "test_torch_kernels.py": LAYOUT,
+    "test_torch_edges.py": BUILT,
+    "test_torch_kernels.py": BUILT,
+    # bitwise repeats at a fixed p: the reductions over fibers (c = 3) and rings (c = 1) at 3
+    "test_determinism.py": BUILT,
     "test_als.py": BUILT,
     "test_cli.py": BUILT,
     "test_gat_cli.py": BUILT,
