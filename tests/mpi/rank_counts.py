@@ -43,6 +43,7 @@ DIFFER = (2, 3)
 # (a 2D grid, layers of several ranks, layers of one) by 4; 8 adds only larger grids of kinds
 # met at 4
 CHECKS = (1, 2, 3, 4)
+RSS = (1, 2, 4)
 
 RANK_COUNTS: dict[str, tuple[int, ...]] = {
     # per-call features that every family shares
@@ -86,8 +87,13 @@ RANK_COUNTS: dict[str, tuple[int, ...]] = {
     "test_tune.py": DIFFER,
     # calibration refuses one rank; at 3 a rank stays out of the ping-pong of ranks 0 and 1
     "test_calibrate.py": (1, 3),
-    # measured against the operating system at the counts its own cases name
-    "test_memory_rss.py": (1, 2, 4),
+    # memory models against the operating system's peak resident set (large problems, most of
+    # the CPU time of a stage): at the counts test_memory_rss.py's cases name, one rank, a
+    # shift and the deepest c; the models' bytes are checked against the arrays a rank holds
+    # at every count (test_memory_model.py)
+    "test_memory_rss.py": RSS,
+    "test_als_memory.py": RSS,
+    "test_gat_memory.py": RSS,
 }
 
 
