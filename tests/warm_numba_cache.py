@@ -9,14 +9,20 @@ tests do not depend on it, only their time does.
 
 What it compiles: the reference model's five operations at every specialised width and at a
 generic one, on a block with int32 indices (what distributed blocks of the tests' sizes get;
-write and accumulate mode share one compiled kernel, the mode being a run-time flag), and
-(float64 only) the Matrix Market parser.
+write and accumulate mode share one compiled kernel, the mode being a run-time flag); the
+other node models' five operations at one width and hash-spgemm's SpGEMM, with hash tables and
+with its dense accumulator (its kernels are the largest compile of the suite, which tests and
+the ranks of ``distmm spgemm`` and of the node-model tests would otherwise each do); and
+(float64 only) the Matrix Market parser. ``DISTMM_WARM_TIMES=1`` prints each part's CPU
+seconds.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +30,7 @@ from mpi4py import MPI
 
 from distmm.core.sparse import CSRBlock
 from distmm.io.matrix_market import read_matrix_market
+from distmm.kernels import NODE_MODELS, make_node_model
 from distmm.kernels.reference import SPECIALISED_WIDTHS, ReferenceModel
 
 GENERIC_WIDTH = 5  # any width that is not specialised
@@ -44,7 +51,33 @@ def warm_reference(dtype: np.dtype) -> None:
             getattr(model, op)(S, S.data, *dense, np.zeros(shape, dtype), accumulate=False)
 
 
-def warm_reader() -> None:
+def warm_node_models(dtype: np.dtype) -> None:
+    """The other node models' five operations at one width, and hash-spgemm's SpGEMM with hash
+    tables and with its dense accumulator (its largest kernels: the serial tests, the ranks of
+    ``distmm spgemm`` and the node-model tests under MPI would each compile them)."""
+    rng = np.random.default_rng(1)
+    rows, cols = rng.integers(0, 9, 40), rng.integers(0, 7, 40)
+    S = CSRBlock.from_coo(rows, cols, rng.standard_normal(40), (9, 7), dtype=dtype)
+    r = 16
+    A = rng.standard_normal((9, r)).astype(dtype)
+    B = rng.standard_normal((7, r)).astype(dtype)
+    for name in NODE_MODELS:
+        if name == "reference":
+            continue
+        model = make_node_model(name)
+        model.sddmm(S, S.data, A, B, np.zeros(S.nnz, dtype))
+        model.spmm_a(S, S.data, B, np.zeros((9, r), dtype))
+        model.spmm_b(S, S.data, A, np.zeros((7, r), dtype))
+        model.fusedmm_a(S, S.data, A, B, np.zeros((9, r), dtype))
+        model.fusedmm_b(S, S.data, A, B, np.zeros((7, r), dtype))
+    X = CSRBlock.from_coo(rows, cols, rng.standard_normal(40), (9, 9), dtype=dtype)
+    for dense_max_bytes in (0, None):
+        opts = {} if dense_max_bytes is None else {"dense_max_bytes": dense_max_bytes}
+        make_node_model("hash-spgemm", **opts).spgemm(X, X)
+
+
+def warm_reader(dtype: np.dtype | None = None) -> None:
+    """The Matrix Market parser (its dtype is fixed; ``dtype`` is not used)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "S.mtx"
         path.write_text("%%MatrixMarket matrix coordinate real general\n3 2 2\n1 1 1.5\n"
@@ -57,9 +90,15 @@ def main(argv: list[str]) -> int:
         print("usage: python tests/warm_numba_cache.py float32|float64", file=sys.stderr)
         return 2
     dtype = np.dtype(argv[0])
-    warm_reference(dtype)
+    parts = [warm_reference, warm_node_models]
     if dtype == np.float64:
-        warm_reader()
+        parts.append(warm_reader)
+    for part in parts:
+        t0 = time.process_time()
+        part(dtype)
+        if os.environ.get("DISTMM_WARM_TIMES"):
+            print(f"{dtype} {part.__name__}: "
+                  f"{time.process_time() - t0:.1f} cpu-s", file=sys.stderr)
     return 0
 
 

@@ -26,9 +26,10 @@ N in 1 2 3 4 8). What this file guarantees:
   failure on any rank counts as the expected failure (xfailed) on every rank.
 * Identical collection. All ranks must collect the same tests; if not, the run stops before
   running any test, like a collection error.
-* Rank counts. The modules listed in LIMITED_MODULES (applications, command line,
-  PyTorch, other node models, per-call features) are not collected from a directory on more
-  than LIMITED_MAX_RANKS ranks unless DISTMM_TEST_EVERY_RANK_COUNT=1; the run names them.
+* Rank counts. Each module runs at the rank counts tests/mpi/rank_counts.py gives it (every
+  count, 1 2 3 4 8, unless it is listed there with fewer). In a run over a directory, a module
+  whose counts lack this run's size is not collected, and rank 0 names it; a module named on
+  the command line runs at any size, and DISTMM_TEST_EVERY_RANK_COUNT=1 runs every module.
 * Files. ``tmp_path`` is private to each rank (pytest's base temp dir is made per run and per
   rank, then removed at the end, unless --basetemp is given); the session fixture
   ``shared_tmp`` is one directory, made by rank 0, that every rank sees. ``--junitxml`` is
@@ -38,6 +39,7 @@ N in 1 2 3 4 8). What this file guarantees:
 from __future__ import annotations
 
 import faulthandler
+import importlib.util
 import os
 import re
 import shutil
@@ -53,30 +55,13 @@ PHASE_TIMEOUT_ENV = "DISTMM_TEST_PHASE_TIMEOUT"
 HANG_TIMEOUT_ENV = "DISTMM_TEST_HANG_TIMEOUT"
 EVERY_RANK_COUNT_ENV = "DISTMM_TEST_EVERY_RANK_COUNT"
 
-# Modules that run on at most this many ranks: what is built on the families (the
-# applications, the command line, PyTorch's functions, the other node models, calibration,
-# tuning, run-to-run determinism) and the per-call features that every family shares (prepared
-# and bound calls, write mode, typed blocks, r and values per call, the edge operations, HDF5
-# input, close). At 8 ranks (the grids with c = 8, a layer of 8) what they would add is the
-# families' own behaviour, which the family, layout, random-call-sequence, check, memory and
-# overlap modules test there; on the 2-core machines that run ./tasks test, these modules
-# made the 8-rank stage three times as long. DISTMM_TEST_EVERY_RANK_COUNT=1 runs them at any
-# size, as does naming a module on the command line.
-LIMITED_MAX_RANKS = 4
-LIMITED_MODULES = frozenset({
-    # applications and what is built on the families
-    "test_als.py", "test_calibrate.py", "test_cli.py", "test_determinism.py", "test_gat.py",
-    "test_gat_cli.py", "test_gat_fused.py", "test_node_model_dynaspase.py",
-    "test_node_model_hash_spgemm.py", "test_node_model_sparch.py",
-    "test_node_model_sputnik.py", "test_ops_gat_example.py", "test_torch_edges.py",
-    "test_torch_graph.py", "test_torch_kernels.py", "test_torch_layers.py",
-    "test_torch_pitfalls.py", "test_tune.py", "test_io_layer.py",
-    # per-call features shared by every family
-    "test_bound_calls.py", "test_close.py", "test_dense_blocks.py", "test_hdf5_input.py",
-    "test_ops_dense.py", "test_ops_edges.py", "test_ops_methods.py", "test_ops_softmax.py",
-    "test_prepared_calls.py", "test_r_per_call.py", "test_values_per_call.py",
-    "test_write_mode.py",
-})
+# The rank counts of each module: tests/mpi/rank_counts.py (pure Python, which ./tasks reads
+# too), loaded from beside this file so that tests/harness_cases' copy of the harness finds it.
+_spec = importlib.util.spec_from_file_location(
+    "_distmm_rank_counts", Path(__file__).resolve().parent / "rank_counts.py")
+rank_counts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rank_counts)
+_LEFT_OUT = pytest.StashKey[set]()  # the module paths this run leaves out
 _STATE_ATTR = "_distmm_mpi_harness"  # on the pytest Config; set once per session
 
 
@@ -166,15 +151,18 @@ def pytest_configure(config: pytest.Config) -> None:
         setattr(config, _STATE_ATTR, _Harness(config))
 
 
-def _leaves_out_limited(config: pytest.Config) -> bool:
+def _left_out(config: pytest.Config, name: str) -> bool:
+    """Whether module file ``name``, met in a directory, is not run at this run's size."""
     harness = _harness(config)
-    return (harness is not None and harness.size > LIMITED_MAX_RANKS
+    return (harness is not None and name.startswith("test_") and name.endswith(".py")
+            and not rank_counts.runs_at(name, harness.size)
             and os.environ.get(EVERY_RANK_COUNT_ENV, "") in ("", "0"))
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     # Not collected at all (rather than deselected): their imports (PyTorch) are skipped too.
-    if collection_path.name in LIMITED_MODULES and _leaves_out_limited(config):
+    if _left_out(config, collection_path.name):
+        config.stash.setdefault(_LEFT_OUT, set()).add(collection_path)
         return True
     return None
 
@@ -191,11 +179,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if harness is None:
         return
     harness.meet("at the end of collection")
-    if harness.rank == 0 and _leaves_out_limited(session.config):
+    # the modules left out of the directories asked for (pytest also visits the directory of a
+    # file named on the command line, whose other modules nobody asked for)
+    asked = [Path(arg.split("::")[0]).resolve() for arg in session.config.args]
+    left_out = sorted({path.name for path in session.config.stash.get(_LEFT_OUT, set())
+                       if any(d.is_dir() and path.is_relative_to(d) for d in asked)})
+    if harness.rank == 0 and left_out:
         harness.say(f"distmm MPI harness: on {harness.size} ranks these modules are not run "
-                    f"(they run on at most {LIMITED_MAX_RANKS}; "
-                    f"{EVERY_RANK_COUNT_ENV}=1 runs them): "
-                    f"{', '.join(sorted(LIMITED_MODULES))}")
+                    f"(tests/mpi/rank_counts.py gives their rank counts; "
+                    f"{EVERY_RANK_COUNT_ENV}=1 runs them): {', '.join(left_out)}")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     errors = [
         f"{report.nodeid}:\n{report.longreprtext}"

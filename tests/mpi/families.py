@@ -2,10 +2,14 @@
 
 Every family of :data:`distmm.ALGORITHMS`, with the replication factors its grid allows at this
 run's p and widths at and above its minimum r, so that one test module per claim covers every
-family, c and strategy without naming a family.
+family, c and strategy without naming a family. Over the rank counts of ./tasks test
+(1, 2, 3, 4, 8), ``FAMILY_C`` meets every grid shape once: from p = 4 on it leaves out the
+shapes that p = 2 and 3 already gave (:func:`met_below`).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from mpi4py import MPI
@@ -18,8 +22,23 @@ P = COMM.Get_size()
 FAMILIES = list(distmm.ALGORITHMS)
 OPS = ("sddmm", "spmm-a", "spmm-b")
 FUSED = ("fusedmm-a", "fusedmm-b")
-# (family, c) for every c the family's grid allows at this p.
-FAMILY_C = [(name, c) for name in FAMILIES for c in costmodel.valid_cs(name, P)]
+# Every (family, c) (DISTMM_TEST_EVERY_RANK_COUNT=1), or at p >= 4 only those whose grid has a
+# shape that p = 2 and 3 do not already give (tests/mpi/rank_counts.py)
+EVERY_C = os.environ.get("DISTMM_TEST_EVERY_RANK_COUNT", "") not in ("", "0")
+
+
+def met_below(name: str, c: int) -> bool:
+    """Whether the family's grid at (P, c) has the shape of one at p = 2 or 3, where the family
+    modules run too: layers of one rank (c = p, as c = 2 at p = 2 and c = 3 at p = 3), or one
+    ring of all the ranks (c = 1 of a family whose layer is a ring: its grid takes 3 ranks at
+    c = 1). At p = 4 that leaves the 2D grid of the 2.5D families (q = 2) and 1.5D layers of
+    two ranks (c = 2); at p = 8 the true 2.5D grid (q = 2, c = 2) and 1.5D c = 2 and 4."""
+    return P >= 4 and (c == P or (c == 1 and distmm.ALGORITHMS[name].model.grid_allows(3, 1)))
+
+
+# (family, c) for every c the family's grid allows at this p, less those met_below
+FAMILY_C = [(name, c) for name in FAMILIES for c in costmodel.valid_cs(name, P)
+            if EVERY_C or not met_below(name, c)]
 
 
 def one_c(name: str) -> int:
