@@ -139,11 +139,10 @@ def test_example_ports_train(example, shared_tmp, monkeypatch, capsys):
     if COMM.rank == 0:
         write_planetoid_like(shared_tmp)
     COMM.Barrier()
-    monkeypatch.syspath_prepend(str(EXAMPLES))
     monkeypatch.setattr(sys, "argv", [example, "--data", str(shared_tmp), "--epochs", "40"])
-    import planetoid_files
+    from distmm.torch import datasets
 
-    monkeypatch.setattr(planetoid_files, "load", _small_split(planetoid_files.load))
+    monkeypatch.setattr(datasets, "planetoid_files", _small_split(datasets.planetoid_files))
     runpy.run_path(str(EXAMPLES / example), run_name="__main__")
     out = capsys.readouterr().out
     if COMM.rank == 0:
