@@ -8,9 +8,13 @@ cross-entropy over the training nodes, the backward and an Adam step. The two mo
 same architecture as PyG's examples/gcn.py (16 hidden, 2 layers) and examples/gat.py (8 heads
 of 8, then one head), the same initial weights (the PyG model's ``state_dict`` loaded into
 distmm's), float32, no dropout (so both do the same work every epoch). Epochs alternate
-between the two (PyG, distmm, PyG, ...) after two warm-up epochs each; the table gives the
-median time of each and the median of the per-round ratios. With more than one rank only
-distmm's epoch runs (PyG has no distributed counterpart); the table then gives its times.
+between the variants after two warm-up epochs each; the table gives the median time of each
+and the median of the per-round ratios to PyG's. The variants: PyG's model; distmm's; distmm's
+with its layers' kept sparse form of a constant input turned off (``SPARSE_INPUT_DENSITY =
+0``: the first layer's product by the weights dense, as PyG's); and, where the features are at
+most 10% nonzero, PyG's model given them as a sparse COO tensor (its ``Linear`` then takes a
+sparse product too). With more than one rank only distmm's epochs run (PyG has no distributed
+counterpart); the table then gives their times.
 
 Graphs, from DIR (the files of the project's data folder): Cora (its features and labels),
 MovieLens 100K as a bipartite user-item graph (both directions; 64 random features, 5 random
@@ -126,34 +130,60 @@ def main() -> None:
     if COMM.rank == 0:
         print(f"p = {p}, torch {torch.__version__}, {share} thread(s) per rank for torch "
               "(both models) and distmm's kernels")
-        print("| graph | nodes | edges | model | PyG ms | distmm ms | distmm / PyG (median of "
-              "rounds) |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| graph | nodes | edges | model | PyG ms | distmm ms | distmm / PyG | distmm, "
+              "dense input ms | its / PyG | PyG, sparse x ms |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.graphs:
         edge_index, X, y, train = load(name, args.data)
         g = dt.graph(edge_index, X.shape[0], COMM)
         x_l, y_l, t_l = g.local(X), g.local(y), g.local(train)
+        sparse_x = X.to_sparse() if (X != 0).float().mean() <= 0.1 else None
         for kind in args.models:
             theirs, ours = models(kind, X.shape[1], int(y.max()) + 1)
-            mine = epoch_fn(ours, x_l, y_l, t_l, g, graph=g)
-            pyg = epoch_fn(theirs, X, y, train, edge_index) if p == 1 else None
+            runs = {"distmm": epoch_fn(ours, x_l, y_l, t_l, g, graph=g),
+                    "dense": dense_input(epoch_fn(ours, x_l, y_l, t_l, g, graph=g))}
+            if p == 1:
+                runs["pyg"] = epoch_fn(theirs, X, y, train, edge_index)
+                if sparse_x is not None:
+                    runs["pyg_sparse"] = epoch_fn(theirs, sparse_x, y, train, edge_index)
             for _ in range(2):
-                mine()
-                if pyg:
-                    pyg()
-            ts_mine, ts_pyg = [], []
+                for run in runs.values():
+                    run()
+            times = {k: [] for k in runs}
             for _ in range(args.rounds):
-                if pyg:
-                    ts_pyg.append(pyg())
-                ts_mine.append(COMM.allreduce(mine(), op=MPI.MAX))
+                for k, run in runs.items():
+                    times[k].append(COMM.allreduce(run(), op=MPI.MAX))
             if COMM.rank == 0:
-                med = statistics.median
-                theirs_ms = f"{med(ts_pyg) * 1e3:.1f}" if pyg else "-"
-                ratio = (f"{med([a / b for a, b in zip(ts_mine, ts_pyg, strict=True)]):.2f}"
-                         if pyg else "-")
                 print(f"| {name} | {X.shape[0]} | {edge_index.shape[1]} | {kind} | "
-                      f"{theirs_ms} | {med(ts_mine) * 1e3:.1f} | {ratio} |", flush=True)
+                      + " | ".join(columns(times)) + " |", flush=True)
 
+
+def dense_input(epoch):
+    """``epoch`` with the layers' kept sparse form of a constant input turned off."""
+    import distmm.torch.nn as dnn
+
+    def run() -> float:
+        keep, dnn.SPARSE_INPUT_DENSITY = dnn.SPARSE_INPUT_DENSITY, 0.0
+        try:
+            return epoch()
+        finally:
+            dnn.SPARSE_INPUT_DENSITY = keep
+    return run
+
+
+def columns(times: dict) -> list[str]:
+    """Median ms of each variant and the median per-round ratio to PyG's (dense x)."""
+    med = statistics.median
+
+    def ms(k):
+        return f"{med(times[k]) * 1e3:.1f}" if k in times else "-"
+
+    def ratio(k):
+        if "pyg" not in times:
+            return "-"
+        return f"{med([a / b for a, b in zip(times[k], times['pyg'], strict=True)]):.2f}"
+    return [ms("pyg"), ms("distmm"), ratio("distmm"), ms("dense"), ratio("dense"),
+            ms("pyg_sparse")]
 
 if __name__ == "__main__":
     main()

@@ -374,13 +374,15 @@ class Graph:
     def sum(self, x):
         """The sum of ``x`` (any shape) over the ranks, on every rank. Collective;
         differentiable (each rank's gradient is its own term's)."""
+        if self.p == 1:
+            return x
         return AllReduceSum.apply(x, self.comm)
 
     def mean(self, x):
         """The global mean of the entries of this rank's ``x`` and every other rank's: e.g.
         ``graph.mean(F.cross_entropy(out[mask], y[mask], reduction="none"))`` is the loss over
         every rank's masked nodes. Collective; differentiable."""
-        count = self.comm.allreduce(int(x.numel()))
+        count = int(x.numel()) if self.p == 1 else self.comm.allreduce(int(x.numel()))
         if count == 0:
             raise InputError("graph.mean: no entries on any rank")
         return self.sum(x.sum()) / count
