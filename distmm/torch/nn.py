@@ -27,7 +27,7 @@ from distmm.errors import InputError
 from distmm.torch import functions as fn
 from distmm.torch.functions import torch
 from distmm.torch.graphs import NP_DTYPES, Graph, NodeTensor
-from distmm.torch.heads import head_layout
+from distmm.torch.heads import spmm_heads
 
 F = torch.nn.functional
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -135,16 +135,12 @@ def _attend(graph: Graph, z, att_src, att_dst, pattern: str, slope: float, dropo
     -> (nodes, H, C)."""
     obj = graph.obj(z.dtype, pattern)
     fn._check_call(obj, problem, x=z)
-    h = z.shape[1]
     s_src = (z * att_src).sum(-1)  # (nodes, H): B side (sources)
     s_dst = (z * att_dst).sum(-1)  # A side (targets)
     e = F.leaky_relu(fn.SDDMMAdd.apply(obj, s_dst, s_src), slope)
     alpha = fn.EdgeSoftmax.apply(obj, e, "row")  # over each target's in-edges
     alpha = F.dropout(alpha, dropout, training)
-    if h == 1:
-        out = fn.SpMMA.apply(obj, z.reshape(z.shape[0], z.shape[2]), alpha.reshape(-1))
-        return out.reshape(z.shape)
-    return head_layout(graph, pattern, h, NP_DTYPES[z.dtype]).spmm(alpha, z)
+    return spmm_heads(graph, pattern, alpha, z)
 
 
 def _output(out, x_in):
