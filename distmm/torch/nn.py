@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import weakref
 
+import numpy as np
 from mpi4py import MPI
 
 from distmm.errors import InputError
@@ -83,8 +84,37 @@ class InputForm:
             self.counted = True
             plain = x.as_subclass(torch.Tensor).detach()
             if int(torch.count_nonzero(plain)) <= SPARSE_INPUT_DENSITY * plain.numel():
-                self.sparse = plain.to_sparse().coalesce()
+                self.sparse = _csr_pair(plain)
         return self.sparse
+
+
+def _csr_pair(x):
+    """(x, x^T) as torch CSR tensors (the products' fast path on the CPU, both ways)."""
+    import warnings
+
+    import scipy.sparse as sp
+    a = sp.csr_matrix(x.numpy())
+    with warnings.catch_warnings():  # torch's "sparse CSR support is in beta" notice
+        warnings.simplefilter("ignore", UserWarning)
+        return tuple(torch.sparse_csr_tensor(
+            torch.from_numpy(m.indptr.astype(np.int64)), torch.from_numpy(
+                m.indices.astype(np.int64)), torch.from_numpy(m.data), m.shape)
+            for m in (a, a.T.tocsr()))
+
+
+class SparseProduct(torch.autograd.Function):
+    """``x W^T`` for a kept sparse ``x`` (its CSR and its transpose's), differentiable in W:
+    ``dW = (x^T G)^T``, the transpose's CSR times G (torch's own backward of a sparse product
+    transposes x on every call)."""
+
+    @staticmethod
+    def forward(ctx, pair, weight):
+        ctx.pair = pair
+        return pair[0] @ weight.t()
+
+    @staticmethod
+    def backward(ctx, G):
+        return None, (ctx.pair[1] @ G).t()
 
 
 def _product(x, weight, bias, dtype, form: InputForm | None = None):
@@ -94,7 +124,7 @@ def _product(x, weight, bias, dtype, form: InputForm | None = None):
     bias = None if bias is None else bias.to(dtype)
     if sparse is None:
         return F.linear(x.as_subclass(torch.Tensor).to(dtype), weight, bias)
-    out = torch.sparse.mm(sparse, weight.t())
+    out = SparseProduct.apply(sparse, weight)
     return out if bias is None else out + bias
 
 
