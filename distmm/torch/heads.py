@@ -68,13 +68,16 @@ class HeadLayout:
         if not graph.comm.allreduce(int(not ok)) == 0:
             raise InputError("internal: the per-head matrix's layout does not match the graph's"
                              " (a family or replication without aligned blocks)")
-        self.index = torch.from_numpy(order[at] * h + k)
+        index = order[at] * h + k  # a permutation: each (value, head) is one entry of S_h
+        inverse = np.empty_like(index)
+        inverse[index] = np.arange(index.size, dtype=index.dtype)
+        self.index, self.inverse = torch.from_numpy(index), torch.from_numpy(inverse)
 
     def spmm(self, alpha, z):
         """``(n_local, h, F)``: every head's aggregation of ``z`` (n_local, h, F) with the
         attention ``alpha`` (local nnz of S, h) in S's value order. Collective."""
         F = z.shape[2]
-        vals = alpha.reshape(-1)[self.index]
+        vals = Permute.apply(alpha.reshape(-1), self.index, self.inverse)
         zz = z.reshape(self.n_local * self.h, F)
         if self.pad:
             zz = torch.cat([zz, zz.new_zeros(self.pad, F)])
@@ -82,6 +85,20 @@ class HeadLayout:
         if self.pad:
             y = y[:self.n_local * self.h]
         return y.reshape(self.n_local, self.h, F)
+
+
+class Permute(torch.autograd.Function):
+    """``x[index]`` for a permutation ``index``; backward ``G[inverse]`` (a gather, where
+    indexing's own backward scatters with accumulation)."""
+
+    @staticmethod
+    def forward(ctx, x, index, inverse):
+        ctx.inverse = inverse
+        return x[index]
+
+    @staticmethod
+    def backward(ctx, G):
+        return G[ctx.inverse], None, None
 
 
 def _entries(pattern, first: np.ndarray, h: int, size: int) -> sp.coo_matrix:
