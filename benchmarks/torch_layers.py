@@ -1,7 +1,7 @@
 """A GCN and a GAT training epoch on distmm.torch's layers against PyTorch Geometric's, same run.
 
     .venv/bin/mpiexec -n 1 .venv/bin/python benchmarks/torch_layers.py --data DIR \
-        [--graphs cora movielens mesh] [--rounds 7] [--clock wall|cpu]
+        [--graphs cora movielens mesh genes] [--rounds 7] [--clock wall|cpu]
 
 One epoch is what the PyG examples time: ``zero_grad``, the forward on every node, the
 cross-entropy over the training nodes, the backward and an Adam step. The two models have the
@@ -17,9 +17,9 @@ sparse product too). With more than one rank only distmm's epochs run (PyG has n
 counterpart); the table then gives their times.
 
 Graphs, from DIR (the files of the project's data folder): Cora (its features and labels),
-MovieLens 100K as a bipartite user-item graph (both directions; 64 random features, 5 random
-classes) and the mesh's dual graph (258,569 nodes; 64 random features, 5 classes). Edges are
-made symmetric and coalesced.
+MovieLens 100K and genes x PubMed papers (``genes``, 801,757 nodes) as bipartite graphs (both
+directions; 64 random features, 5 random classes) and the mesh's dual graph (258,569 nodes;
+64 random features, 5 classes). Edges are made symmetric and coalesced.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def load(name: str, data: Path, width: int = 64, classes: int = 5):
         X /= np.maximum(X.sum(axis=1, keepdims=True), 1.0)
         y = np.loadtxt(data / "cora-labels.txt", dtype=np.int64)
     else:
-        R = read(data / ("movielens-100k-ratings.mtx.gz" if name == "movielens"
-                         else "metis-mdual.mtx.gz"))
-        if name == "movielens":
+        R = read(data / {"movielens": "movielens-100k-ratings.mtx.gz",
+                         "genes": "genes-pubmed.mtx.gz"}.get(name, "metis-mdual.mtx.gz"))
+        if name in ("movielens", "genes"):
             m, n = R.shape
             A = sp.coo_matrix((np.ones(R.nnz), (R.row, R.col + m)), shape=(m + n, m + n))
         else:
