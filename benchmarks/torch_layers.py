@@ -1,21 +1,25 @@
 """A GCN and a GAT training epoch on distmm.torch's layers against PyTorch Geometric's, same run.
 
     .venv/bin/mpiexec -n 1 .venv/bin/python benchmarks/torch_layers.py --data DIR \
-        [--graphs cora movielens mesh] [--rounds 7]
+        [--graphs cora movielens mesh genes] [--rounds 7] [--clock wall|cpu]
 
 One epoch is what the PyG examples time: ``zero_grad``, the forward on every node, the
 cross-entropy over the training nodes, the backward and an Adam step. The two models have the
 same architecture as PyG's examples/gcn.py (16 hidden, 2 layers) and examples/gat.py (8 heads
 of 8, then one head), the same initial weights (the PyG model's ``state_dict`` loaded into
 distmm's), float32, no dropout (so both do the same work every epoch). Epochs alternate
-between the two (PyG, distmm, PyG, ...) after two warm-up epochs each; the table gives the
-median time of each and the median of the per-round ratios. With more than one rank only
-distmm's epoch runs (PyG has no distributed counterpart); the table then gives its times.
+between the variants after two warm-up epochs each; the table gives the median time of each
+and the median of the per-round ratios to PyG's. The variants: PyG's model; distmm's; distmm's
+with its layers' kept sparse form of a constant input turned off (``SPARSE_INPUT_DENSITY =
+0``: the first layer's product by the weights dense, as PyG's); and, where the features are at
+most 10% nonzero, PyG's model given them as a sparse COO tensor (its ``Linear`` then takes a
+sparse product too). With more than one rank only distmm's epochs run (PyG has no distributed
+counterpart); the table then gives their times.
 
 Graphs, from DIR (the files of the project's data folder): Cora (its features and labels),
-MovieLens 100K as a bipartite user-item graph (both directions; 64 random features, 5 random
-classes) and the mesh's dual graph (258,569 nodes; 64 random features, 5 classes). Edges are
-made symmetric and coalesced.
+MovieLens 100K and genes x PubMed papers (``genes``, 801,757 nodes) as bipartite graphs (both
+directions; 64 random features, 5 random classes) and the mesh's dual graph (258,569 nodes;
+64 random features, 5 classes). Edges are made symmetric and coalesced.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import distmm.torch as dt
 
 F = torch.nn.functional
 COMM = MPI.COMM_WORLD
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = time.perf_counter
 
 
 def read(path: Path) -> sp.coo_matrix:
@@ -52,9 +58,9 @@ def load(name: str, data: Path, width: int = 64, classes: int = 5):
         X /= np.maximum(X.sum(axis=1, keepdims=True), 1.0)
         y = np.loadtxt(data / "cora-labels.txt", dtype=np.int64)
     else:
-        R = read(data / ("movielens-100k-ratings.mtx.gz" if name == "movielens"
-                         else "metis-mdual.mtx.gz"))
-        if name == "movielens":
+        R = read(data / {"movielens": "movielens-100k-ratings.mtx.gz",
+                         "genes": "genes-pubmed.mtx.gz"}.get(name, "metis-mdual.mtx.gz"))
+        if name in ("movielens", "genes"):
             m, n = R.shape
             A = sp.coo_matrix((np.ones(R.nnz), (R.row, R.col + m)), shape=(m + n, m + n))
         else:
@@ -98,7 +104,7 @@ def epoch_fn(model, x, y, train, edges, graph=None):
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
     def epoch() -> float:
-        start = time.perf_counter()
+        start = clock()
         opt.zero_grad()
         out = model(x, edges)
         if graph is None:
@@ -107,7 +113,7 @@ def epoch_fn(model, x, y, train, edges, graph=None):
             loss = graph.mean(F.cross_entropy(out[train], y[train], reduction="none"))
         loss.backward()
         opt.step()
-        return time.perf_counter() - start
+        return clock() - start
     return epoch
 
 
@@ -117,7 +123,12 @@ def main() -> None:
     ap.add_argument("--graphs", nargs="+", default=["cora", "movielens", "mesh"])
     ap.add_argument("--models", nargs="+", default=["gcn", "gat"])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--clock", choices=list(CLOCK), default="wall",
+                    help="wall: elapsed time; cpu: this process's CPU time (every thread's), "
+                         "less disturbed by other jobs on a shared host")
     args = ap.parse_args()
+    global clock
+    clock = CLOCK[args.clock]
     p = COMM.Get_size()
     dt.graph(torch.zeros(2, 0, dtype=torch.int64), 1, COMM)  # distmm settles its threads
     from distmm.kernels import threads
@@ -125,35 +136,61 @@ def main() -> None:
     torch.set_num_threads(share)  # the same count for PyG's and distmm's torch operations
     if COMM.rank == 0:
         print(f"p = {p}, torch {torch.__version__}, {share} thread(s) per rank for torch "
-              "(both models) and distmm's kernels")
-        print("| graph | nodes | edges | model | PyG ms | distmm ms | distmm / PyG (median of "
-              "rounds) |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+              f"(both models) and distmm's kernels, {args.clock} clock")
+        print("| graph | nodes | edges | model | PyG ms | distmm ms | distmm / PyG | distmm, "
+              "dense input ms | its / PyG | PyG, sparse x ms |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.graphs:
         edge_index, X, y, train = load(name, args.data)
         g = dt.graph(edge_index, X.shape[0], COMM)
         x_l, y_l, t_l = g.local(X), g.local(y), g.local(train)
+        sparse_x = X.to_sparse() if (X != 0).float().mean() <= 0.1 else None
         for kind in args.models:
             theirs, ours = models(kind, X.shape[1], int(y.max()) + 1)
-            mine = epoch_fn(ours, x_l, y_l, t_l, g, graph=g)
-            pyg = epoch_fn(theirs, X, y, train, edge_index) if p == 1 else None
+            runs = {"distmm": epoch_fn(ours, x_l, y_l, t_l, g, graph=g),
+                    "dense": dense_input(epoch_fn(ours, x_l, y_l, t_l, g, graph=g))}
+            if p == 1:
+                runs["pyg"] = epoch_fn(theirs, X, y, train, edge_index)
+                if sparse_x is not None:
+                    runs["pyg_sparse"] = epoch_fn(theirs, sparse_x, y, train, edge_index)
             for _ in range(2):
-                mine()
-                if pyg:
-                    pyg()
-            ts_mine, ts_pyg = [], []
+                for run in runs.values():
+                    run()
+            times = {k: [] for k in runs}
             for _ in range(args.rounds):
-                if pyg:
-                    ts_pyg.append(pyg())
-                ts_mine.append(COMM.allreduce(mine(), op=MPI.MAX))
+                for k, run in runs.items():
+                    times[k].append(COMM.allreduce(run(), op=MPI.MAX))
             if COMM.rank == 0:
-                med = statistics.median
-                theirs_ms = f"{med(ts_pyg) * 1e3:.1f}" if pyg else "-"
-                ratio = (f"{med([a / b for a, b in zip(ts_mine, ts_pyg, strict=True)]):.2f}"
-                         if pyg else "-")
                 print(f"| {name} | {X.shape[0]} | {edge_index.shape[1]} | {kind} | "
-                      f"{theirs_ms} | {med(ts_mine) * 1e3:.1f} | {ratio} |", flush=True)
+                      + " | ".join(columns(times)) + " |", flush=True)
 
+
+def dense_input(epoch):
+    """``epoch`` with the layers' kept sparse form of a constant input turned off."""
+    import distmm.torch.nn as dnn
+
+    def run() -> float:
+        keep, dnn.SPARSE_INPUT_DENSITY = dnn.SPARSE_INPUT_DENSITY, 0.0
+        try:
+            return epoch()
+        finally:
+            dnn.SPARSE_INPUT_DENSITY = keep
+    return run
+
+
+def columns(times: dict) -> list[str]:
+    """Median ms of each variant and the median per-round ratio to PyG's (dense x)."""
+    med = statistics.median
+
+    def ms(k):
+        return f"{med(times[k]) * 1e3:.1f}" if k in times else "-"
+
+    def ratio(k):
+        if "pyg" not in times:
+            return "-"
+        return f"{med([a / b for a, b in zip(times[k], times['pyg'], strict=True)]):.2f}"
+    return [ms("pyg"), ms("distmm"), ratio("distmm"), ms("dense"), ratio("dense"),
+            ms("pyg_sparse")]
 
 if __name__ == "__main__":
     main()

@@ -2,6 +2,8 @@
 
     mpiexec -n 2 python examples/gat.py --data DIR   (DIR holds cora-adjacency.mtx.gz,
                                                       cora-features.mtx.gz, cora-labels.txt)
+
+The data come from distmm.torch.datasets.planetoid_files where PyG's example uses Planetoid.
 """
 import argparse
 import time
@@ -10,21 +12,21 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from mpi4py import MPI
-from planetoid_files import load
 
 import distmm.torch as dt
+from distmm.torch.datasets import planetoid_files
 from distmm.torch.nn import GATConv
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--data', type=Path, required=True)
+parser.add_argument('--dataset', type=str, default='cora')
 parser.add_argument('--hidden_channels', type=int, default=8)
 parser.add_argument('--heads', type=int, default=8)
 parser.add_argument('--lr', type=float, default=0.005)
 parser.add_argument('--epochs', type=int, default=200)
 args = parser.parse_args()
 
-data = load(args.data / 'cora-adjacency.mtx.gz', args.data / 'cora-features.mtx.gz',
-            args.data / 'cora-labels.txt')
+data = planetoid_files(args.data, args.dataset)
 graph = dt.graph(data.edge_index, data.num_nodes, MPI.COMM_WORLD)
 x, y = graph.local(data.x), graph.local(data.y)
 masks = [graph.local(m) for m in (data.train_mask, data.val_mask, data.test_mask)]

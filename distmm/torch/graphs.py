@@ -4,8 +4,10 @@ Conventions (PyTorch Geometric's): ``edge_index`` is a (2, E) integer tensor, ro
 sources and row 1 the targets of the edges, and messages flow from source to target. distmm's
 sparse matrix S has the **target as its row and the source as its column** (``S[i, j] != 0``
 for an edge j -> i), so ``S @ X`` aggregates each node's in-neighbours. S lives on the
-``15d-dense-shift`` family, whose A side (rows) and B side (columns) of a rank are the same
-nodes: a layer's output is the next layer's input.
+``15d-dense-shift`` family (default) or the sparsity-aware ``15d-sparse-aware`` one: in both,
+the A side (rows) and the B side (columns) of a rank are the same nodes, whole rows, so a
+layer's output is the next layer's input with no redistribution. The other families split the
+dense rows by columns over a group of ranks (A and B sides of a rank differ) and are refused.
 
 Every rank holds the whole ``edge_index`` (and ``edge_weight``); node tensors are cut to this
 rank's nodes, :attr:`Graph.nodes`, in that order (not a contiguous range: at p > 1 the nodes
@@ -22,6 +24,11 @@ import distmm
 from distmm.errors import InputError, agree
 from distmm.torch import functions as F_
 from distmm.torch.functions import torch
+
+# The families a graph is placed on: those whose A and B blocks of a rank are the same nodes,
+# whole rows (node tensors of one layout serve both sides). The others (15d-sparse-shift and
+# the 2.5D families) split dense rows by columns over a group of ranks.
+FAMILIES = ("15d-dense-shift", "15d-sparse-aware")
 
 # the dtypes distmm computes in; float16 and bfloat16 are computed in float32
 NP_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
@@ -98,7 +105,7 @@ class Pattern:
             g = self.graph
             S = _coo(self.rows, self.cols, np.ones(self.keys.size), g.num_nodes)
             layout = g.layout if g.layout is not None else g.permute
-            obj = distmm.distribute(S, g.comm, algorithm="15d-dense-shift", c=g.c,
+            obj = distmm.distribute(S, g.comm, algorithm=g.algorithm, c=g.c,
                                     dtype=np_dtype, permute=layout, seed=g.seed, root=None)
             if g.layout is None:
                 g.layout = obj
@@ -143,13 +150,22 @@ class Graph:
     """
 
     def __init__(self, edge_index, num_nodes: int, comm: MPI.Comm, edge_weight, add_self_loops,
-                 normalize, c: int, permute, seed: int) -> None:
+                 normalize, c: int, permute, seed: int, algorithm: str) -> None:
         self.comm, self.c, self.permute, self.seed = comm, c, permute, seed
+        self.algorithm = algorithm
         self.p, self.rank = comm.Get_size(), comm.Get_rank()
         self.layout = None
         msg, src, dst, w = _read_edges(edge_index, num_nodes, edge_weight)
+        if algorithm not in FAMILIES:
+            msg = msg or (
+                f"graph() places a graph on {' or '.join(FAMILIES)}, not {algorithm!r}: the "
+                "layers need a rank's A side (rows of S, the targets) and B side (columns, the "
+                "sources) to be the same nodes, whole rows, so that one layer's output is the "
+                "next one's input; the other families split the dense rows by columns over a "
+                "group of ranks")
         agree(comm, msg, same={"num_nodes": num_nodes, "edges": -1 if src is None else src.size,
-                               "checksum": None if src is None else _checksum(src, dst, w)})
+                               "checksum": None if src is None else _checksum(src, dst, w),
+                               "algorithm": str(algorithm)})
         self.num_nodes, self.num_edges = int(num_nodes), int(src.size)
         self.normalized = bool(normalize)
         if add_self_loops or normalize:
@@ -162,7 +178,7 @@ class Graph:
         self.patterns: dict = {"base": Pattern(self, dst, src)}
         obj = self.pattern("base").obj(np.float32)
         self.nodes = obj.local_rows("a")
-        if not np.array_equal(self.nodes, obj.local_rows("b")):  # 15d-dense-shift, square
+        if not np.array_equal(self.nodes, obj.local_rows("b")):  # square, one permutation
             raise InputError("internal: the A and B blocks of a rank hold different nodes")
         self.num_local = int(self.nodes.size)
         self.counts = np.array(comm.allgather(self.num_local), dtype=np.int64)
@@ -359,28 +375,29 @@ class Graph:
         ``alpha``: (this rank's nonzeros, h) in value order of the pattern ("base", or "loops"
         with every self-loop); ``z``: (num_local, h, F) node tensor. Returns (num_local, h, F).
         Collective (the first call per head count and dtype builds the head-expanded S)."""
-        from distmm.torch.heads import head_layout
+        from distmm.torch.heads import spmm_heads
         ok = (isinstance(z, torch.Tensor) and isinstance(alpha, torch.Tensor) and z.dim() == 3
               and alpha.dim() == 2 and z.shape[0] == self.num_local
               and alpha.shape[1] == z.shape[1] and z.dtype in NP_DTYPES)
         agree(self.comm, None if ok else (
             f"spmm_heads takes alpha (nonzeros, h) and z ({self.num_local}, h, F) of one float "
             f"dtype, got {_describe(alpha)} and {_describe(z)}"))
-        layout = head_layout(self, pattern, int(z.shape[1]), NP_DTYPES[z.dtype])
-        F_._check_call(layout.obj, None, alpha=alpha, z=z)
-        return layout.spmm(alpha, z.contiguous())
+        F_._check_call(self.obj(z.dtype, pattern), None, alpha=alpha, z=z)
+        return spmm_heads(self, pattern, alpha, z.contiguous())
 
     # ------------------------------------------------------------------ reductions
     def sum(self, x):
         """The sum of ``x`` (any shape) over the ranks, on every rank. Collective;
         differentiable (each rank's gradient is its own term's)."""
+        if self.p == 1:
+            return x
         return AllReduceSum.apply(x, self.comm)
 
     def mean(self, x):
         """The global mean of the entries of this rank's ``x`` and every other rank's: e.g.
         ``graph.mean(F.cross_entropy(out[mask], y[mask], reduction="none"))`` is the loss over
         every rank's masked nodes. Collective; differentiable."""
-        count = self.comm.allreduce(int(x.numel()))
+        count = int(x.numel()) if self.p == 1 else self.comm.allreduce(int(x.numel()))
         if count == 0:
             raise InputError("graph.mean: no entries on any rank")
         return self.sum(x.sum()) / count
@@ -388,7 +405,7 @@ class Graph:
 
 def graph(edge_index, num_nodes: int, comm: MPI.Comm = MPI.COMM_WORLD, edge_weight=None,
           add_self_loops: bool = False, normalize: bool = False, c: int = 1,
-          permute="auto", seed: int = 0) -> Graph:
+          permute="auto", seed: int = 0, algorithm: str = "15d-dense-shift") -> Graph:
     """Place a graph given as PyTorch data on the ranks of ``comm``.
 
     Parameters
@@ -409,7 +426,11 @@ def graph(edge_index, num_nodes: int, comm: MPI.Comm = MPI.COMM_WORLD, edge_weig
         Scale the weights as GCN does, ``D^-1/2 A D^-1/2`` with D the weighted in-degree
         (PyG's ``gcn_norm``; with ``add_self_loops`` that is ``D^-1/2 (A + I) D^-1/2``).
     c, permute, seed
-        distmm's replication factor and load-balancing permutation (:func:`distmm.distribute`).
+        distmm's replication factor and load-balancing permutation (:func:`distmm.distribute`;
+        with ``15d-sparse-aware``, ``permute="kahip"`` or ``"kahypar"`` orders the nodes by a
+        graph partition, or a saved :class:`distmm.core.partition.Partition` is used).
+    algorithm : {"15d-dense-shift", "15d-sparse-aware"}
+        The family S is placed on (:data:`FAMILIES`; the others are refused on every rank).
 
     Returns
     -------
@@ -417,7 +438,7 @@ def graph(edge_index, num_nodes: int, comm: MPI.Comm = MPI.COMM_WORLD, edge_weig
         Collective over ``comm``.
     """
     return Graph(edge_index, num_nodes, comm, edge_weight, add_self_loops, normalize, c,
-                 permute, seed)
+                 permute, seed, algorithm)
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -19,14 +19,16 @@ first use).
 from __future__ import annotations
 
 import math
+import weakref
 
+import numpy as np
 from mpi4py import MPI
 
 from distmm.errors import InputError
 from distmm.torch import functions as fn
 from distmm.torch.functions import torch
 from distmm.torch.graphs import NP_DTYPES, Graph, NodeTensor
-from distmm.torch.heads import head_layout
+from distmm.torch.heads import spmm_heads
 
 F = torch.nn.functional
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -41,9 +43,93 @@ def _work_dtype(x) -> torch.dtype:
     return x.dtype if x.dtype in NP_DTYPES else torch.float32
 
 
-def _linear(x, lin: torch.nn.Linear, dtype):
-    bias = None if lin.bias is None else lin.bias.to(dtype)
-    return F.linear(x.to(dtype), lin.weight.to(dtype), bias)
+# A layer's input with at most this share of nonzero entries, passed again unchanged, is
+# multiplied by the weights in a sparse form kept from the call before (0 turns this off).
+SPARSE_INPUT_DENSITY = 0.1
+
+
+class InputForm:
+    """The sparse form of a layer's input that comes back unchanged on every call.
+
+    A model's first layer usually gets the same feature tensor every epoch, and bag-of-words
+    features (Cora's: 1.3% nonzero) make its dense product by the weights most of the epoch's
+    work. A call on the tensor of the call before (the same object, the same version counter,
+    so not changed in place, and needing no gradient) counts its nonzeros once and, when at
+    most ``SPARSE_INPUT_DENSITY`` of the entries are nonzero, keeps a sparse copy whose products
+    with the weights (and their gradients) replace the dense ones. A new tensor on every call
+    (input dropout) takes the dense product and costs nothing more; the tensor is held by a
+    weak reference."""
+
+    def __init__(self) -> None:
+        self.ref = None
+        self.version = -1
+        self.sparse = None
+        self.counted = False
+
+    def __getstate__(self) -> dict:  # a copy or a pickle starts afresh (no weak reference)
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def sparse_of(self, x):
+        """The kept sparse form of ``x`` (2-D, strided), or None for the dense product."""
+        if SPARSE_INPUT_DENSITY <= 0 or x.requires_grad or x.layout != torch.strided:
+            return None
+        if self.ref is None or self.ref() is not x or x._version != self.version:
+            self.ref, self.version = weakref.ref(x), x._version
+            self.sparse, self.counted = None, False
+            return None
+        if not self.counted:
+            self.counted = True
+            plain = x.as_subclass(torch.Tensor).detach()
+            if int(torch.count_nonzero(plain)) <= SPARSE_INPUT_DENSITY * plain.numel():
+                self.sparse = _csr_pair(plain)
+        return self.sparse
+
+
+def _csr_pair(x):
+    """(x, x^T) as torch CSR tensors (the products' fast path on the CPU, both ways)."""
+    import warnings
+
+    import scipy.sparse as sp
+    a = sp.csr_matrix(x.numpy())
+    with warnings.catch_warnings():  # torch's "sparse CSR support is in beta" notice
+        warnings.simplefilter("ignore", UserWarning)
+        return tuple(torch.sparse_csr_tensor(
+            torch.from_numpy(m.indptr.astype(np.int64)), torch.from_numpy(
+                m.indices.astype(np.int64)), torch.from_numpy(m.data), m.shape)
+            for m in (a, a.T.tocsr()))
+
+
+class SparseProduct(torch.autograd.Function):
+    """``x W^T`` for a kept sparse ``x`` (its CSR and its transpose's), differentiable in W:
+    ``dW = (x^T G)^T``, the transpose's CSR times G (torch's own backward of a sparse product
+    transposes x on every call)."""
+
+    @staticmethod
+    def forward(ctx, pair, weight):
+        ctx.pair = pair
+        return pair[0] @ weight.t()
+
+    @staticmethod
+    def backward(ctx, G):
+        return None, (ctx.pair[1] @ G).t()
+
+
+def _product(x, weight, bias, dtype, form: InputForm | None = None):
+    """``x W^T + b`` in ``dtype``; ``x`` in the sparse form ``form`` keeps when it has one."""
+    sparse = form.sparse_of(x) if form is not None and x.dtype == dtype else None
+    weight = weight.to(dtype)
+    bias = None if bias is None else bias.to(dtype)
+    if sparse is None:
+        return F.linear(x.as_subclass(torch.Tensor).to(dtype), weight, bias)
+    out = SparseProduct.apply(sparse, weight)
+    return out if bias is None else out + bias
+
+
+def _linear(x, lin: torch.nn.Linear, dtype, form: InputForm | None = None):
+    return _product(x, lin.weight, lin.bias, dtype, form)
 
 
 def _input(x, graph, in_channels: int, extra: str | None = None):
@@ -79,16 +165,12 @@ def _attend(graph: Graph, z, att_src, att_dst, pattern: str, slope: float, dropo
     -> (nodes, H, C)."""
     obj = graph.obj(z.dtype, pattern)
     fn._check_call(obj, problem, x=z)
-    h = z.shape[1]
     s_src = (z * att_src).sum(-1)  # (nodes, H): B side (sources)
     s_dst = (z * att_dst).sum(-1)  # A side (targets)
     e = F.leaky_relu(fn.SDDMMAdd.apply(obj, s_dst, s_src), slope)
     alpha = fn.EdgeSoftmax.apply(obj, e, "row")  # over each target's in-edges
     alpha = F.dropout(alpha, dropout, training)
-    if h == 1:
-        out = fn.SpMMA.apply(obj, z.reshape(z.shape[0], z.shape[2]), alpha.reshape(-1))
-        return out.reshape(z.shape)
-    return head_layout(graph, pattern, h, NP_DTYPES[z.dtype]).spmm(alpha, z)
+    return spmm_heads(graph, pattern, alpha, z)
 
 
 def _output(out, x_in):
@@ -120,6 +202,7 @@ class GCNConv(torch.nn.Module):
         self.add_self_loops, self.normalize = add_self_loops, normalize
         self.lin = torch.nn.Linear(in_channels, out_channels, bias=False)
         self.bias = torch.nn.Parameter(torch.empty(out_channels)) if bias else None
+        self._form = InputForm()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -134,7 +217,7 @@ class GCNConv(torch.nn.Module):
                  ) if self.normalize and getattr(graph, "normalized", False) else None
         x_in = x
         x, problem, dtype = _input(x, graph, self.in_channels, twice)
-        z = _linear(x, self.lin, dtype)
+        z = _linear(x, self.lin, dtype, self._form)
         if self.normalize:
             kind, pattern = "gcn", "loops" if self.add_self_loops else "base"
             if not self.add_self_loops:
@@ -171,6 +254,7 @@ class GATConv(torch.nn.Module):
         self.att_dst = torch.nn.Parameter(torch.empty(1, heads, out_channels))
         size = heads * out_channels if concat else out_channels
         self.bias = torch.nn.Parameter(torch.empty(size)) if bias else None
+        self._form = InputForm()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -189,7 +273,7 @@ class GATConv(torch.nn.Module):
         x_in = x
         x, problem, dtype = _input(x, graph, self.in_channels, dup)
         H, C = self.heads, self.out_channels
-        z = _linear(x, self.lin, dtype).view(-1, H, C)
+        z = _linear(x, self.lin, dtype, self._form).view(-1, H, C)
         pattern = "loops" if self.add_self_loops else "base"
         out = _attend(graph, z, self.att_src.to(dtype), self.att_dst.to(dtype), pattern,
                       self.negative_slope, self.dropout, self.training, problem)
@@ -214,6 +298,7 @@ class SAGEConv(torch.nn.Module):
         self.lin_l = torch.nn.Linear(in_channels, out_channels, bias=bias)
         self.lin_r = (torch.nn.Linear(in_channels, out_channels, bias=False) if root_weight
                       else None)
+        self._form = InputForm()
 
     def reset_parameters(self) -> None:
         self.lin_l.reset_parameters()
@@ -224,16 +309,16 @@ class SAGEConv(torch.nn.Module):
     def forward(self, x, graph: Graph):
         x_in = x
         x, problem, dtype = _input(x, graph, self.in_channels)
-        xw = x.to(dtype)
         if self.out_channels < self.in_channels:
-            out = _aggregate(graph, F.linear(xw, self.lin_l.weight.to(dtype)), "mean", "base",
-                             problem)
+            out = _aggregate(graph, _product(x, self.lin_l.weight, None, dtype, self._form),
+                             "mean", "base", problem)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias.to(dtype)
         else:
+            xw = x.as_subclass(torch.Tensor).to(dtype)
             out = _linear(_aggregate(graph, xw, "mean", "base", problem), self.lin_l, dtype)
         if self.lin_r is not None:
-            out = out + _linear(xw, self.lin_r, dtype)
+            out = out + _linear(x, self.lin_r, dtype, self._form)
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return _output(out, x_in)

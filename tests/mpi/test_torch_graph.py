@@ -177,6 +177,13 @@ def test_bad_graphs_are_refused_everywhere():
     if COMM.size > 1:
         with pytest.raises(dt.InputError, match="edges|checksum"):
             dt.graph(mine, N, COMM)
+    for family in ("15d-sparse-shift", "25d-dense-replicate", "25d-sparse-replicate"):
+        with pytest.raises(dt.InputError, match="15d-dense-shift or 15d-sparse-aware, not"):
+            dt.graph(ei, N, COMM, algorithm=family)
+    if COMM.size > 1:
+        with pytest.raises(dt.InputError, match="algorithm"):
+            dt.graph(ei, N, COMM, algorithm="15d-sparse-aware" if COMM.rank else
+                     "15d-dense-shift")
 
 
 def test_spmm_heads_is_one_call_equal_to_one_spmm_per_head():
