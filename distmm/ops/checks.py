@@ -9,6 +9,8 @@ path (:func:`distmm.errors.agree`).
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from distmm.errors import InputError, agree
@@ -24,9 +26,11 @@ def full_check_due(obj, call: str) -> bool:
     return policy == "always" or call not in obj.__dict__.get("_ops_checked", set())
 
 
-def agree_width(obj, message: str | None, *widths: int, call: str) -> None:
+def agree_width(obj, message: str | None, *widths: int, call: str, variant: str = "") -> None:
     """Raise the same :class:`InputError` on every rank if any rank has a message or the ranks
-    disagree on any of ``widths`` (e.g. h for 2-D operands, 0 for 1-D ones).
+    disagree on any of ``widths`` (e.g. h for 2-D operands, 0 for 1-D ones). At p > 1 the
+    ranks' primitives (``call`` and its ``variant``: a dim, a side) are compared first
+    (:func:`same_primitive`).
 
     Collective over ``obj.comm`` when :func:`full_check_due` says so for ``call``; otherwise
     local (a message raises on this rank only, as the cheap checks of ``checks="once"`` do).
@@ -35,7 +39,10 @@ def agree_width(obj, message: str | None, *widths: int, call: str) -> None:
     if getattr(obj, "closed", False):
         raise InputError(f"this {obj.name} object was closed (close() or the end of its "
                          "with-block freed its communicators); distribute S again")
-    if not full_check_due(obj, call):
+    due = full_check_due(obj, call)
+    if obj.p > 1:  # the widths too where the full check below does not compare them
+        same_primitive(obj, f"{call} {variant}".strip(), () if due else widths)
+    if not due:
         if message is not None:
             raise InputError(f"{message} (found by the cheap local checks on rank {obj.rank}; "
                              "other ranks may not have seen it)")
@@ -58,6 +65,28 @@ def agree_width(obj, message: str | None, *widths: int, call: str) -> None:
     elif message is not None:
         raise InputError(message)
     obj.__dict__.setdefault("_ops_checked", set()).add(call)
+
+
+def same_primitive(obj, call: str, widths: tuple[int, ...]) -> None:
+    """Compare the primitive and its widths across ranks before any of its collectives: one
+    all-gather of three integers over ``obj.world``, the comparison the operations make
+    before a call's first collective (:meth:`~distmm.core.comm.CountingComm.compare_call`),
+    so that ranks in different primitives, or in a primitive and an operation, raise one
+    :class:`InputError` on every rank instead of pairing their collectives up (under every
+    ``checks`` policy: the agreement of the full check compares widths only). Not counted (a
+    check, not a word of a primitive's model). Collective over ``obj.comm``; p > 1."""
+    st = obj.stats
+    saved = st.call_tag, st.call_width, st.call_name
+    # a code no operation's tag takes (those are >= 0), the same on every rank
+    st.call_tag = -1 - zlib.crc32(call.encode()) % (1 << 30)
+    st.call_width = int(np.array(widths, dtype=np.int64) @ (1 + np.arange(len(widths)))) \
+        if len(widths) > 1 else (int(widths[0]) if widths else 0)
+    st.call_name = f"the edge primitive {call}" + (
+        f" (heads {', '.join(map(str, widths))})" if widths else "")
+    try:
+        obj.world.compare_call()
+    finally:
+        st.call_tag, st.call_width, st.call_name = saved
 
 
 def columns(X, nrows: int, dtype: np.dtype, what: str, allow: str = "nan", scan: bool = True

@@ -309,7 +309,8 @@ def _shaped(out: np.ndarray, like: np.ndarray) -> np.ndarray:
     return out.reshape(-1) if like.ndim == 1 else out
 
 
-def _check_arrays(obj, nrows: int, arrays, allow: str, kind: str, call: str) -> None:
+def _check_arrays(obj, nrows: int, arrays, allow: str, kind: str, call: str,
+                  variant: str = "") -> None:
     scan = full_check_due(obj, call) and getattr(obj, "check_finite", True)
     msg, widths = None, set()
     for X, what in arrays:
@@ -318,13 +319,15 @@ def _check_arrays(obj, nrows: int, arrays, allow: str, kind: str, call: str) -> 
         widths.add(w)
     if len(widths) > 1:
         msg = msg or f"the {kind} arrays have different shapes"
-    agree_width(obj, msg, widths.pop() if len(widths) == 1 else -1, call=call)
+    agree_width(obj, msg, widths.pop() if len(widths) == 1 else -1, call=call, variant=variant)
 
 
-def check_edges(obj, call: str, *arrays: tuple[np.ndarray, str], allow: str = "nan") -> None:
+def check_edges(obj, call: str, *arrays: tuple[np.ndarray, str], allow: str = "nan",
+                variant: str = "") -> None:
     """Check edge-value arrays (value order, one h for all) for primitive ``call``: collective
-    under the object's checks policy (:func:`distmm.ops.checks.agree_width`)."""
-    _check_arrays(obj, obj.values.shape[0], arrays, allow, "edge-value", call)
+    under the object's checks policy (:func:`distmm.ops.checks.agree_width`; ``variant``: the
+    dim or side that tells apart primitives of one name)."""
+    _check_arrays(obj, obj.values.shape[0], arrays, allow, "edge-value", call, variant)
 
 
 def reduce(obj, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.ndarray:
@@ -351,7 +354,7 @@ def reduce(obj, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.nda
     """
     require(dim in DIMS, f"dim must be 'row' or 'col', got {dim!r}")
     require(op in REDUCE_OPS, f"op must be 'sum' or 'max', got {op!r}")
-    check_edges(obj, "reduce", (values, "values"))
+    check_edges(obj, "reduce", (values, "values"), variant=f"{dim} {op}")
     plan = edge_plan(obj, dim)
     phase = REDUCE_PHASE[dim]
     v = _as2d(values)
@@ -361,7 +364,8 @@ def reduce(obj, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.nda
 
 def check_nodes(obj, side: str, call: str, *arrays: tuple[np.ndarray, str]) -> None:
     """Check per-node arrays of ``side`` (one h for all), like :func:`check_edges`."""
-    _check_arrays(obj, obj.dense_rows(side, obj.rank).size, arrays, "nan", "per-node", call)
+    _check_arrays(obj, obj.dense_rows(side, obj.rank).size, arrays, "nan", "per-node", call,
+                  side)
 
 
 def expand(obj, side: str, X: np.ndarray, phase: str = EXPAND_PHASE) -> np.ndarray:

@@ -48,7 +48,7 @@ def edge_softmax(obj, values: np.ndarray, dim: str = "row") -> np.ndarray:
     Collective over ``obj.comm``; words under phase "softmax" (:func:`softmax_words`).
     """
     require(dim in DIMS, f"dim must be 'row' or 'col', got {dim!r}")
-    check_edges(obj, "edge_softmax", (values, "scores"), allow="softmax")
+    check_edges(obj, "edge_softmax", (values, "scores"), allow="softmax", variant=dim)
     plan = edge_plan(obj, dim)
     seg = plan.seg
     e = seg.sort(_as2d(values))  # grouped by row: per-row values spread by np.repeat
@@ -85,7 +85,8 @@ def edge_softmax_backward(obj, alpha: np.ndarray, grad_alpha: np.ndarray,
     (:func:`softmax_backward_words`).
     """
     require(dim in DIMS, f"dim must be 'row' or 'col', got {dim!r}")
-    check_edges(obj, "edge_softmax_backward", (alpha, "alpha"), (grad_alpha, "grad_alpha"))
+    check_edges(obj, "edge_softmax_backward", (alpha, "alpha"), (grad_alpha, "grad_alpha"),
+                variant=dim)
     plan = edge_plan(obj, dim)
     seg = plan.seg
     a, g = seg.sort(_as2d(alpha)), seg.sort(_as2d(grad_alpha))

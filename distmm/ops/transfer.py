@@ -115,7 +115,7 @@ def transfer(obj, X: np.ndarray, to_side: str) -> np.ndarray:
                    f"block of width {r} has shape {expect}")
         elif X.dtype != obj.dtype:
             msg = f"the block to transfer has dtype {X.dtype}, expected {obj.dtype}"
-    agree_width(obj, msg, r, call="transfer")
+    agree_width(obj, msg, r, call="transfer", variant=to_side)
     return transfer_plan(obj, src, r).apply(obj.world, np.ascontiguousarray(X))
 
 

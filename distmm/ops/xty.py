@@ -56,7 +56,7 @@ def xty(obj, X: np.ndarray, Y: np.ndarray, side: str | None = None) -> np.ndarra
     require(side in ("a", "b"), "xty needs side='a' or side='b' for plain arrays")
     r1, r2 = global_width(obj, X, side), global_width(obj, Y, side)
     msg = _check(obj, side, X, "X", r1) or _check(obj, side, Y, "Y", r2)
-    agree_width(obj, msg, r1, r2, call="xty")
+    agree_width(obj, msg, r1, r2, call="xty", variant=side)
     me = obj.rank
     H = holders(obj, side)
     members = H.members(H.color[me])

@@ -64,6 +64,7 @@ RANK_COUNTS: dict[str, tuple[int, ...]] = {
     "test_hdf5_input.py": BUILT,
     "test_checks.py": CHECKS,
     "test_call_agreement.py": CHECKS,
+    "test_edge_mismatch.py": CHECKS,
     # applications and PyTorch; distmm.torch's node tensors follow the layout, its autograd
     # functions are the family's operations (tested at every count) and their transposes
     "test_gat.py": LAYOUT,
