@@ -95,7 +95,6 @@ class Pattern:
         self.objs: dict = {}
         self.local: np.ndarray | None = None  # this rank's values -> coalesced entries
         self.values: dict = {}
-        self.heads: dict = {}
         self.order = self.counts = None  # every rank's values -> coalesced entries (to_edges)
 
     def obj(self, np_dtype):
@@ -370,11 +369,12 @@ class Graph:
 
     def spmm_heads(self, alpha, z, pattern: str = "base"):
         """Every head's aggregation ``Y[i, k] = sum_j alpha[(i, j), k] z[j, k]`` in one
-        distributed SpMM (:mod:`distmm.torch.heads`), differentiable in ``alpha`` and ``z``.
+        distributed multi-value SpMM (:mod:`distmm.torch.heads`), differentiable in ``alpha``
+        and ``z``.
 
         ``alpha``: (this rank's nonzeros, h) in value order of the pattern ("base", or "loops"
         with every self-loop); ``z``: (num_local, h, F) node tensor. Returns (num_local, h, F).
-        Collective (the first call per head count and dtype builds the head-expanded S)."""
+        Collective."""
         from distmm.torch.heads import spmm_heads
         ok = (isinstance(z, torch.Tensor) and isinstance(alpha, torch.Tensor) and z.dim() == 3
               and alpha.dim() == 2 and z.shape[0] == self.num_local

@@ -186,6 +186,36 @@ def test_bad_graphs_are_refused_everywhere():
                      "15d-dense-shift")
 
 
+@pytest.mark.parametrize("algorithm", ["15d-dense-shift", "15d-sparse-aware"])
+def test_spmm_heads_gradcheck(algorithm):
+    """distmm.torch.heads.spmm_heads (the multi-value SpMM and its backward) against finite
+    differences in float64 (full Jacobians), on global tensors every rank perturbs alike, and
+    its values against a dense numpy reference, on both of graph()'s families."""
+    import scipy.sparse as sp
+    from torch_global import GlobalLayout, global_tensor
+
+    from distmm.torch.heads import spmm_heads
+    ei, _ = edges()
+    g = dt.graph(ei, N, COMM, algorithm=algorithm)
+    pat = g.pattern("base")
+    S = sp.coo_matrix((np.ones(pat.keys.size), (pat.rows, pat.cols)), shape=(N, N))
+    obj = g.obj(torch.float64)
+    h, F = 3, 2
+    lay = GlobalLayout(obj, S, h * F)
+    alpha, Z = global_tensor((lay.nnz, h), seed=5), global_tensor((N, h * F), seed=6)
+
+    def f(alpha, Z):
+        z = lay.extract(Z, "dense", "b").reshape(-1, h, F)
+        y = spmm_heads(g, "base", lay.extract(alpha, "edges", h=h), z)
+        return lay.gather(y.reshape(-1, h * F), "dense", "a")
+
+    a, Zn = alpha.detach().numpy(), Z.detach().numpy().reshape(N, h, F)
+    want = np.stack([sp.csr_matrix((a[:, k], (lay.rows, lay.cols)), shape=(N, N)) @ Zn[:, k]
+                     for k in range(h)], axis=1).reshape(N, h * F)
+    np.testing.assert_allclose(f(alpha, Z).detach().numpy(), want, rtol=1e-13, atol=1e-13)
+    assert torch.autograd.gradcheck(f, (alpha, Z), eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
 def test_spmm_heads_is_one_call_equal_to_one_spmm_per_head():
     """graph.spmm_heads: all heads in one distributed SpMM; values and gradients equal one
     dt.spmm_a per head (float64)."""

@@ -232,7 +232,7 @@ def _families():
 
 @pytest.mark.parametrize("algorithm, c, permute", _families())
 def test_layers_equal_pyg_on_every_supported_family(algorithm, c, permute):
-    """GCNConv, GATConv (3 heads: the head-expanded S on the family's own blocks, a
+    """GCNConv, GATConv (3 heads: the multi-value SpMM on the family's own blocks, a
     partition's parts included) and SAGEConv on each family graph() supports, with replication
     and with a partitioner's order: outputs and gradients equal PyG's, float64 to 1e-12."""
     if COMM.size % c:
