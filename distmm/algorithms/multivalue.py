@@ -200,15 +200,13 @@ def multi_value_words(S, op: str, heads: int, features: int,
                       first: bool = True) -> dict[str, dict[str, float]]:
     """Words and messages per phase one rank sends in one multi-value ``op`` ("spmm_a" or
     "spmm_b") on 1.5D dense shifting: those of one single-value call of width
-    heads * features (:func:`~distmm.algorithms.dense_shift_15d.dense_shift_15d_exact`;
+    heads * features (the family model's ``exact_words``;
     p must divide m and n), plus, on the ``first`` call of its kind, the input check's
     agreement (phase "other", p - 1). Not collective."""
     if S.name != "15d-dense-shift":
         raise InputError("multi_value_words: only 15d-dense-shift runs one pass")
-    from distmm.algorithms.dense_shift_15d import dense_shift_15d_exact
-
     m, n = S.shape
-    words = dense_shift_15d_exact(op, m, n, heads * features, S.p, S.c)
+    words = S.model.exact_words(op, m, n, heads * features, S.p, S.c)
     k = S.p - 1 if first or S.checks == "always" else 0
     words["other"] = {"words": k, "messages": k}
     return words
