@@ -67,14 +67,15 @@ def agree_width(obj, message: str | None, *widths: int, call: str, variant: str 
     obj.__dict__.setdefault("_ops_checked", set()).add(call)
 
 
-def same_primitive(obj, call: str, widths: tuple[int, ...]) -> None:
+def same_primitive(obj, call: str, widths: tuple[int, ...], comm=None) -> None:
     """Compare the primitive and its widths across ranks before any of its collectives: one
     all-gather of three integers over ``obj.world``, the comparison the operations make
     before a call's first collective (:meth:`~distmm.core.comm.CountingComm.compare_call`),
     so that ranks in different primitives, or in a primitive and an operation, raise one
     :class:`InputError` on every rank instead of pairing their collectives up (under every
     ``checks`` policy: the agreement of the full check compares widths only). Not counted (a
-    check, not a word of a primitive's model). Collective over ``obj.comm``; p > 1."""
+    check, not a word of a primitive's model). Collective over ``obj.comm`` (or over
+    ``comm``, a :class:`~distmm.core.comm.CountingComm` of some of its ranks); p > 1."""
     st = obj.stats
     saved = st.call_tag, st.call_width, st.call_name
     # a code no operation's tag takes (those are >= 0), the same on every rank
@@ -84,7 +85,7 @@ def same_primitive(obj, call: str, widths: tuple[int, ...]) -> None:
     st.call_name = f"the edge primitive {call}" + (
         f" (heads {', '.join(map(str, widths))})" if widths else "")
     try:
-        obj.world.compare_call()
+        (obj.world if comm is None else comm).compare_call()
     finally:
         st.call_tag, st.call_width, st.call_name = saved
 

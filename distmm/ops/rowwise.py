@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from distmm.errors import require
+from distmm.ops.checks import same_primitive
 from distmm.ops.groups import row_group, row_group_size
+from distmm.ops.holders import column_range, global_width
 
 PHASE = "row_dot"
 
@@ -35,17 +37,24 @@ def row_dot(obj, side: str, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         the blocks' dtype.
 
     Collective over ``obj.comm`` (the first call on a side splits the row-group communicator;
-    later calls talk within the row group only). Shapes are checked locally, without
-    communication; every rank of a group holds the same rows, so a shape error shows on all of
-    them alike.
+    later calls talk within the row group only). Shapes are checked locally; every rank of a
+    group holds the same rows, so a shape error shows on all of them alike, and a group of
+    several ranks compares the call and its width r first (one uncounted all-gather of three
+    integers), so that column pieces of different widths never add up.
     """
     require(side in ("a", "b"), f"side must be 'a' or 'b', got {side!r}")
     nrows = obj.dense_rows(side, obj.rank).size
     require(X.ndim == 2 and X.shape == Y.shape and X.shape[0] == nrows,
             f"row_dot needs two blocks of {nrows} rows and equal shapes on side {side!r}; "
             f"got {tuple(X.shape)} and {tuple(Y.shape)}")
-    partial = np.einsum("ij,ij->i", X, Y)
+    r = global_width(obj, X, side)  # every rank: collective where r is per call and split
     group = row_group(obj, side)
+    if group.size > 1:  # column pieces of one width r on every rank of the group
+        # a piece that is not this rank's of r says its own width (pieces of one width that
+        # make up r always fit it), so two ranks agree only on pieces of one r
+        fits = X.shape[1] == len(column_range(obj, side, obj.rank, r))
+        same_primitive(obj, f"row_dot {side}", (r if fits else -1 - X.shape[1],), group)
+    partial = np.einsum("ij,ij->i", X, Y)
     if group.size == 1:
         return partial
     out = np.empty_like(partial)

@@ -13,6 +13,8 @@ from ops_oracle import compiled_segment_reduce, edge_fn, edge_problem, local_coo
 
 import distmm
 from distmm.errors import InputError
+from distmm.ops.groups import row_group, row_group_color
+from distmm.ops.holders import column_range
 from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
@@ -60,3 +62,42 @@ def test_ranks_in_different_primitives_all_raise(algorithm, checks):
             calls[mine if COMM.rank == 0 else theirs]()
     # nothing was left half-done: the same call on every rank still gives the sum
     assert np.isfinite(calls["row_sum"]()).all()
+
+
+@pytest.mark.parametrize("checks", ["once", "off"])
+@pytest.mark.parametrize("algorithm", [a for a, f in distmm.ALGORITHMS.items()
+                                       if getattr(f, "splits_r", False)])
+def test_row_dot_of_different_widths_raises_in_every_row_group(algorithm, checks):
+    """row_dot over a row group of several ranks (the families that split r, S placed for
+    r = 6): rank 0 passing a block one column wider than its piece of r = 6 (a block of
+    another call), the others their pieces, raises on every rank of its group instead of
+    adding up pieces of two matrices. (A block whose shape fits cannot be told from the
+    right one; with r per call, untyped pieces do not tell their matrix's width either:
+    pieces of widths 4 and 6 can make up a valid r = 5. Typed blocks, ``S.dense``, carry it.)"""
+    S = edge_problem(12, 12, seed=7)
+    c = costmodel.valid_cs(algorithm, COMM.Get_size(), 6)[0]
+    obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=6, root=None, checks=checks,
+                            dtype=np.float64)
+    rows = obj.dense_rows("a", obj.rank).size
+
+    def piece(r):
+        return np.ones((rows, len(column_range(obj, "a", obj.rank, r))))
+
+    X = piece(6)
+    assert np.allclose(obj.row_dot("a", X, X), 6.0)  # the agreed first call
+    groups = COMM.allgather(row_group(obj, "a").size)
+    mine = np.ones((rows, X.shape[1] + 1)) if COMM.rank == 0 else X
+    if max(groups) == 1:
+        pytest.skip("no row group of several ranks on this grid")
+    try:
+        got = obj.row_dot("a", mine, mine)
+    except InputError as err:
+        assert "different calls" in str(err)
+    else:  # a result only from the pieces of r = 6: the sums of ones
+        assert 0 not in _group_ranks(obj) and np.allclose(got, 6.0)
+
+
+def _group_ranks(obj) -> list[int]:
+    """World ranks of this rank's row group on side "a"."""
+    me = row_group_color(obj, "a", COMM.rank)
+    return [k for k in range(COMM.Get_size()) if row_group_color(obj, "a", k) == me]
