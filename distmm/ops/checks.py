@@ -80,8 +80,12 @@ def same_primitive(obj, call: str, widths: tuple[int, ...], comm=None) -> None:
     saved = st.call_tag, st.call_width, st.call_name
     # a code no operation's tag takes (those are >= 0), the same on every rank
     st.call_tag = -1 - zlib.crc32(call.encode()) % (1 << 30)
-    st.call_width = int(np.array(widths, dtype=np.int64) @ (1 + np.arange(len(widths)))) \
-        if len(widths) > 1 else (int(widths[0]) if widths else 0)
+    # the widths packed exactly (at most two, each below 2**31), so that different widths
+    # never compare equal
+    code = 0
+    for w in widths:
+        code = (code << 31) | (int(w) & 0x7FFFFFFF)
+    st.call_width = code
     st.call_name = f"the edge primitive {call}" + (
         f" (heads {', '.join(map(str, widths))})" if widths else "")
     try:
