@@ -385,6 +385,33 @@ def release_freed_memory() -> None:
 
 
 _LIBC = None
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+
+
+def map_large_allocations(threshold: int = 128 << 10) -> bool:
+    """Make glibc serve every allocation of ``threshold`` bytes or more with its own mapping,
+    returned to the OS when it is freed (``mallopt`` of M_MMAP_THRESHOLD and
+    M_TRIM_THRESHOLD); whether that worked (False off glibc). Not collective; for the rest of
+    the process.
+
+    For measuring, not for speed. By default glibc raises its mmap threshold to the size of
+    the largest block freed so far, so which arrays of a few MB come from the heap (and stay
+    resident after they are freed, in the gaps the next arrays may or may not fit) depends on
+    what the process did before: a rank's peak resident set then lies anywhere from the live
+    arrays to well above them. With a fixed threshold the peak follows the live arrays, which
+    is what the model counts. Every later large allocation pays a
+    mapping and its page faults."""
+    global _LIBC
+    if _LIBC is None:
+        release_freed_memory()  # loads the library
+    if not _LIBC:
+        return False
+    try:
+        ok = (_LIBC.mallopt(_M_MMAP_THRESHOLD, int(threshold))
+              and _LIBC.mallopt(_M_TRIM_THRESHOLD, int(threshold)))
+    except AttributeError:
+        return False
+    return bool(ok)
 
 
 def format_bytes(nbytes: float) -> str:
@@ -396,5 +423,5 @@ def format_bytes(nbytes: float) -> str:
 
 
 __all__ = ["Memory", "available_bytes", "csr_bytes", "current_rss", "format_bytes",
-           "held_bytes", "parse_memory_limit", "peak_rss", "place_bytes",
-           "release_freed_memory", "reset_peak_rss", "transpose_bytes"]
+           "held_bytes", "map_large_allocations", "parse_memory_limit", "peak_rss",
+           "place_bytes", "release_freed_memory", "reset_peak_rss", "transpose_bytes"]

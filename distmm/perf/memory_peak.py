@@ -7,6 +7,8 @@ families and the user-facing entry point, not beside the model's pieces.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 from mpi4py import MPI
 
@@ -15,6 +17,7 @@ from distmm.api import distribute
 from distmm.core.memory import (
     Memory,
     current_rss,
+    map_large_allocations,
     peak_rss,
     release_freed_memory,
     reset_peak_rss,
@@ -37,12 +40,15 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
     that compiled kernels and MPI's buffers are not counted) with freed memory returned to the
     OS; the peak is Linux's VmHWM, reset after ``make_share``. The measurement runs
     ``rounds`` times (S placed anew each time) and the smallest peak is kept: what a process
-    did before (the allocator's state, a first use of something at full size) can add to one
-    round, never to what placing S and one call need. ``permute`` is distribute's. Returns
-    (None, model) where the peak cannot be reset (not Linux)."""
+    did before (a first use of something at full size) can add to one round, never to what
+    placing S and one call need. It first fixes glibc's mmap threshold for the rest of the
+    process (:func:`~distmm.core.memory.map_large_allocations`): with glibc's moving one, the
+    same call's peak varied with the allocator's history by a third. ``permute`` is
+    distribute's. Returns (None, model) where the peak cannot be reset (not Linux)."""
     cls = ALGORITHMS[algorithm]
     strategy = strategy or cls.strategies[-1]
     p = comm.Get_size()
+    map_large_allocations()
 
     def run(share, width):
         obj = distribute(share, comm, algorithm=algorithm, c=c, r=width, dtype=dtype,
@@ -59,6 +65,9 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
     del warm
     peaks, model = [], None
     for _ in range(max(1, rounds)):
+        # the last round's object lies in reference cycles: freed by the cycle collector at a
+        # moment of its choosing, perhaps inside the measured round, below this baseline
+        gc.collect()
         release_freed_memory()
         base = current_rss()
         holder = [make_share()]
