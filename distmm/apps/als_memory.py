@@ -33,12 +33,16 @@ OPS_USED = ("fusedmm_a", "fusedmm_b", "spmm_a", "spmm_b", "sddmm")
 
 
 def als_memory(algorithm: str, strategy: str, m: int, n: int, nnz: int, nnz_test: int,
-               rank: int, p: int, c: int, dtype="float64", overlap: bool = False) -> Memory:
+               rank: int, p: int, c: int, dtype="float64", overlap: bool = False,
+               local: dict[str, int] | None = None) -> Memory:
     """Bytes the fullest rank holds for ALS of factor width ``rank`` on an m x n ratings
-    matrix with ``nnz`` training and ``nnz_test`` held-out ratings. Not collective."""
+    matrix with ``nnz`` training and ``nnz_test`` held-out ratings. Not collective.
+
+    ``local``: one rank's sizes of the training matrix's layout (the family's
+    ``memory_counts``), for that rank's bytes rather than the pattern-free bound."""
     model = ALGORITHMS[algorithm].model
     it = np.dtype(dtype).itemsize
-    kernels = [model.memory_bytes(op, strategy, m, n, nnz, rank, p, c, dtype, overlap)
+    kernels = [model.memory_bytes(op, strategy, m, n, nnz, rank, p, c, dtype, overlap, local)
                for op in OPS_USED]
     parts = kernels_held(kernels)
     # The replication and reduction buffers are kept per stored orientation, and ALS runs
