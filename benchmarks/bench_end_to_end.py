@@ -289,7 +289,7 @@ def worker_distmm(args) -> None:
                     kept += out.nbytes
                     common = {"dtype": dtype, "r": r, "op": op,
                               "permute": S.stats.describe()["permute"],
-                              "intranode": distmm.intranode.STATE}
+                              "intranode": distmm.runtime.intranode.STATE}
                     if comm.rank == 0:
                         emit(dict(common, call="method", peak_rss=rss, data_bytes=data,
                                   model_bytes=model, **_split_record(best, phases, keys)))

@@ -3,7 +3,7 @@
 Typical use, under ``mpiexec -n P``::
 
     import distmm
-    distmm.prepare_process()      # optional, before mpi4py's MPI: see distmm.process
+    distmm.prepare_process()      # optional, before mpi4py's MPI: see distmm.runtime.process
     from mpi4py import MPI
     with distmm.distribute("graph.mtx", MPI.COMM_WORLD, c=2) as S:  # place S once
         A = S.scatter("a", A_global)            # this rank's block of A: a DenseBlock
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 # prepare_process (standard library only) can still run before numpy and MPI load. The names
 # below are loaded on first use (PEP 562); each lives in the module named beside it.
 from distmm._version import __version__  # noqa: F401 - distmm.__version__
-from distmm.process import prepare_process
+from distmm.runtime.process import prepare_process
 
 _EXPORTS = {
     "ALGORITHMS": "distmm.api",

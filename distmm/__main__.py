@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from distmm.process import prepare_process
+from distmm.runtime.process import prepare_process
 
 
 def main(argv: list[str] | None = None) -> int:

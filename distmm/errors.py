@@ -21,8 +21,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-from distmm import watchdog
 from distmm.exceptions import ABORT_DRAIN, DistmmError, InputError, abort_job, require
+from distmm.runtime import watchdog
 
 __all__ = ["ABORT_DRAIN", "Checks", "DistmmError", "InputError", "abort_job", "agree",
            "as_int", "format_ranks", "require"]

@@ -1,7 +1,7 @@
 """distmm's exception types and the checks and aborts that need no communication.
 
 :mod:`distmm.errors` re-exports all of it beside the collective agreement (:func:`agree`);
-import from there. These live apart so that the watchdog (:mod:`distmm.watchdog`), which the
+import from there. These live apart so that the watchdog (:mod:`distmm.runtime.watchdog`), which the
 agreement marks its wait with, can raise and abort without importing the agreement back.
 """
 

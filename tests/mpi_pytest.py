@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     # Like `python -m pytest`: the checkout is importable even without `pip install -e .`.
     sys.path.insert(0, str(REPO))
     # prepared before MPI, as the distmm command is: MPICH's single-copy path between the
-    # ranks of a node is then on where permitted (distmm.intranode), so the suite runs the
+    # ranks of a node is then on where permitted (distmm.runtime.intranode), so the suite runs the
     # transport users get
     import distmm
 

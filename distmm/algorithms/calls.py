@@ -43,11 +43,11 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from distmm import watchdog
 from distmm.core.dense import SIDES, DenseBlock
 from distmm.core.operations import OPS
 from distmm.errors import InputError, format_ranks
 from distmm.errors import _describe_disagreement as describe_disagreement
+from distmm.runtime import watchdog
 
 CHECKS = ("always", "once", "off")
 # Call keys (``_call_key``: one per operation and width) whose operands an object remembers at

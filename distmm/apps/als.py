@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from mpi4py import MPI
 
-from distmm import api, signals
+from distmm import api
 from distmm.algorithms.base import DistributedMatrix
 from distmm.apps.als_io import check_writable, load_checkpoint, read_ratings, save_factors
 from distmm.core.coo import CooShare
@@ -44,6 +44,7 @@ from distmm.core.hashing import hash_uniform, mix64
 from distmm.errors import require
 from distmm.kernels import NodeModel
 from distmm.ops.rowwise import row_dot, row_dot_words
+from distmm.runtime import signals
 
 __all__ = ["ALSConfig", "ALSResult", "fit", "initial_factors", "predict", "split_ratings"]
 
@@ -489,7 +490,7 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
 
 
 def _safe_point(result: ALSResult, checkpoint: str | None, where: str, saved: bool) -> None:
-    """Stop every rank here if any rank got SIGTERM or SIGINT (:mod:`distmm.signals`), after
+    """Stop every rank here if any rank got SIGTERM or SIGINT (:mod:`distmm.runtime.signals`), after
     writing ``checkpoint`` unless this epoch's is already written. Collective."""
     signum = signals.agreed(result.obj.comm)
     if not signum:

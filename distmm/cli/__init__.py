@@ -4,7 +4,8 @@
 One module per command or group: :mod:`~distmm.cli.kernels` (run, bench),
 :mod:`~distmm.cli.plan` (plan, calibrate), :mod:`~distmm.cli.spgemm`,
 :mod:`~distmm.cli.simulate` (with :mod:`~distmm.cli.dynaspase`), :mod:`~distmm.cli.als`,
-:mod:`~distmm.cli.gat`, :mod:`~distmm.cli.convert`; ``info`` lives in :mod:`distmm.info`. Their
+:mod:`~distmm.cli.gat`, :mod:`~distmm.cli.convert`; ``info`` lives in
+:mod:`distmm.runtime.info`. Their
 shared pieces are public in :mod:`distmm.cli.common` (options, output, node model, memory
 limit) and :mod:`distmm.cli.files` (the input/output layer every command goes through);
 :mod:`distmm.cli.entry` parses, agrees, checks the files and dispatches.

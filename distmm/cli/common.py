@@ -108,8 +108,8 @@ def _seconds(text: str) -> float:
 
 def job_options(p: argparse.ArgumentParser) -> None:
     """The options of a long command (run, bench, als, gat train): ``--timeout`` (the
-    watchdog, :mod:`distmm.watchdog`), and stopping at safe points on SIGTERM and SIGINT
-    (:mod:`distmm.signals`), which such a command supports."""
+    watchdog, :mod:`distmm.runtime.watchdog`), and stopping at safe points on SIGTERM and SIGINT
+    (:mod:`distmm.runtime.signals`), which such a command supports."""
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                    help="abort the whole job (exit status 124) with a message naming the "
                         "phase and the ranks that did not arrive when a collective waits "

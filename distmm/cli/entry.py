@@ -25,11 +25,11 @@ import traceback
 
 from mpi4py import MPI
 
-from distmm import info, signals, watchdog
 from distmm.cli import als, convert, gat, kernels, partition, plan, simulate, spgemm
 from distmm.cli.common import Parser, UsageError
 from distmm.cli.files import FILES, check_files
 from distmm.errors import InputError, abort_job, agree
+from distmm.runtime import info, signals, watchdog
 
 # Each module's add_parser(sub) registers its command(s); the order is the help's order.
 COMMANDS = (kernels, plan, partition, spgemm, simulate, als, gat, convert)

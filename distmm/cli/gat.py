@@ -20,7 +20,6 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from distmm import signals
 from distmm.algorithms import ALGORITHMS
 from distmm.api import as_coo_share
 from distmm.apps.gat import DistGAT, distribute_graph
@@ -45,6 +44,7 @@ from distmm.io.matrix_market import mtx_header
 from distmm.io.npy import load_dense_npy, npy_header
 from distmm.io.outputs import write_h5_atomic
 from distmm.kernels import NODE_MODELS
+from distmm.runtime import signals
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -384,7 +384,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _safe_point(comm: MPI.Comm, state: TrainState, config: TrainConfig,
                 checkpoint: str | None, saved: bool, save) -> None:
-    """Stop every rank here if any rank got SIGTERM or SIGINT (:mod:`distmm.signals`); rank 0
+    """Stop every rank here if any rank got SIGTERM or SIGINT
+    (:mod:`distmm.runtime.signals`); rank 0
     first writes ``checkpoint`` (``save(state)``, collective) unless this epoch's is already
     written. Collective."""
     signum = signals.agreed(comm)

@@ -8,7 +8,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from distmm import api, signals
+from distmm import api
 from distmm.cli import files
 from distmm.cli.common import (
     check_common,
@@ -30,6 +30,7 @@ from distmm.io.npy import npy_header
 from distmm.io.outputs import write_h5_atomic
 from distmm.perf import bench
 from distmm.perf.bench import kernel_summary, measure, phase_summary, random_blocks, timed
+from distmm.runtime import signals
 
 
 def add_parser(sub) -> None:

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from distmm import watchdog
 from distmm.errors import InputError
+from distmm.runtime import watchdog
 
 PHASES = ("distribute", "replication", "propagation", "reduction", "compute", "values",
           "other")
@@ -492,7 +492,7 @@ class CountingComm:
     # (mod c), one Sendrecv each, so every rank sends and receives exactly the words and the
     # c - 1 messages counted above, the counts of the bandwidth-optimal algorithms of the
     # paper's cost model (section V). On a node, MPICH's point-to-point messages take its
-    # single-copy path (distmm.intranode) where its large all-gather and reduce-scatter
+    # single-copy path (distmm.runtime.intranode) where its large all-gather and reduce-scatter
     # copied through shared memory at a fraction of that speed, and slowed down by far more
     # than point-to-point messages with MPIR_CVAR_ENABLE_HEAVY_YIELD
     # (docs/performance.md, "Replication and reduction as pairwise exchanges").

@@ -69,7 +69,6 @@ import numpy as np
 from numba import njit, prange
 
 from distmm.core.sparse import INDEX_DTYPE, INDPTR_DTYPE, CSRBlock
-from distmm.cores import launcher_local_size, node_cpus
 from distmm.kernels.base import NodeModel
 from distmm.kernels.numba_util import (
     FASTMATH,
@@ -80,6 +79,7 @@ from distmm.kernels.numba_util import (
     stack_array,
 )
 from distmm.kernels.threads import STATE
+from distmm.runtime.cores import launcher_local_size, node_cpus
 
 __all__ = ["ReferenceModel"]
 

@@ -12,9 +12,9 @@ the node::
 
     threads = max(1, min(CPUs this rank may run on, CPUs of the node // ranks on the node))
 
-(:func:`distmm.cores.node_share`). The ranks on the node are those of the communicator that
+(:func:`distmm.runtime.cores.node_share`). The ranks on the node are those of the communicator that
 share its memory (MPI's ``COMM_TYPE_SHARED`` split), or the launcher's count of the whole job's
-ranks on the node where it says more (:func:`distmm.cores.launcher_local_size`): a
+ranks on the node where it says more (:func:`distmm.runtime.cores.launcher_local_size`): a
 communicator that holds only some of them does not see the others. Nothing changes where the
 user chose: ``NUMBA_NUM_THREADS`` in the environment, or a program that called
 ``numba.set_num_threads`` with another count before. numba's thread count belongs to the
@@ -29,7 +29,7 @@ import numba
 from mpi4py import MPI
 
 from distmm.core.memory import ranks_per_node
-from distmm.cores import cpus, launcher_local_size, node_cpus, node_share
+from distmm.runtime.cores import cpus, launcher_local_size, node_cpus, node_share
 
 __all__ = ["STATE", "expected", "settle"]
 

@@ -7,9 +7,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from distmm import signals
 from distmm.algorithms.base import DistributedMatrix
 from distmm.core.operations import op_name
+from distmm.runtime import signals
 
 # ----------------------------------------------------------------- operations by name
 # ``distmm run``, ``distmm bench``, the tuner and the experiments name an operation as the

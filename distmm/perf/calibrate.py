@@ -28,12 +28,12 @@ from mpi4py import MPI
 
 from distmm.core.comm import CommStats, CountingComm, mpi_type, pairwise_setting
 from distmm.core.sparse import CSRBlock
-from distmm.cores import node_cpus
 from distmm.errors import agree, require
 from distmm.io.outputs import write_json_atomic
 from distmm.kernels import make_node_model, threads
 from distmm.kernels.numba_util import thread_count
 from distmm.perf import costmodel
+from distmm.runtime.cores import node_cpus
 
 
 def _pingpong(comm: MPI.Comm, words: int, dtype, reps: int) -> float:

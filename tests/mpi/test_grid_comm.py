@@ -197,7 +197,7 @@ def test_prepared_shift_moves_counts_and_times_like_shift(monkeypatch):
     the buffers' current contents move (blocks of different sizes around the ring), also
     from and into other buffers of the same sizes than it was prepared with, and the
     counters equal those of as many plain shifts; while a watchdog runs it marks the phase."""
-    from distmm import watchdog
+    from distmm.runtime import watchdog
 
     left, right = (RANK - 1) % P, (RANK + 1) % P
     send = np.empty((RANK + 2, 3))

@@ -19,8 +19,8 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 import distmm
-from distmm import watchdog
 from distmm.errors import InputError
+from distmm.runtime import watchdog
 
 COMM = MPI.COMM_WORLD
 

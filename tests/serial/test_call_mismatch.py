@@ -17,7 +17,7 @@ import pytest
 
 import distmm
 from distmm.perf import costmodel
-from distmm.watchdog import EXIT_CODE
+from distmm.runtime.watchdog import EXIT_CODE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from launch_env import mpi_env  # noqa: E402

@@ -286,14 +286,14 @@ def test_guide_option_check_finds_a_wrong_option(tmp_path, monkeypatch):
 NUMPY_DOCUMENTED = ("distmm.api.distribute", "distmm.api.as_coo_share", "distmm.perf.bench.run_op",
                     "distmm.perf.bench.op_inputs", "distmm.perf.bench.op_output_side",
                     "distmm.perf.bench.op_flops",
-                    "distmm._optional.require_extra", "distmm.info.collect",
+                    "distmm._optional.require_extra", "distmm.runtime.info.collect",
                     "distmm.io.hdf5.read_hdf5", "distmm.io.hdf5.h5_header",
                     "distmm.io.hdf5.sparse_header", "distmm.io.hdf5.read_sparse",
                     "distmm.io.convert.gather_share", "distmm.io.convert.write_csr_h5",
-                    "distmm.signals.exit_code", "distmm.signals.handled",
-                    "distmm.signals.agreed", "distmm.signals.stop_if_requested",
-                    "distmm.watchdog.describe", "distmm.watchdog.waiting",
-                    "distmm.watchdog.running")
+                    "distmm.runtime.signals.exit_code", "distmm.runtime.signals.handled",
+                    "distmm.runtime.signals.agreed", "distmm.runtime.signals.stop_if_requested",
+                    "distmm.runtime.watchdog.describe", "distmm.runtime.watchdog.waiting",
+                    "distmm.runtime.watchdog.running")
 
 
 @pytest.mark.parametrize("qualname", NUMPY_DOCUMENTED)

@@ -23,7 +23,7 @@ import distmm
 from distmm._optional import EXTRAS, require_extra
 from distmm.cli import build_parser
 from distmm.errors import InputError
-from distmm.info import collect, format_text
+from distmm.runtime.info import collect, format_text
 
 BIN = os.path.dirname(sys.executable)
 DISTMM = os.path.join(BIN, "distmm")
@@ -129,7 +129,8 @@ def _blas_state(code: str, **env: str) -> list[str]:
 
 
 SHOW = ("import os, distmm; distmm.prepare_process(); "
-        "print(os.environ['OPENBLAS_THREAD_TIMEOUT'], distmm.blas_threads.STATE.replace(' ', '_'))")
+        "print(os.environ['OPENBLAS_THREAD_TIMEOUT'], "
+        "distmm.runtime.blas_threads.STATE.replace(' ', '_'))")
 
 
 def test_openblas_thread_timeout_is_set_before_numpy_loads():
@@ -163,15 +164,15 @@ def test_info_reports_the_blas_thread_timeout():
     info = collect()
     assert info["blas_threads"]["variable"] == "OPENBLAS_THREAD_TIMEOUT"
     assert info["blas_threads"]["value"] == os.environ.get("OPENBLAS_THREAD_TIMEOUT")
-    assert info["blas_threads"]["set_by"] == distmm.blas_threads.STATE
+    assert info["blas_threads"]["set_by"] == distmm.runtime.blas_threads.STATE
     assert "OPENBLAS_THREAD_TIMEOUT" in format_text(info)
     assert info["blas_threads"]["count"] == os.environ.get("OPENBLAS_NUM_THREADS")
-    assert info["blas_threads"]["count_set_by"] == distmm.blas_threads.COUNT_STATE
+    assert info["blas_threads"]["count_set_by"] == distmm.runtime.blas_threads.COUNT_STATE
     assert "OPENBLAS_NUM_THREADS" in format_text(info)
 
 
 def test_panel_budget_row_says_what_the_budget_rests_on():
-    from distmm.info import _budget_text
+    from distmm.runtime.info import _budget_text
 
     MiB = 2**20
     assert _budget_text({"cache_bytes": 32 * MiB, "cache_cpus": 2, "ranks_sharing": 2,

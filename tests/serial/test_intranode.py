@@ -1,4 +1,4 @@
-"""MPICH's single-copy switch between the ranks of a node (distmm.intranode).
+"""MPICH's single-copy switch between the ranks of a node (distmm.runtime.intranode).
 
 The oracle is a fresh Python process: what its environment holds after
 ``distmm.prepare_process()``, given what it held before, whether MPI came first, and what Yama
@@ -17,16 +17,17 @@ import threading
 import pytest
 from launch_env import mpi_env
 
-from distmm import intranode
-from distmm.info import _intranode_text
+from distmm.runtime import intranode
+from distmm.runtime.info import _intranode_text
 
 VAR = intranode.VARIABLE
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 SHOW = ("import os, distmm; distmm.prepare_process(); "
-        "print(os.environ.get('MPIR_CVAR_CH4_CMA_ENABLE', '-'), repr(distmm.intranode.STATE))")
+        "print(os.environ.get('MPIR_CVAR_CH4_CMA_ENABLE', '-'), "
+        "repr(distmm.runtime.intranode.STATE))")
 
 
-# distmm.intranode alone, as distmm.prepare_process runs it first: before numpy or MPI start
+# distmm.runtime.intranode alone, as distmm.prepare_process runs it first: before numpy or MPI start
 # threads
 _PATH = intranode.__file__
 ALONE = (f"import importlib.util as u; s = u.spec_from_file_location('m', {_PATH!r}); "
@@ -45,7 +46,7 @@ def _state(code: str, **env: str) -> tuple[str, str]:
 
 def test_import_alone_sets_nothing():
     assert _state("import os, distmm; print(os.environ.get('MPIR_CVAR_CH4_CMA_ENABLE', '-'), "
-                  "repr(distmm.intranode.STATE))") == ("-", "not called")
+                  "repr(distmm.runtime.intranode.STATE))") == ("-", "not called")
 
 
 def test_distmm_sets_the_switch_before_mpi_where_permitted():
@@ -146,7 +147,7 @@ def test_the_probe_reads_a_child_here():
 
 
 def test_info_reports_the_switch():
-    from distmm.info import collect, format_text
+    from distmm.runtime.info import collect, format_text
 
     info = collect()
     assert info["intranode"]["variable"] == VAR

@@ -16,15 +16,15 @@ ROOT = Path(distmm.__file__).parent
 # Each layer may import only the layers listed before it (and itself); the longest matching
 # prefix places a module.
 LAYERS = [
-    ("distmm._version", "distmm.cores", "distmm.blas_threads", "distmm.intranode",
-     "distmm.process", "distmm.exceptions"),
-    ("distmm.errors", "distmm._optional", "distmm.watchdog", "distmm.signals"),
+    ("distmm._version", "distmm.runtime.cores", "distmm.runtime.blas_threads",
+     "distmm.runtime.intranode", "distmm.runtime.process", "distmm.exceptions"),
+    ("distmm.errors", "distmm._optional", "distmm.runtime.watchdog", "distmm.runtime.signals"),
     ("distmm.core", "distmm.kernels.numba_util"),
     ("distmm.io",),
     ("distmm.sim",),
     ("distmm.kernels",),
     ("distmm.algorithms", "distmm.ops", "distmm.operator"),
-    ("distmm.perf", "distmm.api", "distmm.operator", "distmm.info"),
+    ("distmm.perf", "distmm.api", "distmm.operator", "distmm.runtime.info"),
     ("distmm.apps", "distmm.torch", "distmm.cli", "distmm.__main__", "distmm"),
 ]
 

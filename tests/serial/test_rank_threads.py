@@ -1,4 +1,5 @@
-"""Each rank's numba and OpenBLAS threads (distmm/kernels/threads.py, distmm/blas_threads.py):
+"""Each rank's numba and OpenBLAS threads (distmm/kernels/threads.py,
+distmm/runtime/blas_threads.py):
 its share of the node's cores.
 
 The jobs run as users launch them, under mpiexec with no thread settings, and report the
@@ -17,8 +18,8 @@ import numba
 import pytest
 from launch_env import mpi_env
 
-from distmm.cores import LOCAL_SIZE_VARIABLES, cpus, node_share
 from distmm.kernels import threads
+from distmm.runtime.cores import LOCAL_SIZE_VARIABLES, cpus, node_share
 
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
@@ -28,7 +29,7 @@ import numba
 import scipy.sparse as sp
 from mpi4py import MPI
 import distmm
-from distmm.cores import cpus
+from distmm.runtime.cores import cpus
 from distmm.kernels import threads
 if sys.argv[1] != "-":
     numba.set_num_threads(int(sys.argv[1]))  # a program that chose its own count
@@ -132,7 +133,7 @@ def test_expected_follows_the_environment(monkeypatch):
 
 COUNT = ("import os, distmm; distmm.prepare_process(); "
          "print(os.environ.get('OPENBLAS_NUM_THREADS', '-'), "
-         "distmm.blas_threads.COUNT_STATE.replace(' ', '_'))")
+         "distmm.runtime.blas_threads.COUNT_STATE.replace(' ', '_'))")
 
 
 def _count_state(code: str, **env: str) -> list[str]:

@@ -19,10 +19,11 @@ later (scipy's own OpenBLAS) and child processes, and :data:`STATE` says so; exp
 variable in the job script instead (docs/guide.md).
 
 OpenBLAS also starts one thread per CPU it may run on, in every rank. Where the launcher says
-that several ranks share this node (:func:`distmm.cores.launcher_local_size`: MPICH's and Open
+that several ranks share this node
+(:func:`distmm.runtime.cores.launcher_local_size`: MPICH's and Open
 MPI's ``mpiexec``) and the user set no count (``OPENBLAS_NUM_THREADS``, or
 ``OMP_NUM_THREADS``, which OpenBLAS reads too), :func:`set_count` sets ``OPENBLAS_NUM_THREADS`` to
-the rank's share of the node (:func:`distmm.cores.node_share`), so that the ranks' dense
+the rank's share of the node (:func:`distmm.runtime.cores.node_share`), so that the ranks' dense
 algebra does not run ranks x CPUs threads; :data:`COUNT_STATE` says how it stands.
 """
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 import os
 import sys
 
-from distmm.cores import cpus, launcher_local_size, node_cpus, node_share
+from distmm.runtime.cores import cpus, launcher_local_size, node_cpus, node_share
 
 __all__ = ["COUNT_STATE", "COUNT_VARIABLE", "STATE", "THREAD_TIMEOUT", "VARIABLE",
            "set_count", "set_default"]

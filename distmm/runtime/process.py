@@ -4,9 +4,9 @@ Importing distmm changes nothing in the process: no environment variable is writ
 is forked. Two settings pay off on a node that several ranks share, and both are read only
 once, by libraries that load with numpy and mpi4py's ``MPI``:
 
-* ``OPENBLAS_THREAD_TIMEOUT`` and ``OPENBLAS_NUM_THREADS`` (:mod:`distmm.blas_threads`):
+* ``OPENBLAS_THREAD_TIMEOUT`` and ``OPENBLAS_NUM_THREADS`` (:mod:`distmm.runtime.blas_threads`):
   OpenBLAS's idle threads off the cores that distmm's kernels need;
-* ``MPIR_CVAR_CH4_CMA_ENABLE`` (:mod:`distmm.intranode`): MPICH's single-copy path for the
+* ``MPIR_CVAR_CH4_CMA_ENABLE`` (:mod:`distmm.runtime.intranode`): MPICH's single-copy path for the
   dense blocks that shift between the ranks of a node.
 
 The ``distmm`` command calls :func:`prepare_process` before it loads numpy or MPI, and the
@@ -23,7 +23,7 @@ in the environment is always kept. This module imports nothing beyond the standa
 
 from __future__ import annotations
 
-from distmm import blas_threads, intranode
+from distmm.runtime import blas_threads, intranode
 
 __all__ = ["prepare_process"]
 
@@ -36,7 +36,7 @@ def prepare_process() -> dict[str, str]:
     import MPI``. Called after them it still sets the variables (processes this one starts
     inherit them), and the answer says the libraries already loaded keep their own. It may
     fork one short-lived child, once, to test that the kernel lets same-user processes read
-    each other's memory (:func:`distmm.intranode.cma_permitted`); where the process runs
+    each other's memory (:func:`distmm.runtime.intranode.cma_permitted`); where the process runs
     threads already the test is skipped and the single-copy switch is left unset.
 
     Returns
@@ -45,7 +45,7 @@ def prepare_process() -> dict[str, str]:
         Variable name -> how it stands: ``"environment"`` (the user's value, kept),
         ``"distmm"`` (set here, in time), ``"distmm, after numpy"`` / ``"distmm, after MPI"``
         (set here, too late for this process's own libraries), ``"one rank on the node"``
-        or ``"not set: <reason>"``. :mod:`distmm.info` (``distmm info``) reports the same.
+        or ``"not set: <reason>"``. :mod:`distmm.runtime.info` (``distmm info``) reports the same.
     """
     return {blas_threads.VARIABLE: blas_threads.set_default(),
             blas_threads.COUNT_VARIABLE: blas_threads.set_count(),

@@ -4,7 +4,7 @@ A rank stuck outside MPI (a slow file system, a hung kernel) leaves every other 
 in its next collective, holding the reservation until the scheduler's time limit. With a
 watchdog running, each rank marks the collective it is waiting in (the phase names of
 :class:`distmm.core.comm.CountingComm`, plus ``agree`` for the agreement of checks and
-``safe-point`` for the stop checks of :mod:`distmm.signals`): two attribute writes per call.
+``safe-point`` for the stop checks of :mod:`distmm.runtime.signals`): two attribute writes per call.
 A daemon thread per rank looks at its own mark every ``poll`` seconds; when the rank has
 waited in one collective longer than the timeout, the thread reports to rank 0's thread, which
 asks every rank's thread where it is (each answers with its mark), prints one line naming

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 import numpy as np
 from mpi4py import MPI
 
-from distmm import watchdog
+from distmm.runtime import watchdog
 
 __all__ = ["SIGNALS", "Stopped", "agreed", "exit_code", "handled", "pending", "release",
            "stop_if_requested"]

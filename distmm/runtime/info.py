@@ -59,9 +59,9 @@ def collect() -> dict:
         default cache budget for a rank, with the ranks on the node counted as for the
         threads, :func:`distmm.kernels.reference.cache_share`), ``blas_threads`` (the
         ``OPENBLAS_THREAD_TIMEOUT`` and ``OPENBLAS_NUM_THREADS`` values in this process and who
-        set them, see :mod:`distmm.blas_threads`), ``intranode`` (MPICH's CMA switch, its
+        set them, see :mod:`distmm.runtime.blas_threads`), ``intranode`` (MPICH's CMA switch, its
         value, who set it and whether the MPI library is MPICH, see
-        :mod:`distmm.intranode`), ``pairwise`` (``DISTMM_PAIRWISE_BYTES``: its value, the
+        :mod:`distmm.runtime.intranode`), ``pairwise`` (``DISTMM_PAIRWISE_BYTES``: its value, the
         threshold in bytes and a problem with it, see :mod:`distmm.core.comm`), ``packages``
         (required package -> version)
         and ``extras`` (optional import name -> ``{"extra": name, "version": version or None}``).
@@ -70,10 +70,10 @@ def collect() -> dict:
     import numba
     from mpi4py import MPI
 
-    from distmm import blas_threads, intranode
     from distmm.core import comm
     from distmm.kernels import threads
     from distmm.kernels.reference import cache_share
+    from distmm.runtime import blas_threads, intranode
 
     library = MPI.Get_library_version().strip()
     major, minor = MPI.Get_version()

@@ -1,13 +1,13 @@
 """The cores one rank may use: its CPU affinity, its node's ranks, and its share of the node.
 
 The one formula that distmm gives each rank's thread pools (numba's, in
-:mod:`distmm.kernels.threads`; OpenBLAS's, in :mod:`distmm.blas_threads`)::
+:mod:`distmm.kernels.threads`; OpenBLAS's, in :mod:`distmm.runtime.blas_threads`)::
 
     share = max(1, min(CPUs this rank may run on, CPUs of the node // ranks on the node))
 
 The first term follows a launcher's binding (``srun --cpus-per-task``, ``mpiexec -bind-to``);
 the second divides an unbound node (MPICH's ``mpiexec``) among its ranks. Imports nothing of
-distmm and nothing that loads numpy: :mod:`distmm.blas_threads` uses it before numpy loads.
+distmm and nothing that loads numpy: :mod:`distmm.runtime.blas_threads` uses it before numpy loads.
 """
 
 from __future__ import annotations
