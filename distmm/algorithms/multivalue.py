@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from distmm.core.aligned import aligned_empty
 from distmm.algorithms.calls import call_tag
+from distmm.core.aligned import aligned_empty
 from distmm.errors import InputError, agree
 from distmm.kernels.multivalue import spmm_multi_block
 

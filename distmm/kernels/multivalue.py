@@ -29,10 +29,10 @@ which a block's entries are the rows ``off .. off + nnz - 1``, so that every fam
 cuts a block's piece of the output as it cuts a one-head SDDMM's. Row A[i] and each gathered
 row B[j] are read once for all heads (H SDDMMs of width F read them in H pieces in H passes).
 
-Every node model runs
-these kernels for this operation (no model has its own), and their calls are recorded in the
-model's statistics as ``spmm_multi_a`` / ``spmm_multi_b`` / ``sddmm_multi``. :func:`spmm_multi_reference` is
-and :func:`sddmm_multi_reference` are the numpy oracles. Not collective.
+Every node model runs these kernels for these operations (no model has its own), and their
+calls are recorded in the model's statistics as ``spmm_multi_a`` / ``spmm_multi_b`` /
+``sddmm_multi``. :func:`spmm_multi_reference` and :func:`sddmm_multi_reference` are the numpy
+oracles. Not collective.
 """
 
 from __future__ import annotations
