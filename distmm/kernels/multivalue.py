@@ -44,7 +44,7 @@ import numpy as np
 from numba import njit, prange
 
 from distmm.core.sparse import CSRBlock
-from distmm.kernels.base import KernelStats, NodeModel, kernel_bytes, spmm_flops
+from distmm.kernels.base import NodeModel, kernel_bytes, spmm_flops
 from distmm.kernels.numba_util import FASTMATH, slp_vectorized, stack_array
 from distmm.kernels.reference import (
     SPECIALISED_WIDTHS,
@@ -254,8 +254,12 @@ def prepare_sddmm_multi(model: NodeModel, S: CSRBlock, vals: np.ndarray, A: np.n
     """The multi-head SDDMM on block S checked and accounted once, as
     :meth:`NodeModel.prepare` does for the single-value operations (which hands an SDDMM
     whose ``out`` is 2-D here): ``run(vals, A, B, out) -> seconds`` writes ``out`` (nnz, H)
-    and records one ``sddmm_multi`` call in ``model.stats``. Not collective."""
+    and records one ``sddmm_multi`` call in ``model.stats`` (one head: the model's own
+    ``sddmm`` on out's 1-D view, recorded as that). Not collective."""
     heads = _check_sddmm(S, vals, A, B, out)
+    if heads == 1:  # the model's own single-value SDDMM (its prefetch and panels), on out's view
+        one = model.prepare("sddmm", S, vals, A, B, out.reshape(-1), accumulate=False)
+        return lambda vals, A, B, out: one(vals, A, B, out.reshape(-1))
     F = A.shape[1] // heads
     m, n = S.shape
     # as a single-value SDDMM of width H F (A's and B's rows, the structure and values
@@ -283,8 +287,9 @@ def sddmm_multi_block(model: NodeModel | None, S: CSRBlock, vals: np.ndarray, A:
     """One multi-head SDDMM on block S (see the module docstring): ``out`` (S.nnz, heads) is
     written; returns the kernel's seconds. Not collective."""
     if model is None:
-        model = NodeModel.__new__(NodeModel)
-        model.stats = KernelStats()
+        from distmm.kernels import make_node_model
+
+        model = make_node_model("reference")
     return prepare_sddmm_multi(model, S, vals, A, B, out)(vals, A, B, out)
 
 

@@ -49,7 +49,8 @@ def _call(obj, S, heads, F, seed, dtype=np.float64):
     obj.kernel.stats.reset()
     got = obj.sddmm(A_loc, B_loc, heads=heads)
     words = _words(obj)
-    st = obj.kernel.stats.ops["sddmm_multi"]
+    # one head runs the node model's own SDDMM kernel
+    st = obj.kernel.stats.ops["sddmm_multi" if heads > 1 or obj.splits_r else "sddmm"]
     assert got.shape == (obj.values.shape[0], heads) and got.dtype == obj.dtype
     # this rank's values at their global (row, col): the oracle is S's value there times
     # head h's dot product
