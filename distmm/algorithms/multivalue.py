@@ -20,6 +20,23 @@ run one single-value call per head (:func:`_per_head`), each counted as a fallba
 dense columns over ranks (``splits_r``) each head's call runs at the full width on the block
 with the other heads' columns zeroed, so its words are heads times those of one call.
 
+The multi-head SDDMM (:func:`sddmm_multi`, ``S.sddmm(A, B, heads=H)``) is the multi-value
+SpMM's gradient in its values: for each head h and stored nonzero e = (i, j),
+
+    out[e, h] = S_e <A[i, h*F:(h+1)*F], B[j, h*F:(h+1)*F]>
+
+with A and B of width heads * F laid out as above and ``out`` of shape (nnz_local, heads),
+edge-major like the per-head edge arrays of :mod:`distmm.ops` (so that every family's loop
+cuts a block's rows of it as it cuts a one-head SDDMM's output). On the families that keep
+whole dense rows (1.5D dense shifting, 1.5D sparsity-aware) it is the family's own SDDMM loop
+at width heads * F with the multi-head kernel (:func:`~distmm.kernels.multivalue.
+prepare_sddmm_multi`) as each step's body: every head in one pass over each block's
+nonzeros, and exactly the words of one single-value SDDMM of width heads * F
+(:func:`sddmm_multi_words`). The families that cut the dense columns over ranks run one
+single-value SDDMM per head at the full width with the other heads' columns of A zeroed
+(their loops reduce one partial dot product per nonzero), each counted as a fallback call of
+``sddmm_multi``: heads times the words of one call.
+
 Every rank must call. Bad operands raise the same InputError on every rank before any work
 on the first call of each kind (side, heads, width) and on every call under
 ``checks="always"``; later calls check locally (as the single-value calls under
@@ -30,11 +47,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from distmm.algorithms.calls import call_tag
 from distmm.core.aligned import aligned_empty
 from distmm.errors import InputError, agree
 from distmm.kernels.multivalue import spmm_multi_block
 
-__all__ = ["is_multi_value", "multi_value_words", "spmm_multi"]
+__all__ = ["is_multi_value", "multi_value_words", "sddmm_multi", "sddmm_multi_words",
+           "spmm_multi"]
 
 
 def is_multi_value(values) -> bool:
@@ -65,11 +84,15 @@ def _check(S, side: str, X, V: np.ndarray, out) -> tuple[int, int]:
     elif out is not None and (np.shape(out) != (S._local_rows(side), X.shape[1])
                               or np.asarray(out).dtype != S.dtype):
         msg = f"out has shape {np.shape(out)}, expected {(S._local_rows(side), X.shape[1])}"
+    _agree_kind(S, (side, heads, r), msg, heads, r)
+    return heads, r
+
+
+def _agree_kind(S, kind: tuple, msg: str | None, heads: int, r: int) -> None:
+    """As the single-value calls do (calls.py): the first call of each kind is agreed over
+    every rank (and every call under checks="always"); later ones check locally."""
     if msg is not None:
         msg += f" (rank {S.rank})"
-    # As the single-value calls do (calls.py): the first call of each kind is agreed over
-    # every rank (and every call under checks="always"); later ones check locally
-    kind = (side, heads, r)
     done = S.__dict__.setdefault("_multi_value_agreed", set())
     if S.checks == "always" or kind not in done:
         if S.p > 1:
@@ -79,7 +102,6 @@ def _check(S, side: str, X, V: np.ndarray, out) -> tuple[int, int]:
     elif msg is not None:
         raise InputError(msg + " (found by the local checks after the first, agreed call "
                                "of this kind)")
-    return heads, r
 
 
 def spmm_multi(S, side: str, X_loc, values: np.ndarray, out=None):
@@ -209,4 +231,107 @@ def multi_value_words(S, op: str, heads: int, features: int,
     words = S.model.exact_words(op, m, n, heads * features, S.p, S.c)
     k = S.p - 1 if first or S.checks == "always" else 0
     words["other"] = {"words": k, "messages": k}
+    return words
+
+
+# ------------------------------------------------------------------------ multi-head SDDMM
+def _check_sddmm(S, A, B, heads, values, out) -> int:
+    """The call's global width r, after one agreement over every rank on the first call of
+    each (heads, r)."""
+    msg = None
+    rs = []
+    for name, side, X in (("A", "a", A), ("B", "b", B)):
+        X = np.asarray(X) if not isinstance(X, np.ndarray) else X
+        rs.append(int(getattr(X, "r", X.shape[1] if X.ndim == 2 else 0)) if S.splits_r
+                  else (X.shape[1] if X.ndim == 2 else 0))
+        if msg is None and (X.ndim != 2 or X.dtype != S.dtype):
+            msg = f"{name} must be a 2-D {S.dtype} array, got {X.dtype} {X.shape}"
+        elif msg is None and X.shape[0] != S._local_rows(side):
+            msg = (f"{name} has {X.shape[0]} rows on this rank, expected "
+                   f"{S._local_rows(side)}")
+    r = rs[0]
+    nnz = S.values.shape[0]
+    if msg is not None:
+        pass
+    elif not isinstance(heads, (int, np.integer)) or isinstance(heads, bool) or heads < 1:
+        msg, heads = f"heads must be a positive integer, got {heads!r}", 0
+    elif rs[0] != rs[1]:
+        msg = f"A and B have widths {rs[0]} and {rs[1]}"
+    elif r % heads:
+        msg = f"the width {r} is not a multiple of {heads} heads"
+    elif values is not None and (not isinstance(values, np.ndarray) or values.shape != (nnz,)
+                                 or values.dtype != S.dtype):
+        msg = (f"values must be a 1-D {S.dtype} array of this rank's {nnz} stored nonzeros, "
+               f"got {getattr(values, 'dtype', type(values).__name__)} "
+               f"{np.shape(values)}")
+    elif out is not None and (not isinstance(out, np.ndarray) or out.shape != (nnz, heads)
+                              or out.dtype != S.dtype or not out.flags.c_contiguous
+                              or not out.flags.writeable):
+        msg = (f"out must be a writeable C-contiguous {S.dtype} array of shape "
+               f"{(nnz, heads)}, got {np.shape(out)}")
+    _agree_kind(S, ("sddmm", int(heads), r), msg, int(heads), r)
+    return r
+
+
+def sddmm_multi(S, A_loc, B_loc, heads: int, values: np.ndarray | str | None = None,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """``S.sddmm(A_loc, B_loc, heads=H)``: for every head h, this rank's nonzeros of
+    S(values) * (A_h B_h^T) with A_h, B_h the columns h*F .. (h+1)*F - 1 of the width
+    heads * F side-"a" and side-"b" blocks; see the module docstring.
+
+    Returns
+    -------
+    ndarray (nnz_local, heads)
+        In this rank's value order (``out`` when given). Collective."""
+    S._require_open()
+    if isinstance(values, str):
+        values = S.named_values(values)
+    r = _check_sddmm(S, A_loc, B_loc, heads, values, out)
+    vals = S.values if values is None else np.ascontiguousarray(values)
+    res = out if out is not None else np.empty((S.values.shape[0], heads), dtype=S.dtype)
+    if S.splits_r:
+        _sddmm_per_head(S, A_loc, B_loc, heads, r, vals, res)
+        return res
+    A = np.ascontiguousarray(np.asarray(A_loc).view(np.ndarray))
+    B = np.ascontiguousarray(np.asarray(B_loc).view(np.ndarray))
+    # the call's state as calls.py's _begin sets it: its kind (the key of its kept kernel
+    # calls), the node model's plan state, the tag and width of its messages
+    S._kind = ("sddmm_multi", heads)
+    state = S.kernel.plan_state()
+    if state != S._plan_state:
+        S._forget_prepared()
+        S._plan_state = state
+    S._repeat = False
+    S.stats.set_call(call_tag("sddmm"), r, f"sddmm ({heads} heads)")
+    S._sddmm(A, B, vals, r, res)
+    return res
+
+
+def _sddmm_per_head(S, A_loc, B_loc, heads: int, r: int, vals, res) -> None:
+    """One single-value SDDMM per head (families that cut r over ranks): head h's dot products
+    are those of A with its other heads' columns zeroed."""
+    F = r // heads
+    A = np.asarray(A_loc).view(np.ndarray)
+    cols = np.arange(r)[S.dense_cols("a", S.rank, r)]
+    B = B_loc if getattr(B_loc, "typed", False) else S.wrap("b", np.asarray(B_loc), r)
+    for h in range(heads):
+        Ah = np.where(((cols // F) == h)[None, :], A, 0).astype(S.dtype)
+        res[:, h] = S.sddmm(S.wrap("a", Ah, r), B, values=vals)
+        S.kernel.stats.record("sddmm_multi", 0.0, 0.0, 0.0, fallback=True)
+
+
+def sddmm_multi_words(S, heads: int, features: int, first: bool = True
+                      ) -> dict[str, dict[str, float]]:
+    """Words and messages per phase one rank sends in one :func:`sddmm_multi`: on the families
+    that keep whole rows, those of one single-value SDDMM of width heads * features (the
+    family model's exact words with this rank's counts,
+    :meth:`~distmm.algorithms.stats.MatrixStats.expected_words`); on the others, heads times
+    those of one call of that width (one call per head). On the ``first`` call of its kind (and
+    every call under checks="always") the input check's agreement adds p - 1 (phase "other").
+    Not collective."""
+    one = S.stats.expected_words("sddmm", heads * features)
+    k = 1 if not S.splits_r else heads
+    words = {ph: {key: k * v for key, v in d.items()} for ph, d in one.items()}
+    a = S.p - 1 if first or S.checks == "always" else 0
+    words["other"] = {"words": a, "messages": a}
     return words

@@ -20,7 +20,7 @@ from distmm.errors import InputError
 # Each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm (side, ...), given the
 # checked operands, the call's r and an optional output buffer.
 def sddmm(S, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | None = None,
-          out: np.ndarray | None = None) -> np.ndarray:
+          out: np.ndarray | None = None, heads: int | None = None) -> np.ndarray:
     """SDDMM: R = S(values) * (A B^T) at S's nonzeros. Collective.
 
     Parameters
@@ -32,12 +32,18 @@ def sddmm(S, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | No
         :meth:`set_named_values` (default: S's current values).
     out : ndarray, optional
         A 1-D buffer of this rank's stored nonzeros (dtype of S) to write R into.
+    heads : int, optional
+        The multi-head SDDMM: A and B of width heads * F hold the heads side by side and R
+        is (nnz_local, heads), head h's column from columns h*F .. (h+1)*F - 1
+        (:mod:`distmm.algorithms.multivalue`).
 
     Returns
     -------
     ndarray
         This rank's R in value order (``out`` when given).
     """
+    if heads is not None:  # one SDDMM per head in one call (multivalue.py)
+        return _multi.sddmm_multi(S, A_loc, B_loc, heads, values, out)
     if isinstance(values, str):
         values = S.named_values(values)
     key = S._call_key("sddmm", A_loc)

@@ -12,12 +12,17 @@ GATConv's semantics (torch_geometric.nn.GATConv):
     out_i = sum_j alpha_ij z_j                 SpMM S(alpha_h) z_h, one call per head
     y = concat_h(out) (or mean_h) + bias, ELU between layers.
 
-The unfused SpMM loops over heads, and the words a loop moves equal those of one call of width
-heads * out_channels (only the message count grows by the factor heads; the multi-value SpMM,
-distmm.algorithms.multivalue, is one call). The fused layer (``fused=True``) runs the family's
-compiled attention loop instead, forward and backward. A layer's per-head calls of an
-operation are one bound call on buffers the heads' slices are copied into
-(:class:`HeadCall`), so that from the third call on they replay (distmm/algorithms/plan.py).
+Where the family keeps whole dense rows (the 1.5D families), every head is in one call of each
+kind: the aggregation is one multi-value SpMM ``S.spmm_a(z, values=alpha^T)`` on z seen as
+(nodes, heads * out_channels), and the backward one multi-head SDDMM ``S.sddmm(dout, z,
+heads=H)`` (d alpha) and one multi-value ``S.spmm_b`` (dz) (:mod:`distmm.algorithms.
+multivalue`). Where the family cuts the dense width into column pieces, each head's piece is
+padded to the family's smallest width and the calls loop over heads, the words of the loop
+being those of one call of width heads * out_channels (only the message count grows by the
+factor heads); a layer's per-head calls of an operation are then one bound call on buffers
+the heads' slices are copied into (:class:`HeadCall`), so that from the third call on they
+replay (distmm/algorithms/plan.py). The fused layer (``fused=True``) runs the family's
+compiled attention loop instead, forward and backward.
 A node with no in-edges (self-loops off) aggregates over nothing: its output is 0 before the
 bias (as in PyG), never NaN.
 
@@ -453,6 +458,12 @@ class DistGAT:
         e = leaky_relu(pre, layer.negative_slope)
         alpha = obj.edge_softmax(e, dim="row")
         ad = alpha if amask is None else alpha * amask
+        if self._whole_rows(F):  # every head in one multi-value SpMM
+            out = self._plain(obj.spmm_a(Z.reshape(-1, H * F), values=np.ascontiguousarray(
+                ad.T))).reshape(-1, H, F)
+            cache = dict(k=k, Xd=Xd, feats=feats, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out,
+                         xmask=xmask, amask=amask)
+            return self._combine(layer, out), cache
         spmm = self.head_call(k, "spmm_a", F)
         pieces = np.empty((self.nodes.size, H, len(lay.columns("a", F))), dtype=self.dtype)
         for h in range(H):
@@ -461,6 +472,16 @@ class DistGAT:
         cache = dict(k=k, Xd=Xd, feats=feats, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out,
                      xmask=xmask, amask=amask)
         return self._combine(layer, out), cache
+
+    def _whole_rows(self, F: int) -> bool:
+        """Whether a head of F features runs in the multi-head calls: the family keeps whole
+        dense rows and F needs no padding. Not collective."""
+        return not self.layout.pieces_split() and self.layout.width(F) == F
+
+    @staticmethod
+    def _plain(X) -> np.ndarray:
+        """A result block of the family as a plain ndarray (no copy)."""
+        return np.asarray(X).view(np.ndarray)
 
     @staticmethod
     def _combine(layer: GATLayer, out: np.ndarray) -> np.ndarray:
@@ -529,16 +550,22 @@ class DistGAT:
         obj, lay = self.obj, self.layout
         Z, pre, alpha, ad, out = (cache[k] for k in ("Z", "pre", "alpha", "ad", "out"))
         H, F = Z.shape[1], Z.shape[2]
-        dad = np.empty_like(ad)
-        pieces = np.empty((Z.shape[0], H, len(lay.columns("b", F))), dtype=self.dtype)
-        k = cache["k"]
-        sddmm, spmm_b = self.head_call(k, "sddmm", F), self.head_call(k, "spmm_b", F)
-        for h in range(H):
-            # d alpha_ij = dout_i . z_j (SDDMM); d z_j += sum_i alpha_ij dout_i (SpMM on S^T)
-            da = lay.piece("a", dout[:, h])
-            dad[:, h] = sddmm(da, lay.piece("b", Z[:, h]))
-            pieces[:, h] = spmm_b(da, values=ad[:, h])
-        dZ = lay.allgather("b", pieces, F)
+        # d alpha_ij = dout_i . z_j (SDDMM); d z_j = sum_i alpha_ij dout_i (SpMM on S^T)
+        if self._whole_rows(F):  # every head in one call of each
+            d2 = np.ascontiguousarray(dout).reshape(-1, H * F)
+            dad = obj.sddmm(d2, Z.reshape(-1, H * F), values=self._ones, heads=H)
+            dZ = self._plain(obj.spmm_b(d2, values=np.ascontiguousarray(ad.T))).reshape(
+                -1, H, F)
+        else:
+            dad = np.empty_like(ad)
+            pieces = np.empty((Z.shape[0], H, len(lay.columns("b", F))), dtype=self.dtype)
+            k = cache["k"]
+            sddmm, spmm_b = self.head_call(k, "sddmm", F), self.head_call(k, "spmm_b", F)
+            for h in range(H):
+                da = lay.piece("a", dout[:, h])
+                dad[:, h] = sddmm(da, lay.piece("b", Z[:, h]))
+                pieces[:, h] = spmm_b(da, values=ad[:, h])
+            dZ = lay.allgather("b", pieces, F)
         dalpha = dad if cache["amask"] is None else dad * cache["amask"]
         # Softmax backward, d e_ij = alpha_ij (d alpha_ij - t_i) with t_i = sum_k alpha_ik
         # d alpha_ik: since d alpha_ik = mask_ik dout_i . z_k, t_i = dout_i . out_i, a local

@@ -6,9 +6,8 @@ width, extended by what the layers keep. With ``nl`` nodes and ``el`` edges (sel
 included) a rank, for a layer of H heads of F features reading W features:
 
 * the kernels: S in the orientations SpMMA, SpMMB and SDDMM use and their buffers (the
-  union, per part the largest), at the widest head;
-* each layer's bound head calls (:class:`~distmm.apps.gat.HeadCall`): SpMMA and SpMMB an input,
-  an output (nl x F) and a values buffer (el) each, SDDMM two inputs and an output (el);
+  union, per part the largest), at the widest layer's H F (every head in one multi-value or
+  multi-head call; no per-head buffers);
 * the features (nl x W of the first layer, dense);
 * the caches a training forward keeps for the backward: the input's dropout factors and the
   masked input (nl x W each), Z and the heads' outputs (nl x H F each), four edge arrays
@@ -16,7 +15,8 @@ included) a rank, for a layer of H heads of F features reading W features:
   output and its ELU (nl x H F each);
 * on top of that, the largest temporaries of one layer: the dropout factors' int64 keys
   (two arrays of nl x W or el x H) in the forward, six el x H arrays and four nl x H F blocks
-  in the backward, or the evaluation forward (made while the training caches are alive);
+  in the backward, or the evaluation forward (made while the training caches are alive),
+  each with the attention transposed into the multi-value SpMM's (H, el) values;
   and from the second epoch on, the last epoch's caches beside the new forward's, until it
   returns;
 * the parameters, their gradients, Adam's two moments and the best model's copy.
@@ -83,11 +83,10 @@ def gat_memory(n: int, edges: int, in_channels: int, hidden: int, heads: int, cl
     entries = nl * in_channels if feature_entries is None else ceil_div(feature_entries, p)
     copy = entries * it if feature_entries is None else entries * (it + 4) + (nl + 1) * 8
     model = ALGORITHMS[ALGORITHM].model
-    widest = max(F for _, _, F in shapes)
+    widest = max(H * F for _, H, F in shapes)
     kernels = [model.memory_bytes(op, "none", n, n, edges, widest, p, c, dtype)
                for op in ("spmm_a", "spmm_b", "sddmm")]
     parts = kernels_held(kernels)  # the layers' blocks: below
-    parts["head-call buffers"] = sum((6 * nl * F + 3 * el) * it for _, _, F in shapes)
     parts["features"] = copy
     # per layer: the input's dropout factors and masked copy (the first layer's: its entries)
     inputs = [entries * it + copy] + [2 * nl * W * it for W, _, _ in shapes[1:]]
@@ -100,8 +99,8 @@ def gat_memory(n: int, edges: int, in_channels: int, hidden: int, heads: int, cl
     dropout = max(2 * 8 * max(entries if k == 0 else nl * W, el * H)
                   for k, (W, H, _) in enumerate(shapes))
     # the backward of one layer; the evaluation forward, made while the training caches live
-    backward = max((6 * el * H + 4 * nl * H * F) * it for _, H, F in shapes)
-    evaluation = max((3 * el * H + 4 * nl * H * F) * it for _, H, F in shapes)
+    backward = max((7 * el * H + 4 * nl * H * F) * it for _, H, F in shapes)
+    evaluation = max((4 * el * H + 4 * nl * H * F) * it for _, H, F in shapes)
     # a training forward runs while the last epoch's caches are still referenced (they are
     # released when it returns): two sets of caches at its end
     call = {"layer temporaries": max(parts["forward caches"] + dropout, backward, evaluation),

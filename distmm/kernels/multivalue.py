@@ -1,4 +1,4 @@
-"""The multi-value SpMM on one block: several value vectors (one per head) in one pass over
+"""The multi-value SpMM and the multi-head SDDMM on one block: several heads in one pass over
 the nonzeros.
 
     spmm_multi_a:  out[i, h*F:(h+1)*F] (+)= sum_t V[h, off + t] * X[indices[t], h*F:(h+1)*F]
@@ -16,10 +16,23 @@ The compiled kernels (:func:`spmm_multi_block`) are row-parallel and race-free l
 reference node model's SpMM (:mod:`distmm.kernels.reference`): one chunk of about equal
 nnz + rows per numba thread, a kernel compiled per common head width F with the head's
 accumulator on the stack; ``spmm_multi_b`` runs the same kernel on the block's cached
-transpose after gathering the values into its order. Every node model runs
-these kernels for this operation (no model has its own), and their calls are recorded in the
-model's statistics as ``spmm_multi_a`` / ``spmm_multi_b``. :func:`spmm_multi_reference` is
-the numpy oracle. Not collective.
+transpose after gathering the values into its order.
+
+The multi-head SDDMM (:func:`sddmm_multi_block`, :func:`prepare_sddmm_multi`) is the
+gradient of the multi-value SpMM with respect to its values (GAT's d alpha):
+
+    sddmm_multi:   out[off + t, h] = vals[t] * <A[i, h*F:(h+1)*F], B[indices[t], h*F:(h+1)*F]>
+
+for every stored entry t of row i and every head h, ``out`` of shape (nnz, H): the edge-major
+layout of the per-head edge arrays of :mod:`distmm.ops` (``sddmm_add``, ``edge_softmax``), in
+which a block's entries are the rows ``off .. off + nnz - 1``, so that every family's loop
+cuts a block's piece of the output as it cuts a one-head SDDMM's. Row A[i] and each gathered
+row B[j] are read once for all heads (H SDDMMs of width F read them in H pieces in H passes).
+
+Every node model runs these kernels for these operations (no model has its own), and their
+calls are recorded in the model's statistics as ``spmm_multi_a`` / ``spmm_multi_b`` /
+``sddmm_multi``. :func:`spmm_multi_reference` and :func:`sddmm_multi_reference` are the numpy
+oracles. Not collective.
 """
 
 from __future__ import annotations
@@ -40,7 +53,8 @@ from distmm.kernels.reference import (
     _row_split,
 )
 
-__all__ = ["spmm_multi_block", "spmm_multi_reference"]
+__all__ = ["prepare_sddmm_multi", "sddmm_multi_block", "sddmm_multi_reference",
+           "spmm_multi_block", "spmm_multi_reference"]
 
 
 @functools.cache
@@ -182,3 +196,108 @@ def spmm_multi_reference(S: CSRBlock, V: np.ndarray, X: np.ndarray, heads: int,
         outs.append(np.asarray(M @ X[:, h * F:(h + 1) * F]))
     return np.concatenate(outs, axis=1) if outs else np.zeros((S.shape[1 if transpose else 0],
                                                                0))
+
+
+# ------------------------------------------------------------------------ multi-head SDDMM
+@functools.cache
+def _sddmm_multi_kernel(width: int):
+    """The multi-head SDDMM kernel for a head width ``width`` (0: any): row-parallel (one
+    chunk of about equal nnz + rows per thread, each entry written once, no race); per entry,
+    the gathered row's H dot products of F columns, four columns at a time."""
+
+    @njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+    def kernel(indptr, indices, vals, A, B, out, H, Fr, nchunks):
+        F = width if width > 0 else Fr
+        for c in prange(nchunks):
+            lo = _row_split(indptr, c, nchunks)
+            hi = _row_split(indptr, c + 1, nchunks)
+            for i in range(lo, hi):
+                a = A[i]
+                for t in range(indptr[i], indptr[i + 1]):
+                    b = B[indices[t]]
+                    o = out[t]
+                    v = vals[t]
+                    for h in range(H):
+                        base = h * F
+                        s = a[base] * b[base] if F > 0 else a.dtype.type(0)
+                        for k in range(1, F):
+                            s += a[base + k] * b[base + k]
+                        o[h] = v * s
+
+    return slp_vectorized(kernel) if width > 0 else kernel
+
+
+def _check_sddmm(S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
+                 out: np.ndarray) -> int:
+    """Heads of a valid multi-head SDDMM on S (ValueError otherwise). Not collective."""
+    m, n = S.shape
+    dt = S.data.dtype
+    for name, a, nd in (("vals", vals, 1), ("A", A, 2), ("B", B, 2), ("out", out, 2)):
+        if not isinstance(a, np.ndarray) or a.dtype != dt or a.ndim != nd \
+                or not a.flags.c_contiguous:
+            raise ValueError(f"sddmm_multi: {name} must be a C-contiguous {nd}-D {dt} array")
+    heads = out.shape[1]
+    if heads < 1 or A.shape[1] % heads:
+        raise ValueError(f"sddmm_multi: width {A.shape[1]} is not a multiple of {heads} heads")
+    if A.shape[0] != m or B.shape != (n, A.shape[1]) or out.shape[0] != S.nnz \
+            or vals.shape != (S.nnz,):
+        raise ValueError(f"sddmm_multi: A {A.shape}, B {B.shape}, vals {vals.shape} and out "
+                         f"{out.shape} do not fit a block of shape {S.shape} with {S.nnz} "
+                         "nonzeros")
+    if not out.flags.writeable:
+        raise ValueError("sddmm_multi: out must be writeable")
+    return heads
+
+
+def prepare_sddmm_multi(model: NodeModel, S: CSRBlock, vals: np.ndarray, A: np.ndarray,
+                        B: np.ndarray, out: np.ndarray):
+    """The multi-head SDDMM on block S checked and accounted once, as
+    :meth:`NodeModel.prepare` does for the single-value operations (which hands an SDDMM
+    whose ``out`` is 2-D here): ``run(vals, A, B, out) -> seconds`` writes ``out`` (nnz, H)
+    and records one ``sddmm_multi`` call in ``model.stats`` (one head: the model's own
+    ``sddmm`` on out's 1-D view, recorded as that). Not collective."""
+    heads = _check_sddmm(S, vals, A, B, out)
+    if heads == 1:  # the model's own single-value SDDMM (its prefetch and panels), on out's view
+        one = model.prepare("sddmm", S, vals, A, B, out.reshape(-1), accumulate=False)
+        return lambda vals, A, B, out: one(vals, A, B, out.reshape(-1))
+    F = A.shape[1] // heads
+    m, n = S.shape
+    # as a single-value SDDMM of width H F (A's and B's rows, the structure and values
+    # once), with H outputs per entry
+    nbytes = kernel_bytes(S, A.shape[1], m + n, 0, S.nnz * heads, False)
+    flops = spmm_flops(S.nnz, A.shape[1])
+    kernel = _sddmm_multi_kernel(F if F in SPECIALISED_WIDTHS else 0)
+    nchunks = _num_chunks(m)
+    indptr, indices = S.indptr, S.indices
+    stats = model.stats
+
+    def run(vals, A, B, out) -> float:
+        t0 = time.perf_counter()
+        if S.nnz:
+            kernel(indptr, indices, vals, A, B, out, heads, F, nchunks)
+        dt = time.perf_counter() - t0
+        stats.record("sddmm_multi", dt, flops, nbytes)
+        return dt
+
+    return run
+
+
+def sddmm_multi_block(model: NodeModel | None, S: CSRBlock, vals: np.ndarray, A: np.ndarray,
+                      B: np.ndarray, out: np.ndarray) -> float:
+    """One multi-head SDDMM on block S (see the module docstring): ``out`` (S.nnz, heads) is
+    written; returns the kernel's seconds. Not collective."""
+    if model is None:
+        from distmm.kernels import make_node_model
+
+        model = make_node_model("reference")
+    return prepare_sddmm_multi(model, S, vals, A, B, out)(vals, A, B, out)
+
+
+def sddmm_multi_reference(S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.ndarray,
+                          heads: int) -> np.ndarray:
+    """The multi-head SDDMM in numpy (the oracle): (S.nnz, heads). Not collective."""
+    F = A.shape[1] // heads
+    rows = np.repeat(np.arange(S.shape[0]), np.diff(S.indptr))
+    cols = S.indices[:S.nnz]
+    prod = (A[rows] * B[cols]).reshape(S.nnz, heads, F).sum(axis=2)
+    return vals[:S.nnz, None] * prod

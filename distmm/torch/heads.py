@@ -10,12 +10,15 @@ head. Forward and backward (:class:`HeadSpMM`):
 
 * ``Y = S(alpha) Z``: one ``S.spmm_a(Z, values=alpha^T)``;
 * ``dZ = S(alpha)^T G``: one ``S.spmm_b(G, values=alpha^T)``;
-* ``d alpha[e, k] = <G_i,k, Z_j,k>`` at each nonzero e = (i, j): one SDDMM per head on the
-  (nodes, F) slices (distmm has no multi-head SDDMM).
+* ``d alpha[e, k] = <G_i,k, Z_j,k>`` at each nonzero e = (i, j): one multi-head SDDMM
+  ``S.sddmm(G, Z, heads=h)`` on the same (nodes, h F) views, whose (nonzeros, h) result is
+  d alpha in its own layout.
 
 On 15d-dense-shift each multi-value SpMM is one pass of Algorithm 1 at width h F; the other
-families run it as one SpMM per head (:mod:`distmm.algorithms.multivalue`). One head is S's own
-single-value SpMM (:class:`distmm.torch.functions.SpMMA`).
+families run it as one SpMM per head (:mod:`distmm.algorithms.multivalue`). The multi-head
+SDDMM is one pass of the family's own SDDMM loop on both families a graph runs on
+(15d-dense-shift, 15d-sparse-aware). One head is S's own single-value SpMM
+(:class:`distmm.torch.functions.SpMMA`).
 """
 
 from __future__ import annotations
@@ -57,12 +60,9 @@ class HeadSpMM(torch.autograd.Function):
         g = fn.as_numpy(G)
         dalpha = dz = None
         if ctx.needs_input_grad[1]:
-            zz = fn.as_numpy(z)
-            ones = fn._ones(obj)
-            dalpha = torch.from_numpy(np.stack(
-                [fn._run(obj, "sddmm", np.ascontiguousarray(g[:, k]),
-                         np.ascontiguousarray(zz[:, k]), values=ones) for k in range(h)],
-                axis=1))
+            dalpha = torch.from_numpy(obj.sddmm(
+                g.reshape(g.shape[0], h * F), fn.as_numpy(z).reshape(n, h * F),
+                values=fn._ones(obj), heads=h))
         if ctx.needs_input_grad[2]:
             dz = obj.spmm_b(g.reshape(g.shape[0], h * F), values=_head_values(alpha))
             dz = torch.from_numpy(_plain(dz)).reshape(-1, h, F)
@@ -74,8 +74,8 @@ def spmm_heads(graph, pattern_name: str, alpha, z):
     """Every head's aggregation ``Y[i, k] = sum_j alpha[(i, j), k] z[j, k]``, differentiable in
     ``alpha`` ((this rank's nonzeros of the pattern, h), value order) and ``z`` ((num_local,
     h, F) node rows): (num_local, h, F). One distributed multi-value SpMM forward; one
-    multi-value SpMMB and h SDDMMs backward. Collective. The arguments are the caller's to
-    check."""
+    multi-value SpMMB and one multi-head SDDMM backward. Collective. The arguments are the
+    caller's to check."""
     obj = graph.obj(z.dtype, pattern_name)
     if int(z.shape[1]) == 1:
         out = fn.SpMMA.apply(obj, z.reshape(z.shape[0], z.shape[2]), alpha.reshape(-1))

@@ -165,8 +165,12 @@ def _attend(graph: Graph, z, att_src, att_dst, pattern: str, slope: float, dropo
     -> (nodes, H, C)."""
     obj = graph.obj(z.dtype, pattern)
     fn._check_call(obj, problem, x=z)
-    s_src = (z * att_src).sum(-1)  # (nodes, H): B side (sources)
-    s_dst = (z * att_dst).sum(-1)  # A side (targets)
+    # both per-node scores, (nodes, H) each, in one batched product over the heads: z_h
+    # (nodes, C) times [att_src_h | att_dst_h] (C, 2); forward and backward are a bmm each,
+    # where two broadcast products and sums make and reduce (nodes, H, C) temporaries
+    att = torch.cat([att_src, att_dst], 0).reshape(2, z.shape[1], z.shape[2]).permute(1, 2, 0)
+    s = torch.bmm(z.transpose(0, 1), att)  # (H, nodes, 2)
+    s_src, s_dst = s[..., 0].T, s[..., 1].T  # B side (sources), A side (targets)
     e = F.leaky_relu(fn.SDDMMAdd.apply(obj, s_dst, s_src), slope)
     alpha = fn.EdgeSoftmax.apply(obj, e, "row")  # over each target's in-edges
     alpha = F.dropout(alpha, dropout, training)

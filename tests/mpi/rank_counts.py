@@ -69,6 +69,7 @@ RANK_COUNTS: dict[str, tuple[int, ...]] = {
     # functions are the family's operations (tested at every count) and their transposes
     "test_gat.py": LAYOUT,
     "test_gat_fused.py": LAYOUT,
+    "test_sddmm_multi.py": EVERY,  # the multi-head SDDMM on every family and c
     "test_torch_graph.py": LAYOUT,
     "test_torch_edges.py": BUILT,
     "test_torch_kernels.py": BUILT,

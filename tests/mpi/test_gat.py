@@ -173,37 +173,44 @@ def test_layout_words_per_phase(family, c):
     obj.close()
 
 
-@pytest.mark.parametrize("c,heads", [(c, (3, 2)) for c in CS] + [(1, (12, 9))])
-def test_repeated_steps_replay_the_head_calls_and_match_the_reference(c, heads, monkeypatch):
-    """Training steps in a row (forward with dropout, backward, inference forward) make the
-    heads' calls through one bound call per layer and operation (DistGAT.head_call): every
-    step's logits and gradients match the serial reference, and from the third step on
-    (c = 1, where calls replay) no head's SpMM or SDDMM goes through the family's loop, with
-    more heads than a kernel keeps prepared operand sets (prepared.PREPARED_SOURCES) too."""
+@pytest.mark.parametrize("family,c,heads",
+                         [("15d-dense-shift", c, (3, 2)) for c in CS]
+                         + [("15d-dense-shift", 1, (12, 9)), ("15d-sparse-shift", 1, (3, 2))])
+def test_repeated_steps_make_one_call_per_kind_and_match_the_reference(family, c, heads,
+                                                                       monkeypatch):
+    """Training steps in a row (forward with dropout, backward, inference forward): every
+    step's logits and gradients match the serial reference. Where the family keeps whole
+    rows, every head is in one multi-value or multi-head call of each kind: no per-head
+    call is made (DistGAT.head_call); where it cuts the width, the heads' calls go through
+    one bound call per layer and operation, made once and reused every step."""
     A, X, y, layers, dst, src = _problem(True, heads=heads)
-    obj = distribute_graph(A, COMM, c=c, dtype=np.float64, seed=2)
+    obj = distribute_graph(A, COMM, algorithm=family, c=c, dtype=np.float64, seed=2)
     gat = DistGAT(obj, _model(layers))
+    if not obj.splits_r:
+        def no_head_calls(*args, **kwargs):
+            raise AssertionError("a per-head call on a family that keeps whole rows")
+
+        monkeypatch.setattr(gat, "head_call", no_head_calls)
     X_loc = X[gat.input_nodes]
     train = np.zeros(N, bool)
     train[[0, 2, 5, 8, 12]] = True
     for step in range(4):
         drop = Dropout(0.4, 0.3, seed=3, step=step)
-        with monkeypatch.context() as m:
-            if step >= 2 and c == 1:
-                def refuse(*args, **kwargs):
-                    raise AssertionError("a head's call ran the family's loop again")
-
-                m.setattr(obj, "_propagate", refuse)
-            logits, caches = gat.forward(X_loc, drop)
-            loss, dlog = cross_entropy(logits, y[gat.nodes], train[gat.nodes],
-                                       int(train.sum()))
-            grads = gat.backward(dlog, caches)
-            plain = gat.forward(X_loc, None)[0]
+        if step:
+            bound = dict(gat._head_calls)
+        logits, caches = gat.forward(X_loc, drop)
+        loss, dlog = cross_entropy(logits, y[gat.nodes], train[gat.nodes], int(train.sum()))
+        grads = gat.backward(dlog, caches)
+        plain = gat.forward(X_loc, None)[0]
+        if step:   # the bound calls of the first step, the same objects
+            assert gat._head_calls == bound and all(
+                gat._head_calls[k] is bound[k] for k in bound)
+        assert len(gat._head_calls) == (0 if not obj.splits_r else 3 * len(layers))
         xm, am = _ref_masks(X, layers, dst, src, drop)
         want, rc = ref.model_forward(X, dst, src, layers, xm, am)
         want_d = ref.cross_entropy(want, y, np.flatnonzero(train))[1]
         want_grads = ref.model_backward(want_d, dst, src, layers, rc)
-        got, got_plain = obj.gather("a", logits), obj.gather("a", plain)
+        got, got_plain = gat.gather(logits), gat.gather(plain)
         if COMM.rank == 0:
             np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
             np.testing.assert_allclose(got_plain, ref.model_forward(X, dst, src, layers)[0],
