@@ -29,7 +29,7 @@ __all__ = ["measure_peak"]
 
 def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
                  op: str = "fusedmm_a", strategy: str | None = None, dtype=np.float32,
-                 overlap: bool = False, rounds: int = 2, permute="auto"
+                 overlap: bool = False, rounds: int = 3, permute="auto"
                  ) -> tuple[int | None, Memory]:
     """This rank's measured peak resident bytes for placing S and one ``op``, beside the
     family's predicted :class:`Memory`. Collective over ``comm``.
@@ -39,9 +39,10 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
     baseline is the resident set after a small warm-up of the same family and operation (so
     that compiled kernels and MPI's buffers are not counted) with freed memory returned to the
     OS; the peak is Linux's VmHWM, reset after ``make_share``. The measurement runs
-    ``rounds`` times (S placed anew each time) and the smallest peak is kept: what a process
-    did before (a first use of something at full size) can add to one round, never to what
-    placing S and one call need. It first fixes glibc's mmap threshold for the rest of the
+    ``rounds`` times (S placed anew each time) and the median peak is kept: what a process
+    did before (a first use of something at full size) can add to one round, and memory freed
+    late (after the baseline was read) can take from one, never from what placing S and one
+    call need. It first fixes glibc's mmap threshold for the rest of the
     process (:func:`~distmm.core.memory.map_large_allocations`): with glibc's moving one, the
     same call's peak varied with the allocator's history by a third. ``permute`` is
     distribute's. Returns (None, model) where the peak cannot be reset (not Linux)."""
@@ -80,4 +81,4 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
         peaks.append(peak_rss() - base if ok else None)
         del result
         obj.close()
-    return (None if None in peaks else min(peaks)), model
+    return (None if None in peaks else int(np.median(peaks))), model
