@@ -38,15 +38,15 @@ def sddmm(S, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | No
     ndarray
         This rank's R in value order (``out`` when given).
     """
-    if isinstance(values, str):
+    if values is not None and isinstance(values, str):
         values = S.named_values(values)
-    key = S._call_key("sddmm", A_loc)
-    dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-    r = S._begin(key, dense, values, out, "values")
-    vals = S.values if values is None else values
-    res = S._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
-    res = res if out is None else out
-    return res
+    r = S._calls.repeat("sddmm", (A_loc, B_loc, values, out))
+    if r is None:
+        r = S._begin(S._call_key("sddmm", A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
+                     values, out, "values")
+    res = S._sddmm(_plain(A_loc), _plain(B_loc), S.values if values is None else values, r,
+                   out)
+    return res if out is None else out
 
 
 def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
@@ -70,17 +70,17 @@ def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
     DenseBlock
         This rank's side-"a" block of the result (``out`` when given).
     """
-    if isinstance(values, str):
-        values = S.named_values(values)
-    if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
-        return _multi.spmm_multi(S, "a", B_loc, values, out)
-    key = S._call_key("spmm_a", B_loc)
-    dense = (("b", B_loc, "B"),)
-    r = S._begin(key, dense, values, out, "a")
-    vals = S.values if values is None else values
-    res = S._spmm_a(_plain(B_loc), vals, r, _plain(out))
-    res = S._block("a", r, res if out is None else out)
-    return res
+    if values is not None:
+        if isinstance(values, str):
+            values = S.named_values(values)
+        if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
+            return _multi.spmm_multi(S, "a", B_loc, values, out)
+    r = S._calls.repeat("spmm_a", (B_loc, values, out))
+    if r is None:
+        r = S._begin(S._call_key("spmm_a", B_loc), (("b", B_loc, "B"),), values, out,
+                     "a")
+    res = S._spmm_a(_plain(B_loc), S.values if values is None else values, r, _plain(out))
+    return S._block("a", r, res if out is None else out)
 
 
 def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
@@ -104,17 +104,17 @@ def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
     DenseBlock
         This rank's side-"b" block of the result (``out`` when given).
     """
-    if isinstance(values, str):
-        values = S.named_values(values)
-    if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
-        return _multi.spmm_multi(S, "b", A_loc, values, out)
-    key = S._call_key("spmm_b", A_loc)
-    dense = (("a", A_loc, "A"),)
-    r = S._begin(key, dense, values, out, "b")
-    vals = S.values if values is None else values
-    res = S._spmm_b(_plain(A_loc), vals, r, _plain(out))
-    res = S._block("b", r, res if out is None else out)
-    return res
+    if values is not None:
+        if isinstance(values, str):
+            values = S.named_values(values)
+        if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
+            return _multi.spmm_multi(S, "b", A_loc, values, out)
+    r = S._calls.repeat("spmm_b", (A_loc, values, out))
+    if r is None:
+        r = S._begin(S._call_key("spmm_b", A_loc), (("a", A_loc, "A"),), values, out,
+                     "b")
+    res = S._spmm_b(_plain(A_loc), S.values if values is None else values, r, _plain(out))
+    return S._block("b", r, res if out is None else out)
 
 
 def fusedmm_a(S, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
@@ -161,16 +161,16 @@ def fusedmm_b(S, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = No
 def _fused_call(S, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
     strategy = strategy or S.strategies[-1]
     op = "fusedmm_a" if side == "a" else "fusedmm_b"
-    resolved = S.named_values(values) if isinstance(values, str) else values
-    kind = S._call_key(op, A_loc)
-    dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-    r = S._begin(kind, dense, resolved, out, side, strategy)  # checks the strategy too
+    resolved = S.named_values(values) if values is not None and isinstance(values, str) \
+        else values
+    r = S._calls.repeat(op, (A_loc, B_loc, resolved, out), strategy)
+    if r is None:  # checks the strategy too
+        r = S._begin(S._call_key(op, A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
+                     resolved, out, side, strategy)
     # A name travels on as it is, so that the family finds the vector's copy in the
     # stored S^T's order under that name (_values_for).
-    res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
-                        values)
-    res = S._block(side, r, res if out is None else out)
-    return res
+    res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out), values)
+    return S._block(side, r, res if out is None else out)
 
 
 def _check_strategy(S, strategy: str) -> None:
