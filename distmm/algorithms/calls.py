@@ -126,7 +126,10 @@ class CallChecks:
     ``_begin`` and ``check_inputs`` delegate here."""
 
     def __init__(self, mat) -> None:
-        self.mat = mat
+        # weakly: the matrix holds this part, and a reference back would be a cycle that
+        # keeps the matrix's arrays alive after the user lets it go, until Python's cycle
+        # collector runs
+        self._mat = weakref.ref(mat)
         # operations whose first call had the full checks
         self.checked: set[str] = set()
         # the dense widths r that passed the rank-independent rule (r_rule)
@@ -137,6 +140,11 @@ class CallChecks:
         # strategy, point-to-point tag, name), what a repeat of it needs (repeat)
         self.last: dict = {}
         self.last_r: int | None = None
+
+    @property
+    def mat(self):
+        """The distributed matrix these are the checks of."""
+        return self._mat()
 
     # ----------------------------------------------------------------- entry point
     def begin(self, kind: str, dense: tuple[tuple[str, np.ndarray, str], ...],
@@ -152,7 +160,7 @@ class CallChecks:
         point-to-point messages of the call carry its tag (:func:`call_tag`), so that ranks
         in different calls after the checks wait (where a watchdog names the phase) rather
         than receive each other's blocks."""
-        mat = self.mat  # (read once: this runs before every plain call)
+        mat = self._mat()  # (read once: this runs before every plain call)
         mat._require_open()
         mat._kind = kind
         state = mat.kernel.plan_state()
@@ -227,7 +235,7 @@ class CallChecks:
             elif (X.shape != held[1] or X.strides != held[2]
                   or (X.dtype is not held[3] and X.dtype != held[3])):
                 return None
-        mat = self.mat
+        mat = self._mat()
         if mat._closed or mat.checks != "once":
             return None  # begin refuses a closed object and checks under another policy
         state = mat.kernel.plan_state()
@@ -334,9 +342,10 @@ class CallChecks:
         """For :meth:`quick_r`: X's global r if it is a typed block of this very object on
         ``side`` (not a reshaped view), 0 if it is a plain 2-D ndarray, either with this
         rank's rows, the object's dtype and C layout; else None."""
+        mat = self._mat()
         if type(X) is DenseBlock:
             meta = X.__dict__
-            if (meta["owner"] is not self.mat or meta["side"] != side
+            if (meta["owner"] is not mat or meta["side"] != side
                     or X.shape != meta["_block_shape"]):
                 return None
             typed = meta["global_shape"][1]
@@ -344,17 +353,18 @@ class CallChecks:
             typed = 0
         else:
             return None
-        dtype = self.mat.dtype
-        if (X.shape[0] != self.mat._local_rows(side) or (X.dtype is not dtype and X.dtype != dtype)
+        dtype = mat.dtype
+        if (X.shape[0] != mat._local_rows(side) or (X.dtype is not dtype and X.dtype != dtype)
                 or not X.flags.c_contiguous):
             return None
         return typed
 
     def _quick_values(self, values) -> bool:
         """Whether ``values`` plainly passes the values checks (:meth:`quick_r`)."""
+        mat = self._mat()
         return (type(values) is np.ndarray and values.ndim == 1
-                and values.size == self.mat.values.size
-                and (values.dtype is self.mat.dtype or values.dtype == self.mat.dtype)
+                and values.size == mat.values.size
+                and (values.dtype is mat.dtype or values.dtype == mat.dtype)
                 and values.flags.c_contiguous)
 
     def _remember(self, kind: str, dense, values, out, r: int,

@@ -203,15 +203,31 @@ def as_operator(S, values: np.ndarray | None = None):
 def _plain(X: np.ndarray | None) -> np.ndarray | None:
     """A plain ndarray view of a block (the kernels and the loops see no subclass).
 
-    A plain array is returned as it is, and a block's view is kept on the block, so that a
-    loop called again with the same operand objects sees the same objects
-    (:meth:`DistributedMatrix._run_kernel` keeps prepared calls by identity)."""
+    A plain array is returned as it is, and a block's view is kept on the block while its
+    layout token stands (:meth:`DenseBlock.layout_token`: nothing assigned to it since), so
+    that a loop called again with the same operand objects sees the same objects
+    (:meth:`DistributedMatrix._run_kernel` keeps prepared calls by identity). The kept view
+    is cut from the plain array under the block, never from the block itself: a view of the
+    block would refer to it, and the block to the view, a reference cycle that would keep the
+    block, its data and its distributed object alive until Python's cycle collector ran. A
+    block that owns its data (``X.copy()``) has no such array under it: it gets a new view
+    per call."""
     if X is None or type(X) is np.ndarray:
         return X
-    view = X.__dict__.get("_plain_view")
-    if view is None or view.shape != X.shape or view.strides != X.strides:
-        view = X.__dict__["_plain_view"] = X.view(np.ndarray)
-    return view
+    meta = X.__dict__
+    kept = meta.get("_plain_view")
+    if kept is not None and kept[0] is meta.get("_layout"):
+        return kept[1]
+    base = X.base
+    if (type(base) is np.ndarray and base.shape == X.shape and base.strides == X.strides
+            and base.dtype == X.dtype
+            and base.__array_interface__["data"] == X.__array_interface__["data"]):
+        view = base.view()  # (not base itself: its own attributes may be set later)
+        if not X.flags.writeable:
+            view.flags.writeable = False
+        meta["_plain_view"] = (X.layout_token(), view)
+        return view
+    return X.view(np.ndarray)
 
 
 __all__ = ["as_operator", "fusedmm_a", "fusedmm_b", "sddmm", "spmm_a", "spmm_b"]
