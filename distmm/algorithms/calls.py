@@ -141,6 +141,12 @@ class CallChecks:
         self.last: dict = {}
         self.last_r: int | None = None
 
+    def forget(self) -> None:
+        """Drop what the checks remember of earlier calls (the matrix is closing). Not
+        collective."""
+        self.memo.clear()
+        self.last.clear()
+
     @property
     def mat(self):
         """The distributed matrix these are the checks of."""
