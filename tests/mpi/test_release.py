@@ -42,7 +42,7 @@ def numpy_bytes() -> int:
 def exercise(S, A, B) -> list:
     """Calls on ``S`` that make it build and keep what it keeps between calls; returns weak
     references to some of the arrays it holds. Collective."""
-    r = A.shape[1]
+    r = A.r  # the global width (a family may split it across ranks)
     out_a, out_v = S.dense("a", r), np.empty_like(S.values)
     for _ in range(2):
         S.sddmm(A, B)
