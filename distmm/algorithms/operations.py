@@ -70,17 +70,7 @@ def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
     DenseBlock
         This rank's side-"a" block of the result (``out`` when given).
     """
-    if values is not None:
-        if isinstance(values, str):
-            values = S.named_values(values)
-        if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
-            return _multi.spmm_multi(S, "a", B_loc, values, out)
-    r = S._calls.repeat("spmm_a", (B_loc, values, out))
-    if r is None:
-        r = S._begin(S._call_key("spmm_a", B_loc), (("b", B_loc, "B"),), values, out,
-                     "a")
-    res = S._spmm_a(_plain(B_loc), S.values if values is None else values, r, _plain(out))
-    return S._block("a", r, res if out is None else out)
+    return _spmm(S, "a", B_loc, values, out)
 
 
 def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
@@ -104,17 +94,27 @@ def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
     DenseBlock
         This rank's side-"b" block of the result (``out`` when given).
     """
+    return _spmm(S, "b", A_loc, values, out)
+
+
+# (operation, its dense operand's side and name) of the SpMM whose result is on each side
+_SPMM = {"a": ("spmm_a", "b", "B"), "b": ("spmm_b", "a", "A")}
+
+
+def _spmm(S, side: str, X, values, out) -> DenseBlock:
+    """SpMMA (``side`` "a") or SpMMB ("b") on the dense operand X. Collective."""
+    op, x_side, name = _SPMM[side]
     if values is not None:
         if isinstance(values, str):
             values = S.named_values(values)
         if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
-            return _multi.spmm_multi(S, "b", A_loc, values, out)
-    r = S._calls.repeat("spmm_b", (A_loc, values, out))
+            return _multi.spmm_multi(S, side, X, values, out)
+    r = S._calls.repeat(op, (X, values, out))
     if r is None:
-        r = S._begin(S._call_key("spmm_b", A_loc), (("a", A_loc, "A"),), values, out,
-                     "b")
-    res = S._spmm_b(_plain(A_loc), S.values if values is None else values, r, _plain(out))
-    return S._block("b", r, res if out is None else out)
+        r = S._begin(S._call_key(op, X), ((x_side, X, name),), values, out, side)
+    loop = S._spmm_a if side == "a" else S._spmm_b
+    res = loop(_plain(X), S.values if values is None else values, r, _plain(out))
+    return S._block(side, r, res if out is None else out)
 
 
 def fusedmm_a(S, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
