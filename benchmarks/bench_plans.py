@@ -1,15 +1,15 @@
 """Per-call time of small calls as plain method calls and through call plans (``S.plan``).
 
-    mpiexec -n P .venv/bin/python benchmarks/bench_plans.py [--matrix M] [--r R]
-        [--rounds K] [--calls N] [--compare PACKAGE]
+    mpiexec -n P .venv/bin/python benchmarks/bench_plans.py [--matrix M] [--r R[,R2...]]
+        [--rounds K] [--calls N] [--clock wall|cpu] [--compare PACKAGE]
 
 On Cora's adjacency (default ``$DISTMM_DATA/cora-adjacency.mtx.gz``), 15d-dense-shift, c = 1,
-float64, r = 16: SDDMM, SpMMA and SpMMB into ``out=``, FusedMMA into ``out=`` and without it,
-and SpMMA without ``out=`` on two operand arrays in turns (a loop that makes new arrays, as
-each distmm.torch call does). Each is timed as a plain method call (``S.spmm_a(B, out=Y)``)
-and through a plan made once (``step = S.plan("spmm_a", B, out=Y)``, then ``step()``, or
-``step(B2)`` on new operands). ``--compare PACKAGE`` also times another copy of distmm
-importable as PACKAGE (say, an older checkout's ``distmm`` directory copied as
+float64, at each width r given (default 16): SDDMM, SpMMA and SpMMB into ``out=``, FusedMMA
+into ``out=`` and without it, and SpMMA without ``out=`` on two operand arrays in turns (a loop
+that makes new arrays, as each distmm.torch call does). Each is timed as a plain method call
+(``S.spmm_a(B, out=Y)``) and through a plan made once (``step = S.plan("spmm_a", B, out=Y)``,
+then ``step()``, or ``step(B2)`` on new operands). ``--compare PACKAGE`` also times another
+copy of distmm importable as PACKAGE (say, an older checkout's ``distmm`` directory copied as
 ``distmm_base`` with its imports renamed, on ``PYTHONPATH``): its plain calls, and its
 ``S.bind`` where the copy has one.
 
@@ -17,7 +17,11 @@ Every variant has its own distributed object, made and warmed (compiled kernels,
 calls, plans replaying) before timing; rounds alternate the variants' order (A B C, C B A,
 ...), so each samples the same moments of a shared machine. A figure is the loop's wall
 time / calls on the slowest rank, the best of the rounds; ratios are against this version's
-plain call. Prints a Markdown table on rank 0.
+plain call. ``--clock cpu`` times the calling thread's CPU time instead of wall time (at
+p = 1 on a shared machine it leaves out the time other jobs held the core; at p > 1 it would
+count a rank's waiting for its neighbour as work, so keep wall time there). Short loops
+(``--calls`` of a few tens) and many rounds let the best rounds fall between the other jobs'
+time slices. Prints a Markdown table per width on rank 0.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ def planned_calls(pkg, path: str, r: int) -> tuple:
     }
 
 
-def best_times(variants: dict, rounds: int, calls: int) -> dict:
+def best_times(variants: dict, rounds: int, calls: int, clock=time.perf_counter) -> dict:
     """(variant, case) -> best per-call seconds of the slowest rank (collective)."""
     for _, fns in variants.values():
         for fn in fns.values():
@@ -108,10 +112,10 @@ def best_times(variants: dict, rounds: int, calls: int) -> dict:
                 if fn is None:
                     continue
                 COMM.Barrier()
-                t0 = time.perf_counter()
+                t0 = clock()
                 for _ in range(calls):
                     fn()
-                dt = COMM.allreduce((time.perf_counter() - t0) / calls, op=MPI.MAX)
+                dt = COMM.allreduce((clock() - t0) / calls, op=MPI.MAX)
                 best[name, case] = min(best.get((name, case), float("inf")), dt)
     return best
 
@@ -134,25 +138,28 @@ def main() -> None:
     data = os.environ.get("DISTMM_DATA", os.path.join("..", "shared", "data"))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--matrix", default=os.path.join(data, "cora-adjacency.mtx.gz"))
-    parser.add_argument("--r", type=int, default=16)
+    parser.add_argument("--r", default="16", help="dense widths, comma-separated")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--compare", default=None,
                         help="another copy of distmm, importable under this name")
     args = parser.parse_args()
-    variants = {"plain": plain_calls(distmm, args.matrix, args.r),
-                "plan": planned_calls(distmm, args.matrix, args.r)}
-    if args.compare:
-        other = importlib.import_module(args.compare)
-        variants[f"{args.compare} plain"] = plain_calls(other, args.matrix, args.r)
-        variants[f"{args.compare} bind"] = planned_calls(other, args.matrix, args.r)
-    best = best_times(variants, args.rounds, args.calls)
-    if COMM.rank == 0:
-        print(f"p={COMM.size}, {os.path.basename(args.matrix)}, r={args.r}, best of "
-              f"{args.rounds} rounds x {args.calls} calls, slowest rank")
-        print(table(best, list(variants)))
-    for S, _ in variants.values():
-        S.close()
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
+    other = importlib.import_module(args.compare) if args.compare else None
+    for r in (int(w) for w in args.r.split(",")):
+        variants = {"plain": plain_calls(distmm, args.matrix, r),
+                    "plan": planned_calls(distmm, args.matrix, r)}
+        if other is not None:
+            variants[f"{args.compare} plain"] = plain_calls(other, args.matrix, r)
+            variants[f"{args.compare} bind"] = planned_calls(other, args.matrix, r)
+        best = best_times(variants, args.rounds, args.calls, clock)
+        if COMM.rank == 0:
+            print(f"p={COMM.size}, {os.path.basename(args.matrix)}, r={r}, best of "
+                  f"{args.rounds} rounds x {args.calls} calls, {args.clock} time, slowest rank")
+            print(table(best, list(variants)), flush=True)
+        for S, _ in variants.values():
+            S.close()
 
 
 if __name__ == "__main__":

@@ -52,6 +52,19 @@ from distmm.ops.mixin import EdgeOps
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+# What a closed object keeps (close): its configuration, its diagnostics, the part whose
+# checks refuse a closed object's calls and the caller's communicator.
+KEPT_AFTER_CLOSE = frozenset((
+    "c", "overlap", "comm", "p", "rank", "dtype", "shape", "check_finite", "checks", "r",
+    "_closed", "stats", "kernel", "node_model", "permute", "q", "s", "_calls", "_plans",
+    "_extra_comms", "_tracer", "_repeat", "_kind", "_plan_state"))
+
+
+class ClosedError(InputError, AttributeError):
+    """The use of a closed distributed object (an InputError; an AttributeError too, so that
+    ``getattr(S, name, default)`` on a part that close released gives the default)."""
+
+
 # Where newly built objects are recorded (see track_objects); None: nowhere.
 _TRACKED: list | None = None
 
@@ -316,7 +329,13 @@ class DistributedMatrix(EdgeOps):
 
     def _block(self, side: str, r: int, array: np.ndarray) -> DenseBlock:
         """``array`` (this rank's block, no copy) typed as a block of this object."""
-        if isinstance(array, DenseBlock) and array.owner is self and array.side == side \
+        if type(array) is DenseBlock:  # (read from its dict: every call's result passes here)
+            meta = array.__dict__
+            shape = meta["global_shape"]
+            if meta["owner"] is self and meta["side"] == side and shape is not None \
+                    and shape[1] == r:
+                return array
+        elif isinstance(array, DenseBlock) and array.owner is self and array.side == side \
                 and array.r == r:
             return array
         nrows = self.shape[0] if side == "a" else self.shape[1]
@@ -371,8 +390,18 @@ class DistributedMatrix(EdgeOps):
     def _require_open(self) -> None:
         """Raise InputError on every use after :meth:`close`. Not collective."""
         if self._closed:
-            raise InputError(f"this {self.name} object was closed (close() or the end of its "
-                             "with-block freed its communicators); distribute S again")
+            raise ClosedError(self._closed_message())
+
+    def _closed_message(self) -> str:
+        return (f"this {self.name} object was closed (close() or the end of its with-block "
+                "freed its communicators and arrays); distribute S again")
+
+    def __getattr__(self, name: str):
+        # Only for attributes not found (never on the hot path): after close() the object
+        # keeps none of its arrays, and any use of one is the closed object's error.
+        if self.__dict__.get("_closed", False) and not name.startswith("__"):
+            raise ClosedError(self._closed_message())
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def check_inputs(self, *pairs: tuple[str, np.ndarray, str],
                      values: np.ndarray | None = None) -> int:
@@ -547,9 +576,13 @@ class DistributedMatrix(EdgeOps):
         """Free the communicators this object created: the grid's sub-communicators and any
         registered in ``_extra_comms`` by other modules (e.g. :mod:`distmm.ops`).
 
-        Collective over ``comm`` (every rank must close the object). Afterwards every
-        operation raises InputError; closing again does nothing. The caller's ``comm`` is not
-        freed."""
+        Collective over ``comm`` (every rank must close the object). It also lets go of every
+        array the object holds (S's blocks and values, the permutations, the loop's indices,
+        the buffers kept between calls, named vectors), so that a closed object that is still
+        referred to holds no memory. Afterwards every operation, and every use of what was
+        released, raises InputError; ``closed``, ``stats`` (its counters and ``describe()``)
+        and the configuration (``shape``, ``p``, ``c``, ``dtype``, ...) stay; closing again
+        does nothing. The caller's ``comm`` is not freed."""
         if self.__dict__.get("_closed", False):
             return
         self._closed = True
@@ -558,10 +591,33 @@ class DistributedMatrix(EdgeOps):
             if sub != MPI.COMM_NULL:
                 sub.Free()
         self.__dict__["_extra_comms"] = []
-        self.__dict__.get("_scratch", {}).clear()
-        self.__dict__.get("_prepared", {}).clear()
         for plan in list(self.__dict__.get("_plans", ())):
             plan.forget()
+        self._release()
+
+    def _release(self) -> None:
+        """Drop every part of the object but its identity (:data:`KEPT_AFTER_CLOSE`): S's
+        blocks and values, the permutations, the loop's indices, the buffers and prepared
+        calls, named vectors, what other modules cached on it; ``stats.describe()`` keeps
+        its last answer. Not collective (close's local half)."""
+        meta = self.__dict__
+        stats = meta.get("stats")
+        if stats is not None:
+            try:
+                stats.keep_description()
+            except AttributeError:  # a half-built object (construction failed): nothing to keep
+                pass
+        calls = meta.get("_calls")
+        if calls is not None:
+            calls.forget()
+        cls = type(self)
+        for name in [k for k in meta if k not in KEPT_AFTER_CLOSE]:
+            # a method set on the object (a wrapper, a test's spy) is not a part: whoever set
+            # it may still restore or delete it
+            if not (callable(meta[name]) and hasattr(cls, name)):
+                del meta[name]
+        if not isinstance(meta.get("permute"), (str, bool)):
+            meta.pop("permute", None)  # a partition object holds the order's arrays
 
     @property
     def closed(self) -> bool:

@@ -70,6 +70,11 @@ def call_tag(op: str, strategy: str | None = None) -> int:
     return TAG_STRIDE * code
 
 
+def call_name(op: str, strategy: str | None = None) -> str:
+    """A call's name in messages (``"fusedmm_a (strategy reuse)"``). Not collective."""
+    return op if strategy is None else f"{op} (strategy {strategy})"
+
+
 def key_op(kind: str | tuple) -> str:
     """The operation of a call key (``"spmm_a"`` or ``("spmm_a", width)``: ``_call_key``).
     Not collective."""
@@ -121,14 +126,31 @@ class CallChecks:
     ``_begin`` and ``check_inputs`` delegate here."""
 
     def __init__(self, mat) -> None:
-        self.mat = mat
+        # weakly: the matrix holds this part, and a reference back would be a cycle that
+        # keeps the matrix's arrays alive after the user lets it go, until Python's cycle
+        # collector runs
+        self._mat = weakref.ref(mat)
         # operations whose first call had the full checks
         self.checked: set[str] = set()
         # the dense widths r that passed the rank-independent rule (r_rule)
         self.widths_passed: set[int] = set()
         # kind -> (r, the operands of the last cheap-checked call, weakly)
         self.memo: dict = {}
+        # operation -> its last cheap-checked call: (kind, r, the operands as in memo,
+        # strategy, point-to-point tag, name), what a repeat of it needs (repeat)
+        self.last: dict = {}
         self.last_r: int | None = None
+
+    def forget(self) -> None:
+        """Drop what the checks remember of earlier calls (the matrix is closing). Not
+        collective."""
+        self.memo.clear()
+        self.last.clear()
+
+    @property
+    def mat(self):
+        """The distributed matrix these are the checks of."""
+        return self._mat()
 
     # ----------------------------------------------------------------- entry point
     def begin(self, kind: str, dense: tuple[tuple[str, np.ndarray, str], ...],
@@ -144,7 +166,7 @@ class CallChecks:
         point-to-point messages of the call carry its tag (:func:`call_tag`), so that ranks
         in different calls after the checks wait (where a watchdog names the phase) rather
         than receive each other's blocks."""
-        mat = self.mat  # (read once: this runs before every plain call)
+        mat = self._mat()  # (read once: this runs before every plain call)
         mat._require_open()
         mat._kind = kind
         state = mat.kernel.plan_state()
@@ -165,7 +187,7 @@ class CallChecks:
             r = self.full_check(dense, values, out, out_side, call)
             self.checked.add(key_op(kind))
             if mat.checks == "once":  # the full checks include the cheap ones
-                self._remember(kind, dense, values, out, r)
+                self._remember(kind, dense, values, out, r, strategy)
         else:
             if strategy is not None:
                 mat._check_strategy(strategy)
@@ -175,9 +197,9 @@ class CallChecks:
                 r = self.quick_r(dense, values, out, out_side)
                 if r is None:
                     r = self.cheap_check(dense, values, out, out_side)
-                self._remember(kind, dense, values, out, r)
-        mat.stats.set_call(call_tag(key_op(kind), strategy), r, key_op(kind) if strategy is None
-                           else f"{key_op(kind)} (strategy {strategy})")
+                self._remember(kind, dense, values, out, r, strategy)
+        op = key_op(kind)
+        mat.stats.set_call(call_tag(op, strategy), r, call_name(op, strategy))
         # a repeat, or a plan's call (plan.py): its operands get prepared kernel calls of
         # their own (prepared.py)
         mat._repeat = repeat or mat._tracer is not None
@@ -185,6 +207,53 @@ class CallChecks:
         return r
 
     # ----------------------------------------------------------------- repeated operands
+    def repeat(self, op: str, operands: tuple, strategy: str | None = None) -> int | None:
+        """:meth:`begin` for a call that passes the very operand objects of the last
+        cheap-checked call of ``op``, unchanged, under ``checks="once"``: returns its r, or
+        None for any other call (the caller then calls :meth:`begin`). Not collective.
+
+        ``operands`` are the call's dense operands in the method's order, then its values
+        (None or an array) and its ``out`` (None or a buffer). Unchanged as in
+        :meth:`recall`, whose cheap checks would pass again; the same strategy, which passed
+        its check then. What begin does besides checking is done here too: the use after
+        close is refused, prepared kernel calls of another plan state dropped, and the call's
+        tag, width and name set for the comparison before its first collective
+        (:meth:`CommStats.set_call`). The operation's last call is tried alone, without
+        working out its key (its width): a loop repeating a call pays this and its kernels."""
+        last = self.last.get(op)
+        if last is None:
+            return None
+        kind, r, kept, strat, tag, name = last
+        if strat != strategy:
+            return None
+        k = 0
+        for X in operands:  # written out: every repeated plain call pays for this loop
+            held = kept[k]
+            k += 1
+            if held is None or X is None:
+                if X is not held:
+                    return None
+            elif held[0]() is not X:
+                return None
+            elif held[4] is not None:
+                if X._layout is not held[4]:
+                    return None
+            elif (X.shape != held[1] or X.strides != held[2]
+                  or (X.dtype is not held[3] and X.dtype != held[3])):
+                return None
+        mat = self._mat()
+        if mat._closed or mat.checks != "once":
+            return None  # begin refuses a closed object and checks under another policy
+        state = mat.kernel.plan_state()
+        if state != mat._plan_state:
+            mat._forget_prepared()
+            mat._plan_state = state
+        mat._kind = kind
+        mat.stats.set_call(tag, r, name)
+        mat._repeat = True
+        self.last_r = r
+        return r
+
     def recall(self, kind: str, dense, values, out) -> int | None:
         """r of the last cheap-checked call of ``kind`` if this call passes the very same
         operand objects, unchanged (None otherwise). Not collective.
@@ -279,9 +348,10 @@ class CallChecks:
         """For :meth:`quick_r`: X's global r if it is a typed block of this very object on
         ``side`` (not a reshaped view), 0 if it is a plain 2-D ndarray, either with this
         rank's rows, the object's dtype and C layout; else None."""
+        mat = self._mat()
         if type(X) is DenseBlock:
             meta = X.__dict__
-            if (meta["owner"] is not self.mat or meta["side"] != side
+            if (meta["owner"] is not mat or meta["side"] != side
                     or X.shape != meta["_block_shape"]):
                 return None
             typed = meta["global_shape"][1]
@@ -289,20 +359,22 @@ class CallChecks:
             typed = 0
         else:
             return None
-        dtype = self.mat.dtype
-        if (X.shape[0] != self.mat._local_rows(side) or (X.dtype is not dtype and X.dtype != dtype)
+        dtype = mat.dtype
+        if (X.shape[0] != mat._local_rows(side) or (X.dtype is not dtype and X.dtype != dtype)
                 or not X.flags.c_contiguous):
             return None
         return typed
 
     def _quick_values(self, values) -> bool:
         """Whether ``values`` plainly passes the values checks (:meth:`quick_r`)."""
+        mat = self._mat()
         return (type(values) is np.ndarray and values.ndim == 1
-                and values.size == self.mat.values.size
-                and (values.dtype is self.mat.dtype or values.dtype == self.mat.dtype)
+                and values.size == mat.values.size
+                and (values.dtype is mat.dtype or values.dtype == mat.dtype)
                 and values.flags.c_contiguous)
 
-    def _remember(self, kind: str, dense, values, out, r: int) -> None:
+    def _remember(self, kind: str, dense, values, out, r: int,
+                  strategy: str | None = None) -> None:
         """Keep (weakly) the operands that passed the cheap checks of a ``kind`` call.
 
         Only where r came from the operands on this rank alone: where the cheap checks agree
@@ -310,11 +382,17 @@ class CallChecks:
         changed would otherwise wait in it for ranks that skipped it."""
         if self.mat.splits_r and not any(isinstance(X, DenseBlock) and X.typed
                                      for _, X, _ in dense):
+            self.last.pop(key_op(kind), None)
             return
         kept = [remembered(X) for _, X, _ in dense]
         kept.append(None if values is None else remembered(values))
         kept.append(None if out is None else remembered(out))
-        self.memo[kind] = (r, tuple(kept))
+        kept = tuple(kept)
+        self.memo[kind] = (r, kept)
+        op = key_op(kind)
+        if op in _CALL_OPS:
+            self.last[op] = (kind, r, kept, strategy, call_tag(op, strategy),
+                             call_name(op, strategy))
         if len(self.memo) > MEMO_KEYS:  # calls at many widths: forget the oldest width's
             old = next((k for k in self.memo if k.__class__ is tuple and k != kind), None)
             if old is not None:

@@ -44,15 +44,15 @@ def sddmm(S, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | No
     """
     if heads is not None:  # one SDDMM per head in one call (multivalue.py)
         return _multi.sddmm_multi(S, A_loc, B_loc, heads, values, out)
-    if isinstance(values, str):
+    if values is not None and isinstance(values, str):
         values = S.named_values(values)
-    key = S._call_key("sddmm", A_loc)
-    dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-    r = S._begin(key, dense, values, out, "values")
-    vals = S.values if values is None else values
-    res = S._sddmm(_plain(A_loc), _plain(B_loc), vals, r, out)
-    res = res if out is None else out
-    return res
+    r = S._calls.repeat("sddmm", (A_loc, B_loc, values, out))
+    if r is None:
+        r = S._begin(S._call_key("sddmm", A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
+                     values, out, "values")
+    res = S._sddmm(_plain(A_loc), _plain(B_loc), S.values if values is None else values, r,
+                   out)
+    return res if out is None else out
 
 
 def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
@@ -76,17 +76,7 @@ def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
     DenseBlock
         This rank's side-"a" block of the result (``out`` when given).
     """
-    if isinstance(values, str):
-        values = S.named_values(values)
-    if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
-        return _multi.spmm_multi(S, "a", B_loc, values, out)
-    key = S._call_key("spmm_a", B_loc)
-    dense = (("b", B_loc, "B"),)
-    r = S._begin(key, dense, values, out, "a")
-    vals = S.values if values is None else values
-    res = S._spmm_a(_plain(B_loc), vals, r, _plain(out))
-    res = S._block("a", r, res if out is None else out)
-    return res
+    return _spmm(S, "a", B_loc, values, out)
 
 
 def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
@@ -110,17 +100,27 @@ def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
     DenseBlock
         This rank's side-"b" block of the result (``out`` when given).
     """
-    if isinstance(values, str):
-        values = S.named_values(values)
-    if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
-        return _multi.spmm_multi(S, "b", A_loc, values, out)
-    key = S._call_key("spmm_b", A_loc)
-    dense = (("a", A_loc, "A"),)
-    r = S._begin(key, dense, values, out, "b")
-    vals = S.values if values is None else values
-    res = S._spmm_b(_plain(A_loc), vals, r, _plain(out))
-    res = S._block("b", r, res if out is None else out)
-    return res
+    return _spmm(S, "b", A_loc, values, out)
+
+
+# (operation, its dense operand's side and name) of the SpMM whose result is on each side
+_SPMM = {"a": ("spmm_a", "b", "B"), "b": ("spmm_b", "a", "A")}
+
+
+def _spmm(S, side: str, X, values, out) -> DenseBlock:
+    """SpMMA (``side`` "a") or SpMMB ("b") on the dense operand X. Collective."""
+    op, x_side, name = _SPMM[side]
+    if values is not None:
+        if isinstance(values, str):
+            values = S.named_values(values)
+        if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
+            return _multi.spmm_multi(S, side, X, values, out)
+    r = S._calls.repeat(op, (X, values, out))
+    if r is None:
+        r = S._begin(S._call_key(op, X), ((x_side, X, name),), values, out, side)
+    loop = S._spmm_a if side == "a" else S._spmm_b
+    res = loop(_plain(X), S.values if values is None else values, r, _plain(out))
+    return S._block(side, r, res if out is None else out)
 
 
 def fusedmm_a(S, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
@@ -167,16 +167,16 @@ def fusedmm_b(S, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = No
 def _fused_call(S, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
     strategy = strategy or S.strategies[-1]
     op = "fusedmm_a" if side == "a" else "fusedmm_b"
-    resolved = S.named_values(values) if isinstance(values, str) else values
-    kind = S._call_key(op, A_loc)
-    dense = (("a", A_loc, "A"), ("b", B_loc, "B"))
-    r = S._begin(kind, dense, resolved, out, side, strategy)  # checks the strategy too
+    resolved = S.named_values(values) if values is not None and isinstance(values, str) \
+        else values
+    r = S._calls.repeat(op, (A_loc, B_loc, resolved, out), strategy)
+    if r is None:  # checks the strategy too
+        r = S._begin(S._call_key(op, A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
+                     resolved, out, side, strategy)
     # A name travels on as it is, so that the family finds the vector's copy in the
     # stored S^T's order under that name (_values_for).
-    res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out),
-                        values)
-    res = S._block(side, r, res if out is None else out)
-    return res
+    res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out), values)
+    return S._block(side, r, res if out is None else out)
 
 
 def _check_strategy(S, strategy: str) -> None:
@@ -209,15 +209,31 @@ def as_operator(S, values: np.ndarray | None = None):
 def _plain(X: np.ndarray | None) -> np.ndarray | None:
     """A plain ndarray view of a block (the kernels and the loops see no subclass).
 
-    A plain array is returned as it is, and a block's view is kept on the block, so that a
-    loop called again with the same operand objects sees the same objects
-    (:meth:`DistributedMatrix._run_kernel` keeps prepared calls by identity)."""
+    A plain array is returned as it is, and a block's view is kept on the block while its
+    layout token stands (:meth:`DenseBlock.layout_token`: nothing assigned to it since), so
+    that a loop called again with the same operand objects sees the same objects
+    (:meth:`DistributedMatrix._run_kernel` keeps prepared calls by identity). The kept view
+    is cut from the plain array under the block, never from the block itself: a view of the
+    block would refer to it, and the block to the view, a reference cycle that would keep the
+    block, its data and its distributed object alive until Python's cycle collector ran. A
+    block that owns its data (``X.copy()``) has no such array under it: it gets a new view
+    per call."""
     if X is None or type(X) is np.ndarray:
         return X
-    view = X.__dict__.get("_plain_view")
-    if view is None or view.shape != X.shape or view.strides != X.strides:
-        view = X.__dict__["_plain_view"] = X.view(np.ndarray)
-    return view
+    meta = X.__dict__
+    kept = meta.get("_plain_view")
+    if kept is not None and kept[0] is meta.get("_layout"):
+        return kept[1]
+    base = X.base
+    if (type(base) is np.ndarray and base.shape == X.shape and base.strides == X.strides
+            and base.dtype == X.dtype
+            and base.__array_interface__["data"] == X.__array_interface__["data"]):
+        view = base.view()  # (not base itself: its own attributes may be set later)
+        if not X.flags.writeable:
+            view.flags.writeable = False
+        meta["_plain_view"] = (X.layout_token(), view)
+        return view
+    return X.view(np.ndarray)
 
 
 __all__ = ["as_operator", "fusedmm_a", "fusedmm_b", "sddmm", "spmm_a", "spmm_b"]

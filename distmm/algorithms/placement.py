@@ -42,7 +42,15 @@ class Orientation:
     col_bases: np.ndarray
 
     def block_values(self, values: np.ndarray, t: int) -> np.ndarray:
-        return values[self.offsets[t]:self.offsets[t + 1]]
+        """Block t's piece of ``values`` (value order): a view, or ``values`` itself where
+        block t holds every value. Not collective."""
+        bounds = self.__dict__.get("_bounds")
+        if bounds is None:  # the offsets as Python ints: every kernel step reads them
+            bounds = self.__dict__["_bounds"] = self.offsets.tolist()
+        lo, hi = bounds[t], bounds[t + 1]
+        if lo == 0 and hi == values.shape[0]:
+            return values
+        return values[lo:hi]
 
     @property
     def nnz(self) -> int:

@@ -90,7 +90,10 @@ def _run_kernel(mat, key: tuple | None, sources: tuple, op: str, S, vals: np.nda
     if entries is not None:
         kept = entries.get(ids)
         if kept is not None:
-            for (ref, like), x in zip(kept[0], sources, strict=True):
+            k = 0
+            for ref, like in kept[0]:  # written out: every call's every kernel runs this
+                x = sources[k]
+                k += 1
                 if ref() is not x or (x is not None and x.shape != like[0]):
                     kept = None
                     break

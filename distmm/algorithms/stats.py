@@ -61,8 +61,16 @@ class MatrixStats(CommStats):
             rep["config"] = self.describe()
         return rep
 
+    def keep_description(self) -> None:
+        """Keep :meth:`describe`'s answer, for after the matrix lets its parts go (close).
+        Not collective."""
+        self._description = self.describe()
+
     def describe(self) -> dict:
         """The matrix's configuration as a JSON-ready dict. Not collective."""
+        kept = self.__dict__.get("_description")
+        if kept is not None:
+            return dict(kept)
         S = self.matrix
         return {"algorithm": S.name, "p": S.p, "m": S.shape[0], "n": S.shape[1],
                 "node_model": S.node_model, "node_options": S.kernel.options(),

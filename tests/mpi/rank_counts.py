@@ -49,6 +49,7 @@ RANK_COUNTS: dict[str, tuple[int, ...]] = {
     # per-call features that every family shares
     "test_bound_calls.py": LAYOUT,
     "test_close.py": LAYOUT,
+    "test_release.py": (1, 2, 3),
     "test_dense_blocks.py": LAYOUT,
     "test_ops_dense.py": LAYOUT,
     "test_ops_edges.py": LAYOUT,
