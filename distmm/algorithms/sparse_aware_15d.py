@@ -159,7 +159,8 @@ class SparseAware15DModel(FamilyModel):
                     "recv": ceil_div(n, p) * (q - 1), "send": ceil_div(n, p) * (q - 1),
                     "share": ceil_div(nnz, p),
                     # the partition that orders S by default (int64 parts of its n rows)
-                    "partition": 8 * m if m == n and default_method((m, n), p) else 0},
+                    "partition": (8 * m if m == n else 8 * (m + n))
+                    if default_method((m, n), p) else 0},
                    local)
         k.setdefault("t_cols", k["recv"] + k["rows_b"])
         k.setdefault("t_blocks", 2)
@@ -222,7 +223,9 @@ class SparseAware15D(DistributedAlgorithm):
         part = order_by_partition(self, source, mode, seed)
         self.permute = part  # a layout shared from this object follows the same parts
         perm, _ = part.permutation()
-        return perm, perm
+        if part.col_parts is None:  # a square S: columns follow the rows
+            return perm, perm
+        return perm, part.column_permutation()[0]
 
     def _setup(self, source: CooShare) -> None:
         m, n = self.shape
@@ -230,7 +233,8 @@ class SparseAware15D(DistributedAlgorithm):
         self.offsets = {"a": block_offsets(m, p), "b": block_offsets(n, p)}
         if getattr(self.permute, "is_partition", False):
             self.partition = self.permute
-            self.offsets = dict.fromkeys("ab", self.permute.permutation()[1])
+            self.offsets = {"a": self.permute.permutation()[1],
+                            "b": self.permute.column_permutation()[1]}
         oa, ob = self.offsets["a"], self.offsets["b"]
         rows = self.row_inv[source.rows]
         cols = self.col_inv[source.cols]
@@ -446,14 +450,21 @@ class SparseAware15D(DistributedAlgorithm):
                 "scatter_rows": x.nrecv,
                 "scatter_peers": int(np.count_nonzero(x.recvcounts))}
 
+    def _partition_bytes(self) -> int:
+        """Bytes of the partition ordering S on this rank (its row and column parts)."""
+        part = getattr(self, "partition", None)
+        if part is None:
+            return 0
+        return int(part.parts.nbytes) + (0 if part.col_parts is None
+                                          else int(part.col_parts.nbytes))
+
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's sizes for :meth:`memory_bytes`."""
         x = self.exchange
         return {"rows_a": self._local_rows("a"), "rows_b": self._local_rows("b"),
                 "super": int(self._fiber_sizes.sum()), "nnz_a": self._o.nnz,
                 "recv": x.nrecv, "send": x.nsend,
-                "partition": int(self.partition.parts.nbytes)
-                if getattr(self, "partition", None) is not None else 0,
+                "partition": self._partition_bytes(),
                 "t_blocks": sum(1 for blk in self._o.blocks if blk.nnz),
                 "t_cols": sum(blk.shape[1] for blk in self._o.blocks if blk.nnz)}
 
@@ -464,16 +475,15 @@ def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, s
     agreed on every rank before any of S's entries move).
 
     ``mode`` "partition": ``obj.permute`` is a saved :class:`~distmm.core.partition.Partition`,
-    refused unless it was made for S's n rows, its entry count and ``obj.p`` parts. "kahip"
+    refused unless it was made for S's shape, its entry count and ``obj.p`` parts. "kahip"
     or "kahypar": S's pattern is gathered on rank 0 (counted under "distribute"), partitioned
-    there (:func:`distmm.core.partition.partition`) and the parts broadcast."""
+    there (:func:`distmm.core.partition.partition`: rows and columns together for a square
+    S, a row and a column partition for a rectangular one) and the parts broadcast."""
     m, n = obj.shape
     entries = obj.comm.allreduce(int(source.nnz))
-    obj._agree(None if m == n else
-               f"--permute {mode} orders a graph: S must be square, it is {m} x {n}")
     if mode == "partition":
         part = obj.permute
-        obj._agree(part.problem(n, obj.p, entries))
+        obj._agree(part.problem((m, n), obj.p, entries))
         return part
     problem = None
     try:
@@ -489,7 +499,7 @@ def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, s
     if obj.rank == 0:
         rows = np.concatenate([x[0] for x in pieces])
         cols = np.concatenate([x[1] for x in pieces])
-        S = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+        S = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(m, n))
         try:
             part = partition(S, obj.p, mode, seed=seed)
         except InputError as exc:
@@ -497,7 +507,7 @@ def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, s
     obj._agree(problem)
     part = obj.comm.bcast(part, root=0)
     return Partition(part.parts, part.p, part.n, entries, part.method, part.imbalance,
-                     part.seconds)
+                     part.seconds, part.col_parts)
 
 
 def sparse_aware_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,

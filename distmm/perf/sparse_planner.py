@@ -42,8 +42,8 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
           seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict]:
     """(row_inv, col_inv, offsets, info): S's order as :func:`distmm.distribute` would make it
     with ``permute`` on p ranks (``inv[old] = new``; offsets of the parts when a partition
-    sets the blocks, else None) and how it was made (the partitioner's seconds). Not
-    collective."""
+    sets the blocks: one array for a square S, a pair (rows', columns') for a rectangular
+    one; else None) and how it was made (the partitioner's seconds). Not collective."""
     import scipy.sparse as sp
 
     m, n = shape
@@ -59,7 +59,7 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
         info["partition_s"] = time.perf_counter() - t0
     elif info["permute"] == "partition":
         part = permute
-        problem = part.problem(n, p, int(rows.size))
+        problem = part.problem((m, n), p, int(rows.size))
         if problem is not None:
             raise InputError(problem)
     if part is not None:
@@ -67,7 +67,12 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
         perm, offsets = part.permutation()
         inv = np.empty_like(perm)
         inv[perm] = np.arange(perm.size)
-        return inv, inv, offsets, info
+        if part.col_parts is None:
+            return inv, inv, offsets, info
+        cperm, col_offsets = part.column_permutation()
+        cinv = np.empty_like(cperm)
+        cinv[cperm] = np.arange(cperm.size)
+        return inv, cinv, (offsets, col_offsets), info
     row_w = np.bincount(rows, minlength=m)
     col_w = np.bincount(cols, minlength=n)
     if m == n:
@@ -89,8 +94,11 @@ def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, 
                ) -> list[dict]:
     """The sparsity-aware family's candidates at replication c, from every rank's counts."""
     rows = []
-    # B block k sits on world rank k (fiber order); a partition's blocks are A's
-    b_rows = model.a_rows if offsets is not None else np.diff(block_offsets(n, p))
+    # B block k sits on world rank k (fiber order); a partition's blocks are its parts
+    if isinstance(offsets, tuple):
+        b_rows = np.diff(offsets[1])
+    else:
+        b_rows = model.a_rows if offsets is not None else np.diff(block_offsets(n, p))
     for strategy in SparseAware15D.strategies:
         best = None
         for k in range(p):
@@ -106,7 +114,8 @@ def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, 
                    "super": int(model.super_rows[k]),
                    "nnz_a": int(model.nnz[k]), "recv": int(model.recv_rows[k]),
                    "send": int(model.send_rows[k]), "share": -(-nnz // p),
-                   "partition": 8 * n if offsets is not None else 0}).peak
+                   "partition": 0 if offsets is None
+                   else 8 * (m + n) if isinstance(offsets, tuple) else 8 * n}).peak
             for k in range(p))
         calls = SparseAware15D.model.local_calls(strategy, m, n, float(model.nnz.max()) * p,
                                                  r, p, c)

@@ -49,6 +49,32 @@ def awkward():
                                           np.r_[np.arange(n), np.zeros(n, int)]), False
     yield "wide and short", _coo(3, 57, [0, 0, 2, 2, 2], [0, 56, 5, 30, 31]), False
     yield "empty", sp.coo_matrix((9, 7)), True
+    # rectangular with hidden blocks (users x items of a few communities, shuffled): a row
+    # and a column partition; KaHyPar where installed (the default, KaHIP, above)
+    yield "rectangular communities", planted_bipartite(37, 53, 4, seed=5), \
+        "kahypar" if _installed("kahypar") else True
+
+
+def _installed(name: str) -> bool:
+    try:
+        __import__(name)
+    except ImportError:
+        return False
+    return True
+
+
+def planted_bipartite(m: int, n: int, k: int, seed: int = 0) -> sp.coo_matrix:
+    """An m x n pattern of k communities (most nonzeros inside one, a few across), rows and
+    columns shuffled: a partition of rows and columns recovers the communities."""
+    rng = np.random.default_rng(seed)
+    rc, cc = rng.integers(0, k, m), rng.integers(0, k, n)
+    rows = rng.integers(0, m, 6 * m)
+    inside = rng.random(rows.size) < 0.9
+    cols = np.empty(rows.size, dtype=np.int64)
+    for i, (r, keep) in enumerate(zip(rows, inside, strict=True)):
+        pool = np.flatnonzero(cc == rc[r]) if keep else np.arange(n)
+        cols[i] = rng.choice(pool if pool.size else np.arange(n))
+    return _coo(m, n, rows, cols, seed)
 
 
 CASES = list(awkward())
@@ -74,7 +100,7 @@ def model_counts(obj, S):
     """Every rank's exchange counts from the pattern and the object's permutation alone."""
     coo = sp.coo_matrix(S)
     return exchange_model(obj.row_inv[coo.row], obj.col_inv[coo.col], S.shape, obj.p, obj.c,
-                          obj.grid.order)
+                          obj.grid.order, offsets=(obj.offsets["a"], obj.offsets["b"]))
 
 
 @pytest.mark.parametrize("c", CS)
@@ -229,9 +255,19 @@ def test_partition_files_that_do_not_fit_are_refused_everywhere(shared_tmp):
     # a partitioner's order is the sparse-aware family's layout only
     with pytest.raises(InputError, match="15d-sparse-aware"):
         distmm.distribute(S, COMM, algorithm="15d-dense-shift", root=None, permute="kahip")
-    with pytest.raises(InputError, match="square"):
-        distmm.distribute(sp.coo_matrix(np.ones((3, 4))), COMM, algorithm=NAME, root=None,
-                          permute="kahip")
+    # a square S's file for a rectangular S of as many rows, and the other way round
+    R = sp.coo_matrix(np.ones((n, 7)))
+    for what, (mat, part) in {
+            "square": (R, Partition(np.zeros(n, dtype=np.int64), P, n, R.nnz, "kahip", 0.03,
+                                    0.0)),
+            "rectangular": (S, Partition(np.zeros(n, dtype=np.int64), P, n, S.nnz, "kahip",
+                                         0.03, 0.0, np.zeros(7, dtype=np.int64)))}.items():
+        path = f"{shared_tmp}/{what}.part.h5"
+        if COMM.rank == 0:
+            save_partition(part, path)
+        COMM.Barrier()
+        with pytest.raises(InputError, match="matrix"):
+            distmm.distribute(mat, COMM, algorithm=NAME, root=None, permute=load_partition(path))
 
 
 @pytest.mark.parametrize("shape", [(40, 40), (40, 31)])
@@ -241,12 +277,16 @@ def test_the_planner_orders_s_as_a_run_does(shape):
     S, _, _ = problem(*shape, 1, density=0.1, seed=6)
     obj = distmm.distribute(S, COMM, algorithm=NAME, root=None)
     row_inv, col_inv, offsets, info = order(S.row, S.col, S.shape, P, "auto")
-    # the default order is a partition where one applies (square S, p > 1, kahip installed)
+    # the default order is a partition where one applies (p > 1, kahip installed)
     if default_method(S.shape, P) is None:
         assert offsets is None and info["permute"] in ("none", "blocks")
     else:
         assert info["permute"] == "kahip" and obj.partition.method == "kahip"
-        assert np.array_equal(offsets, obj.offsets["a"])
+        if shape[0] == shape[1]:
+            assert np.array_equal(offsets, obj.offsets["a"])
+        else:
+            assert np.array_equal(offsets[0], obj.offsets["a"])
+            assert np.array_equal(offsets[1], obj.offsets["b"])
     assert np.array_equal(row_inv, obj.row_inv) and np.array_equal(col_inv, obj.col_inv)
     obj.close()
 
