@@ -7,8 +7,9 @@ planner's exact model, no MPI job), on real graphs, at several p and orderings.
 
 One JSON line per (graph, p, ordering): the sparse-aware family's best candidate (strategy,
 c), its max_words and memory, the two ratios, the best oblivious candidate's memory, and the
-partitioner's seconds. "auto" is the family's default order (a KaHIP partition of a square S
-when kahip is installed), "blocks" the natural-order blocks it falls back to.
+partitioner's seconds. "auto" is the family's default order (a KaHIP partition when kahip is
+installed: of rows and columns together for a square S, a row and a column partition for a
+rectangular one), "blocks" the natural-order blocks it falls back to.
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ def main() -> None:
         S = read(path)
         for p in args.p:
             for permute in args.permute:
-                if permute not in ("auto", "blocks") and S.shape[0] != S.shape[1]:
-                    continue
                 rows, info = plan_sparse(S.row, S.col, S.shape, args.r, p, permute=permute)
                 aware = min((r for r in rows if r["algorithm"] == AWARE),
                             key=lambda r: (r["max_words"], r["c"]))
