@@ -258,8 +258,9 @@ def refine_max_send(S: sp.spmatrix, parts: np.ndarray, p: int, weights: np.ndarr
     higher); it stops when no move qualifies or after ``max_moves`` (default 16p + 64)
     moves. It only finds a local optimum: on Cora it lowers the busiest part's send by
     6-10% at p = 16 and 64 (docs/algorithms/15d-sparse-aware.md); a part that owns a hub
-    row sends it to every part needing it whatever the partition. A move of row v changes only the sends of the owners of v's columns (whose set
-    of holders may change) and of v itself, which are recomputed exactly."""
+    row sends it to every part needing it whatever the partition. A move of row v changes
+    only the sends of the owners of v's columns (whose set of holders may change) and of v
+    itself, which are recomputed exactly."""
     csr = sp.csr_matrix(S)
     csc = sp.csc_matrix(S)
     n = csr.shape[0]
