@@ -62,7 +62,7 @@ from distmm.core.memory import (
     transpose_bytes,
 )
 from distmm.core.partition import Partition, check_method, default_method, partition
-from distmm.core.permute import PARTITION_MODES, permute_mode
+from distmm.core.permute import PARTITION_MODES, applied_mode, permute_mode
 from distmm.errors import InputError, require
 
 STRATEGIES = ("none", "reuse", "fusion")
@@ -214,13 +214,18 @@ class SparseAware15D(DistributedAlgorithm):
         """The base class's orderings, or, for a partitioner's (``"kahip"``, ``"kahypar"``)
         or a saved partition's (``"partition"``), rows and columns ordered by part: the parts
         become the p blocks (:func:`order_by_partition`). The default (``"auto"``) is the
-        partitioner of :func:`~distmm.core.partition.default_method` where it applies (S
-        square, p > 1, the package installed), else the base class's. Collective."""
-        if permute_mode(self.permute) == "auto":
+        partitioner of :func:`~distmm.core.partition.default_method` where it applies (p > 1,
+        the package installed), unless the natural blocks give the busiest rank fewer words
+        at this c (:func:`distmm.perf.sparse_planner.pick_order`), else the base class's.
+        Collective."""
+        default = permute_mode(self.permute) == "auto"
+        if default:
             mode = default_method(self.shape, self.p) or mode
         if mode not in PARTITION_MODES + ("partition",):
             return super()._balance_permutations(source, mode, seed)
-        part = order_by_partition(self, source, mode, seed)
+        part = order_by_partition(self, source, mode, seed, compare=default)
+        if part is None:  # the default keeps the natural blocks at this c
+            return super()._balance_permutations(source, applied_mode("auto", self.p), seed)
         self.permute = part  # a layout shared from this object follows the same parts
         perm, _ = part.permutation()
         if part.col_parts is None:  # a square S: columns follow the rows
@@ -469,8 +474,8 @@ class SparseAware15D(DistributedAlgorithm):
                 "t_cols": sum(blk.shape[1] for blk in self._o.blocks if blk.nnz)}
 
 
-def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, seed: int
-                       ) -> Partition:
+def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, seed: int,
+                       compare: bool = False) -> Partition | None:
     """The partition that orders S for ``obj`` (collective over ``obj.comm``; every check is
     agreed on every rank before any of S's entries move).
 
@@ -478,7 +483,10 @@ def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, s
     refused unless it was made for S's shape, its entry count and ``obj.p`` parts. "kahip"
     or "kahypar": S's pattern is gathered on rank 0 (counted under "distribute"), partitioned
     there (:func:`distmm.core.partition.partition`: rows and columns together for a square
-    S, a row and a column partition for a rectangular one) and the parts broadcast."""
+    S, a row and a column partition for a rectangular one) and the parts broadcast. With
+    ``compare`` (the default order), None where the natural blocks give the busiest rank
+    fewer words at ``obj.c`` (:func:`distmm.perf.sparse_planner.pick_order`, the same rule
+    as the planner's)."""
     m, n = obj.shape
     entries = obj.comm.allreduce(int(source.nnz))
     if mode == "partition":
@@ -504,8 +512,18 @@ def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, s
             part = partition(S, obj.p, mode, seed=seed)
         except InputError as exc:
             problem = str(exc)
+        if part is not None and compare:
+            from distmm.perf.sparse_planner import order, pick_order
+
+            # the planner's two orders, built alike (blocks: the base class's order)
+            mine = order(rows, cols, (m, n), obj.p, part, seed)
+            blocks = order(rows, cols, (m, n), obj.p, "blocks", seed)
+            if pick_order(rows, cols, (m, n), obj.p, obj.c, [mine, blocks]) is blocks:
+                part = None
     obj._agree(problem)
     part = obj.comm.bcast(part, root=0)
+    if part is None:
+        return None
     return Partition(part.parts, part.p, part.n, entries, part.method, part.imbalance,
                      part.seconds, part.col_parts)
 
