@@ -9,7 +9,8 @@ One JSON line per (graph, p, ordering): the sparse-aware family's best candidate
 c), its max_words and memory, the two ratios, the best oblivious candidate's memory, and the
 partitioner's seconds. "auto" is the family's default order (a KaHIP partition when kahip is
 installed: of rows and columns together for a square S, a row and a column partition for a
-rectangular one), "blocks" the natural-order blocks it falls back to.
+rectangular one, kept at each c unless the natural blocks give the busiest rank fewer words:
+the aware candidate's "permute" says which), "blocks" the natural-order blocks.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def main() -> None:
                     "nnz": int(S.nnz), "p": p, "r": args.r, "permute": info["permute"],
                     "partition_s": round(info.get("partition_s", 0.0), 2),
                     "aware": {k: aware[k] for k in ("strategy", "c", "max_words",
-                                                    "memory_bytes")},
+                                                    "memory_bytes", "permute")},
                     "dense_shift_c1_words": dense["max_words"],
                     "best_oblivious": {k: best[k] for k in ("algorithm", "strategy", "c",
                                                             "max_words", "memory_bytes")},
