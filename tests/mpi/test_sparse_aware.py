@@ -295,18 +295,23 @@ def test_the_planner_orders_s_as_a_run_does(shape):
 
 
 def test_default_order_is_the_partitioner_and_matches_scipy_and_the_model():
-    """permute="auto" (the default) on a square S with p > 1: KaHIP's parts are the blocks;
-    results equal scipy and the counters the pattern model, at every c."""
+    """permute="auto" (the default) on a square S with p > 1: KaHIP's parts are the blocks
+    (at c > 1 the natural blocks where they send fewer words, as the planner picks); results
+    equal scipy and the counters the pattern model, at every c."""
     pytest.importorskip("kahip")
     S = shuffled_grid(9, seed=3)
     r = 4
     rng = np.random.default_rng(5)
     A, B = rng.standard_normal((81, r)), rng.standard_normal((81, r))
+    from distmm.perf.sparse_planner import default_orders, pick_order
+
+    orders = default_orders(S.row, S.col, S.shape, P, "auto")
     for c in CS:
         obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, dtype=np.float64,
                                 root=None)
-        if P == 1:
-            assert getattr(obj, "partition", None) is None
+        picked = pick_order(S.row, S.col, S.shape, P, c, orders)[3]["permute"]
+        if P == 1 or picked == "blocks":  # at c = 1 the partition (a grid: it always wins)
+            assert getattr(obj, "partition", None) is None and (P == 1 or c > 1)
         else:
             assert obj.partition.method == "kahip"
             assert np.array_equal(np.diff(obj.offsets["a"]),
@@ -315,7 +320,7 @@ def test_default_order_is_the_partitioner_and_matches_scipy_and_the_model():
         for op, strategy in RUNS:
             check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
         model = exchange_model(obj.row_inv[S.row], obj.col_inv[S.col], S.shape, P, c,
-                               offsets=obj.offsets["a"] if P > 1 else None)
+                               offsets=(obj.offsets["a"], obj.offsets["b"]))
         exact = sparse_aware_15d_exact("fusedmm_a", 81, 81, r, P, c, "fusion",
                                        **model.rank(COMM.rank))
         obj.stats.reset()
