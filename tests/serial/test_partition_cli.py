@@ -90,3 +90,31 @@ def test_partition_file_is_written_and_used_by_plan(tmp_path, capsys, method):
 def test_plan_without_sizes_or_sparse_is_refused(capsys):
     assert main(["plan", "--r", "8", "-p", "4"]) == 2
     assert "--sparse" in capsys.readouterr().err
+
+
+def test_rectangular_partition_file_is_written_and_used_by_plan(tmp_path, capsys):
+    """A rectangular S: the file holds row and column parts, its volume (rows of B sent) is
+    counted with the column owners, and plan --sparse --partition prices the family in it."""
+    pytest.importorskip("kahip")
+    rng = np.random.default_rng(0)
+    m, n, p = 60, 90, 4
+    group_r, group_c = rng.integers(0, p, m), rng.integers(0, p, n)
+    rows = rng.integers(0, m, 400)
+    cols = np.array([rng.choice(np.flatnonzero(group_c == group_r[i])) for i in rows])
+    S = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(m, n))
+    scipy.io.mmwrite(str(tmp_path / "r.mtx"), S)
+    out = tmp_path / "r.part.h5"
+    assert main(["partition", str(tmp_path / "r.mtx"), "-p", str(p), "--out", str(out)]) == 0
+    record = lines(capsys)[0]
+    assert (record["n"], record["columns"]) == (m, n)
+    assert record["volume"] < record["natural_volume"]
+    part = load_partition(out)
+    assert part.shape == (m, n) and part.col_parts.shape == (n,)
+    assert main(["plan", "--sparse", str(tmp_path / "r.mtx"), "-p", str(p), "--r", "8",
+                 "--partition", str(out)]) == 0
+    aware = [r for r in lines(capsys) if r["algorithm"] == "15d-sparse-aware"]
+    assert aware and all(r["permute"] == "partition" for r in aware)
+    # a square S's order refuses it
+    write_graph(tmp_path / "g.mtx")
+    assert main(["plan", "--sparse", str(tmp_path / "g.mtx"), "-p", str(p), "--r", "8",
+                 "--partition", str(out)]) == 2
