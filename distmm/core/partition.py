@@ -37,6 +37,7 @@ whose shape, p or nnz differ from the run's, or that is corrupt, is refused.
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import tempfile
@@ -195,7 +196,9 @@ def assign_columns(S: sp.spmatrix, parts: np.ndarray, p: int, imbalance: float =
     touching part that sends least so far (then the one with fewest columns, then the
     lowest), at the volume's minimum (parts touching it minus one); only when every touching
     part is full (``ceil((1 + imbalance) n / p)`` columns) to the least-sending part with
-    room, which sends it to all of them. Empty columns fill the parts with fewest columns.
+    room, which sends it to all of them. Columns one part touches go to it while it has
+    room (in id order), the others after them as above. Empty columns fill the parts with
+    fewest columns.
     The greedy largest-first rule bounds the busiest rank's send (LPT scheduling)."""
     coo = sp.coo_matrix(S)
     n = S.shape[1]
@@ -207,21 +210,52 @@ def assign_columns(S: sp.spmatrix, parts: np.ndarray, p: int, imbalance: float =
     cand, start_l, fan_l = (key % p).tolist(), start.tolist(), fan.tolist()
     load, count = [0] * p, [0] * p
     out = np.empty(n, dtype=np.int64)
+    heap = [(0, 0, k) for k in range(p)]  # (load, count, part), refreshed lazily
+
+    def least(load: list[int], count: list[int]) -> int:
+        """The part with room that sends least (then fewest columns, then lowest id)."""
+        while True:
+            key_ = heapq.heappop(heap)
+            k = key_[2]
+            if count[k] >= cap:
+                continue  # full for good
+            if key_ != (load[k], count[k], k):  # stale: loads and counts only grow
+                heapq.heappush(heap, (load[k], count[k], k))
+                continue
+            # the caller adds to it: it comes back with its new key
+            heapq.heappush(heap, (load[k], count[k] + 1, k))
+            return k
     order = np.argsort(-fan, kind="stable")
     touched = int(np.count_nonzero(fan))
-    for j in order[:touched].tolist():
+    shared = int(np.count_nonzero(fan > 1))
+    for j in order[:shared].tolist():
         f, best = fan_l[j], -1
         for k in cand[start_l[j]:start_l[j + 1]]:
             if count[k] < cap and (best < 0 or (load[k], count[k]) < (load[best], count[best])):
                 best = k
         if best < 0:  # every touching part is full
-            best = min((k for k in range(p) if count[k] < cap),
-                       key=lambda k: (load[k], count[k]))
+            best = least(load, count)
             load[best] += f
         else:
             load[best] += f - 1
         count[best] += 1
         out[j] = best
+    # columns one part touches (most of a skewed matrix's): each to that part while it has
+    # room, in id order (no volume, no send), done at once; the rest as above
+    single = order[shared:touched]
+    if single.size:
+        home = key[start[single]] % p
+        by_part = np.lexsort((single, home))
+        single, home = single[by_part], home[by_part]
+        room = np.maximum(0, cap - np.asarray(count))
+        fits = _rank_within(home) < room[home]
+        out[single[fits]] = home[fits]
+        count = (np.asarray(count) + np.bincount(home[fits], minlength=p)).tolist()
+        for j in np.sort(single[~fits]).tolist():
+            best = least(load, count)
+            load[best] += 1
+            count[best] += 1
+            out[j] = best
     empty = order[touched:]
     if empty.size:
         # fill the parts with fewest columns first, up to a level they all reach
