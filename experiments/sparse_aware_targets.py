@@ -7,8 +7,10 @@ planner's exact model, no MPI job), on real graphs, at several p and orderings.
 
 One JSON line per (graph, p, ordering): the sparse-aware family's best candidate (strategy,
 c), its max_words and memory, the two ratios, the best oblivious candidate's memory, and the
-partitioner's seconds. "auto" is the family's default order (a KaHIP partition of a square S
-when kahip is installed), "blocks" the natural-order blocks it falls back to.
+partitioner's seconds. "auto" is the family's default order (a KaHIP partition when kahip is
+installed: of rows and columns together for a square S, a row and a column partition for a
+rectangular one, kept at each c unless the natural blocks give the busiest rank fewer words:
+the aware candidate's "permute" says which), "blocks" the natural-order blocks.
 """
 
 from __future__ import annotations
@@ -41,8 +43,6 @@ def main() -> None:
         S = read(path)
         for p in args.p:
             for permute in args.permute:
-                if permute not in ("auto", "blocks") and S.shape[0] != S.shape[1]:
-                    continue
                 rows, info = plan_sparse(S.row, S.col, S.shape, args.r, p, permute=permute)
                 aware = min((r for r in rows if r["algorithm"] == AWARE),
                             key=lambda r: (r["max_words"], r["c"]))
@@ -55,7 +55,7 @@ def main() -> None:
                     "nnz": int(S.nnz), "p": p, "r": args.r, "permute": info["permute"],
                     "partition_s": round(info.get("partition_s", 0.0), 2),
                     "aware": {k: aware[k] for k in ("strategy", "c", "max_words",
-                                                    "memory_bytes")},
+                                                    "memory_bytes", "permute")},
                     "dense_shift_c1_words": dense["max_words"],
                     "best_oblivious": {k: best[k] for k in ("algorithm", "strategy", "c",
                                                             "max_words", "memory_bytes")},

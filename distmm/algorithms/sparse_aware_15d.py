@@ -62,7 +62,7 @@ from distmm.core.memory import (
     transpose_bytes,
 )
 from distmm.core.partition import Partition, check_method, default_method, partition
-from distmm.core.permute import PARTITION_MODES, permute_mode
+from distmm.core.permute import PARTITION_MODES, applied_mode, permute_mode
 from distmm.errors import InputError, require
 
 STRATEGIES = ("none", "reuse", "fusion")
@@ -159,7 +159,8 @@ class SparseAware15DModel(FamilyModel):
                     "recv": ceil_div(n, p) * (q - 1), "send": ceil_div(n, p) * (q - 1),
                     "share": ceil_div(nnz, p),
                     # the partition that orders S by default (int64 parts of its n rows)
-                    "partition": 8 * m if m == n and default_method((m, n), p) else 0},
+                    "partition": (8 * m if m == n else 8 * (m + n))
+                    if default_method((m, n), p) else 0},
                    local)
         k.setdefault("t_cols", k["recv"] + k["rows_b"])
         k.setdefault("t_blocks", 2)
@@ -213,16 +214,23 @@ class SparseAware15D(DistributedAlgorithm):
         """The base class's orderings, or, for a partitioner's (``"kahip"``, ``"kahypar"``)
         or a saved partition's (``"partition"``), rows and columns ordered by part: the parts
         become the p blocks (:func:`order_by_partition`). The default (``"auto"``) is the
-        partitioner of :func:`~distmm.core.partition.default_method` where it applies (S
-        square, p > 1, the package installed), else the base class's. Collective."""
-        if permute_mode(self.permute) == "auto":
+        partitioner of :func:`~distmm.core.partition.default_method` where it applies (p > 1,
+        the package installed), unless the natural blocks give the busiest rank fewer words
+        at this c (:func:`distmm.perf.sparse_planner.pick_order`), else the base class's.
+        Collective."""
+        default = permute_mode(self.permute) == "auto"
+        if default:
             mode = default_method(self.shape, self.p) or mode
         if mode not in PARTITION_MODES + ("partition",):
             return super()._balance_permutations(source, mode, seed)
-        part = order_by_partition(self, source, mode, seed)
+        part = order_by_partition(self, source, mode, seed, compare=default)
+        if part is None:  # the default keeps the natural blocks at this c
+            return super()._balance_permutations(source, applied_mode("auto", self.p), seed)
         self.permute = part  # a layout shared from this object follows the same parts
         perm, _ = part.permutation()
-        return perm, perm
+        if part.col_parts is None:  # a square S: columns follow the rows
+            return perm, perm
+        return perm, part.column_permutation()[0]
 
     def _setup(self, source: CooShare) -> None:
         m, n = self.shape
@@ -230,7 +238,8 @@ class SparseAware15D(DistributedAlgorithm):
         self.offsets = {"a": block_offsets(m, p), "b": block_offsets(n, p)}
         if getattr(self.permute, "is_partition", False):
             self.partition = self.permute
-            self.offsets = dict.fromkeys("ab", self.permute.permutation()[1])
+            self.offsets = {"a": self.permute.permutation()[1],
+                            "b": self.permute.column_permutation()[1]}
         oa, ob = self.offsets["a"], self.offsets["b"]
         rows = self.row_inv[source.rows]
         cols = self.col_inv[source.cols]
@@ -446,34 +455,43 @@ class SparseAware15D(DistributedAlgorithm):
                 "scatter_rows": x.nrecv,
                 "scatter_peers": int(np.count_nonzero(x.recvcounts))}
 
+    def _partition_bytes(self) -> int:
+        """Bytes of the partition ordering S on this rank (its row and column parts)."""
+        part = getattr(self, "partition", None)
+        if part is None:
+            return 0
+        return int(part.parts.nbytes) + (0 if part.col_parts is None
+                                          else int(part.col_parts.nbytes))
+
     def memory_counts(self, r: int) -> dict[str, int]:
         """This rank's sizes for :meth:`memory_bytes`."""
         x = self.exchange
         return {"rows_a": self._local_rows("a"), "rows_b": self._local_rows("b"),
                 "super": int(self._fiber_sizes.sum()), "nnz_a": self._o.nnz,
                 "recv": x.nrecv, "send": x.nsend,
-                "partition": int(self.partition.parts.nbytes)
-                if getattr(self, "partition", None) is not None else 0,
+                "partition": self._partition_bytes(),
                 "t_blocks": sum(1 for blk in self._o.blocks if blk.nnz),
                 "t_cols": sum(blk.shape[1] for blk in self._o.blocks if blk.nnz)}
 
 
-def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, seed: int
-                       ) -> Partition:
+def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, seed: int,
+                       compare: bool = False) -> Partition | None:
     """The partition that orders S for ``obj`` (collective over ``obj.comm``; every check is
     agreed on every rank before any of S's entries move).
 
     ``mode`` "partition": ``obj.permute`` is a saved :class:`~distmm.core.partition.Partition`,
-    refused unless it was made for S's n rows, its entry count and ``obj.p`` parts. "kahip"
+    refused unless it was made for S's shape, its entry count and ``obj.p`` parts. "kahip"
     or "kahypar": S's pattern is gathered on rank 0 (counted under "distribute"), partitioned
-    there (:func:`distmm.core.partition.partition`) and the parts broadcast."""
+    there (:func:`distmm.core.partition.partition`: rows and columns together for a square
+    S, a row and a column partition for a rectangular one) and the parts broadcast. With
+    ``compare`` (the default order), None where the natural blocks give the busiest rank
+    fewer words at ``obj.c`` (:func:`distmm.perf.sparse_planner.pick_order`, the same rule
+    as the planner's)."""
     m, n = obj.shape
     entries = obj.comm.allreduce(int(source.nnz))
-    obj._agree(None if m == n else
-               f"--permute {mode} orders a graph: S must be square, it is {m} x {n}")
     if mode == "partition":
         part = obj.permute
-        obj._agree(part.problem(n, obj.p, entries))
+        obj._agree(part.problem((m, n), obj.p, entries))
         return part
     problem = None
     try:
@@ -489,15 +507,25 @@ def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, s
     if obj.rank == 0:
         rows = np.concatenate([x[0] for x in pieces])
         cols = np.concatenate([x[1] for x in pieces])
-        S = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+        S = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(m, n))
         try:
             part = partition(S, obj.p, mode, seed=seed)
         except InputError as exc:
             problem = str(exc)
+        if part is not None and compare:
+            from distmm.perf.sparse_planner import order, pick_order
+
+            # the planner's two orders, built alike (blocks: the base class's order)
+            mine = order(rows, cols, (m, n), obj.p, part, seed)
+            blocks = order(rows, cols, (m, n), obj.p, "blocks", seed)
+            if pick_order(rows, cols, (m, n), obj.p, obj.c, [mine, blocks]) is blocks:
+                part = None
     obj._agree(problem)
     part = obj.comm.bcast(part, root=0)
+    if part is None:
+        return None
     return Partition(part.parts, part.p, part.n, entries, part.method, part.imbalance,
-                     part.seconds)
+                     part.seconds, part.col_parts)
 
 
 def sparse_aware_15d_exact(op: str, m: int, n: int, r: int, p: int, c: int,

@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
     pa = sub.add_parser("partition", help="partition S's rows into p parts of balanced work "
                                           "and low SpMM volume; save them for --partition")
     files.input_option(pa, "sparse", readers="root",
-                       help="S as .mtx, .mtx.gz or .h5/.hdf5 (square)")
+                       help="S as .mtx, .mtx.gz or .h5/.hdf5 (square: one partition of "
+                            "rows and columns; rectangular: a row and a column partition)")
     pa.add_argument("-p", "--ranks", type=int, required=True, dest="p", help="parts (ranks)")
     files.output_option(pa, "--out", required=True, help="partition file to write (HDF5)")
     pa.add_argument("--method", default="kahip", choices=list(PARTITIONERS),
@@ -49,14 +50,16 @@ def cmd_partition(args: argparse.Namespace) -> int:
             S = sp.coo_matrix((np.ones(share.rows.size), (share.rows, share.cols)),
                               shape=share.shape)
             part = partition(S, args.p, args.method, args.imbalance, args.seed)
-            n = share.shape[0]
+            m, n = share.shape
             weights = np.bincount(part.parts, weights=np.diff(S.tocsr().indptr) + 1,
                                   minlength=args.p)
-            natural = np.arange(n) * args.p // max(n, 1)
+            natural = np.arange(m) * args.p // max(m, 1)
+            natural_cols = None if m == n else np.arange(n) * args.p // max(n, 1)
             record = {"event": "partition", "sparse": args.sparse, "out": args.out,
-                      "p": args.p, "n": n, "nnz": part.nnz, "method": part.method,
-                      "seconds": part.seconds, "volume": volume(S, part.parts),
-                      "natural_volume": volume(S, natural),
+                      "p": args.p, "n": m, "columns": n, "nnz": part.nnz,
+                      "method": part.method, "seconds": part.seconds,
+                      "volume": volume(S, part.parts, part.col_parts),
+                      "natural_volume": volume(S, natural, natural_cols),
                       "max_over_mean_work": float(weights.max() / weights.mean())}
     checks.agree()
 

@@ -109,6 +109,9 @@ def cmd_plan(args) -> int:
     best = rows[0]
     print(f"winner: --algorithm {best['algorithm']} --strategy {best['strategy']} "
           f"-c {best['c']}")
+    # its words depend on S's pattern, which m, n and nnz do not give
+    print("not ranked: 15d-sparse-aware (its words depend on S's pattern; "
+          "`distmm plan --sparse S.mtx` ranks it with the others)")
     return 0
 
 

@@ -151,7 +151,8 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
 
     ``rows``/``cols``: S's nonzeros in permuted global coordinates (duplicates allowed).
     Not collective; no MPI. ``offsets``: the p blocks of a square S's rows and columns when
-    a partition sets them (else p near-equal blocks). Rank (u, v) (``order`` as
+    a partition sets them, or a pair (rows' blocks, columns' blocks) for a rectangular S's
+    (else p near-equal blocks). Rank (u, v) (``order`` as
     :class:`~distmm.core.grid.ProcessGrid15D`) stores the nonzeros of row superblock u
     (A blocks uc .. uc + c - 1) in the column blocks j with j mod c = v; it holds B block
     uc + v and needs, from the owner (j // c, v) of every other such block, the distinct
@@ -159,7 +160,9 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
     m, n = int(shape[0]), int(shape[1])
     q = p // c
     oa, ob = block_offsets(m, p), block_offsets(n, p)
-    if offsets is not None:
+    if isinstance(offsets, tuple):
+        oa, ob = (np.asarray(x, dtype=np.int64) for x in offsets)
+    elif offsets is not None:
         oa = ob = np.asarray(offsets, dtype=np.int64)
     rows = np.asarray(rows, dtype=np.int64)
     cols = np.asarray(cols, dtype=np.int64)

@@ -13,15 +13,32 @@ partitioners from PyPI, both optional (``pip install distmm[partition]``):
   volume itself.
 
 Both balance the vertex weights, each row's nonzeros plus one (the work of its kernels, and a
-row's own cost so that empty rows spread too), within ``imbalance`` (default 3%). S must be
-square (a graph: rows and columns share one permutation). A :class:`Partition` (the part of
-each row, p, n, nnz, how it was made and how long it took) is saved to HDF5 and loaded again
+row's own cost so that empty rows spread too), within ``imbalance`` (default 3%). A square S
+is a graph: rows and columns share one partition (one permutation). A rectangular S (ALS's
+ratings, a features or bipartite matrix) gets a row partition and a column partition:
+
+* the rows: ``"kahypar"`` on the column-net hypergraph of S (vertices: rows, nets: columns),
+  whose km1 is the volume once every column sits in one of the parts touching it;
+  ``"kahip"`` on the bipartite graph of S (rows and columns as vertices, one edge per
+  nonzero; Hendrickson and Kolda 2000), the columns weighing nothing so that the rows
+  balance on work alone;
+* the columns (the owners of B's rows): :func:`assign_columns`, given the row parts, puts
+  each column in one of the parts touching it (so that it costs the least volume, the
+  parts touching it minus one) and, among those, in the part that sends least so far,
+  columns in decreasing fan-out order (a greedy bound on the busiest rank's send, which
+  the partitioners' total-volume objective leaves free), at most ``ceil((1 + imbalance)
+  n / p)`` columns per part.
+
+A :class:`Partition` (the part of each row and, for a rectangular S, of each column, p, the
+shape, nnz, how it was made and how long it took) is saved to HDF5 and loaded again
 (:func:`save_partition`, :func:`load_partition`), so a training job partitions once; a file
-whose n, p or nnz differ from the run's, or that is corrupt, is refused.
+whose shape, p or nnz differ from the run's, or that is corrupt, is refused.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import os
 import tempfile
 import time
@@ -36,7 +53,7 @@ PARTITIONERS = ("kahip", "kahypar")
 DEFAULT = "kahip"  # the faster of the two, for 3-8% more volume (docs/algorithms)
 EXTRA = "partition"
 IMBALANCE = 0.03
-_FORMAT = "distmm-partition-1"
+_FORMAT = "distmm-partition-1"  # col_parts added as an optional dataset
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,9 @@ class Partition:
     """The part (0 .. p - 1) of each of S's n rows, and how it was made. Not collective.
 
     ``nnz`` is S's entry count (duplicates not summed) when it was made (a cheap check that
-    a file belongs to the matrix of a run); ``method`` the partitioner, ``seconds`` its time."""
+    a file belongs to the matrix of a run); ``method`` the partitioner, ``seconds`` its time.
+    ``col_parts``: the part of each column of a rectangular S (None: a square S, whose
+    columns follow its rows)."""
 
     parts: np.ndarray
     p: int
@@ -53,13 +72,23 @@ class Partition:
     method: str
     imbalance: float
     seconds: float
+    col_parts: np.ndarray | None = None
 
     is_partition = True  # recognised by distmm.core.permute.permute_mode
 
-    def problem(self, n: int, p: int, nnz: int | None = None) -> str | None:
-        """Why this partition does not fit S (n x n, ``nnz`` nonzeros) on p ranks, or None."""
-        if self.n != n:
-            return f"the partition is of a matrix with {self.n} rows, S has {n}"
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The shape of the S it was made for."""
+        return (self.n, self.n if self.col_parts is None else int(self.col_parts.size))
+
+    def problem(self, shape: int | tuple[int, int], p: int, nnz: int | None = None
+                ) -> str | None:
+        """Why this partition does not fit S (``shape``, or n for n x n; ``nnz`` entries) on
+        p ranks, or None."""
+        shape = (shape, shape) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        if self.shape != shape:
+            return (f"the partition is of a matrix of {self.shape[0]} rows x {self.shape[1]} "
+                    f"columns, S is {shape[0]} x {shape[1]}")
         if self.p != p:
             return (f"the partition has {self.p} parts but the run has {p} ranks "
                     f"(make one with `distmm partition ... -p {p}`)")
@@ -73,6 +102,16 @@ class Partition:
         perm = np.lexsort((np.arange(self.n), self.parts)).astype(np.int64)
         offsets = np.zeros(self.p + 1, dtype=np.int64)
         np.cumsum(np.bincount(self.parts, minlength=self.p), out=offsets[1:])
+        return perm, offsets
+
+    def column_permutation(self) -> tuple[np.ndarray, np.ndarray]:
+        """(perm, offsets) of S's columns, as :meth:`permutation` for its rows (the same
+        arrays for a square S)."""
+        if self.col_parts is None:
+            return self.permutation()
+        perm = np.lexsort((np.arange(self.col_parts.size), self.col_parts)).astype(np.int64)
+        offsets = np.zeros(self.p + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.col_parts, minlength=self.p), out=offsets[1:])
         return perm, offsets
 
 
@@ -91,14 +130,16 @@ def _require_module(method: str):
 
 def default_method(shape: tuple[int, int], p: int) -> str | None:
     """The partitioner the sparsity-aware family's default order (``permute="auto"``) uses
-    for an S of ``shape`` on p ranks: :data:`DEFAULT` when S is square, p > 1 and its
-    package is installed, else None (the family then takes the natural-order blocks of
-    ``"auto"``). The same on every rank of one installation. Not collective.
+    for an S of ``shape`` on p ranks: :data:`DEFAULT` when p > 1, S has a row and a
+    column, and its package is installed, else None (the family then takes the
+    natural-order blocks of ``"auto"``). The same on every rank of one installation. Not
+    collective.
 
-    Why a partitioner at every p > 1: on the development graphs its order cuts the busiest
-    rank's exchanged rows several-fold at every p measured (docs/algorithms/15d-sparse-aware.md),
-    for seconds once per placement, which a saved partition (``--partition``) also saves."""
-    if p <= 1 or shape[0] != shape[1]:
+    Why a partitioner at every p > 1: on the development matrices, square and rectangular,
+    its order cuts the busiest rank's exchanged rows at every p measured
+    (docs/algorithms/15d-sparse-aware.md), for seconds once per placement, which a saved
+    partition (``--partition``) also saves."""
+    if p <= 1 or min(shape) == 0:
         return None
     try:
         _require_module(DEFAULT)
@@ -117,31 +158,226 @@ def check_method(method: str) -> None:
 
 def partition(S: sp.spmatrix, p: int, method: str = "kahip", imbalance: float = IMBALANCE,
               seed: int = 0) -> Partition:
-    """Partition the rows of the square matrix S into p parts (see the module docstring).
+    """Partition the rows of S (and, for a rectangular S, its columns) into p parts (see the
+    module docstring).
 
     Not collective (the partitioners are serial); the result depends only on the arguments.
     """
     check_method(method)
-    require(S.shape[0] == S.shape[1],
-            f"the partitioner orders a graph: S must be square, it is {S.shape[0]} x "
-            f"{S.shape[1]} (use --permute auto for a rectangular S)")
     require(isinstance(p, (int, np.integer)) and p >= 1, f"p must be >= 1, got {p!r}")
     require(0 < imbalance < 1, f"imbalance must be in (0, 1), got {imbalance}")
-    n = S.shape[0]
+    m, n = S.shape
+    square = m == n
     entries = int(sp.coo_matrix(S).nnz)  # as a run counts them: duplicates not yet summed
     csr = sp.csr_matrix(S)
     csr.sum_duplicates()
     weights = (np.diff(csr.indptr) + 1).astype(np.int64)
     t0 = time.perf_counter()
-    if p == 1 or n == 0:
-        parts = np.zeros(n, dtype=np.int64)
+    if p == 1 or m == 0 or csr.nnz == 0:
+        parts = np.arange(m, dtype=np.int64) * p // max(m, 1)
     elif method == "kahip":
-        parts = _kahip(csr, p, weights, imbalance, seed)
+        parts = (_kahip if square else _kahip_bipartite)(csr, p, weights, imbalance, seed)
     else:
-        parts = _kahypar(csr, p, weights, imbalance, seed)
+        parts = _kahypar(csr, p, weights, imbalance, seed, own_nets=square)
+    parts = np.asarray(parts, dtype=np.int64)
+    if square and p > 1 and csr.nnz:
+        parts = refine_max_send(csr, parts, p, weights, imbalance)
+    col_parts = None if square else assign_columns(csr, parts, p, imbalance)
     seconds = time.perf_counter() - t0
-    return Partition(np.asarray(parts, dtype=np.int64), int(p), n, entries, method,
-                     float(imbalance), seconds)
+    return Partition(parts, int(p), m, entries, method, float(imbalance), seconds, col_parts)
+
+
+def assign_columns(S: sp.spmatrix, parts: np.ndarray, p: int, imbalance: float = IMBALANCE
+                   ) -> np.ndarray:
+    """The part of each column of S given the part of each row (``parts``): the owner of B's
+    row j, which sends it to every other part holding a nonzero of column j. Not collective.
+
+    Columns in decreasing order of the parts touching them (ties by id); each goes to the
+    touching part that sends least so far (then the one with fewest columns, then the
+    lowest), at the volume's minimum (parts touching it minus one); only when every touching
+    part is full (``ceil((1 + imbalance) n / p)`` columns) to the least-sending part with
+    room, which sends it to all of them. Columns one part touches go to it while it has
+    room (in id order), the others after them as above. Empty columns fill the parts with
+    fewest columns.
+    The greedy largest-first rule bounds the busiest rank's send (LPT scheduling)."""
+    coo = sp.coo_matrix(S)
+    n = S.shape[1]
+    cap = max(1, math.ceil((1 + imbalance) * n / p))
+    key = np.unique(coo.col.astype(np.int64) * p + parts[coo.row])
+    fan = np.bincount(key // p, minlength=n)
+    start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(fan, out=start[1:])
+    cand, start_l, fan_l = (key % p).tolist(), start.tolist(), fan.tolist()
+    load, count = [0] * p, [0] * p
+    out = np.empty(n, dtype=np.int64)
+    heap = [(0, 0, k) for k in range(p)]  # (load, count, part), refreshed lazily
+
+    def least(load: list[int], count: list[int]) -> int:
+        """The part with room that sends least (then fewest columns, then lowest id)."""
+        while True:
+            key_ = heapq.heappop(heap)
+            k = key_[2]
+            if count[k] >= cap:
+                continue  # full for good
+            if key_ != (load[k], count[k], k):  # stale: loads and counts only grow
+                heapq.heappush(heap, (load[k], count[k], k))
+                continue
+            # the caller adds to it: it comes back with its new key
+            heapq.heappush(heap, (load[k], count[k] + 1, k))
+            return k
+    order = np.argsort(-fan, kind="stable")
+    touched = int(np.count_nonzero(fan))
+    shared = int(np.count_nonzero(fan > 1))
+    for j in order[:shared].tolist():
+        f, best = fan_l[j], -1
+        for k in cand[start_l[j]:start_l[j + 1]]:
+            if count[k] < cap and (best < 0 or (load[k], count[k]) < (load[best], count[best])):
+                best = k
+        if best < 0:  # every touching part is full
+            best = least(load, count)
+            load[best] += f
+        else:
+            load[best] += f - 1
+        count[best] += 1
+        out[j] = best
+    # columns one part touches (most of a skewed matrix's): each to that part while it has
+    # room, in id order (no volume, no send), done at once; the rest as above
+    single = order[shared:touched]
+    if single.size:
+        home = key[start[single]] % p
+        by_part = np.lexsort((single, home))
+        single, home = single[by_part], home[by_part]
+        room = np.maximum(0, cap - np.asarray(count))
+        fits = _rank_within(home) < room[home]
+        out[single[fits]] = home[fits]
+        count = (np.asarray(count) + np.bincount(home[fits], minlength=p)).tolist()
+        for j in np.sort(single[~fits]).tolist():
+            best = least(load, count)
+            load[best] += 1
+            count[best] += 1
+            out[j] = best
+    empty = order[touched:]
+    if empty.size:
+        # fill the parts with fewest columns first, up to a level they all reach
+        fill = np.repeat(np.arange(p), np.maximum(0, cap - np.asarray(count)))
+        fill = fill[np.argsort(np.asarray(count)[fill] + _rank_within(fill), kind="stable")]
+        out[np.sort(empty)] = fill[:empty.size]
+    return out
+
+
+def send_rows(S: sp.spmatrix, parts: np.ndarray, p: int,
+              col_parts: np.ndarray | None = None) -> np.ndarray:
+    """Rows each part sends in one exchange of B's rows (c = 1): over the columns it owns
+    (``col_parts``, by default a square S's row parts), the other parts holding one of the
+    column's nonzeros. Not collective."""
+    coo = sp.coo_matrix(S)
+    owner = parts if col_parts is None else col_parts
+    key = np.unique(coo.col.astype(np.int64) * p + parts[coo.row])
+    col, holder = key // p, key % p
+    return np.bincount(owner[col[holder != owner[col]]], minlength=p)
+
+
+def refine_max_send(S: sp.spmatrix, parts: np.ndarray, p: int, weights: np.ndarray,
+                    imbalance: float = IMBALANCE, max_moves: int | None = None
+                    ) -> np.ndarray:
+    """Lower the busiest part's send of a square S's row partition (rows and columns share
+    parts) by moving single rows out of it. Not collective; deterministic.
+
+    The partitioners minimise the total volume, and leave the maximum a part sends free: on
+    a power-law graph the busiest part sends about twice the mean. Each step takes the part
+    P that sends most (:func:`send_rows`, c = 1), and among its rows that some other part Q
+    needs, the move of a row to such a Q after which every part whose send changes sends
+    less than P did (the least such maximum, then the least total), keeping every part's
+    weight within ``(1 + imbalance)`` of the mean (or the partition's own maximum, if
+    higher); it stops when no move qualifies or after ``max_moves`` (default 16p + 64)
+    moves. It only finds a local optimum: on Cora it lowers the busiest part's send by
+    6-10% at p = 16 and 64 (docs/algorithms/15d-sparse-aware.md); a part that owns a hub
+    row sends it to every part needing it whatever the partition. A move of row v changes
+    only the sends of the owners of v's columns (whose set of holders may change) and of v
+    itself, which are recomputed exactly."""
+    csr = sp.csr_matrix(S)
+    csc = sp.csc_matrix(S)
+    n = csr.shape[0]
+    parts = np.asarray(parts, dtype=np.int64).copy()
+    # holders[j]: part -> rows of that part with a nonzero in column j
+    holders: list[dict[int, int]] = []
+    for j in range(n):
+        d: dict[int, int] = {}
+        for i in parts[csc.indices[csc.indptr[j]:csc.indptr[j + 1]]].tolist():
+            d[i] = d.get(i, 0) + 1
+        holders.append(d)
+    part_l = parts.tolist()
+
+    def fan(j: int) -> int:
+        h = holders[j]
+        return len(h) - (part_l[j] in h)
+
+    send = [0] * p
+    for j in range(n):
+        send[part_l[j]] += fan(j)
+    weight = np.bincount(parts, weights=weights, minlength=p).tolist()
+    cap = max(max(weight), (1 + imbalance) * float(np.sum(weights)) / p)
+    wl = weights.tolist()
+    rows_of = [csr.indices[csr.indptr[v]:csr.indptr[v + 1]].tolist() for v in range(n)]
+    members: list[set[int]] = [set() for _ in range(p)]
+    for v, k in enumerate(part_l):
+        members[k].add(v)
+
+    def move(v: int, dest: int) -> dict[int, int]:
+        """Move row v to ``dest``; return the change of each part's send."""
+        delta: dict[int, int] = {}
+        cols = set(rows_of[v]) | {v}
+        for j in cols:
+            delta[part_l[j]] = delta.get(part_l[j], 0) - fan(j)
+        src = part_l[v]
+        for j in rows_of[v]:
+            h = holders[j]
+            h[src] -= 1
+            if not h[src]:
+                del h[src]
+            h[dest] = h.get(dest, 0) + 1
+        part_l[v] = dest
+        for j in cols:
+            delta[part_l[j]] = delta.get(part_l[j], 0) + fan(j)
+        return delta
+
+    limit = 16 * p + 64 if max_moves is None else max_moves
+    for _ in range(limit):
+        top = max(range(p), key=lambda k: (send[k], -k))
+        worst, best = send[top], None
+        for v in sorted(members[top]):
+            if fan(v) == 0:
+                continue  # a row no other part needs: moving it only adds volume
+            needers = sorted(k for k in holders[v] if k != top)
+            for dest in needers:
+                if weight[dest] + wl[v] > cap:
+                    continue
+                delta = move(v, dest)
+                move(v, top)
+                after = {k: send[k] + d for k, d in delta.items() if d}
+                if after.get(top, worst) >= worst or any(x >= worst for x in after.values()):
+                    continue
+                score = (max(after.values()), sum(delta.values()), v, dest)
+                if best is None or score < best:
+                    best = score
+        if best is None:
+            break
+        _, _, v, dest = best
+        for k, d in move(v, dest).items():
+            send[k] += d
+        weight[top] -= wl[v]
+        weight[dest] += wl[v]
+        members[top].discard(v)
+        members[dest].add(v)
+    return np.asarray(part_l, dtype=np.int64)
+
+
+def _rank_within(groups: np.ndarray) -> np.ndarray:
+    """For a sorted array of group ids, each element's position inside its group."""
+    if groups.size == 0:
+        return groups
+    first = np.r_[0, np.flatnonzero(np.diff(groups)) + 1]
+    return np.arange(groups.size) - np.repeat(first, np.diff(np.r_[first, groups.size]))
 
 
 def _kahip(csr: sp.csr_matrix, p: int, weights: np.ndarray, imbalance: float,
@@ -157,6 +393,23 @@ def _kahip(csr: sp.csr_matrix, p: int, weights: np.ndarray, imbalance: float,
                             graph.data.astype(np.int64).tolist(), graph.indices.tolist(),
                             int(p), float(imbalance), True, int(seed), 1)  # 1: ECO
     return np.asarray(parts, dtype=np.int64)
+
+
+def _kahip_bipartite(csr: sp.csr_matrix, p: int, weights: np.ndarray, imbalance: float,
+                     seed: int) -> np.ndarray:
+    """The row parts of a KaHIP partition of S's bipartite graph (vertices: the m rows, then
+    the n columns weighing nothing; an edge per nonzero): its cut bounds the volume. KaHIP's
+    FAST preset: ECO took 6-7x as long on MovieLens's dense bipartite graph."""
+    kahip = _require_module("kahip")
+    m, n = csr.shape
+    pattern = sp.csr_matrix((np.ones(csr.nnz), csr.indices, csr.indptr), shape=csr.shape)
+    graph = sp.bmat([[None, pattern], [pattern.T, None]], format="csr")
+    graph.sort_indices()
+    vw = np.r_[weights, np.zeros(n, dtype=np.int64)]
+    _, parts = kahip.kaffpa(vw.tolist(), graph.indptr.tolist(),
+                            np.ones(graph.nnz, dtype=np.int64).tolist(), graph.indices.tolist(),
+                            int(p), float(imbalance), True, int(seed), 0)  # 0: FAST
+    return np.asarray(parts[:m], dtype=np.int64)
 
 
 # KaHyPar's direct k-way km1 preset, as its own configuration keys.
@@ -185,14 +438,16 @@ _KAHYPAR_CONFIG = {
 
 
 def _kahypar(csr: sp.csr_matrix, p: int, weights: np.ndarray, imbalance: float,
-             seed: int) -> np.ndarray:
+             seed: int, own_nets: bool = True) -> np.ndarray:
     kahypar = _require_module("kahypar")
     n = csr.shape[0]
-    # column-net model: net j holds the rows with a nonzero in column j and row j itself,
-    # the owner of B's row j, so that its connectivity minus one is exactly the parts that
-    # must receive row j (the volume); nets on one row are dropped
+    # column-net model: net j holds the rows with a nonzero in column j and (``own_nets``,
+    # a square S) row j itself, the owner of B's row j, so that its connectivity minus one
+    # is exactly the parts that must receive row j (the volume); for a rectangular S the
+    # column's owner is chosen afterwards among the parts touching it (assign_columns), so
+    # km1 is again the volume; nets on one row are dropped
     pattern = sp.csr_matrix((np.ones(csr.nnz), csr.indices, csr.indptr), shape=csr.shape)
-    csc = sp.csc_matrix(pattern + sp.identity(n, format="csr"))
+    csc = sp.csc_matrix(pattern + sp.identity(n, format="csr") if own_nets else pattern)
     csc.sort_indices()
     sizes = np.diff(csc.indptr)
     keep = np.flatnonzero(sizes >= 2)  # a net on one row never crosses parts
@@ -219,13 +474,14 @@ def _kahypar(csr: sp.csr_matrix, p: int, weights: np.ndarray, imbalance: float,
     return np.array([graph.blockID(i) for i in range(n)], dtype=np.int64)
 
 
-def volume(S: sp.spmatrix, parts: np.ndarray) -> int:
+def volume(S: sp.spmatrix, parts: np.ndarray, col_parts: np.ndarray | None = None) -> int:
     """SpMM's communication volume of a row partition: over every column j, the number of
-    parts other than j's own that hold a nonzero of column j (km1 of the column-net model,
-    with each B row owned by its own row's part). Not collective."""
+    parts other than j's owner that hold a nonzero of column j (km1 of the column-net model,
+    with B's row j owned by ``col_parts[j]``, by default by row j's part). Not collective."""
     coo = sp.coo_matrix(S)
+    owner = parts if col_parts is None else col_parts
     key = np.unique(parts[coo.row] * S.shape[1] + coo.col)
-    return int(np.count_nonzero(key // S.shape[1] != parts[key % S.shape[1]]))
+    return int(np.count_nonzero(key // S.shape[1] != owner[key % S.shape[1]]))
 
 
 def save_partition(part: Partition, path: str | os.PathLike) -> None:
@@ -241,6 +497,8 @@ def save_partition(part: Partition, path: str | os.PathLike) -> None:
         f.attrs["imbalance"] = float(part.imbalance)
         f.attrs["seconds"] = float(part.seconds)
         f.create_dataset("parts", data=part.parts.astype(np.int32))
+        if part.col_parts is not None:
+            f.create_dataset("col_parts", data=part.col_parts.astype(np.int32))
 
 
 def load_partition(path: str | os.PathLike) -> Partition:
@@ -254,6 +512,8 @@ def load_partition(path: str | os.PathLike) -> Partition:
             require(f.attrs.get("format") == _FORMAT, f"{path}: not a distmm partition file")
             p, n, nnz = (int(f.attrs[k]) for k in ("p", "n", "nnz"))
             parts = np.asarray(f["parts"][...], dtype=np.int64)
+            col_parts = (np.asarray(f["col_parts"][...], dtype=np.int64)
+                         if "col_parts" in f else None)
             method = str(f.attrs["method"])
             imbalance, seconds = float(f.attrs["imbalance"]), float(f.attrs["seconds"])
     except InputError:
@@ -263,9 +523,13 @@ def load_partition(path: str | os.PathLike) -> Partition:
     require(parts.shape == (n,) and p >= 1 and (n == 0 or (parts.min() >= 0
                                                           and parts.max() < p)),
             f"{path}: corrupt partition file (parts must be n = {n} numbers in 0 .. {p - 1})")
-    return Partition(parts, p, n, nnz, method, imbalance, seconds)
+    require(col_parts is None or (col_parts.ndim == 1 and (col_parts.size == 0 or (
+        col_parts.min() >= 0 and col_parts.max() < p))),
+            f"{path}: corrupt partition file (column parts must be numbers in 0 .. {p - 1})")
+    return Partition(parts, p, n, nnz, method, imbalance, seconds, col_parts)
 
 
-__all__ = ["DEFAULT", "PARTITIONERS", "Partition", "check_method", "default_method",
+__all__ = ["DEFAULT", "PARTITIONERS", "Partition", "assign_columns", "check_method",
+           "default_method", "refine_max_send", "send_rows",
            "load_partition", "partition",
            "save_partition", "volume"]

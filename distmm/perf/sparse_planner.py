@@ -42,8 +42,8 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
           seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict]:
     """(row_inv, col_inv, offsets, info): S's order as :func:`distmm.distribute` would make it
     with ``permute`` on p ranks (``inv[old] = new``; offsets of the parts when a partition
-    sets the blocks, else None) and how it was made (the partitioner's seconds). Not
-    collective."""
+    sets the blocks: one array for a square S, a pair (rows', columns') for a rectangular
+    one; else None) and how it was made (the partitioner's seconds). Not collective."""
     import scipy.sparse as sp
 
     m, n = shape
@@ -59,7 +59,7 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
         info["partition_s"] = time.perf_counter() - t0
     elif info["permute"] == "partition":
         part = permute
-        problem = part.problem(n, p, int(rows.size))
+        problem = part.problem((m, n), p, int(rows.size))
         if problem is not None:
             raise InputError(problem)
     if part is not None:
@@ -67,7 +67,12 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
         perm, offsets = part.permutation()
         inv = np.empty_like(perm)
         inv[perm] = np.arange(perm.size)
-        return inv, inv, offsets, info
+        if part.col_parts is None:
+            return inv, inv, offsets, info
+        cperm, col_offsets = part.column_permutation()
+        cinv = np.empty_like(cperm)
+        cinv[cperm] = np.arange(cperm.size)
+        return inv, cinv, (offsets, col_offsets), info
     row_w = np.bincount(rows, minlength=m)
     col_w = np.bincount(cols, minlength=n)
     if m == n:
@@ -84,13 +89,54 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
     return invs[0], invs[1], None, info
 
 
+def busiest_rows(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
+                 ordered: tuple) -> int:
+    """The busiest rank's words per FusedMMA ("fusion") at width 1 (every phase's words are
+    proportional to r) with S's entries ``rows``/``cols`` (original coordinates) in the order
+    ``ordered`` (:func:`order`'s result) at replication c. Not collective."""
+    row_inv, col_inv, offsets, _ = ordered
+    m, n = shape
+    model = exchange_model(row_inv[rows], col_inv[cols], shape, p, c, offsets=offsets)
+    return int(max(costmodel.total(sparse_aware_15d_exact("fusedmm_a", m, n, 1, p, c, "fusion",
+                                                          **model.rank(k)))
+                   for k in range(p)))
+
+
+def default_orders(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int,
+                   permute="auto", seed: int = 0) -> list[tuple]:
+    """The orders the family's ``permute`` may place S in: :func:`order`'s, and with the
+    default (``"auto"``) where it partitions, the natural-order blocks too, second (the run
+    keeps, at its c, whichever gives the busiest rank fewer words, the partition on a tie:
+    :func:`pick_order`). Not collective."""
+    first = order(rows, cols, shape, p, permute, seed)
+    if permute_mode(permute) == "auto" and "partition" in first[3]:
+        return [first, order(rows, cols, shape, p, "blocks", seed)]
+    return [first]
+
+
+def pick_order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
+               orders: list[tuple]) -> tuple:
+    """Of :func:`default_orders`' orders, the one whose busiest rank sends fewest words at
+    replication c (:func:`busiest_rows`; the first on a tie). Why: a partition balances
+    nonzeros and minimises total volume, which on a matrix no order helps (MovieLens's
+    ratings) can leave the busiest rank more words than the natural blocks, whose rows are
+    balanced too (docs/algorithms/15d-sparse-aware.md). Not collective."""
+    if len(orders) == 1:
+        return orders[0]
+    words = [busiest_rows(rows, cols, shape, p, c, o) for o in orders]
+    return orders[int(np.argmin(words))]
+
+
 def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, c: int,
                machine: Machine, dtype=np.float32, offsets: np.ndarray | None = None
                ) -> list[dict]:
     """The sparsity-aware family's candidates at replication c, from every rank's counts."""
     rows = []
-    # B block k sits on world rank k (fiber order); a partition's blocks are A's
-    b_rows = model.a_rows if offsets is not None else np.diff(block_offsets(n, p))
+    # B block k sits on world rank k (fiber order); a partition's blocks are its parts
+    if isinstance(offsets, tuple):
+        b_rows = np.diff(offsets[1])
+    else:
+        b_rows = model.a_rows if offsets is not None else np.diff(block_offsets(n, p))
     for strategy in SparseAware15D.strategies:
         best = None
         for k in range(p):
@@ -106,7 +152,8 @@ def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, 
                    "super": int(model.super_rows[k]),
                    "nnz_a": int(model.nnz[k]), "recv": int(model.recv_rows[k]),
                    "send": int(model.send_rows[k]), "share": -(-nnz // p),
-                   "partition": 8 * n if offsets is not None else 0}).peak
+                   "partition": 0 if offsets is None
+                   else 8 * (m + n) if isinstance(offsets, tuple) else 8 * n}).peak
             for k in range(p))
         calls = SparseAware15D.model.local_calls(strategy, m, n, float(model.nnz.max()) * p,
                                                  r, p, c)
@@ -137,12 +184,17 @@ def plan_sparse(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], r: i
     rows = np.asarray(rows, dtype=np.int64)
     cols = np.asarray(cols, dtype=np.int64)
     nnz = int(rows.size)
-    row_inv, col_inv, offsets, info = order(rows, cols, (m, n), p, permute, seed)
+    orders = default_orders(rows, cols, (m, n), p, permute, seed)
+    info = orders[0][3]
     out = []
     t0 = time.perf_counter()
     for c in costmodel.valid_cs(AWARE, p, r):
+        row_inv, col_inv, offsets, used = pick_order(rows, cols, (m, n), p, c, orders)
         model = exchange_model(row_inv[rows], col_inv[cols], (m, n), p, c, offsets=offsets)
-        out += aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
+        found = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
+        for row in found:
+            row["permute"] = used["permute"]
+        out += found
     info["model_s"] = time.perf_counter() - t0
     # the oblivious families move whole blocks: their words do not depend on the order (a
     # partitioner's order is the sparsity-aware family's only; they run with their own)
@@ -172,8 +224,10 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
     sparsity-oblivious families (m, n and nnz decide their words) and, when the
     sparsity-aware family is among ``algorithms``, its rows priced from S's pattern ordered
     as ``permute`` orders it (:func:`aware_rows`), fastest predicted first, in ``plan``'s row
-    format; and the partition that ordering made (or None), which the caller may pass as
-    ``permute`` when it distributes S for the sparsity-aware pick.
+    format (this family's rows say in ``permute`` which order they were priced in); and
+    what the caller may pass as ``permute`` when it distributes S for the sparsity-aware
+    pick: the partition the default made, or ``"blocks"`` where the default keeps the
+    natural blocks at the pick's c (:func:`pick_order`), or None.
 
     Collective over ``comm``: ``share`` (a :class:`~distmm.core.coo.CooShare`) is this rank's
     part of S; rank 0 gathers the pattern and plans (a partitioner runs there), every rank
@@ -198,14 +252,18 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
             if comm.Get_rank() == 0:
                 grows = np.concatenate([x[0] for x in pieces]).astype(np.int64)
                 gcols = np.concatenate([x[1] for x in pieces]).astype(np.int64)
-                row_inv, col_inv, offsets, info = order(grows, gcols, (m, n), p, permute,
-                                                        seed)
+                orders = default_orders(grows, gcols, (m, n), p, permute, seed)
                 found = []
                 for c in costmodel.valid_cs(AWARE, p, r):
+                    row_inv, col_inv, offsets, used = pick_order(grows, gcols, (m, n), p, c,
+                                                                 orders)
                     model = exchange_model(row_inv[grows], col_inv[gcols], (m, n), p, c,
                                            offsets=offsets)
-                    found += aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
-                part = info.get("partition")
+                    rows_c = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
+                    for row in rows_c:
+                        row["permute"] = used["permute"]
+                    found += rows_c
+                part = orders[0][3].get("partition")
                 if permute_mode(permute) != "auto":  # a given order: the run makes its own
                     part = None
         checks.agree()
@@ -226,7 +284,13 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
     if not rows:
         raise InputError(f"no algorithm fits p={p}, r={r}")
     rows.sort(key=lambda row: (row["time_s"], row["c"], row["algorithm"]))
-    return rows, (part if rows[0]["algorithm"] == AWARE else None)
+    # the pick's order: the partition where the pick placed S in it, "blocks" where the
+    # default chose the natural blocks over it (so that the run does not partition again)
+    pick = rows[0].get("permute") if rows[0]["algorithm"] == AWARE else None
+    if part is None or pick is None:
+        return rows, None
+    return rows, (part if pick in PARTITION_MODES else "blocks")
 
 
-__all__ = ["aware_rows", "order", "plan_distributed", "plan_sparse"]
+__all__ = ["aware_rows", "busiest_rows", "default_orders", "order", "pick_order",
+           "plan_distributed", "plan_sparse"]

@@ -49,6 +49,32 @@ def awkward():
                                           np.r_[np.arange(n), np.zeros(n, int)]), False
     yield "wide and short", _coo(3, 57, [0, 0, 2, 2, 2], [0, 56, 5, 30, 31]), False
     yield "empty", sp.coo_matrix((9, 7)), True
+    # rectangular with hidden blocks (users x items of a few communities, shuffled): a row
+    # and a column partition; KaHyPar where installed (the default, KaHIP, above)
+    yield "rectangular communities", planted_bipartite(37, 53, 4, seed=5), \
+        "kahypar" if _installed("kahypar") else True
+
+
+def _installed(name: str) -> bool:
+    try:
+        __import__(name)
+    except ImportError:
+        return False
+    return True
+
+
+def planted_bipartite(m: int, n: int, k: int, seed: int = 0) -> sp.coo_matrix:
+    """An m x n pattern of k communities (most nonzeros inside one, a few across), rows and
+    columns shuffled: a partition of rows and columns recovers the communities."""
+    rng = np.random.default_rng(seed)
+    rc, cc = rng.integers(0, k, m), rng.integers(0, k, n)
+    rows = rng.integers(0, m, 6 * m)
+    inside = rng.random(rows.size) < 0.9
+    cols = np.empty(rows.size, dtype=np.int64)
+    for i, (r, keep) in enumerate(zip(rows, inside, strict=True)):
+        pool = np.flatnonzero(cc == rc[r]) if keep else np.arange(n)
+        cols[i] = rng.choice(pool if pool.size else np.arange(n))
+    return _coo(m, n, rows, cols, seed)
 
 
 CASES = list(awkward())
@@ -74,7 +100,7 @@ def model_counts(obj, S):
     """Every rank's exchange counts from the pattern and the object's permutation alone."""
     coo = sp.coo_matrix(S)
     return exchange_model(obj.row_inv[coo.row], obj.col_inv[coo.col], S.shape, obj.p, obj.c,
-                          obj.grid.order)
+                          obj.grid.order, offsets=(obj.offsets["a"], obj.offsets["b"]))
 
 
 @pytest.mark.parametrize("c", CS)
@@ -229,41 +255,63 @@ def test_partition_files_that_do_not_fit_are_refused_everywhere(shared_tmp):
     # a partitioner's order is the sparse-aware family's layout only
     with pytest.raises(InputError, match="15d-sparse-aware"):
         distmm.distribute(S, COMM, algorithm="15d-dense-shift", root=None, permute="kahip")
-    with pytest.raises(InputError, match="square"):
-        distmm.distribute(sp.coo_matrix(np.ones((3, 4))), COMM, algorithm=NAME, root=None,
-                          permute="kahip")
+    # a square S's file for a rectangular S of as many rows, and the other way round
+    R = sp.coo_matrix(np.ones((n, 7)))
+    for what, (mat, part) in {
+            "square": (R, Partition(np.zeros(n, dtype=np.int64), P, n, R.nnz, "kahip", 0.03,
+                                    0.0)),
+            "rectangular": (S, Partition(np.zeros(n, dtype=np.int64), P, n, S.nnz, "kahip",
+                                         0.03, 0.0, np.zeros(7, dtype=np.int64)))}.items():
+        path = f"{shared_tmp}/{what}.part.h5"
+        if COMM.rank == 0:
+            save_partition(part, path)
+        COMM.Barrier()
+        with pytest.raises(InputError, match="matrix"):
+            distmm.distribute(mat, COMM, algorithm=NAME, root=None, permute=load_partition(path))
 
 
-@pytest.mark.parametrize("shape", [(40, 40), (40, 31)])
+@pytest.mark.parametrize("shape", [(40, 40), (40, 31), (30, 52)])
 def test_the_planner_orders_s_as_a_run_does(shape):
-    from distmm.perf.sparse_planner import order
+    """At every c the run's default order is the planner's pick (pick_order) of the same
+    orders: the partition where it applies, unless the natural blocks give the busiest rank
+    fewer words; a denser rectangular S (the last shape) is one where the blocks can win."""
+    from distmm.perf.sparse_planner import default_orders, pick_order
 
-    S, _, _ = problem(*shape, 1, density=0.1, seed=6)
-    obj = distmm.distribute(S, COMM, algorithm=NAME, root=None)
-    row_inv, col_inv, offsets, info = order(S.row, S.col, S.shape, P, "auto")
-    # the default order is a partition where one applies (square S, p > 1, kahip installed)
-    if default_method(S.shape, P) is None:
-        assert offsets is None and info["permute"] in ("none", "blocks")
-    else:
-        assert info["permute"] == "kahip" and obj.partition.method == "kahip"
-        assert np.array_equal(offsets, obj.offsets["a"])
-    assert np.array_equal(row_inv, obj.row_inv) and np.array_equal(col_inv, obj.col_inv)
-    obj.close()
+    density = 0.4 if shape == (30, 52) else 0.1
+    S, _, _ = problem(*shape, 1, density=density, seed=6)
+    orders = default_orders(S.row, S.col, S.shape, P, "auto")
+    assert (len(orders) == 2) == (default_method(S.shape, P) is not None)
+    for c in CS:
+        obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, root=None)
+        row_inv, col_inv, offsets, info = pick_order(S.row, S.col, S.shape, P, c, orders)
+        assert np.array_equal(row_inv, obj.row_inv) and np.array_equal(col_inv, obj.col_inv)
+        if info["permute"] in ("none", "blocks"):
+            assert offsets is None and getattr(obj, "partition", None) is None
+        else:
+            assert info["permute"] == "kahip" and obj.partition.method == "kahip"
+            oa, ob = offsets if isinstance(offsets, tuple) else (offsets, offsets)
+            assert np.array_equal(oa, obj.offsets["a"]) and np.array_equal(ob, obj.offsets["b"])
+        obj.close()
 
 
 def test_default_order_is_the_partitioner_and_matches_scipy_and_the_model():
-    """permute="auto" (the default) on a square S with p > 1: KaHIP's parts are the blocks;
-    results equal scipy and the counters the pattern model, at every c."""
+    """permute="auto" (the default) on a square S with p > 1: KaHIP's parts are the blocks
+    (at c > 1 the natural blocks where they send fewer words, as the planner picks); results
+    equal scipy and the counters the pattern model, at every c."""
     pytest.importorskip("kahip")
     S = shuffled_grid(9, seed=3)
     r = 4
     rng = np.random.default_rng(5)
     A, B = rng.standard_normal((81, r)), rng.standard_normal((81, r))
+    from distmm.perf.sparse_planner import default_orders, pick_order
+
+    orders = default_orders(S.row, S.col, S.shape, P, "auto")
     for c in CS:
         obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, dtype=np.float64,
                                 root=None)
-        if P == 1:
-            assert getattr(obj, "partition", None) is None
+        picked = pick_order(S.row, S.col, S.shape, P, c, orders)[3]["permute"]
+        if P == 1 or picked == "blocks":  # at c = 1 the partition (a grid: it always wins)
+            assert getattr(obj, "partition", None) is None and (P == 1 or c > 1)
         else:
             assert obj.partition.method == "kahip"
             assert np.array_equal(np.diff(obj.offsets["a"]),
@@ -272,7 +320,7 @@ def test_default_order_is_the_partitioner_and_matches_scipy_and_the_model():
         for op, strategy in RUNS:
             check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
         model = exchange_model(obj.row_inv[S.row], obj.col_inv[S.col], S.shape, P, c,
-                               offsets=obj.offsets["a"] if P > 1 else None)
+                               offsets=(obj.offsets["a"], obj.offsets["b"]))
         exact = sparse_aware_15d_exact("fusedmm_a", 81, 81, r, P, c, "fusion",
                                        **model.rank(COMM.rank))
         obj.stats.reset()

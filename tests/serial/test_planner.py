@@ -117,6 +117,7 @@ def test_plan_command(capsys):
                  "--all-algorithms", "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "winner: --algorithm 15d-sparse-shift --strategy reuse" in out
+    assert "not ranked: 15d-sparse-aware" in out and "plan --sparse" in out
     assert main(["plan", "--m", "100", "--nnz", "1000", "--r", "8", "-p", "4", "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rows and all(r["time_s"] >= rows[0]["time_s"] for r in rows)
