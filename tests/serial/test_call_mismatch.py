@@ -8,10 +8,12 @@ in the operation, in FusedMM's strategy, or in the width r."""
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -54,14 +56,47 @@ def _cases():
     return out
 
 
+class Outcome(NamedTuple):
+    """One case of a job: the exit status it ended with (0: every rank went on to the next
+    case), its lines of the ranks' output, and the job's standard error."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@functools.cache
+def _outcomes(p: int) -> dict[tuple, Outcome]:
+    """Every case at p ranks, several to a job (a job's start, MPI's and the interpreter's,
+    costs more than most cases): a job runs its cases in turn until one hangs and the
+    watchdog ends it; the next job starts at the case after that one."""
+    todo = [case[1:] for case in _cases() if case[0] == p]
+    out: dict[tuple, Outcome] = {}
+    while todo:
+        cmd = [str(MPIEXEC), "-n", str(p), sys.executable, str(HERE / "call_mismatch_driver.py"),
+               *(":".join(map(str, case)) for case in todo)]
+        proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True,
+                              timeout=60 + 20 * len(todo))
+        # the ranks' lines may run together in mpiexec's merged output
+        lines = re.findall(r"case (\d+) (.*?)(?=case \d+ |\n|$)", proc.stdout)
+        done = {int(i) for i, text in lines if text == "done"}
+        for index, case in enumerate(todo):
+            ended = index in done
+            text = "\n".join(t for i, t in lines if int(i) == index and t != "done")
+            out[case] = Outcome(0 if ended else proc.returncode or -1, text, proc.stderr)
+            if not ended:  # the case the job ended in
+                todo = todo[index + 1:]
+                break
+        else:
+            todo = []
+    return out
+
+
 @pytest.mark.parametrize("p, algorithm, c, checks, case", _cases())
 def test_different_later_calls_never_return(p, algorithm, c, checks, case):
-    cmd = [str(MPIEXEC), "-n", str(p), sys.executable, str(HERE / "call_mismatch_driver.py"),
-           algorithm, str(c), checks, case]
-    proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=180)
+    proc = _outcomes(p)[algorithm, c, checks, case]
     assert "got a result" not in proc.stdout, proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr
-    # the ranks' lines may run together in mpiexec's merged output
     refused = re.findall(r"rank (\d+) refused: (.*?)(?=rank \d+ refused: |\n|$)", proc.stdout)
     for _, text in refused:
         assert ("the ranks are in different calls" in text
