@@ -53,6 +53,9 @@ PARTITIONERS = ("kahip", "kahypar")
 DEFAULT = "kahip"  # the faster of the two, for 3-8% more volume (docs/algorithms)
 EXTRA = "partition"
 IMBALANCE = 0.03
+# rows of the busiest part a refinement step tries (refine_max_send); 64 gave the same sends
+# on Cora at p = 16, 64 and 256 as trying every row
+REFINE_CANDIDATES = 64
 _FORMAT = "distmm-partition-1"  # col_parts added as an optional dataset
 
 
@@ -283,18 +286,18 @@ def refine_max_send(S: sp.spmatrix, parts: np.ndarray, p: int, weights: np.ndarr
     """Lower the busiest part's send of a square S's row partition (rows and columns share
     parts) by moving single rows out of it. Not collective; deterministic.
 
-    The partitioners minimise the total volume, and leave the maximum a part sends free: on
-    a power-law graph the busiest part sends about twice the mean. Each step takes the part
-    P that sends most (:func:`send_rows`, c = 1), and among its rows that some other part Q
-    needs, the move of a row to such a Q after which every part whose send changes sends
-    less than P did (the least such maximum, then the least total), keeping every part's
-    weight within ``(1 + imbalance)`` of the mean (or the partition's own maximum, if
-    higher); it stops when no move qualifies or after ``max_moves`` (default 16p + 64)
-    moves. It only finds a local optimum: on Cora it lowers the busiest part's send by
-    6-10% at p = 16 and 64 (docs/algorithms/15d-sparse-aware.md); a part that owns a hub
-    row sends it to every part needing it whatever the partition. A move of row v changes
-    only the sends of the owners of v's columns (whose set of holders may change) and of v
-    itself, which are recomputed exactly."""
+    The partitioners minimise the total volume, and leave the maximum a part sends free: on a
+    power-law graph the busiest part sends about twice the mean. Each step takes the part P that
+    sends most (:func:`send_rows`, c = 1), and among its :data:`REFINE_CANDIDATES` rows that
+    most other parts need, the move of a row to a part Q needing it after which every part whose
+    send changes sends less than P did (the least such maximum, then the least total), keeping
+    every part's weight within ``(1 + imbalance)`` of the mean (or the partition's own maximum,
+    if higher); it stops when no move qualifies or after ``max_moves`` (default 16p + 64) moves.
+    It only finds a local optimum: on Cora it lowers the busiest part's send by 6-10% at p = 16
+    and 64 (docs/algorithms/15d-sparse-aware.md); a part that owns a hub row sends it to every
+    part needing it whatever the partition. A move of row v changes only the sends of the owners
+    of v's columns (whose set of holders may change) and of v itself, which are recomputed
+    exactly."""
     csr = sp.csr_matrix(S)
     csc = sp.csc_matrix(S)
     n = csr.shape[0]
@@ -345,7 +348,11 @@ def refine_max_send(S: sp.spmatrix, parts: np.ndarray, p: int, weights: np.ndarr
     for _ in range(limit):
         top = max(range(p), key=lambda k: (send[k], -k))
         worst, best = send[top], None
-        for v in sorted(members[top]):
+        # the rows other parts need most: a move lowers the part's send by at most the
+        # row's fan, and evaluating every row of the part made a step cost O(nnz/p) Python
+        # operations (minutes at 10^5 rows)
+        for v in sorted(heapq.nsmallest(REFINE_CANDIDATES, members[top],
+                                        key=lambda u: (-fan(u), u))):
             if fan(v) == 0:
                 continue  # a row no other part needs: moving it only adds volume
             needers = sorted(k for k in holders[v] if k != top)
