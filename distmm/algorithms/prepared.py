@@ -14,6 +14,7 @@ import weakref
 import numpy as np
 
 from distmm.core.aligned import aligned_empty
+from distmm.kernels.multivalue import prepare_sddmm_multi
 from distmm.kernels.numba_util import prepared_layout
 
 # How many sets of sources one prepared kernel call remembers by id (_run_kernel): the
@@ -113,7 +114,11 @@ def _run_kernel(mat, key: tuple | None, sources: tuple, op: str, S, vals: np.nda
                         del entries[next(iter(entries))]  # the oldest
     reused = kept is not None
     if kept is None:
-        kept = (_source_refs(sources), mat.kernel.prepare(op, S, vals, X, Y, out, accumulate))
+        if op == "sddmm" and out.ndim == 2:  # one result per head, in one pass
+            run = prepare_sddmm_multi(mat.kernel, S, vals, X, Y, out)
+        else:
+            run = mat.kernel.prepare(op, S, vals, X, Y, out, accumulate)
+        kept = (_source_refs(sources), run)
         if key is not None and mat.checks != "always":
             mat._prepared[key] = {ids: kept}
     run = kept[1]

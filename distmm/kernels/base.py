@@ -215,9 +215,9 @@ class NodeModel:
         Parameters
         ----------
         op : str
-            One of ``sddmm``, ``spmm_a``, ``spmm_b``, ``fusedmm_a``, ``fusedmm_b``. An
-            ``sddmm`` whose ``out`` is 2-D, (nnz, heads), is the multi-head SDDMM
-            (:func:`distmm.kernels.multivalue.prepare_sddmm_multi`), the same in every model.
+            One of ``sddmm``, ``spmm_a``, ``spmm_b``, ``fusedmm_a``, ``fusedmm_b`` (the
+            multi-head SDDMM, the same in every model, is
+            :func:`distmm.kernels.multivalue.prepare_sddmm_multi`).
         S, vals, X, Y, out
             The operands as the public methods take them: ``X`` and ``Y`` are the dense
             operands in call order ((A, B) for sddmm and fusedmm_*, (B, None) for spmm_a,
@@ -240,9 +240,6 @@ class NodeModel:
             (kernel, chunks per thread, panels) is that of the prepared operands and of the
             numba thread count at preparation.
         """
-        if op == "sddmm" and getattr(out, "ndim", 1) == 2:  # one result per head
-            from distmm.kernels.multivalue import prepare_sddmm_multi
-            return prepare_sddmm_multi(self, S, vals, X, Y, out)
         check_operands(op, S, vals, X, Y, out)
         r = X.shape[1]
         m, n = S.shape

@@ -48,6 +48,7 @@ from distmm.kernels.base import NodeModel, kernel_bytes, spmm_flops
 from distmm.kernels.numba_util import FASTMATH, slp_vectorized, stack_array
 from distmm.kernels.reference import (
     SPECIALISED_WIDTHS,
+    ReferenceModel,
     _gather_indices,
     _num_chunks,
     _row_split,
@@ -287,9 +288,7 @@ def sddmm_multi_block(model: NodeModel | None, S: CSRBlock, vals: np.ndarray, A:
     """One multi-head SDDMM on block S (see the module docstring): ``out`` (S.nnz, heads) is
     written; returns the kernel's seconds. Not collective."""
     if model is None:
-        from distmm.kernels import make_node_model
-
-        model = make_node_model("reference")
+        model = ReferenceModel()
     return prepare_sddmm_multi(model, S, vals, A, B, out)(vals, A, B, out)
 
 

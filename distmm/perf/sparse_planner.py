@@ -25,106 +25,23 @@ import time
 import numpy as np
 
 from distmm.algorithms import ALGORITHMS
-from distmm.algorithms.sparse_aware_15d import SparseAware15D, sparse_aware_15d_exact
+from distmm.algorithms.sparse_aware_15d import (  # noqa: F401 - order etc. are the planner's too
+    SparseAware15D,
+    busiest_rows,
+    default_orders,
+    order,
+    pick_order,
+    sparse_aware_15d_exact,
+)
 from distmm.core.exchange import ExchangeCounts, exchange_model
 from distmm.core.layout import block_offsets
 from distmm.core.memory import format_bytes
-from distmm.core.partition import default_method, partition
-from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation, permute_mode
+from distmm.core.permute import PARTITION_MODES, permute_mode
 from distmm.errors import Checks, InputError
 from distmm.perf import costmodel
 from distmm.perf.planner import Machine, plan, predict
 
 AWARE = SparseAware15D.name
-
-
-def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, permute="auto",
-          seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict]:
-    """(row_inv, col_inv, offsets, info): S's order as :func:`distmm.distribute` would make it
-    with ``permute`` on p ranks (``inv[old] = new``; offsets of the parts when a partition
-    sets the blocks: one array for a square S, a pair (rows', columns') for a rectangular
-    one; else None) and how it was made (the partitioner's seconds). Not collective."""
-    import scipy.sparse as sp
-
-    m, n = shape
-    info: dict = {"permute": "partition" if getattr(permute, "is_partition", False)
-                  else applied_mode(permute, p)}
-    if permute_mode(permute) == "auto":  # the family's default: a partition where it can
-        info["permute"] = default_method(shape, p) or info["permute"]
-    part = None
-    if info["permute"] in PARTITION_MODES:
-        t0 = time.perf_counter()
-        part = partition(sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=shape), p,
-                         info["permute"], seed=seed)
-        info["partition_s"] = time.perf_counter() - t0
-    elif info["permute"] == "partition":
-        part = permute
-        problem = part.problem((m, n), p, int(rows.size))
-        if problem is not None:
-            raise InputError(problem)
-    if part is not None:
-        info["partition"] = part  # a run may reuse it (not JSON: callers printing info drop it)
-        perm, offsets = part.permutation()
-        inv = np.empty_like(perm)
-        inv[perm] = np.arange(perm.size)
-        if part.col_parts is None:
-            return inv, inv, offsets, info
-        cperm, col_offsets = part.column_permutation()
-        cinv = np.empty_like(cperm)
-        cinv[cperm] = np.arange(cperm.size)
-        return inv, cinv, (offsets, col_offsets), info
-    row_w = np.bincount(rows, minlength=m)
-    col_w = np.bincount(cols, minlength=n)
-    if m == n:
-        perm = balance_permutation(permute, m, p, seed, [row_w, col_w])
-        perms = (perm, perm)
-    else:
-        perms = (balance_permutation(permute, m, p, seed, [row_w]),
-                 balance_permutation(permute, n, p, seed + 1, [col_w]))
-    invs = []
-    for perm in perms:
-        inv = np.empty_like(perm)
-        inv[perm] = np.arange(perm.size)
-        invs.append(inv)
-    return invs[0], invs[1], None, info
-
-
-def busiest_rows(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
-                 ordered: tuple) -> int:
-    """The busiest rank's words per FusedMMA ("fusion") at width 1 (every phase's words are
-    proportional to r) with S's entries ``rows``/``cols`` (original coordinates) in the order
-    ``ordered`` (:func:`order`'s result) at replication c. Not collective."""
-    row_inv, col_inv, offsets, _ = ordered
-    m, n = shape
-    model = exchange_model(row_inv[rows], col_inv[cols], shape, p, c, offsets=offsets)
-    return int(max(costmodel.total(sparse_aware_15d_exact("fusedmm_a", m, n, 1, p, c, "fusion",
-                                                          **model.rank(k)))
-                   for k in range(p)))
-
-
-def default_orders(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int,
-                   permute="auto", seed: int = 0) -> list[tuple]:
-    """The orders the family's ``permute`` may place S in: :func:`order`'s, and with the
-    default (``"auto"``) where it partitions, the natural-order blocks too, second (the run
-    keeps, at its c, whichever gives the busiest rank fewer words, the partition on a tie:
-    :func:`pick_order`). Not collective."""
-    first = order(rows, cols, shape, p, permute, seed)
-    if permute_mode(permute) == "auto" and "partition" in first[3]:
-        return [first, order(rows, cols, shape, p, "blocks", seed)]
-    return [first]
-
-
-def pick_order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
-               orders: list[tuple]) -> tuple:
-    """Of :func:`default_orders`' orders, the one whose busiest rank sends fewest words at
-    replication c (:func:`busiest_rows`; the first on a tie). Why: a partition balances
-    nonzeros and minimises total volume, which on a matrix no order helps (MovieLens's
-    ratings) can leave the busiest rank more words than the natural blocks, whose rows are
-    balanced too (docs/algorithms/15d-sparse-aware.md). Not collective."""
-    if len(orders) == 1:
-        return orders[0]
-    words = [busiest_rows(rows, cols, shape, p, c, o) for o in orders]
-    return orders[int(np.argmin(words))]
 
 
 def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, c: int,

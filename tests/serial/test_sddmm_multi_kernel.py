@@ -1,8 +1,8 @@
-"""The multi-head SDDMM kernel (distmm.kernels.multivalue.sddmm_multi_block and the node
-models' prepared sddmm with a 2-D out) against a numpy oracle written here, one dot product
-per entry and head: empty rows and columns, an empty block, one head, many heads, F = 1 and
-widths the kernels specialise, float32 and float64; recorded in the node model's statistics;
-bad operands raise ValueError."""
+"""The multi-head SDDMM kernel (distmm.kernels.multivalue.sddmm_multi_block and prepare_sddmm_multi
+on every node model, as the families' prepared calls run it) against a numpy oracle written
+here, one dot product per entry and head: empty rows and columns, an empty block, one head, many
+heads, F = 1 and widths the kernels specialise, float32 and float64; recorded in the node
+model's statistics; bad operands raise ValueError."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from distmm.core.sparse import CSRBlock
 from distmm.kernels import make_node_model
-from distmm.kernels.multivalue import sddmm_multi_block, sddmm_multi_reference
+from distmm.kernels.multivalue import prepare_sddmm_multi, sddmm_multi_block, sddmm_multi_reference
 
 CASES = [  # m, n, heads, F, density
     (7, 5, 1, 1, 0.5),
@@ -50,8 +50,8 @@ def test_equals_one_sddmm_per_head(m, n, H, F, density, dtype, model_name):
     B = rng.standard_normal((n, H * F)).astype(dtype)
     out = np.full((S.nnz, H), np.nan, dtype=dtype)
     model = make_node_model(model_name)
-    # through the node model's prepared SDDMM, as the families' loops call it
-    run = model.prepare("sddmm", S, vals, A, B, out, accumulate=False)
+    # prepared on the node model, as the families' loops prepare it (algorithms/prepared.py)
+    run = prepare_sddmm_multi(model, S, vals, A, B, out)
     run(vals, A, B, out)
     want = _oracle(D, vals, A, B, H)
     tol = 1e-12 if dtype == np.float64 else 2e-5
