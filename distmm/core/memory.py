@@ -338,6 +338,17 @@ def current_rss() -> int | None:
     return _status_kib("VmRSS")
 
 
+def baseline_rss() -> int | None:
+    """This process's resident set with nothing left to free: after a cycle collection (an
+    object in reference cycles is freed whenever the collector runs, perhaps inside what is
+    measured next, below this baseline) and :func:`release_freed_memory`. Not collective."""
+    import gc
+
+    gc.collect()
+    release_freed_memory()
+    return current_rss()
+
+
 def peak_rss() -> int:
     """This process's peak resident set in bytes: VmHWM where Linux has it (reset by
     :func:`reset_peak_rss`), else getrusage's ru_maxrss (the process's whole life)."""
@@ -370,6 +381,13 @@ def release_freed_memory() -> None:
     glibc (its mmap threshold rises to the size of the largest freed block) serves from the
     heap and keeps resident after they are freed; without this, a rank's resident set after
     :func:`distmm.distribute` stays at the placement's peak."""
+    libc = _libc()
+    if libc:
+        libc.malloc_trim(0)
+
+
+def _libc():
+    """glibc through ctypes, loaded once; False where it cannot be loaded."""
     global _LIBC
     if _LIBC is None:
         import ctypes
@@ -380,8 +398,7 @@ def release_freed_memory() -> None:
             _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
         except (OSError, AttributeError):
             _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
+    return _LIBC
 
 
 _LIBC = None
@@ -399,16 +416,14 @@ def map_large_allocations(threshold: int = 128 << 10) -> bool:
     resident after they are freed, in the gaps the next arrays may or may not fit) depends on
     what the process did before: a rank's peak resident set then lies anywhere from the live
     arrays to well above them. With a fixed threshold the peak follows the live arrays, which
-    is what the model counts. Every later large allocation pays a
-    mapping and its page faults."""
-    global _LIBC
-    if _LIBC is None:
-        release_freed_memory()  # loads the library
-    if not _LIBC:
+    is what the model counts. Every later large allocation pays a mapping and its page
+    faults."""
+    libc = _libc()
+    if not libc:
         return False
     try:
-        ok = (_LIBC.mallopt(_M_MMAP_THRESHOLD, int(threshold))
-              and _LIBC.mallopt(_M_TRIM_THRESHOLD, int(threshold)))
+        ok = (libc.mallopt(_M_MMAP_THRESHOLD, int(threshold))
+              and libc.mallopt(_M_TRIM_THRESHOLD, int(threshold)))
     except AttributeError:
         return False
     return bool(ok)
@@ -422,6 +437,6 @@ def format_bytes(nbytes: float) -> str:
     return f"{int(nbytes)} B"
 
 
-__all__ = ["Memory", "available_bytes", "csr_bytes", "current_rss", "format_bytes",
+__all__ = ["Memory", "available_bytes", "baseline_rss", "csr_bytes", "current_rss", "format_bytes",
            "held_bytes", "map_large_allocations", "parse_memory_limit", "peak_rss",
            "place_bytes", "release_freed_memory", "reset_peak_rss", "transpose_bytes"]

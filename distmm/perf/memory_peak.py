@@ -7,8 +7,6 @@ families and the user-facing entry point, not beside the model's pieces.
 
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 from mpi4py import MPI
 
@@ -16,10 +14,9 @@ from distmm.algorithms import ALGORITHMS
 from distmm.api import distribute
 from distmm.core.memory import (
     Memory,
-    current_rss,
+    baseline_rss,
     map_large_allocations,
     peak_rss,
-    release_freed_memory,
     reset_peak_rss,
 )
 from distmm.io.generate import erdos_renyi
@@ -66,11 +63,7 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
     del warm
     peaks, model = [], None
     for _ in range(max(1, rounds)):
-        # the last round's object lies in reference cycles: freed by the cycle collector at a
-        # moment of its choosing, perhaps inside the measured round, below this baseline
-        gc.collect()
-        release_freed_memory()
-        base = current_rss()
+        base = baseline_rss()  # the last round's object freed
         holder = [make_share()]
         if model is None:  # the same S every round
             m, n = holder[0].shape

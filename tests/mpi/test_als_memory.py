@@ -10,7 +10,6 @@ line naming the --rank that does, before a rating is read.
 
 from __future__ import annotations
 
-import gc
 import os
 
 import numpy as np
@@ -22,10 +21,9 @@ from distmm.apps.als import auto_choice, fit
 from distmm.apps.als_memory import als_memory, als_memory_problem
 from distmm.cli import main
 from distmm.core.memory import (
-    current_rss,
+    baseline_rss,
     map_large_allocations,
     peak_rss,
-    release_freed_memory,
     reset_peak_rss,
 )
 from distmm.io.generate import erdos_renyi
@@ -53,9 +51,7 @@ def test_als_peak_rss_within_model(algorithm, c):
     map_large_allocations()  # the peak then follows the live arrays, not glibc's history
     fit(erdos_renyi(64, 48, 3, 1, COMM), COMM, rank=RANK, epochs=1, cg_iters=1,
         algorithm=algorithm, c=c).close()  # compiled kernels and MPI's buffers: not counted
-    gc.collect()  # the warm-up's objects lie in reference cycles
-    release_freed_memory()
-    base = current_rss()
+    base = baseline_rss()  # the warm-up's objects freed
     share = erdos_renyi(n, n, 8, 5, COMM)
     nnz = int(COMM.allreduce(share.nnz))
     reset_peak_rss()

@@ -9,7 +9,6 @@ naming a --hidden that does, before the graph or the features are read.
 
 from __future__ import annotations
 
-import gc
 import os
 
 import numpy as np
@@ -23,10 +22,9 @@ from distmm.apps.gat_model import GATModel
 from distmm.apps.gat_train import TrainConfig, train
 from distmm.cli import main
 from distmm.core.memory import (
-    current_rss,
+    baseline_rss,
     map_large_allocations,
     peak_rss,
-    release_freed_memory,
     reset_peak_rss,
 )
 from distmm.io.generate import erdos_renyi
@@ -63,9 +61,7 @@ def test_gat_peak_rss_within_model(c, sparse):
     n, per_row, width, hidden, heads = 20000 * P, 10, 256, 8, 8
     map_large_allocations()  # the peak then follows the live arrays, not glibc's history
     _train(64, 3, width, hidden, heads, c, sparse)[0].close()  # compiled kernels: not counted
-    gc.collect()  # the warm-up's objects lie in reference cycles
-    release_freed_memory()
-    base = current_rss()
+    base = baseline_rss()  # the warm-up's objects freed
     reset_peak_rss()
     obj, entries = _train(n, per_row, width, hidden, heads, c, sparse)
     peak = peak_rss() - base
@@ -180,9 +176,7 @@ def test_peak_rss_of_a_symmetric_file_with_self_loops_within_model(shared_tmp):
 
     map_large_allocations()  # the peak then follows the live arrays, not glibc's history
     run(small, 64)  # compiled kernels: not counted
-    gc.collect()  # the warm-up's objects lie in reference cycles
-    release_freed_memory()
-    base = current_rss()
+    base = baseline_rss()  # the warm-up's objects freed
     reset_peak_rss()
     run(path, n)
     peak = peak_rss() - base
