@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
-from launch_env import mpi_env
+from launch_env import kill_job, mpi_env
 
 from distmm.io import generate
 
@@ -79,7 +78,7 @@ def test_killed_job_resumes_to_bit_identical_factors(ratings, tmp_path):
     deadline = time.monotonic() + 120
     while _epoch(ck) < 2 and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
-    os.killpg(job.pid, signal.SIGKILL)
+    kill_job(job.pid)  # every rank at once, as a node failure would
     job.wait(timeout=60)
     assert job.returncode != 0 and not out.exists(), "the job ended before it was killed"
     killed_at = _epoch(ck)

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
-from launch_env import mpi_env
+from launch_env import descendants, kill_job, mpi_env
 
 from distmm.io import generate
 
@@ -71,26 +71,15 @@ class Job:
             code = self.proc.wait(timeout=timeout)
         finally:
             if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                kill_job(self.proc.pid)
                 self.proc.wait()
         return code, self.out.read_text(), self.err.read_text()
 
 
 def _rank_pids(launcher: int) -> dict[int, int]:
     """The processes below ``launcher`` that are MPI ranks, by rank."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-    ranks, todo = {}, [launcher]
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
+    ranks = {}
+    for pid in descendants(launcher):
         try:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
