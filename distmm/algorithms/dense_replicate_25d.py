@@ -99,6 +99,11 @@ nr(c-1)/p words and c-1 messages, whose minimisation gives Table IV's c = (p(1+3
 4 sqrt(p/c) shifts are not sent; and every propagation loop resends the coordinates of S (the
 paper's 6 phi = 2 loops x 3 words, so this matches). Local kernel dimensions are Table III's:
 S blocks (m/s) x (n/(sc)) = (n sqrt(c)/sqrt(p)) x (n/sqrt(pc)), dense blocks (n/(sc)) x (r/s).
+
+Multi-head calls (:mod:`distmm.algorithms.multivalue`: the multi-value SpMM, the multi-head
+SDDMM) run the same loop once at width r = H F, with H value words per nonzero in each S
+packet (S's H values, or the H partial dot products): 3z becomes (2 + H) z above, the dense
+words unchanged (``exact_words(..., heads=H)``).
 """
 
 from __future__ import annotations

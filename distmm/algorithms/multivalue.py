@@ -14,11 +14,25 @@ On 1.5D dense shifting (:class:`~distmm.algorithms.dense_shift_15d.DenseShift15D
 call is one pass of Algorithm 1 at width heads * F, with the multi-value kernel of
 :mod:`distmm.kernels.multivalue` (every head in one pass over each block's nonzeros) as its
 loop body: it moves exactly the words of one single-value SpMM of width heads * F
-(:func:`multi_value_words`), in one shift per step instead of one per head. The other families
-run one single-value call per head (:func:`_per_head`), each counted as a fallback call of
-``spmm_multi_a`` / ``spmm_multi_b`` in the node model's statistics; where a family cuts the
-dense columns over ranks (``splits_r``) each head's call runs at the full width on the block
-with the other heads' columns zeroed, so its words are heads times those of one call.
+(:func:`multi_value_words`), in one shift per step instead of one per head.
+
+The families that cut the dense columns over ranks (``splits_r``: 1.5D sparse shifting, 2.5D
+dense and sparse replicating) also run one pass of their own loop at width heads * F
+(``_multi_pass`` on the family; each loop takes a :class:`MultiHead`). Each rank holds a
+column slice of the width-(heads * F) operands, which may start or end inside a head or hold
+no column of some heads; the slice is cut into head segments
+(:func:`~distmm.kernels.multivalue.head_segments`) and each step runs the segment kernel
+(:func:`~distmm.kernels.multivalue.spmm_segments_block`: one sweep over the block's
+nonzeros, segment g with its head's values). The replication, shifts and reductions of dense
+rows are those of one call of width heads * F; where S's values travel, the heads' values
+travel together: S's packets carry ``[rows | cols | H values]``, 2 + H words a nonzero
+(:mod:`distmm.algorithms.packets`; 1.5D sparse shifting, 2.5D dense replicating), and 2.5D
+sparse replicating all-gathers the H values of each nonzero over the fiber in one
+collective. So the words are one call's plus (H - 1) words per nonzero shifted (or per
+nonzero of the fiber's other shares), each family model's ``exact_words`` with ``heads``
+(:func:`multi_value_words`). 1.5D sparsity-aware runs one single-value call of width F per
+head (:func:`_per_head`), each counted as a fallback call of ``spmm_multi_a`` /
+``spmm_multi_b`` in the node model's statistics.
 
 The multi-head SDDMM (:func:`sddmm_multi`, ``S.sddmm(A, B, heads=H)``) is the multi-value
 SpMM's gradient in its values: for each head h and stored nonzero e = (i, j),
@@ -32,10 +46,14 @@ whole dense rows (1.5D dense shifting, 1.5D sparsity-aware) it is the family's o
 at width heads * F with the multi-head kernel (:func:`~distmm.kernels.multivalue.
 prepare_sddmm_multi`) as each step's body: every head in one pass over each block's
 nonzeros, and exactly the words of one single-value SDDMM of width heads * F
-(:func:`sddmm_multi_words`). The families that cut the dense columns over ranks run one
-single-value SDDMM per head at the full width with the other heads' columns of A zeroed
-(their loops reduce one partial dot product per nonzero), each counted as a fallback call of
-``sddmm_multi``: heads times the words of one call.
+(:func:`sddmm_multi_words`). The families that cut the dense columns over ranks run one pass
+of their loop too: each rank computes every head's partial dot products over its column
+slice (:func:`~distmm.kernels.multivalue.sddmm_segments_block`, (nnz, H) per block), and the
+reduction over the column pieces carries H partial sums per nonzero in the messages of one
+call (in S's packets, 2 + H words a nonzero where one call sends 3; in 2.5D sparse
+replicating's one reduce-scatter over the fiber, H words per nonzero); S's values are applied
+once the sums are complete. Its words are the family model's ``exact_words`` with ``heads``
+(:func:`sddmm_multi_words`).
 
 Every rank must call. Bad operands raise the same InputError on every rank before any work
 on the first call of each kind (side, heads, width) and on every call under

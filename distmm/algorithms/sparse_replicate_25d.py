@@ -88,6 +88,12 @@ Differences from the paper, and why:
   * Every operation performs s shifts of each dense matrix, as Algorithm 2 does; the last
     shift of an *input* only returns a copy the caller still holds (3 of the 4s FusedMM shifts
     could be skipped). They are kept so the counts match the paper's 4 sqrt(p/c).
+
+Multi-head calls (:mod:`distmm.algorithms.multivalue`: the multi-value SpMM, the multi-head
+SDDMM) run the same Cannon loop once at width r = H F; the fiber's all-gather of S's values
+(SpMM) or reduce-scatter of the partial dot products (SDDMM) carries H words per nonzero in
+its c - 1 messages: (c-1) z_k becomes H (c-1) z_k and Z - z_k becomes H (Z - z_k) above
+(``exact_words(..., heads=H)``).
 """
 
 from __future__ import annotations

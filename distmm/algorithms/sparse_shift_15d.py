@@ -70,6 +70,11 @@ layer has one rank, the shifts are local no-ops and the 6 phi/c term vanishes (a
 :mod:`distmm.perf.costmodel`); and each round makes q shifts, the last returning the blocks home, as
 Algorithm 1 and Table III count, although an SpMM round could stop after q - 1 (SDDMM cannot:
 its output must come home). :meth:`SparseShift15DModel.exact_words` gives these formulas.
+
+Multi-head calls (:mod:`distmm.algorithms.multivalue`: the multi-value SpMM, the multi-head
+SDDMM) run the same loop once at width r = H F, with H value words per nonzero in each packet
+(S's H values, or the H partial dot products): 3L becomes (2 + H) L above, the dense words
+unchanged (``exact_words(..., heads=H)``).
 """
 
 from __future__ import annotations
