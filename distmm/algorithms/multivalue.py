@@ -161,6 +161,9 @@ def _check(S, side: str, X, V: np.ndarray, out) -> tuple[int, int]:
     elif S.splits_r and X.shape[1] != S.local_width(r):
         msg = (f"the dense operand has {X.shape[1]} columns on this rank, but its share of "
                f"the r={r} columns is {S.local_width(r)}")
+        if not getattr(X, "typed", False):
+            msg += (f" ({S.name} cuts the width over ranks: pass a typed block, from "
+                    "S.scatter, S.dense or S.wrap(side, block, r), so that r is known)")
     elif out is not None and (np.shape(out) != (S._local_rows(side), X.shape[1])
                               or np.asarray(out).dtype != S.dtype):
         msg = f"out has shape {np.shape(out)}, expected {(S._local_rows(side), X.shape[1])}"

@@ -189,3 +189,16 @@ def test_bad_operands_agreed():
         obj.spmm_b(obj.scatter("a", np.ones((9, 6)), root=None),
                    values=np.ones((2, nnz), dtype=np.float32))
     obj.close()
+
+
+@pytest.mark.skipif(P == 1, reason="one rank holds every column of the width")
+def test_split_family_plain_block_refused():
+    # a plain array's width is this rank's share, not r: refused on every rank, with a hint
+    S, rng = _problem(9, 9)
+    obj = distmm.distribute(S, COMM, algorithm="15d-sparse-shift", c=1, r=2 * P,
+                            dtype=np.float64, root=None)
+    B = np.ascontiguousarray(np.asarray(obj.scatter("b", rng.standard_normal((9, 2 * P)),
+                                                    root=None)))
+    with pytest.raises(InputError, match="typed block"):
+        obj.spmm_a(B, values=np.ones((2, obj.values.shape[0])))
+    obj.close()
