@@ -103,8 +103,9 @@ def test_split_families_one_pass_uneven(algorithm, heads, F):
     S, rng = _problem(13, 11)
     r = heads * F
     for c in costmodel.valid_cs(algorithm, P, r):
+        # with overlap at H = 3 (sends posted before the kernels; the same counts)
         obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
-                                root=None, seed=2)
+                                root=None, seed=2, overlap=heads == 3)
         for side in ("a", "b"):
             words, calls = _run(obj, S, heads, F, rng, side)
             assert words["other"] == P - 1  # the first call's agreement only
