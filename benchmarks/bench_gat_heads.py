@@ -1,7 +1,7 @@
 """The unfused GAT layer with every head in one call of each kind (the multi-value SpMM
-forward, the multi-head SDDMM and multi-value SpMMB backward) against one bound call per head
-(the path of the families that cut the dense width, forced on), training steps on Cora,
-variants in turns in one run::
+forward, the multi-head SDDMM and multi-value SpMMB backward) against one single-value call
+per head of width F (each head's contiguous columns; what a layer without the multi-head calls
+makes), training steps on Cora, variants in turns in one run::
 
     .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/bench_gat_heads.py --steps 20
 
@@ -33,11 +33,50 @@ from distmm.perf import costmodel
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-class PerHead(DistGAT):
-    """The unfused layer with one bound call per head on every family."""
+class _PerHeadCalls:
+    """A 15d-dense-shift object whose multi-value SpMMs and multi-head SDDMMs run as one
+    single-value call of width F per head (its other attributes are the object's)."""
 
-    def _whole_rows(self, F: int) -> bool:
-        return False
+    def __init__(self, obj) -> None:
+        self._obj = obj
+
+    def __getattr__(self, name):
+        return getattr(self._obj, name)
+
+    def _heads(self, call, X, V):
+        H = V.shape[0]
+        F = X.shape[1] // H
+        return np.hstack([np.asarray(call(np.ascontiguousarray(X[:, h * F:(h + 1) * F]),
+                                          values=np.ascontiguousarray(V[h])))
+                          for h in range(H)])
+
+    def spmm_a(self, X, values=None, **kw):
+        if values is None or values.ndim == 1:
+            return self._obj.spmm_a(X, values=values, **kw)
+        return self._heads(self._obj.spmm_a, np.asarray(X), values)
+
+    def spmm_b(self, X, values=None, **kw):
+        if values is None or values.ndim == 1:
+            return self._obj.spmm_b(X, values=values, **kw)
+        return self._heads(self._obj.spmm_b, np.asarray(X), values)
+
+    def sddmm(self, A, B, values=None, heads=None, **kw):
+        if heads is None:
+            return self._obj.sddmm(A, B, values=values, **kw)
+        A, B = np.asarray(A), np.asarray(B)
+        F = A.shape[1] // heads
+        return np.stack([self._obj.sddmm(np.ascontiguousarray(A[:, h * F:(h + 1) * F]),
+                                         np.ascontiguousarray(B[:, h * F:(h + 1) * F]),
+                                         values=values)
+                         for h in range(heads)], axis=1)
+
+
+class PerHead(DistGAT):
+    """The unfused layer with one single-value call per head (15d-dense-shift)."""
+
+    def __init__(self, obj, model) -> None:
+        super().__init__(obj, model)
+        self.obj = _PerHeadCalls(obj)
 
 
 def main(argv=None) -> None:

@@ -271,13 +271,25 @@ def figure9(rank: dict) -> dict[str, float]:
             "rest": rank["wall"] - comm - compute - reductions}
 
 
-def kernel_words(cfg: dict, calls: dict[str, int], m: int, n: int, nnz: int, r: int
-                 ) -> dict[str, float]:
-    """Model words per rank per kernel phase of ``calls`` = {op: count}."""
+def exact_heads(algorithm: str, op: str, m: int, n: int, r: int, p: int, c: int,
+                strategy: str, nnz: float, heads: int = 1) -> dict[str, dict[str, float]]:
+    """:func:`distmm.perf.costmodel.exact`, or with ``heads`` > 1 the family's words of one
+    multi-head call of width r (the families that cut the dense width: S's value words H a
+    nonzero, :mod:`distmm.algorithms.multivalue`). Not collective."""
+    if heads == 1:
+        return costmodel.exact(algorithm, op, m, n, r, p, c, strategy, nnz=nnz)
+    return ALGORITHMS[algorithm].model.exact_words(op, m, n, r, p, c, "none", nnz=nnz,
+                                                   heads=heads)
+
+
+def kernel_words(cfg: dict, calls: dict[str, int], m: int, n: int, nnz: int, r: int,
+                 heads: int = 1) -> dict[str, float]:
+    """Model words per rank per kernel phase of ``calls`` = {op: count} (each a multi-head
+    call of ``heads`` heads at width r where heads > 1)."""
     out = dict.fromkeys(costmodel.PHASES, 0.0)
     for op, count in calls.items():
-        phases = costmodel.exact(cfg["algorithm"], op, m, n, r, cfg["p"], cfg["c"],
-                                 cfg["strategy"], nnz=nnz)
+        phases = exact_heads(cfg["algorithm"], op, m, n, r, cfg["p"], cfg["c"],
+                             cfg["strategy"], nnz, heads)
         for ph, v in phases.items():
             out[ph] += count * v["words"]
     return out
@@ -385,10 +397,15 @@ def measure_gat(cfg: dict, source, comm, machine) -> dict | None:
     if fused:
         per_rank = [fused_attention_words(obj, H, F, k) for k in range(obj.p)]
         words = {ph: sum(d[ph] for d in per_rank) / obj.p for ph in costmodel.PHASES}
-    else:
+    elif obj.splits_r:  # one multi-head call of each kind at width H width(F, H)
+        ops = ("spmm_a",) if w["pass"] == "forward" else ("spmm_a", "sddmm", "spmm_b")
+        words = kernel_words(cfg, dict.fromkeys(ops, 1), n_nodes, n_nodes, nnz,
+                             H * lay.width(F, H), heads=H)
+    else:  # one pass at width H F: the words of H calls of width F
         calls = {"spmm_a": H} if w["pass"] == "forward" else {"spmm_a": H, "sddmm": H,
                                                                "spmm_b": H}
-        words = kernel_words(cfg, calls, n_nodes, n_nodes, nnz, lay.width(F))
+        words = kernel_words(cfg, calls, n_nodes, n_nodes, nnz, F)
+    if not fused:
         # the layout layer: exact words of every rank (layout arithmetic), their mean
         sides = ("a",) if w["pass"] == "forward" else ("a", "b")
         words["gat_allgather"] = float(np.mean([sum(
@@ -397,7 +414,8 @@ def measure_gat(cfg: dict, source, comm, machine) -> dict | None:
     release(obj)
     if comm.rank != 0:
         return None
-    return {"m": n_nodes, "n": n_nodes, "nnz": nnz, "width": lay.width(F), **summarise(reps),
+    return {"m": n_nodes, "n": n_nodes, "nnz": nnz, "width": lay.width(F, H),
+            **summarise(reps),
             "model": {"words": words, "machine": machine.source}}
 
 
@@ -409,13 +427,14 @@ def measure_app(cfg: dict, source, comm, machine) -> dict | None:
 
 # ------------------------------------------------------------------------- projection
 def op_seconds(machine, algorithm: str, strategy: str, op: str, m: int, n: int, nnz: int,
-               r: int, p: int, c: int) -> tuple[float, float]:
+               r: int, p: int, c: int, heads: int = 1) -> tuple[float, float]:
     """(communication, computation) seconds the cost model predicts for one kernel call:
     alpha-beta of its exact words and messages per phase (each phase at its measured beta
     where the machine file has them) and the machine's time of its local calls (an SDDMM or
     SpMM: those of that kind in the unfused FusedMM's calls; ``spmm_b`` costed as ``spmm_a``,
-    the same flops). Not collective."""
-    phases = costmodel.exact(algorithm, op, m, n, r, p, c, strategy, nnz=nnz)
+    the same flops); with ``heads`` > 1 one multi-head call of width r
+    (:func:`exact_heads`). Not collective."""
+    phases = exact_heads(algorithm, op, m, n, r, p, c, strategy, nnz, heads)
     betas = {"propagation": machine.beta_shift, "replication": machine.beta_replication,
              "reduction": machine.beta_reduction} if machine.has_bulk_betas else {}
     comm = sum(machine.alpha * v["messages"] + betas.get(ph, machine.beta) * v["words"]
@@ -442,21 +461,25 @@ def projected(cfg: dict, machine) -> dict:
     m, n, nnz = runner.matrix_sizes(cfg["matrix"])
     alg, strategy, r, p, c = cfg["algorithm"], cfg["strategy"], cfg["r"], cfg["p"], cfg["c"]
     w = cfg["workload"]
-    parts = []  # (op, strategy, width, count)
+    parts = []  # (op, strategy, width, count, heads)
     comm = 0.0
     if w["app"] == "als":
         k = w["cg_iters"]
-        parts = [("fusedmm_a", strategy, r, 1 + k), ("fusedmm_b", strategy, r, 1 + k),
-                 ("spmm_a", "none", r, 1), ("spmm_b", "none", r, 1), ("sddmm", "none", r, 1)]
+        parts = [("fusedmm_a", strategy, r, 1 + k, 1), ("fusedmm_b", strategy, r, 1 + k, 1),
+                 ("spmm_a", "none", r, 1, 1), ("spmm_b", "none", r, 1, 1),
+                 ("sddmm", "none", r, 1, 1)]
     else:
         H, F = w["heads"], w["features"]
         train = w["pass"] == "train"
         if strategy == "fusion":
-            parts = [("fusedmm_a", "fusion", H * F, 1)]
-        else:
-            W = max(F, ALGORITHMS[alg].model.min_width(p, c))
-            parts = [("spmm_a", "none", W, H)] + (
-                [("sddmm", "none", W, H), ("spmm_b", "none", W, H)] if train else [])
+            parts = [("fusedmm_a", "fusion", H * F, 1, 1)]
+        else:  # one multi-head call of each kind (one pass at width H F on 1.5D dense
+            # shifting: H calls' words); each head padded to ceil(r_min / H) columns
+            fam = ALGORITHMS[alg]
+            Fp = max(F, -(-fam.model.min_width(p, c) // H))
+            one = ("none", H * Fp, 1, H) if fam.splits_r else ("none", F, H, 1)
+            parts = [("spmm_a", *one)] + ([("sddmm", *one), ("spmm_b", *one)]
+                                          if train else [])
             sides = 2 if train else 1
             _, g = row_group_shape(alg, n, p, c)
             words = sides * allgather_model_words(alg, n, p, c, H, F)
@@ -464,8 +487,8 @@ def projected(cfg: dict, machine) -> dict:
             moves = 1.0 if transfer_model_words(alg, n, p, c, 1) else 0.0
             comm += machine.alpha * sides * ((g - 1) + moves) + machine.beta * words
     compute = 0.0
-    for op, strat, width, count in parts:
-        cm, cp = op_seconds(machine, alg, strat, op, m, n, nnz, width, p, c)
+    for op, strat, width, count, heads in parts:
+        cm, cp = op_seconds(machine, alg, strat, op, m, n, nnz, width, p, c, heads)
         comm += count * cm
         compute += count * cp
     return {"key": runner.key(cfg), **cfg, "label": runner.matrix_label(cfg["matrix"]),

@@ -99,6 +99,11 @@ nr(c-1)/p words and c-1 messages, whose minimisation gives Table IV's c = (p(1+3
 4 sqrt(p/c) shifts are not sent; and every propagation loop resends the coordinates of S (the
 paper's 6 phi = 2 loops x 3 words, so this matches). Local kernel dimensions are Table III's:
 S blocks (m/s) x (n/(sc)) = (n sqrt(c)/sqrt(p)) x (n/sqrt(pc)), dense blocks (n/(sc)) x (r/s).
+
+Multi-head calls (:mod:`distmm.algorithms.multivalue`: the multi-value SpMM, the multi-head
+SDDMM) run the same loop once at width r = H F, with H value words per nonzero in each S
+packet (S's H values, or the H partial dot products): 3z becomes (2 + H) z above, the dense
+words unchanged (``exact_words(..., heads=H)``).
 """
 
 from __future__ import annotations
@@ -109,7 +114,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from distmm.algorithms.model import FamilyModel, KernelCalls
-from distmm.algorithms.packets import index_words, pack, packet_block, packet_values, word_dtype
+from distmm.algorithms.multivalue import MultiHead
+from distmm.algorithms.packets import (
+    index_words,
+    pack,
+    packet_block,
+    packet_heads,
+    packet_values,
+    word_dtype,
+)
 from distmm.algorithms.placement import Orientation
 from distmm.algorithms.two_orientation import TwoOrientationAlgorithm
 from distmm.core.aligned import aligned_copy
@@ -275,9 +288,14 @@ class DenseReplicate25DModel(FamilyModel):
 
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
-                    nnz: float | None = None, shifted_nnz: float | None = None
-                    ) -> dict[str, dict[str, float]]:
+                    nnz: float | None = None, shifted_nnz: float | None = None,
+                    heads: int = 1) -> dict[str, dict[str, float]]:
         """Words and messages sent per rank, per phase, by one ``op`` (see module docstring).
+
+        ``heads`` H > 1: a multi-head SDDMM or multi-value SpMM of width r
+        (:mod:`distmm.algorithms.multivalue`), whose S packets carry H value words per
+        nonzero: 2 + H words a shifted nonzero where one call has 3, the dense words
+        unchanged.
 
         Exact when s*c divides m and n and s divides r (s = sqrt(p/c)). ``shifted_nnz`` is
         the number of nonzeros this rank sends in one propagation loop (its group's s blocks;
@@ -288,6 +306,8 @@ class DenseReplicate25DModel(FamilyModel):
         require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
         DenseReplicate25D._check_grid(p, c)
         s = math.isqrt(p // c)
+        require(heads == 1 or op in ("sddmm", "spmm_a", "spmm_b"),
+                f"{op} has no multi-head form")
         if op.startswith("fusedmm"):
             require(strategy in STRATEGIES,
                     f"unknown FusedMM strategy {strategy!r}; choose one of "
@@ -309,7 +329,8 @@ class DenseReplicate25DModel(FamilyModel):
             out[phase]["messages"] += msgs
 
         def loop(dense_blk: float, times: int = 1) -> None:
-            add("propagation", times * (3 * z + shifts * dense_blk), times * 2 * shifts)
+            add("propagation", times * ((2 + heads) * z + shifts * dense_blk),
+                times * 2 * shifts)
 
         if op in ("sddmm", "spmm_b"):
             add("replication", (c - 1) * a_blk, c - 1)
@@ -475,7 +496,8 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
 
     def _propagate(self, name: str, mode: str, third: np.ndarray, T: np.ndarray | None,
                    Y_loc: np.ndarray | None, r: int, T_out: np.ndarray | None = None,
-                   result: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                   result: np.ndarray | None = None, multi: MultiHead | None = None
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
         """s Cannon steps: local kernel, then shift the S block and the Y block (propagation).
 
         ``third`` is the third COO word of the home block's nonzeros at the start: S's values
@@ -484,16 +506,22 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         block is the output and travels). Returns (third word of the home block after the
         loop, a view valid until the next call; this rank's Y output block for "spmm_y",
         written into ``result`` when given, or None).
+        With ``multi`` (a multi-head call, :mod:`distmm.algorithms.multivalue`) the S block
+        carries H value words per nonzero in the same message (``third`` (H, nnz) or 0; the
+        partial sums (nnz, H)), and each step runs the multi-head kernels on the column
+        block j cut into head segments; the dense blocks are those of one call.
         """
         o = self._orientation(name)
         lp = self._loops[name]
         home, s, w, dt = o.blocks[0], self.s, self.local_width(r), self.dtype
         z, yrows = lp.step_nnz, lp.step_yrows
         z0 = int(z[0])
-        cur = self._buffer("cur", (3 * int(z.max()),), self._word)
+        heads = 0 if multi is None else multi.heads
+        per_nz = 3 if multi is None else 2 + heads
+        cur = self._buffer("cur", (per_nz * int(z.max()),), self._word)
         # A layer of one rank (s = 1) shifts nothing, so it needs no receive buffers.
-        nxt = self._buffer("nxt", (3 * int(z.max()),), self._word) if s > 1 else cur
-        pack(cur, lp.home_index, third, dt)
+        nxt = self._buffer("nxt", (per_nz * int(z.max()),), self._word) if s > 1 else cur
+        pack(cur, lp.home_index, third, dt, heads=heads)
         ycur = self._buffer("ycur", (int(yrows.max()), w))
         ynxt = self._buffer("ynxt", (int(yrows.max()), w)) if s > 1 else ycur
         if mode != "spmm_y":  # an output Y block is written by the first step's kernel
@@ -512,14 +540,22 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
             Yb = ycur[:ys]
             reqs = []
             if pre_s:
-                reqs += lp.s_comm.start_shift(cur[:3 * zs], nxt[:3 * nz], dest=lp.s_dest,
-                                              source=lp.s_src)
+                reqs += lp.s_comm.start_shift(cur[:per_nz * zs], nxt[:per_nz * nz],
+                                              dest=lp.s_dest, source=lp.s_src)
             if pre_y:
                 reqs += self.col.start_shift(ycur[:ys], ynxt[:ny], dest=up, source=down)
             # A block that arrived is a new object at every step: its kernel call is prepared
             # each time (key None); only the kernel's own time is "compute".
             blk = home if step == 0 else packet_block(cur, zs, (home.shape[0], ys), vals)
-            if mode == "sddmm":
+            if multi is not None:  # every head, one pass; the first SpMM step writes
+                hv = packet_heads(cur, zs, heads, dt, edge_major=mode == "sddmm")
+                if mode == "sddmm":
+                    multi.sddmm(blk, T, Yb, hv)
+                elif mode == "spmm_x":
+                    multi.spmm("spmm_multi_a", blk, hv, Yb, T_out, accumulate=step > 0)
+                else:
+                    multi.spmm("spmm_multi_b", blk, hv, T, Yb, accumulate=step > 0)
+            elif mode == "sddmm":
                 self._run_kernel(None, (), "sddmm", blk, ones[:zs], T, Yb, vals)
             elif mode == "spmm_x":
                 self._run_kernel(None, (), "spmm_a", blk, vals, Yb, None, T_out,
@@ -529,14 +565,15 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
                                  accumulate=step > 0)
             if s > 1:
                 if not pre_s:
-                    reqs += lp.s_comm.start_shift(cur[:3 * zs], nxt[:3 * nz], dest=lp.s_dest,
-                                                  source=lp.s_src)
+                    reqs += lp.s_comm.start_shift(cur[:per_nz * zs], nxt[:per_nz * nz],
+                                                  dest=lp.s_dest, source=lp.s_src)
                 if not pre_y:
                     reqs += self.col.start_shift(ycur[:ys], ynxt[:ny], dest=up, source=down)
                 self.col.finish(reqs)
                 cur, nxt = nxt, cur
                 ycur, ynxt = ynxt, ycur
-        out_third = packet_values(cur, z0, dt)
+        out_third = packet_values(cur, z0, dt) if multi is None else \
+            packet_heads(cur, z0, heads, dt, edge_major=True)
         if mode != "spmm_y":
             return out_third, None
         if result is None:
@@ -545,23 +582,26 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         return out_third, result
 
     # pieces expressed in an orientation's frame ------------------------------------------
-    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None):
+    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None,
+                  multi: MultiHead | None = None):
         if T is None:
             T = self._replicate(name, X_loc)
-        partial, _ = self._propagate(name, "sddmm", 0.0, T, Y_loc, r)
-        # R = S(vals) o (sum over the s column blocks of A_t B_t^T)
-        return np.multiply(partial, vals, out=out), T
+        partial, _ = self._propagate(name, "sddmm", 0.0, T, Y_loc, r, multi=multi)
+        # R = S(vals) o (sum over the s column blocks of A_t B_t^T), per head with multi
+        return np.multiply(partial, vals if multi is None else vals[:, None], out=out), T
 
-    def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None):
+    def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None, multi: MultiHead | None = None):
         o = self._orientation(name)
         T_out = self._buffer(("T_out", name), (o.blocks[0].shape[0], self.local_width(r)))
-        self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out)  # written by step 0
+        # written by step 0
+        self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out, multi=multi)
         return self._reduce(name, T_out, out)
 
-    def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None):
+    def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None,
+                   multi: MultiHead | None = None):
         if T is None:
             T = self._replicate(name, X_loc)
-        return self._propagate(name, "spmm_y", vals, T, None, r, result=out)[1]
+        return self._propagate(name, "spmm_y", vals, T, None, r, result=out, multi=multi)[1]
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,

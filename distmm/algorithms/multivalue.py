@@ -14,11 +14,25 @@ On 1.5D dense shifting (:class:`~distmm.algorithms.dense_shift_15d.DenseShift15D
 call is one pass of Algorithm 1 at width heads * F, with the multi-value kernel of
 :mod:`distmm.kernels.multivalue` (every head in one pass over each block's nonzeros) as its
 loop body: it moves exactly the words of one single-value SpMM of width heads * F
-(:func:`multi_value_words`), in one shift per step instead of one per head. The other families
-run one single-value call per head (:func:`_per_head`), each counted as a fallback call of
-``spmm_multi_a`` / ``spmm_multi_b`` in the node model's statistics; where a family cuts the
-dense columns over ranks (``splits_r``) each head's call runs at the full width on the block
-with the other heads' columns zeroed, so its words are heads times those of one call.
+(:func:`multi_value_words`), in one shift per step instead of one per head.
+
+The families that cut the dense columns over ranks (``splits_r``: 1.5D sparse shifting, 2.5D
+dense and sparse replicating) also run one pass of their own loop at width heads * F
+(``_multi_pass`` on the family; each loop takes a :class:`MultiHead`). Each rank holds a
+column slice of the width-(heads * F) operands, which may start or end inside a head or hold
+no column of some heads; the slice is cut into head segments
+(:func:`~distmm.kernels.multivalue.head_segments`) and each step runs the segment kernel
+(:func:`~distmm.kernels.multivalue.spmm_segments_block`: one sweep over the block's
+nonzeros, segment g with its head's values). The replication, shifts and reductions of dense
+rows are those of one call of width heads * F; where S's values travel, the heads' values
+travel together: S's packets carry ``[rows | cols | H values]``, 2 + H words a nonzero
+(:mod:`distmm.algorithms.packets`; 1.5D sparse shifting, 2.5D dense replicating), and 2.5D
+sparse replicating all-gathers the H values of each nonzero over the fiber in one
+collective. So the words are one call's plus (H - 1) words per nonzero shifted (or per
+nonzero of the fiber's other shares), each family model's ``exact_words`` with ``heads``
+(:func:`multi_value_words`). 1.5D sparsity-aware runs one single-value call of width F per
+head (:func:`_per_head`), each counted as a fallback call of ``spmm_multi_a`` /
+``spmm_multi_b`` in the node model's statistics.
 
 The multi-head SDDMM (:func:`sddmm_multi`, ``S.sddmm(A, B, heads=H)``) is the multi-value
 SpMM's gradient in its values: for each head h and stored nonzero e = (i, j),
@@ -32,10 +46,14 @@ whole dense rows (1.5D dense shifting, 1.5D sparsity-aware) it is the family's o
 at width heads * F with the multi-head kernel (:func:`~distmm.kernels.multivalue.
 prepare_sddmm_multi`) as each step's body: every head in one pass over each block's
 nonzeros, and exactly the words of one single-value SDDMM of width heads * F
-(:func:`sddmm_multi_words`). The families that cut the dense columns over ranks run one
-single-value SDDMM per head at the full width with the other heads' columns of A zeroed
-(their loops reduce one partial dot product per nonzero), each counted as a fallback call of
-``sddmm_multi``: heads times the words of one call.
+(:func:`sddmm_multi_words`). The families that cut the dense columns over ranks run one pass
+of their loop too: each rank computes every head's partial dot products over its column
+slice (:func:`~distmm.kernels.multivalue.sddmm_segments_block`, (nnz, H) per block), and the
+reduction over the column pieces carries H partial sums per nonzero in the messages of one
+call (in S's packets, 2 + H words a nonzero where one call sends 3; in 2.5D sparse
+replicating's one reduce-scatter over the fiber, H words per nonzero); S's values are applied
+once the sums are complete. Its words are the family model's ``exact_words`` with ``heads``
+(:func:`sddmm_multi_words`).
 
 Every rank must call. Bad operands raise the same InputError on every rank before any work
 on the first call of each kind (side, heads, width) and on every call under
@@ -50,10 +68,69 @@ import numpy as np
 from distmm.algorithms.calls import call_tag
 from distmm.core.aligned import aligned_empty
 from distmm.errors import InputError, agree
-from distmm.kernels.multivalue import spmm_multi_block
+from distmm.kernels.multivalue import (
+    head_segments,
+    sddmm_segments_block,
+    spmm_multi_block,
+    spmm_segments_block,
+)
 
-__all__ = ["is_multi_value", "multi_value_words", "sddmm_multi", "sddmm_multi_words",
-           "spmm_multi"]
+__all__ = ["MultiHead", "is_multi_value", "multi_value_words", "sddmm_multi",
+           "sddmm_multi_words", "spmm_multi"]
+
+
+class MultiHead:
+    """One multi-head call inside the loop of a family that cuts the dense width over ranks
+    (``splits_r``): its heads, the head width F, and the local kernels on a column slice of
+    the width heads * F operands cut into head segments
+    (:func:`~distmm.kernels.multivalue.head_segments`). The family's loop passes one to its
+    kernels' places (``multi=``): the loop's messages are those of one call, with the value
+    words of S's blocks H per nonzero. Not collective.
+
+    Parameters
+    ----------
+    S : DistributedMatrix
+        The family object (its node model records the kernels; their seconds are its
+        "compute" phase).
+    heads, r : int
+        Heads and the global width heads * F of the call.
+    """
+
+    def __init__(self, S, heads: int, r: int) -> None:
+        self.S, self.heads, self.F = S, int(heads), int(r) // int(heads)
+        cols = S.dense_cols("a", S.rank, r)  # this rank's columns of r (the same on both sides)
+        self.segs = self.segments(cols.start, cols.stop)
+
+    def segments(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The head segments of the global columns lo .. hi - 1."""
+        return head_segments(lo, hi, self.F)
+
+    def spmm(self, op: str, blk, V: np.ndarray, X: np.ndarray, out: np.ndarray,
+             accumulate: bool = True, segs=None) -> None:
+        """``op`` ("spmm_multi_a": blk(V) X, "spmm_multi_b": blk(V)^T X) into ``out`` on the
+        slice's segments (``segs``, default this rank's home columns)."""
+        seg = self.segs if segs is None else segs
+        self.S.stats.seconds["compute"] += spmm_segments_block(
+            self.S.kernel, op, blk, V, 0, X, out, seg[0], seg[1], accumulate)
+
+    def sddmm(self, blk, A: np.ndarray, B: np.ndarray, out: np.ndarray,
+              accumulate: bool = True, segs=None) -> None:
+        """Every head's partial dot products over the slice into ``out`` (nnz, heads)."""
+        seg = self.segs if segs is None else segs
+        self.S.stats.seconds["compute"] += sddmm_segments_block(
+            self.S.kernel, blk, A, B, out, seg[0], seg[1], accumulate)
+
+
+def _begin_multi(S, op: str, heads: int, r: int) -> None:
+    """The call's state as calls.py's ``_begin`` sets it: its kind (the key of its kept
+    kernel calls), the node model's plan state, the tag and width of its messages."""
+    S._kind = (op + "_multi", heads)
+    state = S.kernel.plan_state()
+    if state != S._plan_state:
+        S._forget_prepared()
+        S._plan_state = state
+    S._repeat = False
+    S.stats.set_call(call_tag(op), r, f"{op} ({heads} heads)")
 
 
 def is_multi_value(values) -> bool:
@@ -81,6 +158,12 @@ def _check(S, side: str, X, V: np.ndarray, out) -> tuple[int, int]:
                f"{S._local_rows(in_side)}")
     elif heads < 1 or r % heads:
         msg = f"its width {r} is not a multiple of the {heads} heads of values"
+    elif S.splits_r and X.shape[1] != S.local_width(r):
+        msg = (f"the dense operand has {X.shape[1]} columns on this rank, but its share of "
+               f"the r={r} columns is {S.local_width(r)}")
+        if not getattr(X, "typed", False):
+            msg += (f" ({S.name} cuts the width over ranks: pass a typed block, from "
+                    "S.scatter, S.dense or S.wrap(side, block, r), so that r is known)")
     elif out is not None and (np.shape(out) != (S._local_rows(side), X.shape[1])
                               or np.asarray(out).dtype != S.dtype):
         msg = f"out has shape {np.shape(out)}, expected {(S._local_rows(side), X.shape[1])}"
@@ -112,7 +195,11 @@ def spmm_multi(S, side: str, X_loc, values: np.ndarray, out=None):
     heads, r = _check(S, side, X_loc, values, out)
     X = np.ascontiguousarray(np.asarray(X_loc).view(np.ndarray))
     V = np.ascontiguousarray(values)
-    if S.name != "15d-dense-shift":
+    if S.splits_r:
+        _begin_multi(S, "spmm_" + side, heads, r)
+        res = S._multi_pass("spmm_" + side, X, None, V, r, _plain_out(out),
+                            MultiHead(S, heads, r))
+    elif S.name != "15d-dense-shift":
         res = _per_head(S, side, X, V, heads, r)
     elif side == "a":
         res = _dense_shift_a(S, X, V, heads, _plain_out(out))
@@ -197,23 +284,16 @@ def _kernel(S, o, t: int, op: str, V, X, out, heads: int, first: bool) -> None:
 
 
 def _per_head(S, side: str, X, V, heads: int, r: int) -> np.ndarray:
-    """One single-value call per head (families without the multi-value loop)."""
+    """One single-value call of width F per head (the sparsity-aware family, which keeps
+    whole rows but has no multi-value loop)."""
     op = "spmm_multi_a" if side == "a" else "spmm_multi_b"
     call = S.spmm_a if side == "a" else S.spmm_b
-    in_side = "b" if side == "a" else "a"
     F = r // heads
-    cols = np.arange(r)[S.dense_cols(in_side, S.rank, r)]
     res = np.empty((S._local_rows(side), X.shape[1]), dtype=S.dtype)
     for h in range(heads):
-        mine = (cols // F) == h
-        if S.splits_r:
-            Xh = np.where(mine[None, :], X, 0).astype(S.dtype)
-            got = np.asarray(call(S.wrap(in_side, Xh, r), values=np.ascontiguousarray(V[h])))
-            res[:, mine] = got[:, mine]
-        else:
-            got = call(np.ascontiguousarray(X[:, h * F:(h + 1) * F]),
-                       values=np.ascontiguousarray(V[h]))
-            res[:, h * F:(h + 1) * F] = np.asarray(got)
+        got = call(np.ascontiguousarray(X[:, h * F:(h + 1) * F]),
+                   values=np.ascontiguousarray(V[h]))
+        res[:, h * F:(h + 1) * F] = np.asarray(got)
         S.kernel.stats.record(op, 0.0, 0.0, 0.0, fallback=True)
     return res
 
@@ -221,14 +301,26 @@ def _per_head(S, side: str, X, V, heads: int, r: int) -> np.ndarray:
 def multi_value_words(S, op: str, heads: int, features: int,
                       first: bool = True) -> dict[str, dict[str, float]]:
     """Words and messages per phase one rank sends in one multi-value ``op`` ("spmm_a" or
-    "spmm_b") on 1.5D dense shifting: those of one single-value call of width
-    heads * features (the family model's ``exact_words``;
-    p must divide m and n), plus, on the ``first`` call of its kind, the input check's
-    agreement (phase "other", p - 1). Not collective."""
-    if S.name != "15d-dense-shift":
-        raise InputError("multi_value_words: only 15d-dense-shift runs one pass")
+    "spmm_b"), plus, on the ``first`` call of its kind (and every call under
+    checks="always"), the input check's agreement (phase "other", p - 1). Not collective
+    (collective only where the family's counts build S^T first, as
+    :meth:`~distmm.algorithms.stats.MatrixStats.expected_words`).
+
+    On 1.5D dense shifting, those of one single-value call of width heads * features (the
+    family model's ``exact_words``; p must divide m and n). On the families that cut the
+    dense width (``splits_r``), the family model's ``exact_words`` at that width with
+    ``heads``: the dense words of one call, S's value words H per nonzero (in S's packets
+    on 1.5D sparse shifting and 2.5D dense replicating, 2 + H words a nonzero; in the
+    fiber all-gather of the values on 2.5D sparse replicating, H (c - 1) per own nonzero),
+    with this rank's counts (exact where the single-value formula is)."""
     m, n = S.shape
-    words = S.model.exact_words(op, m, n, heads * features, S.p, S.c)
+    if S.splits_r:
+        words = S.model.exact_words(op, m, n, heads * features, S.p, S.c, "none",
+                                    heads=heads, **S._exact_counts(op, "none"))
+    elif S.name == "15d-dense-shift":
+        words = S.model.exact_words(op, m, n, heads * features, S.p, S.c)
+    else:
+        raise InputError(f"multi_value_words: {S.name} runs one call per head")
     k = S.p - 1 if first or S.checks == "always" else 0
     words["other"] = {"words": k, "messages": k}
     return words
@@ -289,35 +381,14 @@ def sddmm_multi(S, A_loc, B_loc, heads: int, values: np.ndarray | str | None = N
     r = _check_sddmm(S, A_loc, B_loc, heads, values, out)
     vals = S.values if values is None else np.ascontiguousarray(values)
     res = out if out is not None else np.empty((S.values.shape[0], heads), dtype=S.dtype)
-    if S.splits_r:
-        _sddmm_per_head(S, A_loc, B_loc, heads, r, vals, res)
-        return res
     A = np.ascontiguousarray(np.asarray(A_loc).view(np.ndarray))
     B = np.ascontiguousarray(np.asarray(B_loc).view(np.ndarray))
-    # the call's state as calls.py's _begin sets it: its kind (the key of its kept kernel
-    # calls), the node model's plan state, the tag and width of its messages
-    S._kind = ("sddmm_multi", heads)
-    state = S.kernel.plan_state()
-    if state != S._plan_state:
-        S._forget_prepared()
-        S._plan_state = state
-    S._repeat = False
-    S.stats.set_call(call_tag("sddmm"), r, f"sddmm ({heads} heads)")
-    S._sddmm(A, B, vals, r, res)
+    _begin_multi(S, "sddmm", heads, r)
+    if S.splits_r:  # per-head partial sums of the local columns, reduced together
+        S._multi_pass("sddmm", A, B, vals, r, res, MultiHead(S, heads, r))
+    else:
+        S._sddmm(A, B, vals, r, res)
     return res
-
-
-def _sddmm_per_head(S, A_loc, B_loc, heads: int, r: int, vals, res) -> None:
-    """One single-value SDDMM per head (families that cut r over ranks): head h's dot products
-    are those of A with its other heads' columns zeroed."""
-    F = r // heads
-    A = np.asarray(A_loc).view(np.ndarray)
-    cols = np.arange(r)[S.dense_cols("a", S.rank, r)]
-    B = B_loc if getattr(B_loc, "typed", False) else S.wrap("b", np.asarray(B_loc), r)
-    for h in range(heads):
-        Ah = np.where(((cols // F) == h)[None, :], A, 0).astype(S.dtype)
-        res[:, h] = S.sddmm(S.wrap("a", Ah, r), B, values=vals)
-        S.kernel.stats.record("sddmm_multi", 0.0, 0.0, 0.0, fallback=True)
 
 
 def sddmm_multi_words(S, heads: int, features: int, first: bool = True
@@ -325,13 +396,19 @@ def sddmm_multi_words(S, heads: int, features: int, first: bool = True
     """Words and messages per phase one rank sends in one :func:`sddmm_multi`: on the families
     that keep whole rows, those of one single-value SDDMM of width heads * features (the
     family model's exact words with this rank's counts,
-    :meth:`~distmm.algorithms.stats.MatrixStats.expected_words`); on the others, heads times
-    those of one call of that width (one call per head). On the ``first`` call of its kind (and
-    every call under checks="always") the input check's agreement adds p - 1 (phase "other").
-    Not collective."""
-    one = S.stats.expected_words("sddmm", heads * features)
-    k = 1 if not S.splits_r else heads
-    words = {ph: {key: k * v for key, v in d.items()} for ph, d in one.items()}
+    :meth:`~distmm.algorithms.stats.MatrixStats.expected_words`); on the families that cut
+    the dense width, the family model's ``exact_words`` at that width with ``heads``: the
+    dense words of one call, and H partial sums per nonzero where one call has one (in S's
+    packets, 2 + H words a nonzero; in the fiber's reduce-scatter of 2.5D sparse
+    replicating, H per nonzero reduced). On the ``first`` call of its kind (and every call
+    under checks="always") the input check's agreement adds p - 1 (phase "other"). Not
+    collective (as :func:`multi_value_words`)."""
+    if S.splits_r:
+        m, n = S.shape
+        words = S.model.exact_words("sddmm", m, n, heads * features, S.p, S.c, "none",
+                                    heads=heads, **S._exact_counts("sddmm", "none"))
+    else:
+        words = S.stats.expected_words("sddmm", heads * features)
     a = S.p - 1 if first or S.checks == "always" else 0
     words["other"] = {"words": a, "messages": a}
     return words

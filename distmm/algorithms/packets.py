@@ -9,6 +9,10 @@ index and every value is one word whatever its width: the packet is an integer a
 width of the data type (:func:`word_dtype`), the value words carrying the values' bits.
 Nonzeros travel in CSR order, so the receiver rebuilds the CSR structure with a bincount of the
 rows (:func:`packet_block`).
+
+A multi-head call (several value vectors of S, or one partial dot product per head) sends its
+H value words per nonzero in the same message, ``[rows | cols | H values]``: the indices once
+and 2 + H words a nonzero (:func:`packet_heads`), where H single-value calls would send 3 H.
 """
 
 from __future__ import annotations
@@ -33,22 +37,33 @@ def index_words(rows: np.ndarray, cols: np.ndarray, dtype) -> np.ndarray:
 
 
 def pack(buf: np.ndarray, index: np.ndarray, values, dtype,
-         perm: np.ndarray | None = None) -> None:
+         perm: np.ndarray | None = None, heads: int = 0) -> None:
     """Write a packet into ``buf``: ``index`` (from :func:`index_words`), then one value word
     per nonzero: ``values`` (an array, taken through ``perm`` when given, or a scalar such as
-    0 for partial sums that start empty)."""
+    0 for partial sums that start empty). With ``heads`` H > 0, H value words per nonzero
+    (:func:`packet_heads`): ``values`` is then (H, nnz) or a scalar."""
     nnz = index.size // 2
     buf[:2 * nnz] = index
-    out = packet_values(buf, nnz, dtype)
+    out = packet_values(buf, nnz, dtype) if heads == 0 else \
+        packet_heads(buf, nnz, heads, dtype)
     if perm is None or np.isscalar(values):
         out[...] = values
     else:
-        np.take(values, perm, out=out)
+        np.take(values, perm, axis=-1, out=out)
 
 
 def packet_values(buf: np.ndarray, nnz: int, dtype) -> np.ndarray:
     """The value words of a packet of ``nnz`` nonzeros, as a ``dtype`` view into ``buf``."""
     return buf[2 * nnz:3 * nnz].view(dtype)
+
+
+def packet_heads(buf: np.ndarray, nnz: int, heads: int, dtype,
+                 edge_major: bool = False) -> np.ndarray:
+    """The ``heads`` value words per nonzero of a multi-head packet of ``nnz`` nonzeros, as a
+    ``dtype`` view into ``buf``: (heads, nnz), one row per head (values of S), or with
+    ``edge_major`` (nnz, heads), one row per nonzero (partial dot products)."""
+    v = buf[2 * nnz:(2 + heads) * nnz].view(dtype)
+    return v.reshape(nnz, heads) if edge_major else v.reshape(heads, nnz)
 
 
 def packet_block(buf: np.ndarray, nnz: int, shape: tuple[int, int],
@@ -62,5 +77,5 @@ def packet_block(buf: np.ndarray, nnz: int, shape: tuple[int, int],
     return CSRBlock(shape=shape, indptr=indptr, indices=indices, data=values)
 
 
-__all__ = ["WORDS_PER_NONZERO", "index_words", "pack", "packet_block", "packet_values",
-           "word_dtype"]
+__all__ = ["WORDS_PER_NONZERO", "index_words", "pack", "packet_block", "packet_heads",
+           "packet_values", "word_dtype"]

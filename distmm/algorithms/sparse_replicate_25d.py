@@ -88,6 +88,12 @@ Differences from the paper, and why:
   * Every operation performs s shifts of each dense matrix, as Algorithm 2 does; the last
     shift of an *input* only returns a copy the caller still holds (3 of the 4s FusedMM shifts
     could be skipped). They are kept so the counts match the paper's 4 sqrt(p/c).
+
+Multi-head calls (:mod:`distmm.algorithms.multivalue`: the multi-value SpMM, the multi-head
+SDDMM) run the same Cannon loop once at width r = H F; the fiber's all-gather of S's values
+(SpMM) or reduce-scatter of the partial dot products (SDDMM) carries H words per nonzero in
+its c - 1 messages: (c-1) z_k becomes H (c-1) z_k and Z - z_k becomes H (Z - z_k) above
+(``exact_words(..., heads=H)``).
 """
 
 from __future__ import annotations
@@ -98,6 +104,7 @@ import numpy as np
 
 from distmm.algorithms.base import DistributedMatrix, Orientation
 from distmm.algorithms.model import FamilyModel, KernelCalls
+from distmm.algorithms.multivalue import MultiHead
 from distmm.core.aligned import aligned_copy
 from distmm.core.coo import CooShare
 from distmm.core.grid import ProcessGrid25D, fits_25d
@@ -222,9 +229,14 @@ class SparseReplicate25DModel(FamilyModel):
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
                     *, block_nnz: float | None = None, nnz: float | None = None,
-                    i: int | None = None, j: int | None = None, k: int | None = None
-                    ) -> dict[str, dict[str, float]]:
+                    i: int | None = None, j: int | None = None, k: int | None = None,
+                    heads: int = 1) -> dict[str, dict[str, float]]:
         """Words and messages sent per rank, per phase, by one call of ``op``.
+
+        ``heads`` H > 1: a multi-head SDDMM or multi-value SpMM of width r
+        (:mod:`distmm.algorithms.multivalue`): the fiber's all-gather of S's values (SpMM)
+        or reduce-scatter of the partial dot products (SDDMM) carries H words per nonzero,
+        in the same c - 1 messages; the dense shifts are those of one call.
 
         ``op`` is one of sddmm, spmm_a, spmm_b, fusedmm_a, fusedmm_b (strategy "none").
         ``block_nnz`` is the nonzero count of the rank's S block (shared by its fiber); with
@@ -237,6 +249,8 @@ class SparseReplicate25DModel(FamilyModel):
         require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
         require(strategy in STRATEGIES, f"unknown strategy {strategy!r}")
         SparseReplicate25D._check_grid(p, c)
+        require(heads == 1 or op in ("sddmm", "spmm_a", "spmm_b"),
+                f"{op} has no multi-head form")
         s = math.isqrt(p // c)
         if block_nnz is None and nnz is not None:
             block_nnz = nnz * c / p
@@ -258,9 +272,9 @@ class SparseReplicate25DModel(FamilyModel):
         repl = {"words": 0, "messages": 0}
         red = {"words": 0, "messages": 0}
         if op != "sddmm":
-            repl = {"words": (c - 1) * own, "messages": fiber_msgs}
+            repl = {"words": heads * (c - 1) * own, "messages": fiber_msgs}
         if op in ("sddmm", "fusedmm_a", "fusedmm_b"):
-            red = {"words": block_nnz - own, "messages": fiber_msgs}
+            red = {"words": heads * (block_nnz - own), "messages": fiber_msgs}
         return {"replication": repl, "propagation": prop, "reduction": red}
 
 
@@ -379,13 +393,17 @@ class SparseReplicate25D(DistributedMatrix):
     # ----------------------------------------------------------------- checks
     # ----------------------------------------------------------------- the loop
     def _cannon(self, mode: str, A_loc: np.ndarray | None, B_loc: np.ndarray | None,
-                vals: np.ndarray, r: int, out: np.ndarray | None = None) -> np.ndarray | None:
+                vals: np.ndarray, r: int, out: np.ndarray | None = None,
+                multi: MultiHead | None = None) -> np.ndarray | None:
         """s steps of local kernel + cyclic shifts of A (along the row) and B (up the column).
 
         ``mode``: "sddmm" (A, B in; partial dot products accumulate into ``out``, one per
         nonzero of the block), "spmm_a" (B in, A out) or "spmm_b" (A in, B out). Returns the
         finished output block for the SpMM modes, written into ``out`` when given. Collective
-        over the layer.
+        over the layer. With ``multi`` (a multi-head call, :mod:`distmm.algorithms.
+        multivalue`): ``vals`` is (H, block nnz), the SDDMM's ``out`` (block nnz, H), and
+        each step runs the multi-head kernels on the column block present (column block
+        k s + l of r), cut into its head segments; the dense shifts are those of one call.
         """
         s, g = self.s, self.grid
         w = self._layer_widths(r)
@@ -422,7 +440,16 @@ class SparseReplicate25D(DistributedMatrix):
                 reqs += self.col.start_shift(Bb, Bn, dest=north, source=south)
             # The shift buffers' views are new objects at every step: the kernel call is
             # prepared each time (key None); only the kernel's own time is "compute".
-            if mode == "sddmm":
+            if multi is not None:
+                co = self._col_offsets(r)
+                segs = multi.segments(int(co[g.k * s + l]), int(co[g.k * s + l + 1]))
+                if mode == "sddmm":
+                    multi.sddmm(S, Ab, Bb, out, accumulate=t > 0, segs=segs)
+                else:
+                    op, X, Y = (("spmm_multi_a", Bb, Ab) if mode == "spmm_a"
+                                else ("spmm_multi_b", Ab, Bb))
+                    multi.spmm(op, S, vals, X, Y, accumulate=t > 0, segs=segs)
+            elif mode == "sddmm":
                 self._run_kernel(None, (), "sddmm", S, vals, Ab, Bb, out, accumulate=t > 0)
             elif mode == "spmm_a":
                 self._run_kernel(None, (), "spmm_a", S, vals, Bb, None, Ab, accumulate=t > 0)
@@ -446,23 +473,35 @@ class SparseReplicate25D(DistributedMatrix):
         return out
 
     def _sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray, vals: np.ndarray, r: int,
-               out: np.ndarray | None = None) -> np.ndarray:
-        partial = self._buffer("partial", (self._nnz_block,))
-        self._cannon("sddmm", A_loc, B_loc, self._ones, r, partial)  # step 0 writes it
-        mine = out if out is not None else np.empty(self._own.stop - self._own.start,
+               out: np.ndarray | None = None, multi: MultiHead | None = None) -> np.ndarray:
+        # multi: H partial sums per nonzero, edge-major, reduced in the one reduce-scatter
+        H = 1 if multi is None else multi.heads
+        shape = (self._nnz_block,) if multi is None else (self._nnz_block, H)
+        partial = self._buffer("partial", shape)
+        self._cannon("sddmm", A_loc, B_loc, self._ones, r, partial, multi)  # step 0 writes it
+        own = self._own.stop - self._own.start
+        mine = out if out is not None else np.empty(shape[:0] + (own,) + shape[1:],
                                                     dtype=self.dtype)
-        self.fiber.reduce_scatter(partial, mine, self._counts)
+        self.fiber.reduce_scatter(partial, mine, [H * k for k in self._counts])
         with self.stats.timer("compute"):
-            mine *= vals  # section IV-A: post-multiply by S's values, no communication
+            # section IV-A: post-multiply by S's values, no communication
+            mine *= vals if multi is None else vals[:, None]
         return mine
 
     def _spmm(self, mode: str, X_loc: np.ndarray, vals: np.ndarray, r: int,
-              out: np.ndarray | None = None) -> np.ndarray:
-        full = self._buffer("full_values", (self._nnz_block,))
-        self.fiber.allgatherv(np.ascontiguousarray(vals), full, self._counts)
+              out: np.ndarray | None = None, multi: MultiHead | None = None) -> np.ndarray:
+        if multi is None:
+            full = self._buffer("full_values", (self._nnz_block,))
+            self.fiber.allgatherv(np.ascontiguousarray(vals), full, self._counts)
+        else:  # every head's values in one all-gather, edge-major, then one row per head
+            H = multi.heads
+            edges = self._buffer("full_values", (self._nnz_block, H))
+            self.fiber.allgatherv(np.ascontiguousarray(vals.T), edges,
+                                  [H * k for k in self._counts])
+            full = np.ascontiguousarray(edges.T)
         if mode == "spmm_a":
-            return self._cannon(mode, None, X_loc, full, r, out)
-        return self._cannon(mode, X_loc, None, full, r, out)
+            return self._cannon(mode, None, X_loc, full, r, out, multi)
+        return self._cannon(mode, X_loc, None, full, r, out, multi)
 
     # ----------------------------------------------------------------- the operations
     def _spmm_a(self, B_loc, vals, r, out):
@@ -470,6 +509,14 @@ class SparseReplicate25D(DistributedMatrix):
 
     def _spmm_b(self, A_loc, vals, r, out):
         return self._spmm("spmm_b", A_loc, vals, r, out)
+
+    def _multi_pass(self, op: str, X, Y, vals, r, out, multi):
+        """One multi-head call (:mod:`distmm.algorithms.multivalue`): ``op`` "sddmm" (X = A,
+        Y = B, vals (own,), out (own, H)), "spmm_a" (X = B) or "spmm_b" (X = A) with vals
+        (H, own). Collective."""
+        if op == "sddmm":
+            return self._sddmm(X, Y, vals, r, out, multi)
+        return self._spmm(op, X, vals, r, out, multi)
 
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
                  values: np.ndarray | str | None = None) -> np.ndarray:

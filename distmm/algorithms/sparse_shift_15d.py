@@ -70,6 +70,11 @@ layer has one rank, the shifts are local no-ops and the 6 phi/c term vanishes (a
 :mod:`distmm.perf.costmodel`); and each round makes q shifts, the last returning the blocks home, as
 Algorithm 1 and Table III count, although an SpMM round could stop after q - 1 (SDDMM cannot:
 its output must come home). :meth:`SparseShift15DModel.exact_words` gives these formulas.
+
+Multi-head calls (:mod:`distmm.algorithms.multivalue`: the multi-value SpMM, the multi-head
+SDDMM) run the same loop once at width r = H F, with H value words per nonzero in each packet
+(S's H values, or the H partial dot products): 3L becomes (2 + H) L above, the dense words
+unchanged (``exact_words(..., heads=H)``).
 """
 
 from __future__ import annotations
@@ -80,11 +85,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from distmm.algorithms.model import FamilyModel, KernelCalls
+from distmm.algorithms.multivalue import MultiHead
 from distmm.algorithms.packets import (
     WORDS_PER_NONZERO,
     index_words,
     pack,
     packet_block,
+    packet_heads,
     packet_values,
     word_dtype,
 )
@@ -185,9 +192,13 @@ class SparseShift15DModel(FamilyModel):
 
     @staticmethod
     def exact_words(op: str, m: int, n: int, r: int, p: int, c: int, strategy: str = "none",
-                    nnz: float | None = None, layer_nnz: dict[str, float] | None = None
-                    ) -> dict[str, dict[str, float]]:
+                    nnz: float | None = None, layer_nnz: dict[str, float] | None = None,
+                    heads: int = 1) -> dict[str, dict[str, float]]:
         """Words and messages sent per rank, per phase, by one operation. Not collective.
+
+        ``heads`` H > 1: a multi-head SDDMM or multi-value SpMM of width r
+        (:mod:`distmm.algorithms.multivalue`), whose packets carry H value words per nonzero:
+        2 + H words a shifted nonzero where one call has 3, the dense words unchanged.
 
         Exact when p divides m and n and p/c divides r. The shifted nonzeros are
         ``layer_nnz["a"]`` (this rank's layer's column blocks of S, orientation "a") and
@@ -198,6 +209,8 @@ class SparseShift15DModel(FamilyModel):
         require(op in OPS, f"unknown op {op!r}; choose one of {', '.join(OPS)}")
         require(strategy in STRATEGIES, f"unknown strategy {strategy!r}")
         require(p % c == 0, f"c={c} does not divide p={p}")
+        require(heads == 1 or op in ("sddmm", "spmm_a", "spmm_b"),
+                f"{op} has no multi-head form")
         q = p // c
         shifts = q if q > 1 else 0
         layer_nnz = dict(layer_nnz or {})
@@ -215,7 +228,8 @@ class SparseShift15DModel(FamilyModel):
 
         def rounds(name: str, k: int) -> None:
             if shifts:
-                add("propagation", k * WORDS_PER_NONZERO * layer_nnz[name], k * shifts)
+                per_nz = WORDS_PER_NONZERO - 1 + heads
+                add("propagation", k * per_nz * layer_nnz[name], k * shifts)
 
         gather_a = ("replication", (c - 1) * a_blk, c - 1)
         if op in ("sddmm", "spmm_b"):
@@ -447,7 +461,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
 
     def _propagate(self, name: str, mode: str, vals: np.ndarray | None,
                    T: np.ndarray | None, Y: np.ndarray | None,
-                   out: np.ndarray | None) -> np.ndarray:
+                   out: np.ndarray | None, multi: MultiHead | None = None) -> np.ndarray:
         """q steps of local kernel + cyclic shift of the S blocks within the layer.
 
         ``mode`` "sddmm": the block carries partial dot products (T is X, Y the stationary Y
@@ -455,6 +469,10 @@ class SparseShift15D(TwoOrientationAlgorithm):
         "spmm_x": the block carries ``vals``; out (X side, fiber order) += S @ Y.
         "spmm_y": the block carries ``vals`` in transposed order; out (Y side) += S^T @ T.
         At step s rank u holds the block of layer position (u + s) mod q.
+        With ``multi`` (a multi-head call, :mod:`distmm.algorithms.multivalue`) the block
+        carries H value words per nonzero in the same message (``vals`` is (H, nnz); the
+        partial dot products (nnz, H)), and each step runs the multi-head kernels on this
+        rank's column slice cut into head segments.
         """
         self._orientation(name)
         xs, ys = self._frames(name)
@@ -464,12 +482,14 @@ class SparseShift15D(TwoOrientationAlgorithm):
         ly = np.concatenate(([0], np.cumsum(ysz))).astype(np.int64)
         mx = int(self.offsets[xs][-1])
         frame = "csc" if mode == "spmm_y" else "csr"
-        size = WORDS_PER_NONZERO * int(nnz.max(initial=0))
+        heads = 0 if multi is None else multi.heads
+        per_nz = WORDS_PER_NONZERO if multi is None else 2 + heads
+        size = per_nz * int(nnz.max(initial=0))
         cur = self._buffer("cur", (size,), self._pack_dtype)
         # A layer of one rank (q = 1) shifts nothing, so it needs no receive buffer.
         nxt = self._buffer("nxt", (size,), self._pack_dtype) if q > 1 else cur
         index, perm = self._index_part(name, frame)
-        pack(cur, index, 0 if mode == "sddmm" else vals, self.dtype, perm)
+        pack(cur, index, 0 if mode == "sddmm" else vals, self.dtype, perm, heads)
         ones = np.ones(int(nnz.max(initial=0)), dtype=self.dtype) if mode == "sddmm" else None
         # With overlap, SpMM steps send the block on while the kernel reads it; SDDMM must
         # finish accumulating before its block leaves.
@@ -478,15 +498,23 @@ class SparseShift15D(TwoOrientationAlgorithm):
         for step in range(q):
             t, t_next = (u + step) % q, (u + step + 1) % q
             kt = int(nnz[t])
-            send = cur[:WORDS_PER_NONZERO * kt]
-            recv = nxt[:WORDS_PER_NONZERO * int(nnz[t_next])]
+            send = cur[:per_nz * kt]
+            recv = nxt[:per_nz * int(nnz[t_next])]
             reqs = self.layer.start_shift(send, recv, dest=left, source=right) if overlap else []
             ysl = slice(int(ly[t]), int(ly[t + 1]))
             # The block that arrived is a new object at every step: its kernel call is
             # prepared each time (key None); only the kernel's own time is "compute".
             bv = packet_values(cur, kt, self.dtype)
             blk = packet_block(cur, kt, (mx, ysz[t]) if frame == "csr" else (ysz[t], mx), bv)
-            if mode == "sddmm":
+            if multi is not None:  # every head, one pass; the first SpMM_X step writes
+                hv = packet_heads(cur, kt, heads, self.dtype, edge_major=mode == "sddmm")
+                if mode == "sddmm":
+                    multi.sddmm(blk, T, Y[ysl], hv)
+                elif mode == "spmm_x":
+                    multi.spmm("spmm_multi_a", blk, hv, Y[ysl], out, accumulate=step > 0)
+                else:
+                    multi.spmm("spmm_multi_a", blk, hv, T, out[ysl], accumulate=False)
+            elif mode == "sddmm":
                 self._run_kernel(None, (), "sddmm", blk, ones[:kt], T, Y[ysl], bv)
             elif mode == "spmm_x":  # the first step writes the accumulator
                 self._run_kernel(None, (), "spmm_a", blk, bv, Y[ysl], None, out,
@@ -501,29 +529,36 @@ class SparseShift15D(TwoOrientationAlgorithm):
                 else:
                     self.layer.shift(send, recv, dest=left, source=right)
                 cur, nxt = nxt, cur
+        if multi is not None:
+            return packet_heads(cur, int(nnz[u]), heads, self.dtype, edge_major=True)
         return packet_values(cur, int(nnz[u]), self.dtype)
 
     # pieces expressed in an orientation's frame ------------------------------------------
-    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None
-                  ) -> tuple[np.ndarray, np.ndarray]:
+    def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None,
+                  multi: MultiHead | None = None) -> tuple[np.ndarray, np.ndarray]:
         if T is None:
             T = self._replicate(name, X_loc)
-        dots = self._propagate(name, "sddmm", None, T, Y_loc, None)
+        dots = self._propagate(name, "sddmm", None, T, Y_loc, None, multi)
+        if multi is not None:  # (nnz, H) partial sums, complete: S's values once per head
+            return np.multiply(dots, vals[:, None], out=out), T
         return np.multiply(vals, dots, out=out), T
 
-    def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None) -> np.ndarray:
+    def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None,
+                   multi: MultiHead | None = None) -> np.ndarray:
         xs, _ = self._frames(name)
         T_out = self._buffer(("T_out", name), (int(self.offsets[xs][-1]), self.local_width(r)))
-        self._propagate(name, "spmm_x", vals, None, Y_loc, T_out)  # written by the first step
+        # written by the first step
+        self._propagate(name, "spmm_x", vals, None, Y_loc, T_out, multi)
         return self._reduce(name, T_out, out)
 
-    def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None) -> np.ndarray:
+    def _spmm_y_in(self, name: str, X_loc, vals, r, T=None, out=None,
+                   multi: MultiHead | None = None) -> np.ndarray:
         if T is None:
             T = self._replicate(name, X_loc)
         _, ys = self._frames(name)
         if out is None:  # every step writes its own rows of out
             out = aligned_empty((self._local_rows(ys), self.local_width(r)), self.dtype)
-        self._propagate(name, "spmm_y", vals, T, None, out)
+        self._propagate(name, "spmm_y", vals, T, None, out, multi)
         return out
 
     # ----------------------------------------------------------------- FusedMM (IV-B)

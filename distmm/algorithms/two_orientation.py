@@ -123,6 +123,17 @@ class TwoOrientationAlgorithm(DistributedMatrix):
     def _spmm_b(self, A_loc, vals, r, out):
         return self._spmm_y_in("a", A_loc, vals, r, out=out)
 
+    def _multi_pass(self, op: str, X, Y, vals, r, out, multi):
+        """One multi-head call in orientation "a" (families whose loop pieces take
+        ``multi=``, those that cut the dense width: :mod:`distmm.algorithms.multivalue`):
+        ``op`` "sddmm" (X = A, Y = B, vals (nnz,), out (nnz, H)), "spmm_a" (X = B) or
+        "spmm_b" (X = A) with vals (H, nnz). Collective."""
+        if op == "sddmm":
+            return self._sddmm_in("a", X, Y, vals, r, out=out, multi=multi)[0]
+        if op == "spmm_a":
+            return self._spmm_x_in("a", X, vals, r, out, multi=multi)
+        return self._spmm_y_in("a", X, vals, r, out=out, multi=multi)
+
     @property
     def values(self) -> np.ndarray:
         """S's current values on this rank, in value order (orientation "a")."""

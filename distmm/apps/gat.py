@@ -9,20 +9,18 @@ GATConv's semantics (torch_geometric.nn.GATConv):
     s_src[j] = a_src . z_j,  s_dst[i] = a_dst . z_i         per node, per head
     e_ij = LeakyReLU(s_dst[i] + s_src[j])      per-node values expanded onto S's nonzeros
     alpha_ij = softmax of e_i. over row i      edge softmax (row max and row sum reduced)
-    out_i = sum_j alpha_ij z_j                 SpMM S(alpha_h) z_h, one call per head
+    out_i = sum_j alpha_ij z_j                 SpMM S(alpha_h) z_h, every head in one call
     y = concat_h(out) (or mean_h) + bias, ELU between layers.
 
-Where the family keeps whole dense rows (the 1.5D families), every head is in one call of each
-kind: the aggregation is one multi-value SpMM ``S.spmm_a(z, values=alpha^T)`` on z seen as
-(nodes, heads * out_channels), and the backward one multi-head SDDMM ``S.sddmm(dout, z,
-heads=H)`` (d alpha) and one multi-value ``S.spmm_b`` (dz) (:mod:`distmm.algorithms.
-multivalue`). Where the family cuts the dense width into column pieces, each head's piece is
-padded to the family's smallest width and the calls loop over heads, the words of the loop
-being those of one call of width heads * out_channels (only the message count grows by the
-factor heads); a layer's per-head calls of an operation are then one bound call on buffers
-the heads' slices are copied into (:class:`HeadCall`), so that from the third call on they
-replay (distmm/algorithms/plan.py). The fused layer (``fused=True``) runs the family's
-compiled attention loop instead, forward and backward.
+On every family every head is in one call of each kind: the aggregation is one multi-value
+SpMM ``S.spmm_a(z, values=alpha^T)`` on z seen as (nodes, heads * out_channels), and the
+backward one multi-head SDDMM ``S.sddmm(dout, z, heads=H)`` (d alpha) and one multi-value
+``S.spmm_b`` (dz) (:mod:`distmm.algorithms.multivalue`): one communication pass each. Where
+the family cuts the dense width into column pieces, the calls take this rank's column piece
+of the heads' (nodes, heads * F) array (each head padded with zero columns where heads * F is
+below the family's smallest width, :meth:`~distmm.apps.gat_layout.NodeLayout.width`). The
+fused layer (``fused=True``) runs the family's compiled attention loop instead, forward and
+backward.
 A node with no in-edges (self-loops off) aggregates over nothing: its output is 0 before the
 bias (as in PyG), never NaN.
 
@@ -295,60 +293,6 @@ def leaky_relu_backward(G: np.ndarray, X: np.ndarray, slope: float) -> np.ndarra
 
 
 # ---------------------------------------------------------------------------------- the model
-class HeadCall:
-    """One operation of one layer, made once per attention head, as one bound call
-    (:meth:`~distmm.algorithms.base.DistributedMatrix.bind`) on dense blocks that each head's
-    operands are copied into.
-
-    A head's operands are strided slices of the layer's (nodes, heads, features) arrays. Passed
-    as new contiguous copies each time, a call is checked and planned in full (nothing to
-    replay: the objects differ every call). Copied into the same blocks for every head and
-    step instead, the calls from the third on replay their kept kernels and shifts
-    (plan.py): the same results, bitwise, for a fraction of the Python, whatever the number
-    of heads. The blocks are the object's own typed blocks of width ``r`` (``obj.dense``), so
-    that the families that cut r into column pieces read r from them; they hold this rank's
-    piece of one head's operands and result. Construction is not collective;
-    :meth:`__call__` is, like the operation.
-
-    Parameters
-    ----------
-    obj : DistributedMatrix
-        The object the calls run on.
-    op : {"sddmm", "spmm_a", "spmm_b"}
-        The operation.
-    r : int
-        The dense width of the calls (a head's features, padded to the family's smallest
-        width; :meth:`distmm.apps.gat_layout.NodeLayout.width`).
-    values : bool
-        Whether each call passes the head's values of S (copied into a buffer); else every
-        call uses ``fixed_values``.
-    fixed_values : ndarray, optional
-        S's values for every call when ``values`` is false (None: S's own).
-    """
-
-    SIDES = {"sddmm": (("a", "b"), None), "spmm_a": (("b",), "a"), "spmm_b": (("a",), "b")}
-
-    def __init__(self, obj, op: str, r: int, values: bool,
-                 fixed_values: np.ndarray | None = None) -> None:
-        dt = obj.dtype
-        sides, out_side = self.SIDES[op]
-        self.inputs = [obj.dense(side, r) for side in sides]
-        self.values = np.empty(obj.values.shape[0], dtype=dt) if values else fixed_values
-        self.out = (np.empty(obj.values.shape[0], dtype=dt) if out_side is None
-                    else obj.dense(out_side, r))
-        self.call = obj.bind(op, *self.inputs, values=self.values, out=self.out)
-
-    def __call__(self, *operands: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-        """The result on ``operands`` (this rank's pieces of one head's blocks) and
-        ``values`` (copied into the buffers): the result buffer, overwritten by the next
-        call. Collective."""
-        for buf, X in zip(self.inputs, operands, strict=True):
-            np.copyto(buf, X)
-        if values is not None:
-            np.copyto(self.values, values)
-        return self.call()
-
-
 class DistGAT:
     """A GAT model bound to a distributed S: forward, backward and loss on this rank's nodes.
 
@@ -391,23 +335,8 @@ class DistGAT:
         self.edge_keys = obj.row_perm[rows] * obj.shape[1] + obj.col_perm[cols]
         self.dtype = obj.dtype
         self._ones = np.ones(rows.size, dtype=self.dtype)
-        self._head_calls: dict[tuple, HeadCall] = {}
         # the sparse features of the last forward, as a block for the SpMM kernels
         self._features: SparseFeatures | None = None
-
-    def head_call(self, k: int, op: str, F: int) -> HeadCall:
-        """Layer ``k``'s bound call of ``op`` for its heads of width ``F`` (made on first
-        use). Not collective."""
-        key = (k, op, F)
-        call = self._head_calls.get(key)
-        if call is None:
-            r = self.layout.width(F)
-            if op == "sddmm":  # d alpha_h = dout_h . z_h on each edge
-                call = HeadCall(self.obj, op, r, values=False, fixed_values=self._ones)
-            else:  # out_h = S(alpha_h) z_h (spmm_a), d z_h = S(alpha_h)^T dout_h (spmm_b)
-                call = HeadCall(self.obj, op, r, values=True)
-            self._head_calls[key] = call
-        return call
 
     def loss(self, logits: np.ndarray, labels: np.ndarray, mask: np.ndarray, count: int
              ) -> tuple[float, np.ndarray]:
@@ -458,25 +387,23 @@ class DistGAT:
         e = leaky_relu(pre, layer.negative_slope)
         alpha = obj.edge_softmax(e, dim="row")
         ad = alpha if amask is None else alpha * amask
-        if self._whole_rows(F):  # every head in one multi-value SpMM
-            out = self._plain(obj.spmm_a(Z.reshape(-1, H * F), values=np.ascontiguousarray(
-                ad.T))).reshape(-1, H, F)
-            cache = dict(k=k, Xd=Xd, feats=feats, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out,
-                         xmask=xmask, amask=amask)
-            return self._combine(layer, out), cache
-        spmm = self.head_call(k, "spmm_a", F)
-        pieces = np.empty((self.nodes.size, H, len(lay.columns("a", F))), dtype=self.dtype)
-        for h in range(H):
-            pieces[:, h] = spmm(lay.piece("b", Z[:, h]), values=ad[:, h])
-        out = lay.allgather("a", pieces, F)
+        # every head in one multi-value SpMM, on this rank's column piece of the heads
+        got = obj.spmm_a(self._piece("b", Z), values=np.ascontiguousarray(ad.T))
+        out = lay.allgather("a", self._plain(got), H, F)
         cache = dict(k=k, Xd=Xd, feats=feats, Z=Z, pre=pre, alpha=alpha, ad=ad, out=out,
                      xmask=xmask, amask=amask)
         return self._combine(layer, out), cache
 
-    def _whole_rows(self, F: int) -> bool:
-        """Whether a head of F features runs in the multi-head calls: the family keeps whole
-        dense rows and F needs no padding. Not collective."""
-        return not self.layout.pieces_split() and self.layout.width(F) == F
+    def _piece(self, side: str, X: np.ndarray) -> np.ndarray:
+        """This rank's column piece of the (rows, H, F) whole rows ``X`` on ``side``, as a
+        block of the multi-head calls' width (typed where the family cuts the width, which
+        then reads it from the block). Not collective."""
+        lay = self.layout
+        piece = lay.piece(side, X)
+        if not lay.pieces_split():
+            return piece
+        H, F = X.shape[1], X.shape[2]
+        return self.obj.wrap(side, piece, H * lay.width(F, H))
 
     @staticmethod
     def _plain(X) -> np.ndarray:
@@ -550,22 +477,12 @@ class DistGAT:
         obj, lay = self.obj, self.layout
         Z, pre, alpha, ad, out = (cache[k] for k in ("Z", "pre", "alpha", "ad", "out"))
         H, F = Z.shape[1], Z.shape[2]
-        # d alpha_ij = dout_i . z_j (SDDMM); d z_j = sum_i alpha_ij dout_i (SpMM on S^T)
-        if self._whole_rows(F):  # every head in one call of each
-            d2 = np.ascontiguousarray(dout).reshape(-1, H * F)
-            dad = obj.sddmm(d2, Z.reshape(-1, H * F), values=self._ones, heads=H)
-            dZ = self._plain(obj.spmm_b(d2, values=np.ascontiguousarray(ad.T))).reshape(
-                -1, H, F)
-        else:
-            dad = np.empty_like(ad)
-            pieces = np.empty((Z.shape[0], H, len(lay.columns("b", F))), dtype=self.dtype)
-            k = cache["k"]
-            sddmm, spmm_b = self.head_call(k, "sddmm", F), self.head_call(k, "spmm_b", F)
-            for h in range(H):
-                da = lay.piece("a", dout[:, h])
-                dad[:, h] = sddmm(da, lay.piece("b", Z[:, h]))
-                pieces[:, h] = spmm_b(da, values=ad[:, h])
-            dZ = lay.allgather("b", pieces, F)
+        # d alpha_ij = dout_i . z_j (SDDMM); d z_j = sum_i alpha_ij dout_i (SpMM on S^T):
+        # every head in one call of each, on this rank's column pieces
+        d2 = self._piece("a", np.ascontiguousarray(dout))
+        dad = obj.sddmm(d2, self._piece("b", Z), values=self._ones, heads=H)
+        dZ = lay.allgather("b", self._plain(obj.spmm_b(d2, values=np.ascontiguousarray(ad.T))),
+                           H, F)
         dalpha = dad if cache["amask"] is None else dad * cache["amask"]
         # Softmax backward, d e_ij = alpha_ij (d alpha_ij - t_i) with t_i = sum_k alpha_ik
         # d alpha_ik: since d alpha_ik = mask_ik dout_i . z_k, t_i = dout_i . out_i, a local

@@ -15,10 +15,11 @@ family's own calls, from the family's public layout surface alone (``dense_rows`
 
 * **whole rows per side**: every rank keeps whole rows of its A-side and B-side node blocks,
   replicated over the side's row group;
-* **pieces**: the column piece of a head's (rows, F) block that the family's SpMM and SDDMM
-  take on this rank (:meth:`piece`), at the padded width ``width(F) = max(F, r_min)`` where F
-  is below the family's smallest width (padding columns are zeros: they add nothing to an
-  SDDMM's dot products, and the SpMM's padding columns are dropped);
+* **pieces**: the column piece of a (rows, H, F) array, seen as (rows, H F), that the
+  family's multi-value SpMM and multi-head SDDMM take on this rank (:meth:`piece`), each
+  head padded to ``width(F, H) = max(F, ceil(r_min / H))`` where H F is below the family's
+  smallest width r_min (padding columns are zeros: they add nothing to an SDDMM's dot
+  products, and the SpMM's padding columns are dropped);
 * **row-group all-gather** (phase ``gat_allgather``): the SpMM's output pieces of all heads
   made whole rows again in one all-gather over the row group (:meth:`allgather`,
   :meth:`allgather_words`);
@@ -163,15 +164,18 @@ class NodeLayout:
         """Ranks in ``rank``'s row group on ``side`` (default this rank). Not collective."""
         return int(self.members(side, rank).size)
 
-    def width(self, F: int) -> int:
-        """The width the family's calls run at for a head of F features: F, or the family's
-        smallest width where F is below it (the extra columns are zero padding)."""
-        return max(int(F), self.min_width)
+    def width(self, F: int, heads: int = 1) -> int:
+        """The width per head at which the family's calls run ``heads`` heads of F features:
+        F, or where heads * F is below the family's smallest width r_min, ceil(r_min /
+        heads) (the extra columns of each head are zero padding). The calls' width is
+        ``heads * width(F, heads)``."""
+        return max(int(F), -(-self.min_width // int(heads)))
 
-    def columns(self, side: str, F: int, rank: int | None = None) -> range:
-        """The columns (of ``width(F)``) of this rank's piece on ``side``. Not collective."""
+    def columns(self, side: str, F: int, rank: int | None = None, heads: int = 1) -> range:
+        """The columns (of ``heads * width(F, heads)``) of this rank's piece on ``side``. Not
+        collective."""
         rank = self.obj.rank if rank is None else rank
-        return column_range(self.obj, side, rank, self.width(F))
+        return column_range(self.obj, side, rank, heads * self.width(F, heads))
 
     def pieces_split(self) -> bool:
         """Whether the family cuts the width into pieces (else a piece is the whole row)."""
@@ -179,54 +183,58 @@ class NodeLayout:
 
     # -------------------------------------------------------------------- pieces
     def piece(self, side: str, X: np.ndarray) -> np.ndarray:
-        """This rank's column piece of the whole rows ``X`` ((rows, F), one head), padded
-        with zero columns up to ``width(F)``: a new C-contiguous array (``X`` itself where the
-        family keeps whole rows). Not collective."""
-        F = X.shape[1]
-        if not self.pieces_split() and self.width(F) == F:
-            return X  # the whole row: the calls' buffers take it as it is
-        cols = self.columns(side, F)
-        out = np.zeros((X.shape[0], len(cols)), dtype=X.dtype)
-        hi = min(cols.stop, F)
-        if hi > cols.start:
-            out[:, :hi - cols.start] = X[:, cols.start:hi]
-        return out
+        """This rank's column piece of the whole rows ``X`` ((rows, H, F), H heads), each head
+        padded with zero columns up to ``width(F, H)``, seen as (rows, H width(F, H)): a new
+        C-contiguous (rows, w) array (``X`` reshaped where the family keeps whole rows). Not
+        collective."""
+        n, H, F = X.shape
+        Fp = self.width(F, H)
+        if not self.pieces_split() and Fp == F:
+            return X.reshape(n, H * F)  # the whole row
+        cols = self.columns(side, F, heads=H)
+        if Fp != F:
+            padded = np.zeros((n, H, Fp), dtype=X.dtype)
+            padded[:, :, :F] = X
+            X = padded
+        return np.ascontiguousarray(X.reshape(n, H * Fp)[:, cols.start:cols.stop])
 
-    def allgather(self, side: str, pieces: np.ndarray, F: int) -> np.ndarray:
-        """Whole rows (rows, H, F) from this rank's pieces (rows, H, w) of every head, by one
-        all-gather over the row group of ``side`` (phase ``gat_allgather``; nothing is sent
-        in a group of one). Collective over ``obj.comm`` the first time (the group's split),
-        over the row group afterwards."""
-        n, H, _ = pieces.shape
-        Fp = self.width(F)
+    def allgather(self, side: str, piece: np.ndarray, heads: int, F: int) -> np.ndarray:
+        """Whole rows (rows, H, F) from this rank's piece (rows, w) of the H heads' columns
+        (:meth:`piece`'s columns, of H width(F, H)), by one all-gather over the row group of
+        ``side`` (phase ``gat_allgather``; nothing is sent in a group of one). Collective over
+        ``obj.comm`` the first time (the group's split), over the row group afterwards."""
+        n, H = piece.shape[0], int(heads)
+        Fp = self.width(F, H)
         if not self.pieces_split():
-            return pieces[:, :, :F] if Fp != F else pieces
+            out = piece.reshape(n, H, Fp)
+            return np.ascontiguousarray(out[:, :, :F]) if Fp != F else out
         group = row_group(self.obj, side)
-        ranges = [column_range(self.obj, side, int(k), Fp) for k in self.members(side)]
-        counts = [n * H * len(cr) for cr in ranges]
-        recv = np.empty(sum(counts), dtype=pieces.dtype)
-        group.allgatherv(np.ascontiguousarray(pieces), recv, counts, phase=ALLGATHER_PHASE)
-        out = np.empty((n, H, Fp), dtype=pieces.dtype)
+        ranges = [column_range(self.obj, side, int(k), H * Fp) for k in self.members(side)]
+        counts = [n * len(cr) for cr in ranges]
+        recv = np.empty(sum(counts), dtype=piece.dtype)
+        group.allgatherv(np.ascontiguousarray(piece), recv, counts, phase=ALLGATHER_PHASE)
+        out = np.empty((n, H * Fp), dtype=piece.dtype)
         pos = 0
         for cr, cnt in zip(ranges, counts, strict=True):
-            out[:, :, cr.start:cr.stop] = recv[pos:pos + cnt].reshape(n, H, len(cr))
+            out[:, cr.start:cr.stop] = recv[pos:pos + cnt].reshape(n, len(cr))
             pos += cnt
+        out = out.reshape(n, H, Fp)
         return np.ascontiguousarray(out[:, :, :F]) if Fp != F else out
 
     def allgather_words(self, side: str, heads: int, F: int, rank: int | None = None
                         ) -> dict[str, int]:
         """Words ``rank`` sends and receives in one :meth:`allgather` of ``heads`` heads of F
         features on ``side``: with g ranks in its row group, ``rows`` rows and a piece of w of
-        the ``width(F)`` columns, sent ``rows heads w (g - 1)``, received ``rows heads
-        (width(F) - w)`` (0 and 0 in a group of one). Not collective."""
+        the ``W = heads width(F, heads)`` columns, sent ``rows w (g - 1)``, received ``rows
+        (W - w)`` (0 and 0 in a group of one). Not collective."""
         rank = self.obj.rank if rank is None else rank
         g = self.group_size(side, rank)
         if not self.pieces_split() or g == 1:
             return {"words_sent": 0, "words_received": 0}
         rows = self.obj.dense_rows(side, rank).size
-        w = len(self.columns(side, F, rank))
-        return {"words_sent": rows * heads * w * (g - 1),
-                "words_received": rows * heads * (self.width(F) - w)}
+        w = len(self.columns(side, F, rank, heads))
+        W = heads * self.width(F, heads)
+        return {"words_sent": rows * w * (g - 1), "words_received": rows * (W - w)}
 
     # -------------------------------------------------------------------- transfers
     def transfer_plan(self, to_side: str) -> RowTransfer:
@@ -299,15 +307,17 @@ def row_group_shape(algorithm: str, n: int, p: int, c: int) -> tuple[float, int]
 def allgather_model_words(algorithm: str, n: int, p: int, c: int, heads: int, F: int) -> float:
     """Mean words a rank sends in one row-group all-gather (:meth:`NodeLayout.allgather`) of
     ``heads`` heads of F features, either side, blocks and widths balanced: with ``rows``
-    and ``g`` of :func:`row_group_shape` and ``W = max(F, r_min)`` (the family's smallest
-    width), ``rows heads (W / g) (g - 1)``. Not collective."""
+    and ``g`` of :func:`row_group_shape` and ``W = heads max(F, ceil(r_min / heads))`` (the
+    width of the layer's multi-head calls, r_min the family's smallest width),
+    ``rows (W / g) (g - 1)``. Not collective."""
     from distmm.algorithms import family
 
     rows, g = row_group_shape(algorithm, n, p, c)
     if g == 1:
         return 0.0
-    W = max(F, family(algorithm).model.min_width(p, c))
-    return rows * heads * (W / g) * (g - 1)
+    r_min = family(algorithm).model.min_width(p, c)
+    W = heads * max(F, -(-r_min // heads))
+    return rows * (W / g) * (g - 1)
 
 
 def transfer_model_words(algorithm: str, n: int, p: int, c: int, w: int) -> float:

@@ -29,6 +29,15 @@ which a block's entries are the rows ``off .. off + nnz - 1``, so that every fam
 cuts a block's piece of the output as it cuts a one-head SDDMM's. Row A[i] and each gathered
 row B[j] are read once for all heads (H SDDMMs of width F read them in H pieces in H passes).
 
+Head segments. The families that cut the dense width over ranks hand a kernel a column
+slice of the width H*F operands, in which the heads need not be whole: the slice may start
+or end inside a head, or hold a piece of one head only. :func:`spmm_segments_block` and
+:func:`sddmm_segments_block` take the slice's local columns cut into segments (one per head
+that meets the slice, :func:`head_segments`), each with its head: the same one pass over the
+block's nonzeros, segment g reading ``V[seg_head[g]]`` (SpMM) or adding its partial dot
+product to ``out[t, seg_head[g]]`` (SDDMM, the partial sums of a family that reduces them
+over the column pieces).
+
 Every node model runs these kernels for these operations (no model has its own), and their
 calls are recorded in the model's statistics as ``spmm_multi_a`` / ``spmm_multi_b`` /
 ``sddmm_multi``. :func:`spmm_multi_reference` and :func:`sddmm_multi_reference` are the numpy
@@ -54,8 +63,9 @@ from distmm.kernels.reference import (
     _row_split,
 )
 
-__all__ = ["prepare_sddmm_multi", "sddmm_multi_block", "sddmm_multi_reference",
-           "spmm_multi_block", "spmm_multi_reference"]
+__all__ = ["head_segments", "prepare_sddmm_multi", "sddmm_multi_block",
+           "sddmm_multi_reference", "sddmm_segments_block", "spmm_multi_block",
+           "spmm_multi_reference", "spmm_segments_block"]
 
 
 @functools.cache
@@ -300,3 +310,160 @@ def sddmm_multi_reference(S: CSRBlock, vals: np.ndarray, A: np.ndarray, B: np.nd
     cols = S.indices[:S.nnz]
     prod = (A[rows] * B[cols]).reshape(S.nnz, heads, F).sum(axis=2)
     return vals[:S.nnz, None] * prod
+
+
+# ------------------------------------------------------------------------ head segments
+def head_segments(lo: int, hi: int, F: int) -> tuple[np.ndarray, np.ndarray]:
+    """The heads that meet the global columns ``lo .. hi - 1`` of a width H*F operand, as
+    (seg_head, seg_lo): segment g is local columns ``seg_lo[g] .. seg_lo[g + 1] - 1`` (of
+    the slice's hi - lo) and belongs to head ``seg_head[g]``. Not collective."""
+    if hi <= lo or F < 1:
+        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    heads = np.arange(lo // F, (hi - 1) // F + 1, dtype=np.int64)
+    bounds = np.clip(np.concatenate((heads * F, [(heads[-1] + 1) * F])), lo, hi) - lo
+    return heads, bounds.astype(np.int64)
+
+
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+def _spmm_segments_kernel(indptr, indices, V, off, X, out, seg_head, seg_lo, wmax, nchunks,
+                          overwrite):
+    """Row-parallel as :func:`_multi_kernel`; per row and segment, the segment's columns
+    accumulate over the row's entries with its head's values."""
+    nseg = seg_head.shape[0]
+    for c in prange(nchunks):
+        lo = _row_split(indptr, c, nchunks)
+        hi = _row_split(indptr, c + 1, nchunks)
+        if hi > lo:
+            acc = np.empty(wmax, dtype=out.dtype)
+            for i in range(lo, hi):
+                start = indptr[i]
+                end = indptr[i + 1]
+                o = out[i]
+                for g in range(nseg):
+                    a = seg_lo[g]
+                    w = seg_lo[g + 1] - a
+                    vh = V[seg_head[g]]
+                    for k in range(w):
+                        acc[k] = 0
+                    for t in range(start, end):
+                        v = vh[off + t]
+                        x = X[indices[t]]
+                        for k in range(w):
+                            acc[k] += v * x[a + k]
+                    if overwrite:
+                        for k in range(w):
+                            o[a + k] = acc[k]
+                    else:
+                        for k in range(w):
+                            o[a + k] += acc[k]
+
+
+@njit(parallel=True, cache=True, nogil=True, fastmath=FASTMATH)
+def _sddmm_segments_kernel(indptr, indices, A, B, out, seg_head, seg_lo, nchunks, overwrite):
+    """Row-parallel as :func:`_sddmm_multi_kernel`; per entry, each segment's partial dot
+    product added to (or, with ``overwrite``, written into) its head's column of ``out``; the
+    heads without a segment are zeroed by ``overwrite`` and kept otherwise."""
+    nseg = seg_head.shape[0]
+    H = out.shape[1]
+    for c in prange(nchunks):
+        lo = _row_split(indptr, c, nchunks)
+        hi = _row_split(indptr, c + 1, nchunks)
+        for i in range(lo, hi):
+            a = A[i]
+            for t in range(indptr[i], indptr[i + 1]):
+                b = B[indices[t]]
+                o = out[t]
+                if overwrite:
+                    for h in range(H):
+                        o[h] = 0
+                for g in range(nseg):
+                    s = a[0] * 0
+                    for k in range(seg_lo[g], seg_lo[g + 1]):
+                        s += a[k] * b[k]
+                    o[seg_head[g]] += s
+
+
+def _check_segments(what: str, width: int, seg_head: np.ndarray, seg_lo: np.ndarray,
+                    heads: int) -> None:
+    if seg_lo.shape != (seg_head.size + 1,) or seg_lo[0] != 0 or seg_lo[-1] != width \
+            or np.any(np.diff(seg_lo) < 0) or np.any(seg_head < 0) \
+            or np.any(seg_head >= heads):
+        raise ValueError(f"{what}: the segments {seg_lo.tolist()} (heads "
+                         f"{seg_head.tolist()}) do not cut the {width} columns among "
+                         f"{heads} heads")
+
+
+def spmm_segments_block(model: NodeModel | None, op: str, S: CSRBlock, V: np.ndarray,
+                        off: int, X: np.ndarray, out: np.ndarray, seg_head: np.ndarray,
+                        seg_lo: np.ndarray, accumulate: bool = True) -> float:
+    """One multi-value SpMM on block S over a column slice cut into head segments (see the
+    module docstring); returns its seconds.
+
+    Parameters
+    ----------
+    op : {"spmm_multi_a", "spmm_multi_b"}
+        S (or S^T) times X.
+    V : ndarray (heads, nnz_total)
+        Values per head; block entry t reads ``V[:, off + t]``.
+    X, out : ndarray (rows, w)
+        The slice's columns of the input and the output (rows may be views of larger
+        C-contiguous arrays); ``out`` is added to, or written when ``accumulate`` is false.
+    seg_head, seg_lo : ndarray of int64
+        From :func:`head_segments`: segment g is columns ``seg_lo[g] .. seg_lo[g + 1] - 1``
+        of head ``seg_head[g]``.
+
+    Not collective.
+    """
+    m, n = S.shape
+    xr, orows = (n, m) if op == "spmm_multi_a" else (m, n)
+    w = X.shape[1]
+    if X.shape[0] != xr or out.shape != (orows, w) or V.ndim != 2 \
+            or not 0 <= off <= V.shape[1] - S.nnz:
+        raise ValueError(f"{op}: X {X.shape}, out {out.shape} and V {V.shape} do not fit a "
+                         f"block of shape {S.shape} with {S.nnz} nonzeros at {off}")
+    _check_segments(op, w, seg_head, seg_lo, V.shape[0])
+    t0 = time.perf_counter()
+    if S.nnz == 0 or w == 0:
+        if not accumulate:
+            out[...] = 0
+    else:
+        wmax = int(np.diff(seg_lo).max())
+        if op == "spmm_multi_a":
+            indptr, indices, Vk, o, rows = S.indptr, S.indices, V, int(off), m
+        else:  # on the cached transpose, the values gathered into its order (one pass)
+            indptr, indices, perm = S.transpose()
+            Vk, o, rows = np.take(V, perm + int(off), axis=1), 0, n
+        _spmm_segments_kernel(indptr, _gather_indices("spmm_a", indices), Vk, o, X, out,
+                              seg_head, seg_lo, wmax, _num_chunks(rows), not accumulate)
+    dt = time.perf_counter() - t0
+    if model is not None:
+        heads = seg_head.size
+        nbytes = kernel_bytes(S, w, xr, orows, 0, accumulate) \
+            + max(heads - 1, 0) * S.nnz * S.data.dtype.itemsize
+        model.stats.record(op, dt, spmm_flops(S.nnz, w), nbytes)
+    return dt
+
+
+def sddmm_segments_block(model: NodeModel | None, S: CSRBlock, A: np.ndarray, B: np.ndarray,
+                         out: np.ndarray, seg_head: np.ndarray, seg_lo: np.ndarray,
+                         accumulate: bool = True) -> float:
+    """The partial multi-head SDDMM of a column slice on block S: for every stored entry
+    t = (i, j) and segment g, ``out[t, seg_head[g]] (+)= <A[i, seg], B[j, seg]>`` (no values
+    of S: the families apply them once the partial sums are complete). ``out`` (S.nnz, heads)
+    is added to, or written (heads without a segment zeroed) when ``accumulate`` is false.
+    Returns its seconds. Not collective."""
+    m, n = S.shape
+    w = A.shape[1]
+    if A.shape[0] != m or B.shape != (n, w) or out.ndim != 2 or out.shape[0] != S.nnz:
+        raise ValueError(f"sddmm_multi: A {A.shape}, B {B.shape} and out {out.shape} do not "
+                         f"fit a block of shape {S.shape} with {S.nnz} nonzeros")
+    _check_segments("sddmm_multi", w, seg_head, seg_lo, out.shape[1])
+    t0 = time.perf_counter()
+    if S.nnz:
+        _sddmm_segments_kernel(S.indptr, S.indices, A, B, out, seg_head, seg_lo,
+                               _num_chunks(m), not accumulate)
+    dt = time.perf_counter() - t0
+    if model is not None:
+        nbytes = kernel_bytes(S, w, m + n, 0, S.nnz * out.shape[1], accumulate)
+        model.stats.record("sddmm_multi", dt, spmm_flops(S.nnz, w), nbytes)
+    return dt

@@ -175,37 +175,34 @@ def test_layout_words_per_phase(family, c):
 
 @pytest.mark.parametrize("family,c,heads",
                          [("15d-dense-shift", c, (3, 2)) for c in CS]
-                         + [("15d-dense-shift", 1, (12, 9)), ("15d-sparse-shift", 1, (3, 2))])
-def test_repeated_steps_make_one_call_per_kind_and_match_the_reference(family, c, heads,
-                                                                       monkeypatch):
+                         + [("15d-dense-shift", 1, (12, 9))]
+                         + [(f, c, (3, 2)) for f, c in FAMILY_CS
+                            if ALGORITHMS[f].splits_r])
+def test_repeated_steps_make_one_call_per_kind_and_match_the_reference(family, c, heads):
     """Training steps in a row (forward with dropout, backward, inference forward): every
-    step's logits and gradients match the serial reference. Where the family keeps whole
-    rows, every head is in one multi-value or multi-head call of each kind: no per-head
-    call is made (DistGAT.head_call); where it cuts the width, the heads' calls go through
-    one bound call per layer and operation, made once and reused every step."""
+    step's logits and gradients match the serial reference, and every head is in one
+    multi-value or multi-head call of each kind on every family: one pass each, no
+    single-value SpMM or SDDMM and no fallback (per-head) call."""
     A, X, y, layers, dst, src = _problem(True, heads=heads)
     obj = distribute_graph(A, COMM, algorithm=family, c=c, dtype=np.float64, seed=2)
     gat = DistGAT(obj, _model(layers))
-    if not obj.splits_r:
-        def no_head_calls(*args, **kwargs):
-            raise AssertionError("a per-head call on a family that keeps whole rows")
-
-        monkeypatch.setattr(gat, "head_call", no_head_calls)
     X_loc = X[gat.input_nodes]
     train = np.zeros(N, bool)
     train[[0, 2, 5, 8, 12]] = True
     for step in range(4):
         drop = Dropout(0.4, 0.3, seed=3, step=step)
-        if step:
-            bound = dict(gat._head_calls)
+        obj.kernel.stats.reset()
         logits, caches = gat.forward(X_loc, drop)
         loss, dlog = cross_entropy(logits, y[gat.nodes], train[gat.nodes], int(train.sum()))
         grads = gat.backward(dlog, caches)
         plain = gat.forward(X_loc, None)[0]
-        if step:   # the bound calls of the first step, the same objects
-            assert gat._head_calls == bound and all(
-                gat._head_calls[k] is bound[k] for k in bound)
-        assert len(gat._head_calls) == (0 if not obj.splits_r else 3 * len(layers))
+        ops = obj.kernel.stats.ops
+        # 1.5D sparse shifting runs its S^T blocks' steps as spmm_multi_a (they travel
+        # transposed); a one-rank layer's dense-shift SDDMM of one head is the model's own
+        assert ops["spmm_multi_a"].calls > 0 and ops["sddmm_multi"].calls > 0
+        assert all(ops[k].calls == 0 for k in ("spmm_a", "spmm_b") if k in ops)
+        assert all(ops[k].fallback_calls == 0
+                   for k in ("spmm_multi_a", "spmm_multi_b", "sddmm_multi"))
         xm, am = _ref_masks(X, layers, dst, src, drop)
         want, rc = ref.model_forward(X, dst, src, layers, xm, am)
         want_d = ref.cross_entropy(want, y, np.flatnonzero(train))[1]

@@ -1,6 +1,10 @@
 """The multi-value SpMM (S.spmm_a / S.spmm_b with values of shape (heads, nnz_local)) against
 scipy, one product per head, on every family at every valid c: one pass on 1.5D dense
-shifting, whose words per phase equal multi_value_words exactly; one call per head elsewhere,
+shifting and on the families that cut the dense width (never a fallback call), whose words
+per phase equal multi_value_words exactly where the family's formula is (p divides the
+shapes), and at uneven shapes (H = 1, 3, 8, F = 1, 5: column slices that span a head
+boundary or hold no column of some heads) those of one single-value call of width H F plus
+exactly the formula's extra value words; one call per head on the sparsity-aware family,
 counted as fallback calls. Bad operands raise the same InputError on every rank."""
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ def _run(obj, S, heads, F, rng, side):
     res = (obj.spmm_a if side == "a" else obj.spmm_b)(X_loc, values=V)
     words = {ph: obj.stats.words(ph) for ph in ("replication", "propagation", "reduction",
                                                 "other")}
-    calls = obj.kernel.stats.ops["spmm_multi_" + side]
-    calls = (calls.calls, calls.fallback_calls)
+    # (1.5D sparse shifting's S^T blocks travel transposed: its SpMMB steps run the
+    # spmm_multi_a kernel on them)
+    ops = [obj.kernel.stats.ops["spmm_multi_" + k] for k in "ab"]
+    calls = (sum(o.calls for o in ops), sum(o.fallback_calls for o in ops))
     got = obj.gather(side, res)
     if COMM.rank == 0:
         want = []
@@ -76,13 +82,69 @@ def test_dense_shift_one_pass(side, heads, F):
         obj.close()
 
 
-@pytest.mark.parametrize("algorithm", [a for a in distmm.ALGORITHMS if a != "15d-dense-shift"])
-def test_other_families_one_call_per_head(algorithm):
+SPLIT = [a for a in distmm.ALGORITHMS if distmm.algorithms.family(a).splits_r]
+
+
+def _single_words(obj, S, r, rng, side):
+    """Counted words of one single-value SpMM of width r (its checks done before)."""
+    X_loc = obj.scatter("b" if side == "a" else "a",
+                        rng.standard_normal(((S.shape[1] if side == "a" else S.shape[0]), r)),
+                        root=None)
+    call = obj.spmm_a if side == "a" else obj.spmm_b
+    call(X_loc)
+    obj.stats.reset()
+    call(X_loc)
+    return {ph: obj.stats.words(ph) for ph in ("replication", "propagation", "reduction")}
+
+
+@pytest.mark.parametrize("heads,F", [(1, 1), (1, 5), (3, 1), (3, 5), (8, 1), (8, 5)])
+@pytest.mark.parametrize("algorithm", SPLIT)
+def test_split_families_one_pass_uneven(algorithm, heads, F):
     S, rng = _problem(13, 11)
-    heads, F = 3, 4
+    r = heads * F
+    for c in costmodel.valid_cs(algorithm, P, r):
+        # with overlap at H = 3 (sends posted before the kernels; the same counts)
+        obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
+                                root=None, seed=2, overlap=heads == 3)
+        for side in ("a", "b"):
+            words, calls = _run(obj, S, heads, F, rng, side)
+            assert words["other"] == P - 1  # the first call's agreement only
+            assert calls[0] >= 1 and calls[1] == 0
+            again, _ = _run(obj, S, heads, F, rng, side)
+            assert again["other"] == 0
+            one = _single_words(obj, S, r, rng, side)
+            op = "spmm_" + side
+            many, single = multi_value_words(obj, op, heads, F), \
+                multi_value_words(obj, op, 1, r)
+            for ph in one:  # the dense terms cancel: the extra value words, exact anywhere
+                extra = many[ph]["words"] - single[ph]["words"]
+                assert again[ph] == words[ph] == one[ph] + extra, (c, side, ph)
+        obj.close()
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+@pytest.mark.parametrize("heads,F", [(4, 4), (8, 1)])
+@pytest.mark.parametrize("algorithm", SPLIT)
+def test_split_families_words_equal_the_formula(algorithm, side, heads, F):
+    m, n = 8 * P, 4 * P   # p divides m and n, every column block count divides r
+    S, rng = _problem(m, n)
     r = heads * F
     for c in costmodel.valid_cs(algorithm, P, r):
         obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
+                                root=None, seed=1)
+        for first in (True, False):   # the second call of a kind is not agreed again
+            words, _ = _run(obj, S, heads, F, rng, side)
+            want = multi_value_words(obj, "spmm_" + side, heads, F, first)
+            for phase, d in want.items():
+                assert words[phase] == d["words"], (c, phase, first)
+        obj.close()
+
+
+def test_sparse_aware_one_call_per_head():
+    S, rng = _problem(13, 11)
+    heads, F = 3, 4
+    for c in costmodel.valid_cs("15d-sparse-aware", P):
+        obj = distmm.distribute(S, COMM, algorithm="15d-sparse-aware", c=c, dtype=np.float64,
                                 root=None, seed=2)
         for side in ("a", "b"):
             _, calls = _run(obj, S, heads, F, rng, side)
@@ -127,4 +189,17 @@ def test_bad_operands_agreed():
     with pytest.raises(InputError, match="dtype"):
         obj.spmm_b(obj.scatter("a", np.ones((9, 6)), root=None),
                    values=np.ones((2, nnz), dtype=np.float32))
+    obj.close()
+
+
+@pytest.mark.skipif(P == 1, reason="one rank holds every column of the width")
+def test_split_family_plain_block_refused():
+    # a plain array's width is this rank's share, not r: refused on every rank, with a hint
+    S, rng = _problem(9, 9)
+    obj = distmm.distribute(S, COMM, algorithm="15d-sparse-shift", c=1, r=2 * P,
+                            dtype=np.float64, root=None)
+    B = np.ascontiguousarray(np.asarray(obj.scatter("b", rng.standard_normal((9, 2 * P)),
+                                                    root=None)))
+    with pytest.raises(InputError, match="typed block"):
+        obj.spmm_a(B, values=np.ones((2, obj.values.shape[0])))
     obj.close()
