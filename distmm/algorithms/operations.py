@@ -195,12 +195,12 @@ def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:
 
 
 def as_operator(S, values: np.ndarray | None = None):
-    """S as a linear operator for iterative solvers (see :class:`distmm.operator.Operator`).
+    """S as a linear operator for iterative solvers (:class:`~distmm.algorithms.operator.Operator`).
 
     ``matvec(B)`` is :meth:`spmm_a` (S @ B, side "b" in, side "a" out), ``rmatvec(A)`` is
     :meth:`spmm_b` (S^T @ A); ``.T`` / ``.H`` swap them. ``values`` pins S's values
     (default: S's current values at each call). Not collective."""
-    from distmm.operator import Operator
+    from distmm.algorithms.operator import Operator
 
     S._require_open()
     return Operator(S, values)
