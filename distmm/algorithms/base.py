@@ -32,11 +32,14 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from distmm.algorithms import dense_io, operations, prepared
+from distmm.algorithms import dense_io
 from distmm.algorithms import plan as plans
-from distmm.algorithms.calls import CHECKS, CallChecks
+from distmm.algorithms.calls import CHECKS
 from distmm.algorithms.model import FamilyModel
+from distmm.algorithms.operations import Operations
+from distmm.algorithms.operator import Operator
 from distmm.algorithms.placement import Orientation, Placement, check_share
+from distmm.algorithms.prepared import PreparedCalls
 from distmm.algorithms.stats import MatrixStats
 from distmm.algorithms.values import NamedValues
 from distmm.core.comm import CountingComm, pairwise_setting
@@ -47,7 +50,8 @@ from distmm.core.layout import block_offsets
 from distmm.core.permute import applied_mode, inverse_permutation
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model, threads
-from distmm.ops.mixin import EdgeOps
+from distmm.ops import edges, rowwise, softmax, transfer, xty
+from distmm.ops.state import EdgeState
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -57,7 +61,7 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 KEPT_AFTER_CLOSE = frozenset((
     "c", "overlap", "comm", "p", "rank", "dtype", "shape", "check_finite", "checks", "r",
     "_closed", "stats", "kernel", "node_model", "permute", "q", "s", "_calls", "_plans",
-    "_extra_comms", "_tracer", "_repeat", "_kind", "_plan_state"))
+    "_tracer", "_repeat", "_kind", "_plan_state"))
 
 
 class ClosedError(InputError, AttributeError):
@@ -82,7 +86,7 @@ def track_objects(into: list | None) -> None:
     _TRACKED = into
 
 
-class DistributedMatrix(EdgeOps):
+class DistributedMatrix:
     """A sparse matrix S distributed over MPI ranks: what :func:`distmm.distribute` returns.
 
     The type users hold, and the base class of every algorithm family (one subclass per
@@ -149,19 +153,20 @@ class DistributedMatrix(EdgeOps):
         self.shape = (int(source.shape[0]), int(source.shape[1]))
         self.check_finite = check_finite
         self.checks = checks
-        # the per-call checks and what they remember (calls.py)
-        self._calls = CallChecks(self)
+        # the operation front-ends (operations.py), which own the per-call checks and what
+        # they remember (calls.py); the plans, the layout checks and the families read those
+        # as _calls
+        self._ops = Operations(self)
+        self._calls = self._ops.checks
         # Rank-independent (the family sets its grid sizes first), so before any message.
         self.r = None if r is None else self._check_r(r)
         # Each rank's share of its node's cores as numba threads, before any kernel runs
         # (collective; distmm/kernels/threads.py).
         threads.settle(comm)
         self._closed = False
-        self._scratch: dict[tuple, np.ndarray] = {}
-        # key -> {the step's operands' ids: (the operands, weakly, with their shapes; the
-        # prepared kernel call)}, oldest first, and the node model's plan state they were
-        # prepared under (_run_kernel)
-        self._prepared: dict[tuple, dict] = {}
+        # the scratch buffers and prepared kernel calls kept between calls (prepared.py),
+        # and the node model's plan state they were prepared under (calls.py)
+        self._kernels = PreparedCalls(self)
         self._plan_state = None
         self._kind: str | None = None
         # set only during a plan's full call (plan.py, trace.py)
@@ -176,9 +181,9 @@ class DistributedMatrix(EdgeOps):
         # named vectors of edge values beside S's own (values.py)
         self._named = NamedValues(dtype)
         self._rows_cache: dict[str, int] = {}
-        # Communicators created on this object by other modules (distmm.ops) are registered
-        # here, so that close() frees them too.
-        self.__dict__.setdefault("_extra_comms", [])
+        # what the edge primitives keep between calls, their communicators included
+        # (distmm/ops/state.py; freed by close)
+        self._edges = EdgeState()
         self.stats = MatrixStats(self)
         self.world = CountingComm(comm, self.stats)
         self.placement = Placement(comm, self.world, self.stats, dtype, self.shape)
@@ -342,11 +347,29 @@ class DistributedMatrix(EdgeOps):
         return DenseBlock(array, side, (nrows, r), self)
 
     # ----------------------------------------------------------------- prepared kernel calls
-    # (prepared.py: scratch buffers and prepared kernel calls kept between calls)
-    _buffer = prepared._buffer
-    _run_kernel = prepared._run_kernel
-    _forget_prepared = prepared._forget_prepared
-    release_buffers = prepared.release_buffers
+    # (the _kernels part, prepared.py: scratch buffers and prepared kernel calls)
+    def _buffer(self, role: str, shape: tuple[int, ...], dtype=None) -> np.ndarray:
+        """A scratch array kept between calls (:meth:`PreparedCalls.buffer`)."""
+        return self._kernels.buffer(role, shape, dtype)
+
+    def _run_kernel(self, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
+                    X: np.ndarray, Y: np.ndarray | None, out: np.ndarray,
+                    accumulate: bool = True) -> None:
+        """Run one local kernel, prepared once per key (:meth:`PreparedCalls.run`)."""
+        self._kernels.run(key, sources, op, S, vals, X, Y, out, accumulate)
+
+    def _forget_prepared(self) -> None:
+        """Drop the kept kernel calls and every plan's kept steps. Not collective."""
+        self._kernels.forget()
+
+    def release_buffers(self) -> None:
+        """Free what the object keeps between calls to make the next call cheaper: the
+        scratch buffers of every width used so far, the prepared kernel calls and the steps
+        the plans keep (:meth:`PreparedCalls.release`). S's blocks, its cached transposes and
+        named vectors stay. Not collective (local state only); call it between calls, on any
+        ranks."""
+        self._require_open()
+        self._kernels.release()
 
     # ----------------------------------------------------------------- placing S
     # The family's _setup places S through these (placement.py does the work).
@@ -414,16 +437,112 @@ class DistributedMatrix(EdgeOps):
         return self._calls.full_check(pairs, values, None, None)
 
     # ----------------------------------------------------------------- public operations
-    # (operations.py; each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm)
-    sddmm = operations.sddmm
-    spmm_a = operations.spmm_a
-    spmm_b = operations.spmm_b
-    fusedmm_a = operations.fusedmm_a
-    fusedmm_b = operations.fusedmm_b
-    _fused_call = operations._fused_call
-    _check_strategy = operations._check_strategy
-    _into = staticmethod(operations._into)
-    as_operator = operations.as_operator
+    # (the _ops part, operations.py, checks the call; each family implements _sddmm,
+    # _spmm_a, _spmm_b and _fusedmm)
+    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
+              values: np.ndarray | str | None = None, out: np.ndarray | None = None,
+              heads: int | None = None) -> np.ndarray:
+        """SDDMM: R = S(values) * (A B^T) at S's nonzeros, this rank's R in value order
+        (``out`` when given; ``heads``: one column per head). Collective. Parameters:
+        :meth:`Operations.sddmm <distmm.algorithms.operations.Operations.sddmm>`."""
+        return self._ops.sddmm(A_loc, B_loc, values, out, heads)
+
+    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None,
+               out: np.ndarray | None = None) -> DenseBlock:
+        """SpMMA: S(values) @ B, this rank's side-"a" block of the m x r result (``out`` when
+        given). Collective. Parameters: :meth:`Operations.spmm
+        <distmm.algorithms.operations.Operations.spmm>`."""
+        return self._ops.spmm("a", B_loc, values, out)
+
+    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None,
+               out: np.ndarray | None = None) -> DenseBlock:
+        """SpMMB: S(values)^T @ A, this rank's side-"b" block of the n x r result (``out``
+        when given). Collective. Parameters: :meth:`Operations.spmm
+        <distmm.algorithms.operations.Operations.spmm>`."""
+        return self._ops.spmm("b", A_loc, values, out)
+
+    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+                  values: np.ndarray | str | None = None,
+                  out: np.ndarray | None = None) -> DenseBlock:
+        """FusedMMA: (S(values) * (A B^T)) @ B, this rank's side-"a" block of the m x r
+        result (``out`` when given); ``strategy`` one of :attr:`strategies` (default the
+        last). Collective. Parameters: :meth:`Operations.fusedmm
+        <distmm.algorithms.operations.Operations.fusedmm>`."""
+        return self._ops.fusedmm("a", A_loc, B_loc, strategy, values, out)
+
+    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+                  values: np.ndarray | str | None = None,
+                  out: np.ndarray | None = None) -> DenseBlock:
+        """FusedMMB: (S(values) * (A B^T))^T @ A, this rank's side-"b" block of the n x r
+        result (``out`` when given); the mirror of :meth:`fusedmm_a`. Collective."""
+        return self._ops.fusedmm("b", A_loc, B_loc, strategy, values, out)
+
+    def as_operator(self, values: np.ndarray | None = None) -> Operator:
+        """S as a linear operator for iterative solvers (:class:`~distmm.algorithms.
+        operator.Operator`): ``matvec(B)`` is :meth:`spmm_a`, ``rmatvec(A)`` is
+        :meth:`spmm_b`, ``.T`` / ``.H`` swap them; ``values`` pins S's values (default: S's
+        current values at each call). Not collective."""
+        self._require_open()
+        return Operator(self, values)
+
+    # ----------------------------------------------------------------- edge primitives
+    # (distmm.ops: functions of the matrix, their state in the _edges part; every one is
+    # collective over comm; shapes, phases and word formulas are documented on the functions
+    # and in docs/primitives.md)
+    def reduce(self, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.ndarray:
+        """Per-row ("row": A side) or per-column ("col": B side) sum or max of edge values
+        (:func:`distmm.ops.edges.reduce`)."""
+        return edges.reduce(self, values, dim, op)
+
+    def row_sum(self, values: np.ndarray) -> np.ndarray:
+        """Sum of each row's edge values, an A-side per-node block."""
+        return edges.reduce(self, values, "row", "sum")
+
+    def row_max(self, values: np.ndarray) -> np.ndarray:
+        """Maximum of each row's edge values (-inf for empty rows), an A-side block."""
+        return edges.reduce(self, values, "row", "max")
+
+    def col_sum(self, values: np.ndarray) -> np.ndarray:
+        """Sum of each column's edge values, a B-side per-node block."""
+        return edges.reduce(self, values, "col", "sum")
+
+    def col_max(self, values: np.ndarray) -> np.ndarray:
+        """Maximum of each column's edge values (-inf for empty columns), a B-side block."""
+        return edges.reduce(self, values, "col", "max")
+
+    def expand(self, side: str, X: np.ndarray) -> np.ndarray:
+        """Per-node values of ``side`` at every nonzero, in value order
+        (:func:`distmm.ops.edges.expand`)."""
+        return edges.expand(self, side, X)
+
+    def sddmm_add(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """``u_i + v_j`` at every nonzero, per head (:func:`distmm.ops.edges.sddmm_add`)."""
+        return edges.sddmm_add(self, u, v)
+
+    def edge_softmax(self, values: np.ndarray, dim: str = "row") -> np.ndarray:
+        """Stable softmax of edge scores within rows or columns
+        (:func:`distmm.ops.softmax.edge_softmax`)."""
+        return softmax.edge_softmax(self, values, dim)
+
+    def edge_softmax_backward(self, alpha: np.ndarray, grad_alpha: np.ndarray,
+                              dim: str = "row") -> np.ndarray:
+        """Gradient of :meth:`edge_softmax` with respect to the scores
+        (:func:`distmm.ops.softmax.edge_softmax_backward`)."""
+        return softmax.edge_softmax_backward(self, alpha, grad_alpha, dim)
+
+    def row_dot(self, side: str, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Dot product of each row of X with the same row of Y
+        (:func:`distmm.ops.rowwise.row_dot`)."""
+        return rowwise.row_dot(self, side, X, Y)
+
+    def xty(self, X: np.ndarray, Y: np.ndarray, side: str | None = None) -> np.ndarray:
+        """X^T Y of two same-side blocks, replicated (:func:`distmm.ops.xty.xty`)."""
+        return xty.xty(self, X, Y, side)
+
+    def transfer(self, X: np.ndarray, to_side: str) -> np.ndarray:
+        """A block of the other side moved into ``to_side``'s distribution, square S
+        (:func:`distmm.ops.transfer.transfer`)."""
+        return transfer.transfer(self, X, to_side)
 
     # ----------------------------------------------------------------- call plans
     def plan(self, op: str, *operands, out=None, **options) -> plans.CallPlan:
@@ -536,13 +655,39 @@ class DistributedMatrix(EdgeOps):
         return self.values if values is None else values
 
     # ----------------------------------------------------------------- dense data in and out
-    # (dense_io.py: the layout front-ends, written on the matrix's public layout)
-    local_rows = dense_io.local_rows
-    dense = dense_io.dense
-    wrap = dense_io.wrap
-    scatter = dense_io.scatter
-    gather = dense_io.gather
-    gather_values = dense_io.gather_values
+    # (dense_io.py: functions of the matrix's public layout; the full descriptions are there)
+    def local_rows(self, side: str) -> np.ndarray:
+        """Original row ids of ``side``'s block on this rank ("a": rows of A, "b": rows of
+        B). Not collective."""
+        return dense_io.local_rows(self, side)
+
+    def dense(self, side: str, r: int | None = None, fill=0.0) -> DenseBlock:
+        """A new width-r dense matrix on ``side`` as this rank's typed block, filled with a
+        constant or ``fill(rows, cols)`` (:func:`distmm.algorithms.dense_io.dense`). Not
+        collective, but meant to be called on every rank."""
+        return dense_io.dense(self, side, r, fill)
+
+    def wrap(self, side: str, X_loc: np.ndarray, r: int | None = None) -> DenseBlock:
+        """This rank's block of a width-r matrix typed as a DenseBlock of ``side``, no copy
+        (:func:`distmm.algorithms.dense_io.wrap`). Not collective."""
+        return dense_io.wrap(self, side, X_loc, r)
+
+    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> DenseBlock:
+        """Distribute a global dense matrix (original order) from ``root``, or from every
+        rank's own copy with ``root=None`` (:func:`distmm.algorithms.dense_io.scatter`).
+        Collective."""
+        return dense_io.scatter(self, side, X, root)
+
+    def gather(self, side: str, X_loc: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """The global matrix of these blocks on ``root`` in original row order, None
+        elsewhere (:func:`distmm.algorithms.dense_io.gather`). Collective."""
+        return dense_io.gather(self, side, X_loc, root)
+
+    def gather_values(self, values: np.ndarray | None = None, root: int = 0
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Values in value order (S's own if None) on ``root`` as COO in original
+        coordinates, sorted by (row, col); None elsewhere. Collective."""
+        return dense_io.gather_values(self, values, root)
 
     def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
         """Global permuted (row, col) of S for each stored nonzero in value order."""
@@ -573,8 +718,8 @@ class DistributedMatrix(EdgeOps):
 
     # ----------------------------------------------------------------- lifetime
     def close(self) -> None:
-        """Free the communicators this object created: the grid's sub-communicators and any
-        registered in ``_extra_comms`` by other modules (e.g. :mod:`distmm.ops`).
+        """Free the communicators this object created: the grid's sub-communicators and the
+        edge primitives' row groups (:class:`~distmm.ops.state.EdgeState`).
 
         Collective over ``comm`` (every rank must close the object). It also lets go of every
         array the object holds (S's blocks and values, the permutations, the loop's indices,
@@ -586,11 +731,12 @@ class DistributedMatrix(EdgeOps):
         if self.__dict__.get("_closed", False):
             return
         self._closed = True
-        for sub in self._grid_comms() + list(self.__dict__.get("_extra_comms", [])):
-            sub = sub.comm if isinstance(sub, CountingComm) else sub
+        for sub in self._grid_comms():
             if sub != MPI.COMM_NULL:
                 sub.Free()
-        self.__dict__["_extra_comms"] = []
+        edge_state = self.__dict__.get("_edges")
+        if edge_state is not None:
+            edge_state.close()
         for plan in list(self.__dict__.get("_plans", ())):
             plan.forget()
         self._release()

@@ -321,7 +321,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         that needs it allocates it."""
         both = both or self.q > 2
         key = ("shift views", ys, r, both)
-        views = self._scratch.get(key)
+        views = self._kernels.scratch.get(key)
         if views is None:
             sizes = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
             roles = ("cur", "nxt") if both else ("nxt",)
@@ -329,7 +329,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
             lists = [[buf[:int(k)] for k in sizes] for buf in bufs]
             if not both:
                 lists.insert(0, [None] * sizes.size)
-            views = self._scratch[key] = tuple(lists)
+            views = self._kernels.scratch[key] = tuple(lists)
         return views
 
     def _local_step(self, o, mode: str, vals, T, Y_loc, r: int, out, result):

@@ -10,7 +10,7 @@ a plan is where a loop's repeats get cheaper:
 - In every family a plan's calls go through the method, whose checks of a repeat on the
   very same operands are cheap (:meth:`CallChecks.recall`), and whose prepared kernel calls
   the plan's operand sets get by id (several plans of one operation in turns each find
-  theirs: :func:`~distmm.algorithms.prepared._run_kernel`).
+  theirs: :meth:`~distmm.algorithms.prepared.PreparedCalls.run`).
 - Where the family's whole call is a fixed sequence of local kernels on the caller's arrays
   and cyclic shifts between the object's buffers (:meth:`DistributedMatrix._replayable`:
   1.5D dense shifting with c = 1 and no overlap, under ``checks="once"``), the plan's full
