@@ -5,25 +5,20 @@ A distributed matrix binds a sparse matrix S (m x n) to a process grid, a replic
 a node model and a dtype. Dense operands live in its own distribution: each rank holds one
 block of A (m x r) and one of B (n x r); every operation takes and returns blocks in that
 distribution, so training loops chain calls without reshuffling. SDDMM results and S's values
-are flat arrays aligned with the rank's stored nonzeros of S ("value order").
+are flat arrays aligned with the rank's stored nonzeros of S ("value order"). Rows and
+columns are permuted before distribution for load balance (paper section VI;
+:meth:`Placement.balance_permutations`), invisibly to the scatter/gather helpers; callers that
+fill their blocks themselves read :meth:`local_rows`.
 
-The parts: :mod:`.placement` (placing S, the permutations, moving values between
-orientations), :mod:`.values` (named value vectors), :mod:`.stats` (``S.stats``: every
-diagnostic), :mod:`.calls` (per-call checks), :mod:`.plan` (call plans: ``S.plan``,
-``S.bind``) and :mod:`.trace` (what a plan's traced call ran),
-:mod:`.prepared` (prepared kernel calls and scratch buffers), :mod:`.operations`
-(the five operations' front-ends), :mod:`.dense_io` (dense blocks in and out) and
-:mod:`distmm.ops` (the edge primitives); a family's cost formulas sit on its ``model``
-(:mod:`.model`). This module holds construction, the layout hooks and the lifetime.
-
-Load balance (paper section VI): rows and columns are permuted before distribution (the same
-permutation for both when S is square, so A and B of a graph share one layout). By default
-(``permute="auto"``) rows go to blocks at random, as the paper's random permutation would put
-them, but keep their natural order inside each block, so a real graph's locality survives in
-the local kernels; one rank is not permuted at all (see :func:`distmm.core.permute.
-balance_permutation`). The permutation is invisible to callers of the scatter/gather helpers;
-callers that fill their blocks themselves read :meth:`local_rows` to learn which original rows
-a block holds.
+The parts, each with its own state, which the matrix's methods call: ``_ops``
+(:mod:`.operations`: the operations' front-ends, owning the per-call checks of :mod:`.calls`,
+read as ``_calls``), ``_kernels`` (:mod:`.prepared`: prepared kernel calls and scratch
+buffers), ``placement`` (:mod:`.placement`), ``_named`` (:mod:`.values`), ``stats``
+(:mod:`.stats`) and ``_edges`` (:mod:`distmm.ops.state`: the edge primitives' plans and
+communicators). Plans (:mod:`.plan`, :mod:`.trace`) are objects the caller asks for;
+:mod:`.dense_io` holds the layout functions and :mod:`.lifetime` what ``close`` does; a
+family's cost formulas sit on its ``model`` (:mod:`.model`). This module holds construction,
+the layout hooks and the public surface.
 """
 from __future__ import annotations
 
@@ -32,9 +27,10 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from distmm.algorithms import dense_io
+from distmm.algorithms import dense_io, lifetime
 from distmm.algorithms import plan as plans
 from distmm.algorithms.calls import CHECKS
+from distmm.algorithms.lifetime import ClosedError
 from distmm.algorithms.model import FamilyModel
 from distmm.algorithms.operations import Operations
 from distmm.algorithms.operator import Operator
@@ -54,19 +50,6 @@ from distmm.ops import edges, rowwise, softmax, transfer, xty
 from distmm.ops.state import EdgeState
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-# What a closed object keeps (close): its configuration, its diagnostics, the part whose
-# checks refuse a closed object's calls and the caller's communicator.
-KEPT_AFTER_CLOSE = frozenset((
-    "c", "overlap", "comm", "p", "rank", "dtype", "shape", "check_finite", "checks", "r",
-    "_closed", "stats", "kernel", "node_model", "permute", "q", "s", "_calls", "_plans",
-    "_tracer", "_repeat", "_kind", "_plan_state"))
-
-
-class ClosedError(InputError, AttributeError):
-    """The use of a closed distributed object (an InputError; an AttributeError too, so that
-    ``getattr(S, name, default)`` on a part that close released gives the default)."""
 
 
 # Where newly built objects are recorded (see track_objects); None: nowhere.
@@ -546,31 +529,11 @@ class DistributedMatrix:
 
     # ----------------------------------------------------------------- call plans
     def plan(self, op: str, *operands, out=None, **options) -> plans.CallPlan:
-        """``op``'s call on ``operands`` as an object for a loop (:class:`~distmm.
-        algorithms.plan.CallPlan`): ``step = S.plan("fusedmm_a", A, B, out=Y)`` once, then
-        ``step()`` (the held operands) or ``step(A2, B2, out=Y2)`` (new ones) every
-        iteration; each returns what ``getattr(S, op)(*operands, out=out, **options)``
-        returns.
-
-        Parameters
-        ----------
-        op : {"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b"}
-            The operation (the command line's spelling, ``"fusedmm-a"``, is accepted too).
-        *operands
-            Its dense operands, as the method takes them (``B`` for spmm_a, ``A`` for
-            spmm_b, ``A, B`` for sddmm and FusedMM).
-        out : DenseBlock or ndarray, optional
-            The result buffer (None: each call returns a new array).
-        **options
-            The method's other keywords (``values``, FusedMM's ``strategy``).
-
-        Making a plan is not collective (its first call checks the operands, on every
-        rank); calling it is collective, like the method. Where the family allows it
-        (1.5D dense shifting with c = 1 and no overlap, under ``checks="once"``) a plan's
-        repeats run the traced steps of its call alone, skipping the checks and the
-        family's loop; elsewhere it calls the method, whose checks of a repeat are cheap.
-        Between calls the held operands' contents may change, their shapes, dtypes and
-        memory layout must not. See :mod:`distmm.algorithms.plan`."""
+        """``op``'s call on ``operands`` as an object for a loop: ``step = S.plan("fusedmm_a",
+        A, B, out=Y)`` once, then ``step()`` (the held operands) or ``step(A2, B2, out=Y2)``
+        (new ones) every iteration; each returns what ``getattr(S, op)(*operands, out=out,
+        **options)`` returns. Making a plan is not collective; calling it is. Parameters and
+        what a plan's repeat skips: :func:`~distmm.algorithms.plan.make_plan`."""
         return plans.make_plan(self, op, operands, out, options)
 
     def bind(self, op: str, *operands, out, **options) -> plans.CallPlan:
@@ -727,43 +690,8 @@ class DistributedMatrix:
         referred to holds no memory. Afterwards every operation, and every use of what was
         released, raises InputError; ``closed``, ``stats`` (its counters and ``describe()``)
         and the configuration (``shape``, ``p``, ``c``, ``dtype``, ...) stay; closing again
-        does nothing. The caller's ``comm`` is not freed."""
-        if self.__dict__.get("_closed", False):
-            return
-        self._closed = True
-        for sub in self._grid_comms():
-            if sub != MPI.COMM_NULL:
-                sub.Free()
-        edge_state = self.__dict__.get("_edges")
-        if edge_state is not None:
-            edge_state.close()
-        for plan in list(self.__dict__.get("_plans", ())):
-            plan.forget()
-        self._release()
-
-    def _release(self) -> None:
-        """Drop every part of the object but its identity (:data:`KEPT_AFTER_CLOSE`): S's
-        blocks and values, the permutations, the loop's indices, the buffers and prepared
-        calls, named vectors, what other modules cached on it; ``stats.describe()`` keeps
-        its last answer. Not collective (close's local half)."""
-        meta = self.__dict__
-        stats = meta.get("stats")
-        if stats is not None:
-            try:
-                stats.keep_description()
-            except AttributeError:  # a half-built object (construction failed): nothing to keep
-                pass
-        calls = meta.get("_calls")
-        if calls is not None:
-            calls.forget()
-        cls = type(self)
-        for name in [k for k in meta if k not in KEPT_AFTER_CLOSE]:
-            # a method set on the object (a wrapper, a test's spy) is not a part: whoever set
-            # it may still restore or delete it
-            if not (callable(meta[name]) and hasattr(cls, name)):
-                del meta[name]
-        if not isinstance(meta.get("permute"), (str, bool)):
-            meta.pop("permute", None)  # a partition object holds the order's arrays
+        does nothing. The caller's ``comm`` is not freed (:mod:`.lifetime`)."""
+        lifetime.close(self, self._grid_comms())
 
     @property
     def closed(self) -> bool:

@@ -353,18 +353,15 @@ class DenseShift15D(TwoOrientationAlgorithm):
         # per width too: calls of two widths made in turns (the layers of a GAT) each keep
         # their prepared calls instead of replacing the other's
         key = (self._kind, o.name, t, mode, first, Yb.shape[1])
+        run = self._kernels.run  # (_run_kernel's work, without its frame: every call's step)
         if mode == "sddmm":
-            self._run_kernel(key, (vals, T, Yb, out), "sddmm", S, sv, T, Yb,
-                             o.block_values(out, t), accumulate=False)
+            run(key, (vals, T, Yb, out), "sddmm", S, sv, T, Yb, o.block_values(out, t), False)
         elif mode == "spmm_x":
-            self._run_kernel(key, (vals, Yb, out), "spmm_a", S, sv, Yb, None, out,
-                             accumulate=not first)
+            run(key, (vals, Yb, out), "spmm_a", S, sv, Yb, None, out, not first)
         elif mode == "spmm_y":
-            self._run_kernel(key, (vals, T, Yb), "spmm_b", S, sv, T, None, Yb,
-                             accumulate=not first)
+            run(key, (vals, T, Yb), "spmm_b", S, sv, T, None, Yb, not first)
         else:
-            self._run_kernel(key, (vals, T, Yb, out), "fusedmm_a", S, sv, T, Yb, out,
-                             accumulate=not first)
+            run(key, (vals, T, Yb, out), "fusedmm_a", S, sv, T, Yb, out, not first)
 
     # pieces expressed in an orientation's frame ------------------------------------------
     def _superblock_out(self, name: str, r: int) -> np.ndarray:
