@@ -17,7 +17,6 @@ import numpy as np
 
 from distmm.algorithms import multivalue as _multi
 from distmm.algorithms.calls import CallChecks
-from distmm.algorithms.operator import Operator
 from distmm.core.dense import DenseBlock
 
 # (operation, its dense operand's side and name) of the SpMM whose result is on each side
@@ -158,13 +157,6 @@ class Operations:
         # stored S^T's order under that name (_values_for).
         res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out), values)
         return S._block(side, r, res if out is None else out)
-
-    def as_operator(self, values: np.ndarray | None = None):
-        """S as a linear operator (:class:`~distmm.algorithms.operator.Operator`). Not
-        collective."""
-        S = self._mat()
-        S._require_open()
-        return Operator(S, values)
 
 
 def _plain(X: np.ndarray | None) -> np.ndarray | None:
