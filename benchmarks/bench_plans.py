@@ -8,8 +8,9 @@ float64, at each width r given (default 16): SDDMM, SpMMA and SpMMB into ``out=`
 into ``out=`` and without it, and SpMMA without ``out=`` on two operand arrays in turns (a loop
 that makes new arrays, as each distmm.torch call does). Each is timed as a plain method call
 (``S.spmm_a(B, out=Y)``) and through a plan made once (``step = S.plan("spmm_a", B, out=Y)``,
-then ``step()``, or ``step(B2)`` on new operands). ``--compare PACKAGE`` also times another
-copy of distmm importable as PACKAGE (say, an older checkout's ``distmm`` directory copied as
+then ``step()``, or ``step(B2)`` on new operands). ``--compare PACKAGE[,PACKAGE2...]`` also
+times other copies of distmm importable as PACKAGE (say, an older checkout's ``distmm``
+directory copied as
 ``distmm_base`` with its imports renamed, on ``PYTHONPATH``): its plain calls, and its
 ``S.bind`` where the copy has one.
 
@@ -143,16 +144,18 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--compare", default=None,
-                        help="another copy of distmm, importable under this name")
+                        help="other copies of distmm, importable under these names "
+                             "(comma-separated)")
     args = parser.parse_args()
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
-    other = importlib.import_module(args.compare) if args.compare else None
+    others = [(name, importlib.import_module(name))
+              for name in (args.compare.split(",") if args.compare else ())]
     for r in (int(w) for w in args.r.split(",")):
         variants = {"plain": plain_calls(distmm, args.matrix, r),
                     "plan": planned_calls(distmm, args.matrix, r)}
-        if other is not None:
-            variants[f"{args.compare} plain"] = plain_calls(other, args.matrix, r)
-            variants[f"{args.compare} bind"] = planned_calls(other, args.matrix, r)
+        for name, other in others:
+            variants[f"{name} plain"] = plain_calls(other, args.matrix, r)
+            variants[f"{name} plan"] = planned_calls(other, args.matrix, r)
         best = best_times(variants, args.rounds, args.calls, clock)
         if COMM.rank == 0:
             print(f"p={COMM.size}, {os.path.basename(args.matrix)}, r={r}, best of "

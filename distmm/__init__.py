@@ -35,17 +35,20 @@ _EXPORTS = {
     "hashed_normal": "distmm.core.dense",
     "DistmmError": "distmm.errors",
     "InputError": "distmm.errors",
-    "Operator": "distmm.operator",
+    "Operator": "distmm.algorithms.operator",
 }
+# Modules reachable from the package under a short name: ``from distmm import als`` (docs/als.md)
+# is the ALS application, distmm.apps.als.
+_MODULES = {"als": "distmm.apps.als"}
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads them
     from distmm.algorithms.base import DistributedMatrix
+    from distmm.algorithms.operator import Operator
     from distmm.api import ALGORITHMS, distribute
     from distmm.core.coo import CooShare
     from distmm.core.dense import DenseBlock, hashed_normal
     from distmm.core.operations import OPS
     from distmm.errors import DistmmError, InputError
-    from distmm.operator import Operator
 
 
 __all__ = ["ALGORITHMS", "OPS", "CooShare", "DenseBlock", "DistmmError", "DistributedMatrix",
@@ -56,6 +59,8 @@ def __getattr__(name: str):
     """An exported name from its module, or a submodule (``distmm.kernels``), on first use."""
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
     elif not name.startswith("__"):
         try:
             value = importlib.import_module(f"{__name__}.{name}")
@@ -70,4 +75,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_MODULES))

@@ -8,24 +8,73 @@ rank makes its own checks without communicating (collecting them in a :class:`Ch
 one collective decides, and every rank raises the same :class:`InputError` naming the rank(s)
 that found the problem.
 
-The exception types, :func:`require` and :func:`abort_job` live in :mod:`distmm.exceptions`
-(which the watchdog uses too) and are imported from here as from there.
+The rest needs no communication: the exception types, :func:`require` for checks that are
+identical on every rank, and :func:`abort_job` for a rank that must end the job alone (the
+watchdog, :mod:`distmm.runtime.watchdog`, aborts with it). The watchdog imports this module, so
+this one does not import it back: while a watchdog runs it lends :func:`agree` its mark for the
+agreement's wait (:func:`mark_waits`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Iterator, Mapping
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from mpi4py import MPI
 
-from distmm.exceptions import ABORT_DRAIN, DistmmError, InputError, abort_job, require
-from distmm.runtime import watchdog
-
 __all__ = ["ABORT_DRAIN", "Checks", "DistmmError", "InputError", "abort_job", "agree",
-           "as_int", "format_ranks", "require"]
+           "as_int", "format_ranks", "mark_waits", "require"]
+
+
+class DistmmError(Exception):
+    """Base class of every error distmm raises on purpose."""
+
+
+class InputError(DistmmError, ValueError):
+    """Bad user input: a parameter, a shape, a file. Raised identically on every rank."""
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise :class:`InputError` unless ``condition`` holds.
+
+    Not collective: use it only for checks whose inputs are identical on every rank (global
+    shapes, p, c, names), so that every rank raises the same error without communicating.
+    """
+    if not condition:
+        raise InputError(message)
+
+
+# Seconds between a rank's last words on stderr and MPI_Abort. MPICH's launcher forwards each
+# rank's stderr through a pipe and, on an abort, kills the job without draining it: a line
+# written just before MPI_Abort can be lost with everything else the rank printed.
+ABORT_DRAIN = 0.5
+
+
+def abort_job(comm: MPI.Comm, code: int, message: str) -> None:
+    """Write ``message`` (one or more lines) to this rank's stderr, give the launcher time to
+    forward it, then call ``MPI_Abort(comm, code)``, which ends every rank of the job. Not
+    collective: called by the one rank that decides the job cannot go on."""
+    sys.stderr.write(message if message.endswith("\n") else message + "\n")
+    sys.stderr.flush()
+    time.sleep(ABORT_DRAIN)
+    comm.Abort(code)
+
+
+# The running watchdog's mark for the agreement's wait (mark_waits); None: no watchdog runs.
+_WAIT_MARK: Callable[[str], AbstractContextManager] | None = None
+
+
+def mark_waits(mark: Callable[[str], AbstractContextManager] | None) -> None:
+    """Have :func:`agree` mark its wait with ``mark("agree")`` (a running watchdog's
+    ``watch``), or, with None, mark nothing. Not collective; called by
+    :func:`distmm.runtime.watchdog.running` as its watchdog starts and stops."""
+    global _WAIT_MARK
+    _WAIT_MARK = mark
 
 # At most this many distinct problems (and ranks per problem) are spelled out in one message.
 _SHOWN = 3
@@ -111,7 +160,8 @@ def agree(comm: MPI.Comm, message: str | None = None,
     and its ranks. One pickle-based allgather of these small objects: it runs during setup and
     on error paths, never in a kernel loop.
     """
-    with watchdog.waiting("agree"):
+    mark = _WAIT_MARK
+    with nullcontext() if mark is None else mark("agree"):
         gathered = comm.allgather((message, None if same is None else dict(same)))
     problem = _describe_problems([msg for msg, _ in gathered], comm.Get_size())
     if problem is None:

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from distmm._optional import require_extra
+from distmm.runtime.extras import require_extra
 
 ALGORITHM, STRATEGY = "petsc", "matmatmult-x2"
 

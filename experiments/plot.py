@@ -32,9 +32,9 @@ from collections import defaultdict
 
 import runner
 
-from distmm._optional import require_extra
 from distmm.errors import InputError, require
 from distmm.perf import costmodel
+from distmm.runtime.extras import require_extra
 
 PHASES = ("replication", "propagation", "reduction", "compute")
 STYLE = {  # (algorithm, strategy) -> (label, colour, marker), as the paper's legends name them

@@ -22,8 +22,8 @@ import sys
 import petsc_baseline
 import runner
 
-from distmm._optional import available, require_extra
 from distmm.errors import require
+from distmm.runtime.extras import available, require_extra
 
 EXPERIMENT = "strong-scaling"
 # Paper Table V: rows (= columns), nonzeros, and the smallest node count the paper ran.

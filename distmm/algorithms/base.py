@@ -5,25 +5,20 @@ A distributed matrix binds a sparse matrix S (m x n) to a process grid, a replic
 a node model and a dtype. Dense operands live in its own distribution: each rank holds one
 block of A (m x r) and one of B (n x r); every operation takes and returns blocks in that
 distribution, so training loops chain calls without reshuffling. SDDMM results and S's values
-are flat arrays aligned with the rank's stored nonzeros of S ("value order").
+are flat arrays aligned with the rank's stored nonzeros of S ("value order"). Rows and
+columns are permuted before distribution for load balance (paper section VI;
+:meth:`Placement.balance_permutations`), invisibly to the scatter/gather helpers; callers that
+fill their blocks themselves read :meth:`local_rows`.
 
-The parts: :mod:`.placement` (placing S, the permutations, moving values between
-orientations), :mod:`.values` (named value vectors), :mod:`.stats` (``S.stats``: every
-diagnostic), :mod:`.calls` (per-call checks), :mod:`.plan` (call plans: ``S.plan``,
-``S.bind``) and :mod:`.trace` (what a plan's traced call ran),
-:mod:`.prepared` (prepared kernel calls and scratch buffers), :mod:`.operations`
-(the five operations' front-ends), :mod:`.dense_io` (dense blocks in and out) and
-:mod:`distmm.ops` (the edge primitives); a family's cost formulas sit on its ``model``
-(:mod:`.model`). This module holds construction, the layout hooks and the lifetime.
-
-Load balance (paper section VI): rows and columns are permuted before distribution (the same
-permutation for both when S is square, so A and B of a graph share one layout). By default
-(``permute="auto"``) rows go to blocks at random, as the paper's random permutation would put
-them, but keep their natural order inside each block, so a real graph's locality survives in
-the local kernels; one rank is not permuted at all (see :func:`distmm.core.permute.
-balance_permutation`). The permutation is invisible to callers of the scatter/gather helpers;
-callers that fill their blocks themselves read :meth:`local_rows` to learn which original rows
-a block holds.
+The parts, each with its own state, which the matrix's methods call: ``_ops``
+(:mod:`.operations`: the operations' front-ends, owning the per-call checks of :mod:`.calls`,
+read as ``_calls``), ``_kernels`` (:mod:`.prepared`: prepared kernel calls and scratch
+buffers), ``placement`` (:mod:`.placement`), ``_named`` (:mod:`.values`), ``stats``
+(:mod:`.stats`) and ``_edges`` (:mod:`distmm.ops.state`: the edge primitives' plans and
+communicators). Plans (:mod:`.plan`, :mod:`.trace`) are objects the caller asks for;
+:mod:`.dense_io` holds the layout functions and :mod:`.lifetime` what ``close`` does; a
+family's cost formulas sit on its ``model`` (:mod:`.model`). This module holds construction,
+the layout hooks and the public surface.
 """
 from __future__ import annotations
 
@@ -32,11 +27,15 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from distmm.algorithms import dense_io, operations, prepared
+from distmm.algorithms import dense_io, lifetime
 from distmm.algorithms import plan as plans
-from distmm.algorithms.calls import CHECKS, CallChecks
+from distmm.algorithms.calls import CHECKS
+from distmm.algorithms.lifetime import ClosedError
 from distmm.algorithms.model import FamilyModel
+from distmm.algorithms.operations import Operations
+from distmm.algorithms.operator import Operator
 from distmm.algorithms.placement import Orientation, Placement, check_share
+from distmm.algorithms.prepared import PreparedCalls
 from distmm.algorithms.stats import MatrixStats
 from distmm.algorithms.values import NamedValues
 from distmm.core.comm import CountingComm, pairwise_setting
@@ -47,22 +46,10 @@ from distmm.core.layout import block_offsets
 from distmm.core.permute import applied_mode, inverse_permutation
 from distmm.errors import InputError, agree, require
 from distmm.kernels import NodeModel, make_node_model, threads
-from distmm.ops.mixin import EdgeOps
+from distmm.ops import edges, rowwise, softmax, transfer, xty
+from distmm.ops.state import EdgeState
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-# What a closed object keeps (close): its configuration, its diagnostics, the part whose
-# checks refuse a closed object's calls and the caller's communicator.
-KEPT_AFTER_CLOSE = frozenset((
-    "c", "overlap", "comm", "p", "rank", "dtype", "shape", "check_finite", "checks", "r",
-    "_closed", "stats", "kernel", "node_model", "permute", "q", "s", "_calls", "_plans",
-    "_extra_comms", "_tracer", "_repeat", "_kind", "_plan_state"))
-
-
-class ClosedError(InputError, AttributeError):
-    """The use of a closed distributed object (an InputError; an AttributeError too, so that
-    ``getattr(S, name, default)`` on a part that close released gives the default)."""
 
 
 # Where newly built objects are recorded (see track_objects); None: nowhere.
@@ -82,7 +69,7 @@ def track_objects(into: list | None) -> None:
     _TRACKED = into
 
 
-class DistributedMatrix(EdgeOps):
+class DistributedMatrix:
     """A sparse matrix S distributed over MPI ranks: what :func:`distmm.distribute` returns.
 
     The type users hold, and the base class of every algorithm family (one subclass per
@@ -149,19 +136,20 @@ class DistributedMatrix(EdgeOps):
         self.shape = (int(source.shape[0]), int(source.shape[1]))
         self.check_finite = check_finite
         self.checks = checks
-        # the per-call checks and what they remember (calls.py)
-        self._calls = CallChecks(self)
+        # the operation front-ends (operations.py), which own the per-call checks and what
+        # they remember (calls.py); the plans, the layout checks and the families read those
+        # as _calls
+        self._ops = Operations(self)
+        self._calls = self._ops.checks
         # Rank-independent (the family sets its grid sizes first), so before any message.
         self.r = None if r is None else self._check_r(r)
         # Each rank's share of its node's cores as numba threads, before any kernel runs
         # (collective; distmm/kernels/threads.py).
         threads.settle(comm)
         self._closed = False
-        self._scratch: dict[tuple, np.ndarray] = {}
-        # key -> {the step's operands' ids: (the operands, weakly, with their shapes; the
-        # prepared kernel call)}, oldest first, and the node model's plan state they were
-        # prepared under (_run_kernel)
-        self._prepared: dict[tuple, dict] = {}
+        # the scratch buffers and prepared kernel calls kept between calls (prepared.py),
+        # and the node model's plan state they were prepared under (calls.py)
+        self._kernels = PreparedCalls(self)
         self._plan_state = None
         self._kind: str | None = None
         # set only during a plan's full call (plan.py, trace.py)
@@ -176,9 +164,9 @@ class DistributedMatrix(EdgeOps):
         # named vectors of edge values beside S's own (values.py)
         self._named = NamedValues(dtype)
         self._rows_cache: dict[str, int] = {}
-        # Communicators created on this object by other modules (distmm.ops) are registered
-        # here, so that close() frees them too.
-        self.__dict__.setdefault("_extra_comms", [])
+        # what the edge primitives keep between calls, their communicators included
+        # (distmm/ops/state.py; freed by close)
+        self._edges = EdgeState()
         self.stats = MatrixStats(self)
         self.world = CountingComm(comm, self.stats)
         self.placement = Placement(comm, self.world, self.stats, dtype, self.shape)
@@ -342,11 +330,29 @@ class DistributedMatrix(EdgeOps):
         return DenseBlock(array, side, (nrows, r), self)
 
     # ----------------------------------------------------------------- prepared kernel calls
-    # (prepared.py: scratch buffers and prepared kernel calls kept between calls)
-    _buffer = prepared._buffer
-    _run_kernel = prepared._run_kernel
-    _forget_prepared = prepared._forget_prepared
-    release_buffers = prepared.release_buffers
+    # (the _kernels part, prepared.py: scratch buffers and prepared kernel calls)
+    def _buffer(self, role: str, shape: tuple[int, ...], dtype=None) -> np.ndarray:
+        """A scratch array kept between calls (:meth:`PreparedCalls.buffer`)."""
+        return self._kernels.buffer(role, shape, dtype)
+
+    def _run_kernel(self, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
+                    X: np.ndarray, Y: np.ndarray | None, out: np.ndarray,
+                    accumulate: bool = True) -> None:
+        """Run one local kernel, prepared once per key (:meth:`PreparedCalls.run`)."""
+        self._kernels.run(key, sources, op, S, vals, X, Y, out, accumulate)
+
+    def _forget_prepared(self) -> None:
+        """Drop the kept kernel calls and every plan's kept steps. Not collective."""
+        self._kernels.forget()
+
+    def release_buffers(self) -> None:
+        """Free what the object keeps between calls to make the next call cheaper: the
+        scratch buffers of every width used so far, the prepared kernel calls and the steps
+        the plans keep (:meth:`PreparedCalls.release`). S's blocks, its cached transposes and
+        named vectors stay. Not collective (local state only); call it between calls, on any
+        ranks."""
+        self._require_open()
+        self._kernels.release()
 
     # ----------------------------------------------------------------- placing S
     # The family's _setup places S through these (placement.py does the work).
@@ -414,44 +420,120 @@ class DistributedMatrix(EdgeOps):
         return self._calls.full_check(pairs, values, None, None)
 
     # ----------------------------------------------------------------- public operations
-    # (operations.py; each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm)
-    sddmm = operations.sddmm
-    spmm_a = operations.spmm_a
-    spmm_b = operations.spmm_b
-    fusedmm_a = operations.fusedmm_a
-    fusedmm_b = operations.fusedmm_b
-    _fused_call = operations._fused_call
-    _check_strategy = operations._check_strategy
-    _into = staticmethod(operations._into)
-    as_operator = operations.as_operator
+    # (the _ops part, operations.py, checks the call; each family implements _sddmm,
+    # _spmm_a, _spmm_b and _fusedmm)
+    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
+              values: np.ndarray | str | None = None, out: np.ndarray | None = None,
+              heads: int | None = None) -> np.ndarray:
+        """SDDMM: R = S(values) * (A B^T) at S's nonzeros, this rank's R in value order
+        (``out`` when given; ``heads``: one column per head). Collective. Parameters:
+        :meth:`Operations.sddmm <distmm.algorithms.operations.Operations.sddmm>`."""
+        return self._ops.sddmm(A_loc, B_loc, values, out, heads)
+
+    def spmm_a(self, B_loc: np.ndarray, values: np.ndarray | str | None = None,
+               out: np.ndarray | None = None) -> DenseBlock:
+        """SpMMA: S(values) @ B, this rank's side-"a" block of the m x r result (``out`` when
+        given). Collective. Parameters: :meth:`Operations.spmm
+        <distmm.algorithms.operations.Operations.spmm>`."""
+        return self._ops.spmm("a", B_loc, values, out)
+
+    def spmm_b(self, A_loc: np.ndarray, values: np.ndarray | str | None = None,
+               out: np.ndarray | None = None) -> DenseBlock:
+        """SpMMB: S(values)^T @ A, this rank's side-"b" block of the n x r result (``out``
+        when given). Collective. Parameters: :meth:`Operations.spmm
+        <distmm.algorithms.operations.Operations.spmm>`."""
+        return self._ops.spmm("b", A_loc, values, out)
+
+    def fusedmm_a(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+                  values: np.ndarray | str | None = None,
+                  out: np.ndarray | None = None) -> DenseBlock:
+        """FusedMMA: (S(values) * (A B^T)) @ B, this rank's side-"a" block of the m x r
+        result (``out`` when given); ``strategy`` one of :attr:`strategies` (default the
+        last). Collective. Parameters: :meth:`Operations.fusedmm
+        <distmm.algorithms.operations.Operations.fusedmm>`."""
+        return self._ops.fusedmm("a", A_loc, B_loc, strategy, values, out)
+
+    def fusedmm_b(self, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
+                  values: np.ndarray | str | None = None,
+                  out: np.ndarray | None = None) -> DenseBlock:
+        """FusedMMB: (S(values) * (A B^T))^T @ A, this rank's side-"b" block of the n x r
+        result (``out`` when given); the mirror of :meth:`fusedmm_a`. Collective."""
+        return self._ops.fusedmm("b", A_loc, B_loc, strategy, values, out)
+
+    def as_operator(self, values: np.ndarray | None = None) -> Operator:
+        """S as a linear operator for iterative solvers (:class:`~distmm.algorithms.
+        operator.Operator`): ``matvec(B)`` is :meth:`spmm_a`, ``rmatvec(A)`` is
+        :meth:`spmm_b`, ``.T`` / ``.H`` swap them; ``values`` pins S's values (default: S's
+        current values at each call). Not collective."""
+        self._require_open()
+        return Operator(self, values)
+
+    # ----------------------------------------------------------------- edge primitives
+    # (distmm.ops: functions of the matrix, their state in the _edges part; every one is
+    # collective over comm; shapes, phases and word formulas are documented on the functions
+    # and in docs/primitives.md)
+    def reduce(self, values: np.ndarray, dim: str = "row", op: str = "sum") -> np.ndarray:
+        """Per-row ("row": A side) or per-column ("col": B side) sum or max of edge values
+        (:func:`distmm.ops.edges.reduce`)."""
+        return edges.reduce(self, values, dim, op)
+
+    def row_sum(self, values: np.ndarray) -> np.ndarray:
+        """Sum of each row's edge values, an A-side per-node block."""
+        return edges.reduce(self, values, "row", "sum")
+
+    def row_max(self, values: np.ndarray) -> np.ndarray:
+        """Maximum of each row's edge values (-inf for empty rows), an A-side block."""
+        return edges.reduce(self, values, "row", "max")
+
+    def col_sum(self, values: np.ndarray) -> np.ndarray:
+        """Sum of each column's edge values, a B-side per-node block."""
+        return edges.reduce(self, values, "col", "sum")
+
+    def col_max(self, values: np.ndarray) -> np.ndarray:
+        """Maximum of each column's edge values (-inf for empty columns), a B-side block."""
+        return edges.reduce(self, values, "col", "max")
+
+    def expand(self, side: str, X: np.ndarray) -> np.ndarray:
+        """Per-node values of ``side`` at every nonzero, in value order
+        (:func:`distmm.ops.edges.expand`)."""
+        return edges.expand(self, side, X)
+
+    def sddmm_add(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """``u_i + v_j`` at every nonzero, per head (:func:`distmm.ops.edges.sddmm_add`)."""
+        return edges.sddmm_add(self, u, v)
+
+    def edge_softmax(self, values: np.ndarray, dim: str = "row") -> np.ndarray:
+        """Stable softmax of edge scores within rows or columns
+        (:func:`distmm.ops.softmax.edge_softmax`)."""
+        return softmax.edge_softmax(self, values, dim)
+
+    def edge_softmax_backward(self, alpha: np.ndarray, grad_alpha: np.ndarray,
+                              dim: str = "row") -> np.ndarray:
+        """Gradient of :meth:`edge_softmax` with respect to the scores
+        (:func:`distmm.ops.softmax.edge_softmax_backward`)."""
+        return softmax.edge_softmax_backward(self, alpha, grad_alpha, dim)
+
+    def row_dot(self, side: str, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Dot product of each row of X with the same row of Y
+        (:func:`distmm.ops.rowwise.row_dot`)."""
+        return rowwise.row_dot(self, side, X, Y)
+
+    def xty(self, X: np.ndarray, Y: np.ndarray, side: str | None = None) -> np.ndarray:
+        """X^T Y of two same-side blocks, replicated (:func:`distmm.ops.xty.xty`)."""
+        return xty.xty(self, X, Y, side)
+
+    def transfer(self, X: np.ndarray, to_side: str) -> np.ndarray:
+        """A block of the other side moved into ``to_side``'s distribution, square S
+        (:func:`distmm.ops.transfer.transfer`)."""
+        return transfer.transfer(self, X, to_side)
 
     # ----------------------------------------------------------------- call plans
     def plan(self, op: str, *operands, out=None, **options) -> plans.CallPlan:
-        """``op``'s call on ``operands`` as an object for a loop (:class:`~distmm.
-        algorithms.plan.CallPlan`): ``step = S.plan("fusedmm_a", A, B, out=Y)`` once, then
-        ``step()`` (the held operands) or ``step(A2, B2, out=Y2)`` (new ones) every
-        iteration; each returns what ``getattr(S, op)(*operands, out=out, **options)``
-        returns.
-
-        Parameters
-        ----------
-        op : {"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b"}
-            The operation (the command line's spelling, ``"fusedmm-a"``, is accepted too).
-        *operands
-            Its dense operands, as the method takes them (``B`` for spmm_a, ``A`` for
-            spmm_b, ``A, B`` for sddmm and FusedMM).
-        out : DenseBlock or ndarray, optional
-            The result buffer (None: each call returns a new array).
-        **options
-            The method's other keywords (``values``, FusedMM's ``strategy``).
-
-        Making a plan is not collective (its first call checks the operands, on every
-        rank); calling it is collective, like the method. Where the family allows it
-        (1.5D dense shifting with c = 1 and no overlap, under ``checks="once"``) a plan's
-        repeats run the traced steps of its call alone, skipping the checks and the
-        family's loop; elsewhere it calls the method, whose checks of a repeat are cheap.
-        Between calls the held operands' contents may change, their shapes, dtypes and
-        memory layout must not. See :mod:`distmm.algorithms.plan`."""
+        """``op``'s call on ``operands`` as an object for a loop: ``step = S.plan("fusedmm_a",
+        A, B, out=Y)`` once, then ``step()`` (the held operands) or ``step(A2, B2, out=Y2)``
+        (new ones) every iteration; each returns what ``getattr(S, op)(*operands, out=out,
+        **options)`` returns. Making a plan is not collective; calling it is. Parameters and
+        what a plan's repeat skips: :func:`~distmm.algorithms.plan.make_plan`."""
         return plans.make_plan(self, op, operands, out, options)
 
     def bind(self, op: str, *operands, out, **options) -> plans.CallPlan:
@@ -536,13 +618,39 @@ class DistributedMatrix(EdgeOps):
         return self.values if values is None else values
 
     # ----------------------------------------------------------------- dense data in and out
-    # (dense_io.py: the layout front-ends, written on the matrix's public layout)
-    local_rows = dense_io.local_rows
-    dense = dense_io.dense
-    wrap = dense_io.wrap
-    scatter = dense_io.scatter
-    gather = dense_io.gather
-    gather_values = dense_io.gather_values
+    # (dense_io.py: functions of the matrix's public layout; the full descriptions are there)
+    def local_rows(self, side: str) -> np.ndarray:
+        """Original row ids of ``side``'s block on this rank ("a": rows of A, "b": rows of
+        B). Not collective."""
+        return dense_io.local_rows(self, side)
+
+    def dense(self, side: str, r: int | None = None, fill=0.0) -> DenseBlock:
+        """A new width-r dense matrix on ``side`` as this rank's typed block, filled with a
+        constant or ``fill(rows, cols)`` (:func:`distmm.algorithms.dense_io.dense`). Not
+        collective, but meant to be called on every rank."""
+        return dense_io.dense(self, side, r, fill)
+
+    def wrap(self, side: str, X_loc: np.ndarray, r: int | None = None) -> DenseBlock:
+        """This rank's block of a width-r matrix typed as a DenseBlock of ``side``, no copy
+        (:func:`distmm.algorithms.dense_io.wrap`). Not collective."""
+        return dense_io.wrap(self, side, X_loc, r)
+
+    def scatter(self, side: str, X: np.ndarray | None, root: int | None = 0) -> DenseBlock:
+        """Distribute a global dense matrix (original order) from ``root``, or from every
+        rank's own copy with ``root=None`` (:func:`distmm.algorithms.dense_io.scatter`).
+        Collective."""
+        return dense_io.scatter(self, side, X, root)
+
+    def gather(self, side: str, X_loc: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """The global matrix of these blocks on ``root`` in original row order, None
+        elsewhere (:func:`distmm.algorithms.dense_io.gather`). Collective."""
+        return dense_io.gather(self, side, X_loc, root)
+
+    def gather_values(self, values: np.ndarray | None = None, root: int = 0
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Values in value order (S's own if None) on ``root`` as COO in original
+        coordinates, sorted by (row, col); None elsewhere. Collective."""
+        return dense_io.gather_values(self, values, root)
 
     def value_coordinates(self) -> tuple[np.ndarray, np.ndarray]:
         """Global permuted (row, col) of S for each stored nonzero in value order."""
@@ -573,8 +681,8 @@ class DistributedMatrix(EdgeOps):
 
     # ----------------------------------------------------------------- lifetime
     def close(self) -> None:
-        """Free the communicators this object created: the grid's sub-communicators and any
-        registered in ``_extra_comms`` by other modules (e.g. :mod:`distmm.ops`).
+        """Free the communicators this object created: the grid's sub-communicators and the
+        edge primitives' row groups (:class:`~distmm.ops.state.EdgeState`).
 
         Collective over ``comm`` (every rank must close the object). It also lets go of every
         array the object holds (S's blocks and values, the permutations, the loop's indices,
@@ -582,42 +690,8 @@ class DistributedMatrix(EdgeOps):
         referred to holds no memory. Afterwards every operation, and every use of what was
         released, raises InputError; ``closed``, ``stats`` (its counters and ``describe()``)
         and the configuration (``shape``, ``p``, ``c``, ``dtype``, ...) stay; closing again
-        does nothing. The caller's ``comm`` is not freed."""
-        if self.__dict__.get("_closed", False):
-            return
-        self._closed = True
-        for sub in self._grid_comms() + list(self.__dict__.get("_extra_comms", [])):
-            sub = sub.comm if isinstance(sub, CountingComm) else sub
-            if sub != MPI.COMM_NULL:
-                sub.Free()
-        self.__dict__["_extra_comms"] = []
-        for plan in list(self.__dict__.get("_plans", ())):
-            plan.forget()
-        self._release()
-
-    def _release(self) -> None:
-        """Drop every part of the object but its identity (:data:`KEPT_AFTER_CLOSE`): S's
-        blocks and values, the permutations, the loop's indices, the buffers and prepared
-        calls, named vectors, what other modules cached on it; ``stats.describe()`` keeps
-        its last answer. Not collective (close's local half)."""
-        meta = self.__dict__
-        stats = meta.get("stats")
-        if stats is not None:
-            try:
-                stats.keep_description()
-            except AttributeError:  # a half-built object (construction failed): nothing to keep
-                pass
-        calls = meta.get("_calls")
-        if calls is not None:
-            calls.forget()
-        cls = type(self)
-        for name in [k for k in meta if k not in KEPT_AFTER_CLOSE]:
-            # a method set on the object (a wrapper, a test's spy) is not a part: whoever set
-            # it may still restore or delete it
-            if not (callable(meta[name]) and hasattr(cls, name)):
-                del meta[name]
-        if not isinstance(meta.get("permute"), (str, bool)):
-            meta.pop("permute", None)  # a partition object holds the order's arrays
+        does nothing. The caller's ``comm`` is not freed (:mod:`.lifetime`)."""
+        lifetime.close(self, self._grid_comms())
 
     @property
     def closed(self) -> bool:

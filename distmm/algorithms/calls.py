@@ -114,6 +114,13 @@ def same_layout(X: np.ndarray, held: tuple) -> bool:
             and (X.dtype is held[3] or X.dtype == held[3]))
 
 
+def check_strategy(S, strategy: str) -> None:
+    """Rank-independent check of a FusedMM strategy name for the matrix ``S``'s family."""
+    if strategy not in S.strategies:  # the message is built only when it is needed
+        raise InputError(f"unknown FusedMM strategy {strategy!r} for {S.name}; it "
+                         f"supports only {', '.join(S.strategies)}{S.strategy_note}")
+
+
 class CallChecks:
     """The per-call checks of one distributed matrix (its ``_calls`` part), and what they
     remember between calls: which operations had their full check (``checked``), the
@@ -176,7 +183,7 @@ class CallChecks:
         repeat = False
         if mat.checks == "off":
             if strategy is not None:
-                mat._check_strategy(strategy)
+                check_strategy(mat, strategy)
             r = self._unchecked_r(dense)
         elif mat.checks == "always" or key_op(kind) not in self.checked:
             # full checks on the first call of each operation, whatever its width: they are
@@ -190,7 +197,7 @@ class CallChecks:
                 self._remember(kind, dense, values, out, r, strategy)
         else:
             if strategy is not None:
-                mat._check_strategy(strategy)
+                check_strategy(mat, strategy)
             r = self.recall(kind, dense, values, out)
             repeat = r is not None
             if not repeat:
@@ -490,7 +497,7 @@ class CallChecks:
                                                      scan=self.mat.check_finite)
         if call is not None and call["strategy"] is not None:
             try:  # an unknown strategy is agreed like any other problem
-                self.mat._check_strategy(call["strategy"])
+                check_strategy(self.mat, call["strategy"])
             except InputError as err:
                 msg = str(err)
         with watchdog.waiting("agree"):

@@ -321,7 +321,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         that needs it allocates it."""
         both = both or self.q > 2
         key = ("shift views", ys, r, both)
-        views = self._scratch.get(key)
+        views = self._kernels.scratch.get(key)
         if views is None:
             sizes = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
             roles = ("cur", "nxt") if both else ("nxt",)
@@ -329,7 +329,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
             lists = [[buf[:int(k)] for k in sizes] for buf in bufs]
             if not both:
                 lists.insert(0, [None] * sizes.size)
-            views = self._scratch[key] = tuple(lists)
+            views = self._kernels.scratch[key] = tuple(lists)
         return views
 
     def _local_step(self, o, mode: str, vals, T, Y_loc, r: int, out, result):
@@ -353,18 +353,15 @@ class DenseShift15D(TwoOrientationAlgorithm):
         # per width too: calls of two widths made in turns (the layers of a GAT) each keep
         # their prepared calls instead of replacing the other's
         key = (self._kind, o.name, t, mode, first, Yb.shape[1])
+        run = self._kernels.run  # (_run_kernel's work, without its frame: every call's step)
         if mode == "sddmm":
-            self._run_kernel(key, (vals, T, Yb, out), "sddmm", S, sv, T, Yb,
-                             o.block_values(out, t), accumulate=False)
+            run(key, (vals, T, Yb, out), "sddmm", S, sv, T, Yb, o.block_values(out, t), False)
         elif mode == "spmm_x":
-            self._run_kernel(key, (vals, Yb, out), "spmm_a", S, sv, Yb, None, out,
-                             accumulate=not first)
+            run(key, (vals, Yb, out), "spmm_a", S, sv, Yb, None, out, not first)
         elif mode == "spmm_y":
-            self._run_kernel(key, (vals, T, Yb), "spmm_b", S, sv, T, None, Yb,
-                             accumulate=not first)
+            run(key, (vals, T, Yb), "spmm_b", S, sv, T, None, Yb, not first)
         else:
-            self._run_kernel(key, (vals, T, Yb, out), "fusedmm_a", S, sv, T, Yb, out,
-                             accumulate=not first)
+            run(key, (vals, T, Yb, out), "fusedmm_a", S, sv, T, Yb, out, not first)
 
     # pieces expressed in an orientation's frame ------------------------------------------
     def _superblock_out(self, name: str, r: int) -> np.ndarray:

@@ -1,209 +1,162 @@
-"""The operations of a distributed matrix: its five public calls and what they share.
+"""The operation front-ends of a distributed matrix: its five public calls and what they share.
 
-Each function takes the matrix as its first argument; :class:`~distmm.algorithms.base.
-DistributedMatrix` installs them as its methods (``S.sddmm``, ``S.spmm_a``, ``S.spmm_b``,
-``S.fusedmm_a``, ``S.fusedmm_b``, ``S.as_operator``). A call checks its operands (calls.py,
-``_begin``) and runs the family's loop piece (``_sddmm``, ``_spmm_a``, ``_spmm_b``,
-``_fusedmm``); nothing else. A loop that repeats a call makes a plan of it (``S.plan``,
-plan.py), which is where repeats get cheaper.
+:class:`Operations` is the matrix's ``_ops`` part. It owns the per-call checks
+(:class:`~distmm.algorithms.calls.CallChecks`, also the matrix's ``_calls``) and holds the
+matrix weakly; :class:`~distmm.algorithms.base.DistributedMatrix`'s ``sddmm``, ``spmm_a``,
+``spmm_b``, ``fusedmm_a`` and ``fusedmm_b`` call it. A call checks its operands
+(``CallChecks.repeat``, else the matrix's ``_begin``) and runs the family's loop piece
+(``_sddmm``, ``_spmm_a``, ``_spmm_b``, ``_fusedmm``); nothing else. A loop that repeats a call
+makes a plan of it (``S.plan``, plan.py), which is where repeats get cheaper.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from distmm.algorithms import multivalue as _multi
+from distmm.algorithms.calls import CallChecks
 from distmm.core.dense import DenseBlock
-from distmm.errors import InputError
-
-
-# Each family implements _sddmm, _spmm_a, _spmm_b and _fusedmm (side, ...), given the
-# checked operands, the call's r and an optional output buffer.
-def sddmm(S, A_loc: np.ndarray, B_loc: np.ndarray, values: np.ndarray | str | None = None,
-          out: np.ndarray | None = None, heads: int | None = None) -> np.ndarray:
-    """SDDMM: R = S(values) * (A B^T) at S's nonzeros. Collective.
-
-    Parameters
-    ----------
-    A_loc, B_loc : DenseBlock or ndarray
-        This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
-    values : ndarray, optional
-        Values of S in this rank's value order, or the name of a vector registered with
-        :meth:`set_named_values` (default: S's current values).
-    out : ndarray, optional
-        A 1-D buffer of this rank's stored nonzeros (dtype of S) to write R into.
-    heads : int, optional
-        The multi-head SDDMM: A and B of width heads * F hold the heads side by side and R
-        is (nnz_local, heads), head h's column from columns h*F .. (h+1)*F - 1
-        (:mod:`distmm.algorithms.multivalue`).
-
-    Returns
-    -------
-    ndarray
-        This rank's R in value order (``out`` when given).
-    """
-    if heads is not None:  # one SDDMM per head in one call (multivalue.py)
-        return _multi.sddmm_multi(S, A_loc, B_loc, heads, values, out)
-    if values is not None and isinstance(values, str):
-        values = S.named_values(values)
-    r = S._calls.repeat("sddmm", (A_loc, B_loc, values, out))
-    if r is None:
-        r = S._begin(S._call_key("sddmm", A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
-                     values, out, "values")
-    res = S._sddmm(_plain(A_loc), _plain(B_loc), S.values if values is None else values, r,
-                   out)
-    return res if out is None else out
-
-
-def spmm_a(S, B_loc: np.ndarray, values: np.ndarray | str | None = None,
-           out: np.ndarray | None = None) -> DenseBlock:
-    """SpMMA: S(values) @ B, an m x r side-"a" matrix. Collective.
-
-    Parameters
-    ----------
-    B_loc : DenseBlock or ndarray
-        This rank's side-"b" block of B (n x r); r is read from it.
-    values : ndarray, optional
-        Values of S in this rank's value order, or the name of a vector registered with
-        :meth:`set_named_values` (default: S's current values). A 2-D array (heads,
-        nnz_local) is one value vector per head: the multi-value SpMM, head h's columns of
-        B being h*F .. (h+1)*F - 1 (:mod:`distmm.algorithms.multivalue`).
-    out : DenseBlock or ndarray, optional
-        A side-"a" block of the same r to write into (reusable across calls).
-
-    Returns
-    -------
-    DenseBlock
-        This rank's side-"a" block of the result (``out`` when given).
-    """
-    return _spmm(S, "a", B_loc, values, out)
-
-
-def spmm_b(S, A_loc: np.ndarray, values: np.ndarray | str | None = None,
-           out: np.ndarray | None = None) -> DenseBlock:
-    """SpMMB: S(values)^T @ A, an n x r side-"b" matrix; the mirror of :meth:`spmm_a`.
-
-    Collective.
-
-    Parameters
-    ----------
-    A_loc : DenseBlock or ndarray
-        This rank's side-"a" block of A (m x r).
-    values : ndarray, optional
-        Values of S in this rank's value order, or the name of a vector registered with
-        :meth:`set_named_values` (default: S's current values).
-    out : DenseBlock or ndarray, optional
-        A side-"b" block of the same r to write into.
-
-    Returns
-    -------
-    DenseBlock
-        This rank's side-"b" block of the result (``out`` when given).
-    """
-    return _spmm(S, "b", A_loc, values, out)
-
 
 # (operation, its dense operand's side and name) of the SpMM whose result is on each side
 _SPMM = {"a": ("spmm_a", "b", "B"), "b": ("spmm_b", "a", "A")}
+# the FusedMM whose result is on each side
+_FUSED = {"a": "fusedmm_a", "b": "fusedmm_b"}
 
 
-def _spmm(S, side: str, X, values, out) -> DenseBlock:
-    """SpMMA (``side`` "a") or SpMMB ("b") on the dense operand X. Collective."""
-    op, x_side, name = _SPMM[side]
-    if values is not None:
-        if isinstance(values, str):
+class Operations:
+    """The operation front-ends of one distributed matrix (its ``_ops`` part).
+
+    State: the per-call checks and what they remember (``checks``, a
+    :class:`~distmm.algorithms.calls.CallChecks`). Reads the matrix (held weakly: the matrix
+    holds this part) for its values, named vectors, strategies and loop pieces. Each family
+    implements ``_sddmm``, ``_spmm_a``, ``_spmm_b`` and ``_fusedmm`` (side, ...), given the
+    checked operands, the call's r and an optional output buffer."""
+
+    def __init__(self, mat) -> None:
+        self._mat = weakref.ref(mat)
+        self.checks = CallChecks(mat)
+
+    def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
+              values: np.ndarray | str | None = None, out: np.ndarray | None = None,
+              heads: int | None = None) -> np.ndarray:
+        """SDDMM: R = S(values) * (A B^T) at S's nonzeros. Collective.
+
+        Parameters
+        ----------
+        A_loc, B_loc : DenseBlock or ndarray
+            This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
+        values : ndarray, optional
+            Values of S in this rank's value order, or the name of a vector registered with
+            :meth:`set_named_values` (default: S's current values).
+        out : ndarray, optional
+            A 1-D buffer of this rank's stored nonzeros (dtype of S) to write R into.
+        heads : int, optional
+            The multi-head SDDMM: A and B of width heads * F hold the heads side by side and
+            R is (nnz_local, heads), head h's column from columns h*F .. (h+1)*F - 1
+            (:mod:`distmm.algorithms.multivalue`).
+
+        Returns
+        -------
+        ndarray
+            This rank's R in value order (``out`` when given).
+        """
+        S = self._mat()
+        if heads is not None:  # one SDDMM per head in one call (multivalue.py)
+            return _multi.sddmm_multi(S, A_loc, B_loc, heads, values, out)
+        if values is not None and isinstance(values, str):
             values = S.named_values(values)
-        if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
-            return _multi.spmm_multi(S, side, X, values, out)
-    r = S._calls.repeat(op, (X, values, out))
-    if r is None:
-        r = S._begin(S._call_key(op, X), ((x_side, X, name),), values, out, side)
-    loop = S._spmm_a if side == "a" else S._spmm_b
-    res = loop(_plain(X), S.values if values is None else values, r, _plain(out))
-    return S._block(side, r, res if out is None else out)
+        r = self.checks.repeat("sddmm", (A_loc, B_loc, values, out))
+        if r is None:
+            r = S._begin(S._call_key("sddmm", A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
+                         values, out, "values")
+        res = S._sddmm(_plain(A_loc), _plain(B_loc), S.values if values is None else values, r,
+                       out)
+        return res if out is None else out
 
+    def spmm(self, side: str, X, values: np.ndarray | str | None = None,
+             out: np.ndarray | None = None) -> DenseBlock:
+        """SpMMA (``side`` "a": S(values) @ B, an m x r side-"a" matrix, X = B) or SpMMB
+        ("b": S(values)^T @ A, an n x r side-"b" matrix, X = A). Collective.
 
-def fusedmm_a(S, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-              values: np.ndarray | str | None = None,
-              out: np.ndarray | None = None) -> DenseBlock:
-    """FusedMMA: (S(values) * (A B^T)) @ B, an m x r side-"a" matrix. Collective.
+        Parameters
+        ----------
+        side : {"a", "b"}
+            The side of the result.
+        X : DenseBlock or ndarray
+            This rank's block of the dense operand (the other side); r is read from it.
+        values : ndarray, optional
+            Values of S in this rank's value order, or the name of a vector registered with
+            :meth:`set_named_values` (default: S's current values). A 2-D array (heads,
+            nnz_local) is one value vector per head: the multi-value SpMM, head h's columns
+            of X being h*F .. (h+1)*F - 1 (:mod:`distmm.algorithms.multivalue`).
+        out : DenseBlock or ndarray, optional
+            A block of ``side`` and the same r to write into (reusable across calls).
 
-    Parameters
-    ----------
-    A_loc, B_loc : DenseBlock or ndarray
-        This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
-    strategy : str, optional
-        One of :attr:`strategies` ("none": SDDMM then SpMM as two calls; "reuse":
-        replication reuse; "fusion": local kernel fusion, where the family has it);
-        default: the family's most eliding one (the last of :attr:`strategies`).
-    values : ndarray or str, optional
-        Values of S in this rank's value order, or the name of a vector registered with
-        :meth:`set_named_values` (default: S's current values). A strategy that runs on
-        the stored S^T needs the values in S^T's order: S's own and named vectors are
-        moved there once and kept; an explicit array is moved at every call (one
-        all-to-all of this rank's nonzero values, phase "values"), so a loop that reuses a
-        vector should register it by name.
-    out : DenseBlock or ndarray, optional
-        A side-"a" block of the same r to write into.
+        Returns
+        -------
+        DenseBlock
+            This rank's block of the result (``out`` when given).
+        """
+        S = self._mat()
+        op, x_side, name = _SPMM[side]
+        if values is not None:
+            if isinstance(values, str):
+                values = S.named_values(values)
+            if _multi.is_multi_value(values):  # one value vector per head (multivalue.py)
+                return _multi.spmm_multi(S, side, X, values, out)
+        r = self.checks.repeat(op, (X, values, out))
+        if r is None:
+            r = S._begin(S._call_key(op, X), ((x_side, X, name),), values, out, side)
+        loop = S._spmm_a if side == "a" else S._spmm_b
+        res = loop(_plain(X), S.values if values is None else values, r, _plain(out))
+        return S._block(side, r, res if out is None else out)
 
-    Returns
-    -------
-    DenseBlock
-        This rank's side-"a" block of the result (``out`` when given).
-    """
-    return S._fused_call("a", A_loc, B_loc, strategy, out, values)
+    def fusedmm(self, side: str, A_loc, B_loc, strategy: str | None = None,
+                values: np.ndarray | str | None = None,
+                out: np.ndarray | None = None) -> DenseBlock:
+        """FusedMMA (``side`` "a": (S(values) * (A B^T)) @ B, an m x r side-"a" matrix) or
+        FusedMMB ("b": (S * (A B^T))^T @ A, an n x r side-"b" matrix). Collective.
 
+        Parameters
+        ----------
+        side : {"a", "b"}
+            The side of the result.
+        A_loc, B_loc : DenseBlock or ndarray
+            This rank's side-"a" block of A (m x r) and side-"b" block of B (n x r).
+        strategy : str, optional
+            One of the family's ``strategies`` ("none": SDDMM then SpMM as two calls;
+            "reuse": replication reuse; "fusion": local kernel fusion, where the family has
+            it); default: the family's most eliding one (the last of ``strategies``).
+        values : ndarray or str, optional
+            Values of S in this rank's value order, or the name of a vector registered with
+            :meth:`set_named_values` (default: S's current values). A strategy that runs on
+            the stored S^T needs the values in S^T's order: S's own and named vectors are
+            moved there once and kept; an explicit array is moved at every call (one
+            all-to-all of this rank's nonzero values, phase "values"), so a loop that reuses
+            a vector should register it by name.
+        out : DenseBlock or ndarray, optional
+            A block of ``side`` and the same r to write into.
 
-def fusedmm_b(S, A_loc: np.ndarray, B_loc: np.ndarray, strategy: str | None = None,
-              values: np.ndarray | str | None = None,
-              out: np.ndarray | None = None) -> DenseBlock:
-    """FusedMMB: (S * (A B^T))^T @ A, an n x r side-"b" matrix. Collective.
-
-    The mirror of :meth:`fusedmm_a`: same parameters, ``out`` a side-"b" block, returns
-    this rank's side-"b" block of the result."""
-    return S._fused_call("b", A_loc, B_loc, strategy, out, values)
-
-
-def _fused_call(S, side: str, A_loc, B_loc, strategy, out, values=None) -> DenseBlock:
-    strategy = strategy or S.strategies[-1]
-    op = "fusedmm_a" if side == "a" else "fusedmm_b"
-    resolved = S.named_values(values) if values is not None and isinstance(values, str) \
-        else values
-    r = S._calls.repeat(op, (A_loc, B_loc, resolved, out), strategy)
-    if r is None:  # checks the strategy too
-        r = S._begin(S._call_key(op, A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
-                     resolved, out, side, strategy)
-    # A name travels on as it is, so that the family finds the vector's copy in the
-    # stored S^T's order under that name (_values_for).
-    res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out), values)
-    return S._block(side, r, res if out is None else out)
-
-
-def _check_strategy(S, strategy: str) -> None:
-    """Rank-independent check of a FusedMM strategy name."""
-    if strategy not in S.strategies:  # the message is built only when it is needed
-        raise InputError(f"unknown FusedMM strategy {strategy!r} for {S.name}; it "
-                         f"supports only {', '.join(S.strategies)}{S.strategy_note}")
-
-
-def _into(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:
-    """``result`` copied into ``out`` when given (else ``result`` itself)."""
-    if out is None:
-        return result
-    np.copyto(out, result)
-    return out
-
-
-def as_operator(S, values: np.ndarray | None = None):
-    """S as a linear operator for iterative solvers (see :class:`distmm.operator.Operator`).
-
-    ``matvec(B)`` is :meth:`spmm_a` (S @ B, side "b" in, side "a" out), ``rmatvec(A)`` is
-    :meth:`spmm_b` (S^T @ A); ``.T`` / ``.H`` swap them. ``values`` pins S's values
-    (default: S's current values at each call). Not collective."""
-    from distmm.operator import Operator
-
-    S._require_open()
-    return Operator(S, values)
+        Returns
+        -------
+        DenseBlock
+            This rank's block of the result (``out`` when given).
+        """
+        S = self._mat()
+        strategy = strategy or S.strategies[-1]
+        op = _FUSED[side]
+        resolved = S.named_values(values) if values is not None and isinstance(values, str) \
+            else values
+        r = self.checks.repeat(op, (A_loc, B_loc, resolved, out), strategy)
+        if r is None:  # checks the strategy too
+            r = S._begin(S._call_key(op, A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
+                         resolved, out, side, strategy)
+        # A name travels on as it is, so that the family finds the vector's copy in the
+        # stored S^T's order under that name (_values_for).
+        res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out), values)
+        return S._block(side, r, res if out is None else out)
 
 
 def _plain(X: np.ndarray | None) -> np.ndarray | None:
@@ -236,4 +189,4 @@ def _plain(X: np.ndarray | None) -> np.ndarray | None:
     return X.view(np.ndarray)
 
 
-__all__ = ["as_operator", "fusedmm_a", "fusedmm_b", "sddmm", "spmm_a", "spmm_b"]
+__all__ = ["Operations"]

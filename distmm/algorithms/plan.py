@@ -10,7 +10,7 @@ a plan is where a loop's repeats get cheaper:
 - In every family a plan's calls go through the method, whose checks of a repeat on the
   very same operands are cheap (:meth:`CallChecks.recall`), and whose prepared kernel calls
   the plan's operand sets get by id (several plans of one operation in turns each find
-  theirs: :func:`~distmm.algorithms.prepared._run_kernel`).
+  theirs: :meth:`~distmm.algorithms.prepared.PreparedCalls.run`).
 - Where the family's whole call is a fixed sequence of local kernels on the caller's arrays
   and cyclic shifts between the object's buffers (:meth:`DistributedMatrix._replayable`:
   1.5D dense shifting with c = 1 and no overlap, under ``checks="once"``), the plan's full
@@ -60,9 +60,29 @@ _SAME = object()  # an argument a plan's call leaves as it was
 
 
 def make_plan(mat, op: str, operands: tuple, out, options: dict, verb: str = "plan"):
-    """A :class:`CallPlan` of ``mat``'s operation ``op`` (either spelling) on ``operands``;
-    ``verb`` names the caller in messages. Not collective: the first call checks the
-    operands, on every rank."""
+    """A :class:`CallPlan` of ``mat``'s operation ``op`` on ``operands`` (``S.plan``,
+    ``S.bind``); ``verb`` names the caller in messages.
+
+    Parameters
+    ----------
+    mat : DistributedMatrix
+        The matrix whose operation the plan calls.
+    op : {"sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b"}
+        The operation (the command line's spelling, ``"fusedmm-a"``, is accepted too).
+    operands : tuple
+        Its dense operands, as the method takes them (``B`` for spmm_a, ``A`` for spmm_b,
+        ``A, B`` for sddmm and FusedMM).
+    out : DenseBlock or ndarray, optional
+        The result buffer (None: each call returns a new array).
+    options : dict
+        The method's other keywords (``values``, FusedMM's ``strategy``).
+
+    Making a plan is not collective (its first call checks the operands, on every rank);
+    calling it is collective, like the method. Where the family allows it (1.5D dense
+    shifting with c = 1 and no overlap, under ``checks="once"``) a plan's repeats run the
+    traced steps of its call alone, skipping the checks and the family's loop; elsewhere it
+    calls the method, whose checks of a repeat are cheap. Between calls the held operands'
+    contents may change, their shapes, dtypes and memory layout must not."""
     mat._require_open()
     try:
         op = op_name(op)

@@ -1,10 +1,9 @@
 """Prepared local kernel calls and scratch buffers kept by a distributed matrix between calls.
 
-Each function takes the matrix as its first argument; :class:`~distmm.algorithms.base.
-DistributedMatrix` installs them as its methods (``_buffer``, ``_run_kernel``,
-``_forget_prepared``, ``release_buffers``). The state they keep is the matrix's ``_scratch``
-(role, shape, dtype -> buffer) and ``_prepared`` (call key -> the prepared kernel calls by
-their sources' ids), both dropped by :func:`release_buffers` and ``close``.
+:class:`PreparedCalls` is the matrix's ``_kernels`` part. Its state is ``scratch`` (role,
+shape, dtype -> buffer) and ``prepared`` (call key -> the prepared kernel calls by their
+sources' ids), both dropped by ``release_buffers`` and ``close``. The family loops reach it
+through the matrix's ``_buffer`` and ``_run_kernel``.
 """
 
 from __future__ import annotations
@@ -45,112 +44,125 @@ def _alike(x: np.ndarray | None, like: tuple | None) -> bool:
     return isinstance(x, np.ndarray) and prepared_layout(x) == like
 
 
-def _buffer(mat, role: str, shape: tuple[int, ...], dtype=None) -> np.ndarray:
-    """A scratch array kept on the object between calls (one per role, shape, dtype).
+class PreparedCalls:
+    """The prepared kernel calls and scratch buffers of one distributed matrix (its
+    ``_kernels`` part): ``scratch`` (role, shape, dtype -> buffer) and ``prepared`` (call key
+    -> {the sources' ids: (the sources, weakly, with their layouts; the prepared call)},
+    oldest first). Holds the matrix weakly (the matrix holds this part) and reads its node
+    model, ``checks``, ``stats``, ``_repeat`` (whether the call under way repeats its
+    operands or is a plan's), ``_tracer`` and ``_plans``."""
 
-    Only for buffers that never leave the call: their contents are overwritten by the
-    next call that uses the same role."""
-    dtype = mat.dtype if dtype is None else np.dtype(dtype)
-    key = (role, tuple(int(x) for x in shape), dtype)
-    buf = mat._scratch.get(key)
-    if buf is None:
-        buf = mat._scratch[key] = aligned_empty(key[1], dtype)
-    return buf
+    def __init__(self, mat) -> None:
+        self._mat = weakref.ref(mat)
+        self.dtype = mat.dtype
+        self.scratch: dict[tuple, np.ndarray] = {}
+        self.prepared: dict[tuple, dict] = {}
 
+    def buffer(self, role: str, shape: tuple[int, ...], dtype=None) -> np.ndarray:
+        """A scratch array kept on the object between calls (one per role, shape, dtype).
 
-def _run_kernel(mat, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
-                X: np.ndarray, Y: np.ndarray | None, out: np.ndarray,
-                accumulate: bool = True) -> None:
-    """Run one local kernel; its own seconds (not this wrapper's) make the "compute" phase.
+        Only for buffers that never leave the call: their contents are overwritten by the
+        next call that uses the same role."""
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        key = (role, tuple(int(x) for x in shape), dtype)
+        buf = self.scratch.get(key)
+        if buf is None:
+            buf = self.scratch[key] = aligned_empty(key[1], dtype)
+        return buf
 
-    The node model prepares the call once (:meth:`NodeModel.prepare`: operand checks,
-    flop and byte counts, the kernel's plan), and the prepared call is kept under ``key``
-    (the call kind, and the loop's step within it). The operands are views that the loop
-    cuts the same way from ``sources`` for the same key, so a kept call serves again
-    while every source is an array of the same shape, strides, dtype and writability as
-    the one it was prepared with (then the checks would pass again and the plan is the
-    same): the very same objects, or new ones such as the new result array of each call
-    without ``out=`` or an intermediate array made per call. A plan's traced call (plan.py,
-    trace.py) notes whether each kernel was such a kept call; the plan's replay keeps
-    running the traced call's own intermediates, and writes a call without ``out=`` into a
-    new array. The key remembers the last ``PREPARED_SOURCES``
-    sets of sources it served, so that calls on several sets of operands made in turns
-    (plans per attention head) find theirs by id.
-    ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
-    vector are replaced, when the node model's plan state (the numba thread count) changes
-    (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
-    sources are held weakly: a kept call keeps no array alive.
+    def run(self, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
+            X: np.ndarray, Y: np.ndarray | None, out: np.ndarray,
+            accumulate: bool = True) -> None:
+        """Run one local kernel; its own seconds (not this wrapper's) make the "compute" phase.
 
-    The entries of a key are found by the sources' ids (then checked by identity, as an
-    id can be reused once its object is gone): a call whose result is a new array each
-    time (no ``out=``, the PyTorch functions) misses every entry, and comparing its
-    sources with each entry in turn was a good part of such a call on a small graph."""
-    entries = mat._prepared.get(key) if key is not None else None
-    kept = None
-    ids = tuple(map(id, sources))
-    if entries is not None:
-        kept = entries.get(ids)
-        if kept is not None:
-            k = 0
-            for ref, like in kept[0]:  # written out: every call's every kernel runs this
-                x = sources[k]
-                k += 1
-                if ref() is not x or (x is not None and x.shape != like[0]):
-                    kept = None
-                    break
+        The node model prepares the call once (:meth:`NodeModel.prepare`: operand checks,
+        flop and byte counts, the kernel's plan), and the prepared call is kept under ``key``
+        (the call kind, and the loop's step within it). The operands are views that the loop
+        cuts the same way from ``sources`` for the same key, so a kept call serves again
+        while every source is an array of the same shape, strides, dtype and writability as
+        the one it was prepared with (then the checks would pass again and the plan is the
+        same): the very same objects, or new ones such as the new result array of each call
+        without ``out=`` or an intermediate array made per call. A plan's traced call (plan.py,
+        trace.py) notes whether each kernel was such a kept call; the plan's replay keeps
+        running the traced call's own intermediates, and writes a call without ``out=`` into a
+        new array. The key remembers the last ``PREPARED_SOURCES``
+        sets of sources it served, so that calls on several sets of operands made in turns
+        (plans per attention head) find theirs by id.
+        ``key=None`` prepares every time. Kept calls are dropped when S's values or a named
+        vector are replaced, when the node model's plan state (the numba thread count) changes
+        (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
+        sources are held weakly: a kept call keeps no array alive.
+
+        The entries of a key are found by the sources' ids (then checked by identity, as an
+        id can be reused once its object is gone): a call whose result is a new array each
+        time (no ``out=``, the PyTorch functions) misses every entry, and comparing its
+        sources with each entry in turn was a good part of such a call on a small graph."""
+        mat = self._mat()
+        entries = self.prepared.get(key) if key is not None else None
+        kept = None
+        ids = tuple(map(id, sources))
+        if entries is not None:
+            kept = entries.get(ids)
+            if kept is not None:
+                k = 0
+                for ref, like in kept[0]:  # written out: every call's every kernel runs this
+                    x = sources[k]
+                    k += 1
+                    if ref() is not x or (x is not None and x.shape != like[0]):
+                        kept = None
+                        break
+            if kept is None:
+                first = next(iter(entries.values()))  # every entry's sources are alike
+                if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
+                    # the same prepared call serves these sources too. A repeated or planned
+                    # call's sources get an entry of their own, so that calls on several sets
+                    # of operands in turns find it by id; a call on operands the last call did
+                    # not pass (new arrays each time) gets none it would not use again
+                    kept = first
+                    if mat._repeat:
+                        kept = (_source_refs(sources), first[1])
+                        entries.pop(ids, None)  # a dead entry under a reused id
+                        entries[ids] = kept
+                        if len(entries) > PREPARED_SOURCES:
+                            del entries[next(iter(entries))]  # the oldest
+        reused = kept is not None
         if kept is None:
-            first = next(iter(entries.values()))  # every entry's sources are alike
-            if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
-                # the same prepared call serves these sources too. A repeated or planned
-                # call's sources get an entry of their own, so that calls on several sets
-                # of operands in turns find it by id; a call on operands the last call did
-                # not pass (new arrays each time) gets none it would not use again
-                kept = first
-                if mat._repeat:
-                    kept = (_source_refs(sources), first[1])
-                    entries.pop(ids, None)  # a dead entry under a reused id
-                    entries[ids] = kept
-                    if len(entries) > PREPARED_SOURCES:
-                        del entries[next(iter(entries))]  # the oldest
-    reused = kept is not None
-    if kept is None:
-        if op == "sddmm" and out.ndim == 2:  # one result per head, in one pass
-            run = prepare_sddmm_multi(mat.kernel, S, vals, X, Y, out)
-        else:
-            run = mat.kernel.prepare(op, S, vals, X, Y, out, accumulate)
-        kept = (_source_refs(sources), run)
-        if key is not None and mat.checks != "always":
-            mat._prepared[key] = {ids: kept}
-    run = kept[1]
-    args = (vals, X, out) if Y is None else (vals, X, Y, out)
-    mat.stats.seconds["compute"] += run(*args)
-    if mat._tracer is not None:
-        mat._tracer.kernel(reused, run, args)
+            if op == "sddmm" and out.ndim == 2:  # one result per head, in one pass
+                run = prepare_sddmm_multi(mat.kernel, S, vals, X, Y, out)
+            else:
+                run = mat.kernel.prepare(op, S, vals, X, Y, out, accumulate)
+            kept = (_source_refs(sources), run)
+            if key is not None and mat.checks != "always":
+                self.prepared[key] = {ids: kept}
+        run = kept[1]
+        args = (vals, X, out) if Y is None else (vals, X, Y, out)
+        mat.stats.seconds["compute"] += run(*args)
+        if mat._tracer is not None:
+            mat._tracer.kernel(reused, run, args)
+
+    def forget(self) -> None:
+        """Drop the kept kernel calls (see :meth:`run`) and the steps of every plan of the
+        matrix built on them (plan.py). Not collective."""
+        self.prepared.clear()
+        mat = self._mat()
+        if mat is not None:
+            for plan in list(mat._plans):
+                plan.forget()
+
+    def release(self) -> None:
+        """Free what the object keeps between calls to make the next call cheaper: the
+        scratch buffers of every width used so far (replication, shifts, reduction), the
+        prepared kernel calls, and the steps the plans keep with the views of buffers and
+        intermediates they hold. S's blocks, its cached transposes and named vectors stay.
+
+        For a loop that moves on to another width or other operands: the object keeps each
+        width's buffers until then, so a sweep over r holds the buffers of every width it
+        visited (a plan holds its own operands while it lives). The next call of each kind
+        allocates and prepares again, as the first did. Not collective (local state only);
+        call it between calls, on any ranks (``S.release_buffers()``).
+        """
+        self.scratch.clear()
+        self.forget()
 
 
-def _forget_prepared(mat) -> None:
-    """Drop the kept kernel calls (see :meth:`_run_kernel`) and the steps of every plan of
-    the matrix built on them (plan.py). Not collective."""
-    mat._prepared.clear()
-    for plan in list(mat._plans):
-        plan.forget()
-
-
-def release_buffers(mat) -> None:
-    """Free what the object keeps between calls to make the next call cheaper: the
-    scratch buffers of every width used so far (replication, shifts, reduction), the
-    prepared kernel calls, and the steps the plans keep with the views of buffers and
-    intermediates they hold. S's blocks, its cached transposes and named vectors stay.
-
-    For a loop that moves on to another width or other operands: the object keeps each
-    width's buffers until then, so a sweep over r holds the buffers of every width it
-    visited (a plan holds its own operands while it lives). The next call of each kind
-    allocates and prepares again, as the first did. Not collective (local state only);
-    call it between calls, on any ranks.
-    """
-    mat._require_open()
-    mat._scratch.clear()
-    mat._forget_prepared()
-
-
-__all__ = ["PREPARED_SOURCES", "release_buffers"]
+__all__ = ["PREPARED_SOURCES", "PreparedCalls"]

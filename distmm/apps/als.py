@@ -141,14 +141,8 @@ class ALSResult:
 
 
 def release(obj: DistributedMatrix) -> None:
-    """Free what ``obj`` created (its ``close()`` where the family has one). Collective."""
-    close = getattr(obj, "close", None)
-    if close is not None:
-        close()
-        return
-    for sub in obj.__dict__.pop("_extra_comms", []):
-        sub.Free()
-    obj.__dict__.pop("_row_groups", None)
+    """Free what ``obj`` created (:meth:`DistributedMatrix.close`). Collective."""
+    obj.close()
 
 
 def predict(A: np.ndarray, B: np.ndarray, users: np.ndarray, items: np.ndarray

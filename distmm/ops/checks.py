@@ -23,7 +23,7 @@ def full_check_due(obj, call: str) -> bool:
     policy = getattr(obj, "checks", "always")
     if policy == "off":
         return False
-    return policy == "always" or call not in obj.__dict__.get("_ops_checked", set())
+    return policy == "always" or call not in obj._edges.checked
 
 
 def agree_width(obj, message: str | None, *widths: int, call: str, variant: str = "") -> None:
@@ -64,7 +64,7 @@ def agree_width(obj, message: str | None, *widths: int, call: str, variant: str 
                     tuple(int(x) for x in w)})
     elif message is not None:
         raise InputError(message)
-    obj.__dict__.setdefault("_ops_checked", set()).add(call)
+    obj._edges.checked.add(call)
 
 
 def same_primitive(obj, call: str, widths: tuple[int, ...], comm=None) -> None:

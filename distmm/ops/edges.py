@@ -295,7 +295,7 @@ def edge_plan(obj, dim: str) -> EdgePlan:
     "plan"); afterwards local.
     """
     require(dim in DIMS, f"dim must be 'row' or 'col', got {dim!r}")
-    cache = obj.__dict__.setdefault("_ops_edge_plans", {})
+    cache = obj._edges.edge_plans
     if dim not in cache:
         cache[dim] = EdgePlan(obj, dim)
     return cache[dim]

@@ -10,8 +10,8 @@ combines over exactly these ranks.
 
 The groups are derived from the layout alone (``obj.dense_rows(side, k)`` is arithmetic that any
 rank can evaluate for any k), so the same code serves every family; each group's communicator is
-built once per object and side and freed by the object's ``close()`` (registered in
-``obj._extra_comms``).
+built once per object and side, kept in the object's ``_edges`` part
+(:class:`~distmm.ops.state.EdgeState`) and freed by the object's ``close()``.
 """
 
 from __future__ import annotations
@@ -44,11 +44,12 @@ def row_group(obj, side: str) -> CountingComm:
     split), cached afterwards. Its ranks are ordered by world rank. Words sent through it are
     counted in ``obj.stats``.
     """
-    cache = obj.__dict__.setdefault("_row_groups", {})
+    state = obj._edges
+    cache = state.row_groups
     if side not in cache:
         color = row_group_color(obj, side, obj.rank)
         sub = obj.comm.Split(color=color, key=obj.rank)
-        obj.__dict__.setdefault("_extra_comms", []).append(sub)
+        state.comms.append(sub)
         cache[side] = CountingComm(sub, obj.stats)
     return cache[side]
 

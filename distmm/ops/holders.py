@@ -61,7 +61,7 @@ class Holders:
 
 def holders(obj, side: str) -> Holders:
     """The :class:`Holders` of ``side`` ("a" or "b") on ``obj``. Not collective; cached."""
-    cache = obj.__dict__.setdefault("_ops_holders", {})
+    cache = obj._edges.holders
     if side not in cache:
         cache[side] = _build(obj, side)
     return cache[side]

@@ -73,7 +73,7 @@ class TransferPlan:
 
 def transfer_plan(obj, src: str, r: int) -> TransferPlan:
     """The cached plan moving side ``src`` blocks of width r to the other side. Not collective."""
-    cache = obj.__dict__.setdefault("_ops_transfer_plans", {})
+    cache = obj._edges.transfer_plans
     if (src, r) not in cache:
         cache[(src, r)] = TransferPlan(obj, src, r)
     return cache[(src, r)]

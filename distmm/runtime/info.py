@@ -16,8 +16,8 @@ import os
 import platform
 import sys
 
-from distmm._optional import EXTRAS, available
 from distmm._version import __version__
+from distmm.runtime.extras import EXTRAS, available
 
 # distribution names of the optional packages, by import name
 _DISTRIBUTIONS = {"torch_geometric": "torch-geometric"}

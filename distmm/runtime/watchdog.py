@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from mpi4py import MPI
 
-from distmm.exceptions import abort_job, require
+from distmm.errors import abort_job, mark_waits, require
 
 __all__ = ["EXIT_CODE", "Watchdog", "running", "waiting"]
 
@@ -241,12 +241,15 @@ def running(comm: MPI.Comm, timeout: float | None) -> Iterator[Watchdog | None]:
         return
     dog = Watchdog(comm, timeout)
     ACTIVE = dog
+    mark_waits(dog.watch)
     try:
         yield dog
     except BaseException:
         # Other ranks may be gone or blocked: end this rank's thread without communicating.
         ACTIVE = None
+        mark_waits(None)
         dog.halt()
         raise
     ACTIVE = None
+    mark_waits(None)
     dog.stop()

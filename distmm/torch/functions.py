@@ -84,8 +84,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from distmm._optional import require_extra
 from distmm.errors import InputError, agree
+from distmm.runtime.extras import require_extra
 
 torch = require_extra("torch", what="distmm.torch")
 

@@ -31,7 +31,7 @@ def test_blocks_results_and_buffers_are_aligned(name, c):
         bad = [k for k, X in enumerate(blocks) if not is_aligned(X)]
         assert not bad, f"blocks {bad} are not aligned"
         # every scratch buffer that holds dense rows (float, 2-D) is aligned
-        rows = [buf for buf in obj._scratch.values()
+        rows = [buf for buf in obj._kernels.scratch.values()
                 if isinstance(buf, np.ndarray) and buf.ndim == 2]
         assert all(is_aligned(buf) for buf in rows)
     finally:

@@ -1,7 +1,8 @@
 """close() and the context manager free every communicator a distributed object created.
 
-Every family and valid c: after close the grid's sub-communicators (and any registered in
-``_extra_comms``, as distmm.ops does) are MPI.COMM_NULL, operations raise a clear InputError,
+Every family and valid c: after close the grid's sub-communicators and those the edge
+primitives split (their row groups, kept in the object's ``_edges`` part) are MPI.COMM_NULL,
+operations raise a clear InputError,
 and 12 distribute/close cycles do not grow the set of live communicator handles (MPI reuses a
 freed handle; leaked ones would each keep a handle of their own, 12 per kind, more than the
 5 the test allows). The tuner closes the candidates it discards.
@@ -16,6 +17,7 @@ from oracle import problem
 
 import distmm
 from distmm.errors import InputError
+from distmm.ops.groups import row_group
 from distmm.perf import costmodel
 from distmm.perf.tuning import tune
 
@@ -27,24 +29,23 @@ CYCLES = 12
 
 def handles(obj) -> set[int]:
     """Fortran handles of the communicators an object owns (stable ids of live comms)."""
-    return {comm.py2f() for comm in obj._grid_comms() + obj._extra_comms}
+    return {comm.py2f() for comm in obj._grid_comms() + obj._edges.comms}
 
 
 @pytest.mark.parametrize("algorithm,c", CASES)
-def test_close_frees_grid_and_extra_comms(algorithm, c):
+def test_close_frees_grid_and_row_group_comms(algorithm, c):
     S, A, B = problem(12, 9, 1, seed=1)
     with distmm.distribute(S, COMM, algorithm=algorithm, c=c, root=None) as obj:
         r = obj.r_rule()[0]
         X = obj.dense("b", r, fill=1.0)
         obj.spmm_a(X)
-        extra = COMM.Dup()  # what another module would cache on the object
-        obj.__dict__.setdefault("_extra_comms", []).append(extra)
+        row_group(obj, "a")  # the communicator the edge primitives split for the object
+        extra = obj._edges.comms[0]
         comms = obj._grid_comms() + [extra]
         assert comms and all(sub != MPI.COMM_NULL for sub in comms)
         assert not obj.closed
     assert obj.closed
     assert all(sub == MPI.COMM_NULL for sub in comms)
-    assert obj._extra_comms == []
     for call in (lambda: obj.spmm_a(X), lambda: obj.sddmm(X, X), lambda: obj.dense("a", r),
                  lambda: obj.scatter("a", np.ones((12, r)), root=None),
                  lambda: obj.as_operator(), lambda: obj.gather("b", X)):

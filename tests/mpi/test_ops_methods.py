@@ -1,4 +1,4 @@
-"""The primitives as methods of every family's distributed object (the EdgeOps mixin).
+"""The primitives as methods of every family's distributed object (delegating to distmm.ops).
 
 Each method must give exactly what its function gives (the functions are tested against serial
 oracles in the other test_ops_* files); here also the global row sums and X^T Y once more, so a

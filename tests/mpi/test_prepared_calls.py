@@ -189,7 +189,7 @@ def test_prepared_again_when_the_plan_state_changes(algorithm, c, monkeypatch):
     out = obj.dense("a", 19)
     A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)
     obj.fusedmm_a(A_loc, B_loc, out=out)
-    assert obj._prepared == {}
+    assert obj._kernels.prepared == {}
     obj.close()
 
 
@@ -872,7 +872,7 @@ def test_release_buffers_frees_what_calls_keep(algorithm, c):
         obj.spmm_a(B_loc, out=out)
     gone = weakref.ref(out)
     used = held_bytes(obj)
-    scratch = held_bytes(obj._scratch)  # nothing at p = 1 in a family that sends nothing
+    scratch = held_bytes(obj._kernels.scratch)  # nothing at p = 1 in a family that sends nothing
     obj.release_buffers()
     del out, res, call, A_r, B_r
     gc.collect()

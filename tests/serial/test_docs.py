@@ -286,7 +286,7 @@ def test_guide_option_check_finds_a_wrong_option(tmp_path, monkeypatch):
 NUMPY_DOCUMENTED = ("distmm.api.distribute", "distmm.api.as_coo_share", "distmm.perf.bench.run_op",
                     "distmm.perf.bench.op_inputs", "distmm.perf.bench.op_output_side",
                     "distmm.perf.bench.op_flops",
-                    "distmm._optional.require_extra", "distmm.runtime.info.collect",
+                    "distmm.runtime.extras.require_extra", "distmm.runtime.info.collect",
                     "distmm.io.hdf5.read_hdf5", "distmm.io.hdf5.h5_header",
                     "distmm.io.hdf5.sparse_header", "distmm.io.hdf5.read_sparse",
                     "distmm.io.convert.gather_share", "distmm.io.convert.write_csr_h5",

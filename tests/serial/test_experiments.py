@@ -27,11 +27,11 @@ import runner  # noqa: E402
 import strong_scaling  # noqa: E402
 import weak_scaling  # noqa: E402
 
-from distmm._optional import available  # noqa: E402
 from distmm.algorithms import ALGORITHMS  # noqa: E402
 from distmm.errors import InputError  # noqa: E402
 from distmm.perf import costmodel  # noqa: E402
 from distmm.perf.planner import Machine, predict  # noqa: E402
+from distmm.runtime.extras import available  # noqa: E402
 
 MACHINE = os.path.join(ROOT, "machines", "this-machine.json")
 HAS_MPIEXEC = os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpiexec"))

@@ -74,3 +74,16 @@ def test_the_exports_load_on_first_use():
     assert distmm.__version__
     assert {m.name for m in pkgutil.iter_modules(distmm.__path__)} >= {"kernels", "runtime"}
     assert distmm.kernels.NODE_MODELS  # a submodule by attribute, as before
+
+
+def test_the_top_of_the_package_holds_only_its_entry():
+    """Every module lives in the subpackage of its layer (docs/developer.md, "Layout"); the
+    top keeps the entry, errors and the version. ``from distmm import als`` (docs/als.md) is
+    the application's module, reached from the entry."""
+    top = {m.name for m in pkgutil.iter_modules(distmm.__path__) if not m.ispkg}
+    assert top == {"__main__", "_version", "api", "errors"}
+    from distmm import als
+    from distmm.apps import als as apps_als
+
+    assert als is apps_als and distmm.als is apps_als
+    assert "als" in dir(distmm)

@@ -20,9 +20,9 @@ from launch_env import mpi_env
 from mpi4py import MPI
 
 import distmm
-from distmm._optional import EXTRAS, require_extra
 from distmm.cli import build_parser
 from distmm.errors import InputError
+from distmm.runtime.extras import EXTRAS, require_extra
 from distmm.runtime.info import collect, format_text
 
 BIN = os.path.dirname(sys.executable)

@@ -17,14 +17,14 @@ ROOT = Path(distmm.__file__).parent
 # prefix places a module.
 LAYERS = [
     ("distmm._version", "distmm.runtime.cores", "distmm.runtime.blas_threads",
-     "distmm.runtime.intranode", "distmm.runtime.process", "distmm.exceptions"),
-    ("distmm.errors", "distmm._optional", "distmm.runtime.watchdog", "distmm.runtime.signals"),
+     "distmm.runtime.intranode", "distmm.runtime.process"),
+    ("distmm.errors", "distmm.runtime.extras", "distmm.runtime.watchdog", "distmm.runtime.signals"),
     ("distmm.core", "distmm.kernels.numba_util"),
     ("distmm.io",),
     ("distmm.sim",),
     ("distmm.kernels",),
-    ("distmm.algorithms", "distmm.ops", "distmm.operator"),
-    ("distmm.perf", "distmm.api", "distmm.operator", "distmm.runtime.info"),
+    ("distmm.algorithms", "distmm.ops"),
+    ("distmm.perf", "distmm.api", "distmm.runtime.info"),
     ("distmm.apps", "distmm.torch", "distmm.cli", "distmm.__main__", "distmm"),
 ]
 
