@@ -176,7 +176,7 @@ def _agree_kind(S, kind: tuple, msg: str | None, heads: int, r: int) -> None:
     every rank (and every call under checks="always"); later ones check locally."""
     if msg is not None:
         msg += f" (rank {S.rank})"
-    done = S.__dict__.setdefault("_multi_value_agreed", set())
+    done = S._ops.multi_agreed
     if S.checks == "always" or kind not in done:
         if S.p > 1:
             S.stats.add("other", S.p - 1, S.p - 1, S.p - 1, S.p - 1)

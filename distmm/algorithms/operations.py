@@ -29,7 +29,8 @@ class Operations:
     """The operation front-ends of one distributed matrix (its ``_ops`` part).
 
     State: the per-call checks and what they remember (``checks``, a
-    :class:`~distmm.algorithms.calls.CallChecks`). Reads the matrix (held weakly: the matrix
+    :class:`~distmm.algorithms.calls.CallChecks`; ``multi_agreed``, the multi-head call
+    kinds already agreed over every rank, :mod:`~distmm.algorithms.multivalue`). Reads the matrix (held weakly: the matrix
     holds this part) for its values, named vectors, strategies and loop pieces. Each family
     implements ``_sddmm``, ``_spmm_a``, ``_spmm_b`` and ``_fusedmm`` (side, ...), given the
     checked operands, the call's r and an optional output buffer."""
@@ -37,6 +38,7 @@ class Operations:
     def __init__(self, mat) -> None:
         self._mat = weakref.ref(mat)
         self.checks = CallChecks(mat)
+        self.multi_agreed: set[tuple] = set()
 
     def sddmm(self, A_loc: np.ndarray, B_loc: np.ndarray,
               values: np.ndarray | str | None = None, out: np.ndarray | None = None,
