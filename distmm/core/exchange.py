@@ -45,16 +45,24 @@ def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: in
     ``rows``: global ids of the rows needed; ``dests``: the layer rank needing each;
     ``owners``: the layer rank owning each (one pair per row and destination, any order).
     Returns, per pair, the rank that sends it the row: its owner (level 1) or another
-    destination of the same row that the owner sends it to (level 2; a relay). Depth is at most
-    2 and relays are chosen only among a row's own destinations, so no rank receives a row it
-    does not need. Greedy on the load (rows sent per call, forwarding included): while the
-    busiest rank (the lowest on a tie) owns a row with two or more level-1 destinations whose
-    least-loaded level-1 destination d would stay below it after taking one more row, move
-    another level-1 destination of that row (one that relays nothing) under d; the rows are
-    tried widest first (most level-1 destinations; the ``tries`` widest). Every move lowers
-    the busiest rank's load or ties, and the sum of squared loads strictly, so it stops.
-    Deterministic: the result depends on the set of pairs alone (not their order), so every
-    rank and the planner get the same tree. Not collective."""
+    destination of the same row that the owner sends it to (level 2; a relay). Depth is at
+    most 2 and relays are chosen only among a row's own destinations, so no rank receives a
+    row it does not need.
+
+    Greedy on the load (rows sent per call, forwarding included). In passes over every
+    rank, busiest first (the lower rank on a tie), each moves one pair it sends, if it can,
+    to the least-loaded other possible sender of that row, provided that one stays below it
+    after taking the row: an owner hands a level-1 destination that relays nothing to
+    another level-1 destination (the least loaded; the relay); a relay hands a level-2
+    destination back to the owner or to another level-1 destination. Rows are tried widest
+    first (most pairs the rank sends; the ``tries`` widest). It stops when a pass moves
+    nothing. Moving from every rank, not only the busiest, matters: the busiest rank's
+    destinations are often loaded nearly as much (a partition's neighbourhood), and only
+    once they have handed rows on can they take the busiest's. Every move lowers a load and
+    raises a smaller one by one, so the sum of squared loads falls strictly and it stops;
+    the busiest load never rises. Deterministic: the result depends on the set of pairs
+    alone (not their order), so every rank and the planner get the same tree. Not
+    collective."""
     rows = np.asarray(rows, dtype=np.int64)
     dests = np.asarray(dests, dtype=np.int64)
     owners = np.asarray(owners, dtype=np.int64)
@@ -65,36 +73,51 @@ def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: in
         return parent
     load = np.bincount(o, minlength=q).astype(np.int64)
     start = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    group = np.cumsum(np.r_[True, r[1:] != r[:-1]]) - 1  # each pair's row (start's index)
     end = np.r_[start[1:], r.size]
-    width = end - start  # level-1 destinations of each distinct row
-    row_owner = o[start]
-    by_owner = np.argsort(row_owner, kind="stable")
-    bounds = np.searchsorted(row_owner[by_owner], np.arange(q + 1))
     relays = np.zeros(r.size, dtype=np.int64)  # level-2 children of each pair's destination
-    while True:
-        b = int(np.argmax(load))
-        mine = by_owner[bounds[b]:bounds[b + 1]]
-        mine = mine[width[mine] >= 2]
-        if mine.size == 0:
-            break
-        moved = False
-        for i in mine[np.argsort(-width[mine], kind="stable")[:tries]]:
+    multi = (end - start)[group] >= 2  # pairs of rows with two or more destinations
+
+    def move(b: int) -> bool:
+        sent = np.flatnonzero((parent == b) & multi)
+        if sent.size == 0:
+            return False
+        g, counts = np.unique(group[sent], return_counts=True)
+        for i in g[np.argsort(-counts, kind="stable")[:tries]]:
             s, e = int(start[i]), int(end[i])
-            level1 = s + np.flatnonzero(parent[s:e] == b)
-            best = level1[np.argmin(load[d[level1]])]  # the first of the least loaded
-            if load[d[best]] + 1 >= load[b]:
-                continue
-            free = level1[(relays[level1] == 0) & (level1 != best)]
-            if free.size == 0:
-                continue
-            x = free[-1]
-            parent[x] = d[best]
-            relays[best] += 1
-            width[i] -= 1
+            owner = int(o[s])
+            level1 = s + np.flatnonzero(parent[s:e] == owner)
+            if b == owner:  # hand a level-1 destination to another level-1 destination
+                new = level1[np.argmin(load[d[level1]])]  # the first of the least loaded
+                free = level1[(relays[level1] == 0) & (level1 != new)]
+                if free.size == 0 or load[d[new]] + 1 >= load[b]:
+                    continue
+                x, to = free[-1], int(d[new])
+                relays[new] += 1
+            else:  # a relay hands a level-2 destination to the owner or another relay
+                mine = s + int(np.flatnonzero(d[s:e] == b)[0])
+                others = level1[level1 != mine]
+                best = others[np.argmin(load[d[others]])] if others.size else -1
+                if best < 0 or load[owner] <= load[d[best]]:
+                    to, new = owner, -1
+                else:
+                    to, new = int(d[best]), best
+                if load[to] + 1 >= load[b]:
+                    continue
+                x = s + np.flatnonzero(parent[s:e] == b)[-1]
+                relays[mine] -= 1
+                if new >= 0:
+                    relays[new] += 1
+            parent[x] = to
             load[b] -= 1
-            load[d[best]] += 1
-            moved = True
-            break
+            load[to] += 1
+            return True
+        return False
+
+    while True:
+        moved = False
+        for b in np.argsort(-load, kind="stable"):
+            moved |= move(int(b))
         if not moved:
             break
     out = np.empty_like(parent)
