@@ -88,21 +88,29 @@ def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: in
             owner = int(o[s])
             level1 = s + np.flatnonzero(parent[s:e] == owner)
             if b == owner:  # hand a level-1 destination to another level-1 destination
-                new = level1[np.argmin(load[d[level1]])]  # the first of the least loaded
+                fits = level1[load[d[level1]] + 1 < load[b]]
+                # a relay of this row already, where one fits: a fresh relay would use up a
+                # level-1 destination that could itself have been moved
+                fits = fits[relays[fits] > 0] if np.any(relays[fits] > 0) else fits
+                if fits.size == 0:
+                    continue
+                new = fits[np.argmin(load[d[fits]])]  # the first of the least loaded
                 free = level1[(relays[level1] == 0) & (level1 != new)]
-                if free.size == 0 or load[d[new]] + 1 >= load[b]:
+                if free.size == 0:
                     continue
                 x, to = free[-1], int(d[new])
                 relays[new] += 1
             else:  # a relay hands a level-2 destination to the owner or another relay
                 mine = s + int(np.flatnonzero(d[s:e] == b)[0])
-                others = level1[level1 != mine]
-                best = others[np.argmin(load[d[others]])] if others.size else -1
-                if best < 0 or load[owner] <= load[d[best]]:
+                # only to the owner or to a relay of this row already (as above)
+                fits = level1[(level1 != mine) & (load[d[level1]] + 1 < load[b])
+                              & (relays[level1] > 0)]
+                best = fits[np.argmin(load[d[fits]])] if fits.size else -1
+                if best >= 0 and (load[owner] + 1 >= load[b] or load[d[best]] < load[owner]):
+                    to, new = int(d[best]), best
+                elif load[owner] + 1 < load[b]:
                     to, new = owner, -1
                 else:
-                    to, new = int(d[best]), best
-                if load[to] + 1 >= load[b]:
                     continue
                 x = s + np.flatnonzero(parent[s:e] == b)[-1]
                 relays[mine] -= 1
