@@ -672,13 +672,15 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
 
 
 def busiest_rows(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
-                 ordered: tuple) -> int:
+                 ordered: tuple, relay: bool = True) -> int:
     """The busiest rank's words per FusedMMA ("fusion") at width 1 (every phase's words are
     proportional to r) with S's entries ``rows``/``cols`` (original coordinates) in the order
-    ``ordered`` (:func:`order`'s result) at replication c. Not collective."""
+    ``ordered`` (:func:`order`'s result) at replication c, with or without the relay tree.
+    Not collective."""
     row_inv, col_inv, offsets, _ = ordered
     m, n = shape
-    model = exchange_model(row_inv[rows], col_inv[cols], shape, p, c, offsets=offsets)
+    model = exchange_model(row_inv[rows], col_inv[cols], shape, p, c, offsets=offsets,
+                           relay=relay)
     return int(max(sum(ph["words"] for ph in sparse_aware_15d_exact(
         "fusedmm_a", m, n, 1, p, c, "fusion", **model.rank(k)).values()) for k in range(p)))
 
@@ -696,7 +698,7 @@ def default_orders(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
 
 
 def pick_order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
-               orders: list[tuple]) -> tuple:
+               orders: list[tuple], relay: bool = True) -> tuple:
     """Of :func:`default_orders`' orders, the one whose busiest rank sends fewest words at
     replication c (:func:`busiest_rows`; the first on a tie). Why: a partition balances
     nonzeros and minimises total volume, which on a matrix no order helps (MovieLens's
@@ -704,5 +706,5 @@ def pick_order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: in
     balanced too (docs/algorithms/15d-sparse-aware.md). Not collective."""
     if len(orders) == 1:
         return orders[0]
-    words = [busiest_rows(rows, cols, shape, p, c, o) for o in orders]
+    words = [busiest_rows(rows, cols, shape, p, c, o, relay) for o in orders]
     return orders[int(np.argmin(words))]
