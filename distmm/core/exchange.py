@@ -50,11 +50,12 @@ def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: in
     row it does not need.
 
     Greedy on the load (rows sent per call, forwarding included). In passes over every
-    rank, busiest first (the lower rank on a tie), each moves one pair it sends, if it can,
-    to the least-loaded other possible sender of that row, provided that one stays below it
-    after taking the row: an owner hands a level-1 destination that relays nothing to
-    another level-1 destination (the least loaded; the relay); a relay hands a level-2
-    destination back to the owner or to another level-1 destination. Rows are tried widest
+    rank, busiest first (the lower rank on a tie), each moves, row by row, one pair of each
+    row it sends, where it can, to the least-loaded other possible sender of that row,
+    provided that one stays below it after taking the row: an owner hands a level-1
+    destination that relays nothing to another level-1 destination (a relay of the row
+    already where one fits, else the least loaded); a relay hands a level-2 destination
+    back to the owner or to another relay of the row. Rows are tried widest
     first (most pairs the rank sends; the ``tries`` widest). It stops when a pass moves
     nothing. Moving from every rank, not only the busiest, matters: the busiest rank's
     destinations are often loaded nearly as much (a partition's neighbourhood), and only
@@ -77,12 +78,30 @@ def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: in
     end = np.r_[start[1:], r.size]
     relays = np.zeros(r.size, dtype=np.int64)  # level-2 children of each pair's destination
     multi = (end - start)[group] >= 2  # pairs of rows with two or more destinations
+    # the pairs each rank may send: as an owner, its rows' pairs; as a relay, the other
+    # pairs of the rows it needs (only rows with two or more destinations can move)
+    ys = np.flatnonzero(multi)
+    owned = ys[np.argsort(o[ys], kind="stable")]
+    owned_at = np.searchsorted(o[owned], np.arange(q + 1))
+    lens = (end - start)[group[ys]]
+    cand = np.repeat(start[group[ys]], lens) + (
+        np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+    who = np.repeat(d[ys], lens)
+    keep = cand != np.repeat(ys, lens)
+    cand, who = cand[keep], who[keep]
+    srt = np.argsort(who, kind="stable")
+    relayed, relayed_at = cand[srt], np.searchsorted(who[srt], np.arange(q + 1))
 
     def move(b: int) -> bool:
-        sent = np.flatnonzero((parent == b) & multi)
+        if load[b] - 1 <= load.min():  # nobody could take a row from it
+            return False
+        a = owned[owned_at[b]:owned_at[b + 1]]
+        z = relayed[relayed_at[b]:relayed_at[b + 1]]
+        sent = np.concatenate((a[parent[a] == b], z[parent[z] == b]))
         if sent.size == 0:
             return False
         g, counts = np.unique(group[sent], return_counts=True)
+        moved = False
         for i in g[np.argsort(-counts, kind="stable")[:tries]]:
             s, e = int(start[i]), int(end[i])
             owner = int(o[s])
@@ -119,8 +138,8 @@ def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: in
             parent[x] = to
             load[b] -= 1
             load[to] += 1
-            return True
-        return False
+            moved = True  # and on to the next row (one move per row and call)
+        return moved
 
     while True:
         moved = False
