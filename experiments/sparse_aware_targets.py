@@ -3,20 +3,23 @@
 planner's exact model, no MPI job), on real graphs, at several p and orderings.
 
     .venv/bin/python experiments/sparse_aware_targets.py GRAPH.mtx.gz [...] --p 64 256 --r 128
-        [--permute auto blocks]
+        [--permute auto blocks] [--relay on off]
 
 One JSON line per (graph, p, ordering): the sparse-aware family's best candidate (strategy,
 c), its max_words and memory, the two ratios, the best oblivious candidate's memory, and the
 partitioner's seconds. "auto" is the family's default order (a KaHIP partition when kahip is
 installed: of rows and columns together for a square S, a row and a column partition for a
 rectangular one, kept at each c unless the natural blocks give the busiest rank fewer words:
-the aware candidate's "permute" says which), "blocks" the natural-order blocks.
+the aware candidate's "permute" says which), "blocks" the natural-order blocks. "--relay"
+on (the family's default) or off: the relay tree of the exchange
+(distmm.core.exchange.relay_parents), or every row from its owner.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import os
 
@@ -38,12 +41,14 @@ def main() -> None:
     ap.add_argument("--p", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--r", type=int, default=128)
     ap.add_argument("--permute", nargs="+", default=["auto", "blocks"])
+    ap.add_argument("--relay", nargs="+", default=["on"], choices=["on", "off"])
     args = ap.parse_args()
     for path in args.graphs:
         S = read(path)
         for p in args.p:
-            for permute in args.permute:
-                rows, info = plan_sparse(S.row, S.col, S.shape, args.r, p, permute=permute)
+            for permute, relay in itertools.product(args.permute, args.relay):
+                rows, info = plan_sparse(S.row, S.col, S.shape, args.r, p, permute=permute,
+                                         relay=relay == "on")
                 aware = min((r for r in rows if r["algorithm"] == AWARE),
                             key=lambda r: (r["max_words"], r["c"]))
                 oblivious = [r for r in rows if r["algorithm"] != AWARE]
@@ -53,6 +58,7 @@ def main() -> None:
                 print(json.dumps({
                     "graph": os.path.basename(path), "m": S.shape[0], "n": S.shape[1],
                     "nnz": int(S.nnz), "p": p, "r": args.r, "permute": info["permute"],
+                    "relay": relay,
                     "partition_s": round(info.get("partition_s", 0.0), 2),
                     "aware": {k: aware[k] for k in ("strategy", "c", "max_words",
                                                     "memory_bytes", "permute")},

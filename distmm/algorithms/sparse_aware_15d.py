@@ -49,6 +49,7 @@ from distmm.algorithms.model import FamilyModel, KernelCalls
 from distmm.core.aligned import aligned_empty
 from distmm.core.coo import CooShare
 from distmm.core.exchange import RowExchange, exchange_model
+from distmm.core.exchange import plan_words as exchange_plan_words
 from distmm.core.grid import ProcessGrid15D, fits_15d
 from distmm.core.layout import block_of, block_offsets, block_range
 from distmm.core.memory import (
@@ -94,13 +95,15 @@ class SparseAware15DModel(FamilyModel):
         return sparse_aware_15d_exact(op, m, n, r, p, c, strategy, **counts)
 
     @staticmethod
-    def plan_words(q: int, recv_rows: int, recv_peers: int) -> dict[str, int]:
+    def plan_words(q: int, recv_rows: int, ask_peers: int, relay: bool = False,
+                   root_rows: int | None = None) -> dict[str, int]:
         """Words and messages one rank sends building the exchange plan (phase "plan"): one
         count to each other rank of its layer, and the ids of the rows it needs to their
-        owners. Exact: the counters equal it."""
-        if q == 1:
-            return {"words": 0, "messages": 0}
-        return {"words": (q - 1) + recv_rows, "messages": (q - 1) + recv_peers}
+        ``ask_peers`` distinct parents (owners, or relays); with ``relay`` the relay tree's
+        gather and reply on the layer's rank 0 (``root_rows`` there: the rows the layer's
+        other ranks need). Exact: the counters equal it
+        (:func:`distmm.core.exchange.plan_words`)."""
+        return exchange_plan_words(q, recv_rows, ask_peers, relay, root_rows)
 
     @staticmethod
     def table3(strategy: str, n: int, r: int, p: int, c: float,
@@ -209,6 +212,19 @@ class SparseAware15D(DistributedAlgorithm):
     # (distmm.perf.planner.plan) leaves it out; distmm.perf.sparse_planner ranks it.
     needs_pattern = True
     model = SparseAware15DModel
+    # Relay rows needed by many ranks of a layer through some of them (a tree of depth 2;
+    # distmm.core.exchange.relay_parents), where that lowers the busiest rank's rows sent.
+    relay = True
+
+    def __init__(self, source: CooShare, comm, *args, relay: bool | None = None,
+                 **kwargs) -> None:
+        """As :class:`DistributedAlgorithm`; ``relay`` (default: the class's, True) builds the
+        relay tree of the exchange (:func:`distmm.core.exchange.relay_parents`): a row needed
+        by many ranks of a layer reaches some of them through others that need it anyway,
+        where that lowers the busiest rank's rows sent; False: every row from its owner."""
+        if relay is not None:
+            self.relay = bool(relay)
+        super().__init__(source, comm, *args, **kwargs)
 
     def _balance_permutations(self, source: CooShare, mode: str, seed: int
                               ) -> tuple[np.ndarray, np.ndarray]:
@@ -248,9 +264,6 @@ class SparseAware15D(DistributedAlgorithm):
         self._own = self.grid.u * c + self.grid.v
         self._o: Orientation = self._place("a", np.asarray(owners, dtype=np.int64), rows,
                                            cols, source.vals, self._layout())
-        needed = self._needed
-        self.exchange = RowExchange.build(self.layer, needed, block_of(needed, ob) // c,
-                                          int(ob[self._own]), phase="plan")
         # what building the plan cost this rank, kept apart from the counters a caller resets
         self.plan_cost = {"words": self.stats.words("plan"),
                           "messages": self.stats.words("plan", "messages_sent"),
@@ -269,8 +282,17 @@ class SparseAware15D(DistributedAlgorithm):
         def layout(x: np.ndarray, y: np.ndarray):
             remote = block_of(y, ob) != own
             needed = np.unique(y[remote])
-            self._needed = needed
-            lc = np.where(remote, np.searchsorted(needed, y), y - own_base)
+            # the plan is built here (collective: every rank lays out its entries once, at
+            # the same point of placing S), because block 1's compact columns follow the
+            # order the rows arrive in, which the relay tree sets
+            self.exchange = plan = RowExchange.build(
+                self.layer, needed, block_of(needed, ob) // c, own_base, phase="plan",
+                relay=self.relay, owner_of=lambda g: block_of(g, ob) // c)
+            self._needed = plan.buffer_ids
+            at = np.empty(needed.size, dtype=np.int64)  # sorted index -> buffer position
+            at[np.searchsorted(needed, plan.buffer_ids)] = np.arange(needed.size)
+            lc = y - own_base
+            lc[remote] = at[np.searchsorted(needed, y[remote])]
             return (remote.astype(np.int64), x - row_base, lc, 2,
                     [(nrows, own_cols), (nrows, int(needed.size))], row_base, [own_base, 0])
 
@@ -301,8 +323,13 @@ class SparseAware15D(DistributedAlgorithm):
         x = self.exchange
         return {"value_order": "own B block's columns first, then the others (CSR order)",
                 "exchange": {"rows_received": x.nrecv, "rows_sent": x.nsend,
-                             "peers_received": int(np.count_nonzero(x.recvcounts)),
-                             "peers_sent": int(np.count_nonzero(x.sendcounts)),
+                             "rows_relayed": int(x.relay_rows.size),
+                             "relay": "on" if x.relayed else ("off" if not self.relay
+                                                              else "not needed"),
+                             "peers_received": int(np.count_nonzero(x.recvcounts)
+                                                   + np.count_nonzero(x.relay_recvcounts)),
+                             "peers_sent": int(np.count_nonzero(x.sendcounts)
+                                               + np.count_nonzero(x.relay_sendcounts)),
                              "plan": self.plan_cost}}
 
     # ----------------------------------------------------------------- the loop
@@ -452,9 +479,12 @@ class SparseAware15D(DistributedAlgorithm):
     def _exact_counts(self, op: str, strategy: str) -> dict:
         x = self.exchange
         return {"a_rows": self._local_rows("a"), "super_rows": int(self._fiber_sizes.sum()),
-                "gather_rows": x.nsend, "gather_peers": int(np.count_nonzero(x.sendcounts)),
+                "gather_rows": x.nsend,
+                "gather_peers": int(np.count_nonzero(x.sendcounts)
+                                    + np.count_nonzero(x.relay_sendcounts)),
                 "scatter_rows": x.nrecv,
-                "scatter_peers": int(np.count_nonzero(x.recvcounts))}
+                "scatter_peers": int(np.count_nonzero(x.recvcounts)
+                                     + np.count_nonzero(x.relay_recvcounts))}
 
     def _partition_bytes(self) -> int:
         """Bytes of the partition ordering S on this rank (its row and column parts)."""
@@ -642,13 +672,15 @@ def order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, pe
 
 
 def busiest_rows(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
-                 ordered: tuple) -> int:
+                 ordered: tuple, relay: bool = True) -> int:
     """The busiest rank's words per FusedMMA ("fusion") at width 1 (every phase's words are
     proportional to r) with S's entries ``rows``/``cols`` (original coordinates) in the order
-    ``ordered`` (:func:`order`'s result) at replication c. Not collective."""
+    ``ordered`` (:func:`order`'s result) at replication c, with or without the relay tree.
+    Not collective."""
     row_inv, col_inv, offsets, _ = ordered
     m, n = shape
-    model = exchange_model(row_inv[rows], col_inv[cols], shape, p, c, offsets=offsets)
+    model = exchange_model(row_inv[rows], col_inv[cols], shape, p, c, offsets=offsets,
+                           relay=relay)
     return int(max(sum(ph["words"] for ph in sparse_aware_15d_exact(
         "fusedmm_a", m, n, 1, p, c, "fusion", **model.rank(k)).values()) for k in range(p)))
 
@@ -666,7 +698,7 @@ def default_orders(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
 
 
 def pick_order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
-               orders: list[tuple]) -> tuple:
+               orders: list[tuple], relay: bool = True) -> tuple:
     """Of :func:`default_orders`' orders, the one whose busiest rank sends fewest words at
     replication c (:func:`busiest_rows`; the first on a tie). Why: a partition balances
     nonzeros and minimises total volume, which on a matrix no order helps (MovieLens's
@@ -674,5 +706,5 @@ def pick_order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: in
     balanced too (docs/algorithms/15d-sparse-aware.md). Not collective."""
     if len(orders) == 1:
         return orders[0]
-    words = [busiest_rows(rows, cols, shape, p, c, o) for o in orders]
+    words = [busiest_rows(rows, cols, shape, p, c, o, relay) for o in orders]
     return orders[int(np.argmin(words))]

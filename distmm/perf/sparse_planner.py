@@ -91,9 +91,10 @@ def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, 
 
 def plan_sparse(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], r: int, p: int,
                 machine: Machine | None = None, permute="auto", seed: int = 0,
-                dtype=np.float32) -> tuple[list[dict], dict]:
+                dtype=np.float32, relay: bool = True) -> tuple[list[dict], dict]:
     """Every (family, strategy, c) for S's pattern (``rows``, ``cols``: original coordinates
     of its entries) on p ranks at width r, fastest predicted first, and how S was ordered.
+    ``relay``: the sparsity-aware family's relay tree (its default) or not.
 
     Not collective."""
     machine = machine or Machine()
@@ -106,8 +107,9 @@ def plan_sparse(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], r: i
     out = []
     t0 = time.perf_counter()
     for c in costmodel.valid_cs(AWARE, p, r):
-        row_inv, col_inv, offsets, used = pick_order(rows, cols, (m, n), p, c, orders)
-        model = exchange_model(row_inv[rows], col_inv[cols], (m, n), p, c, offsets=offsets)
+        row_inv, col_inv, offsets, used = pick_order(rows, cols, (m, n), p, c, orders, relay)
+        model = exchange_model(row_inv[rows], col_inv[cols], (m, n), p, c, offsets=offsets,
+                               relay=relay)
         found = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
         for row in found:
             row["permute"] = used["permute"]

@@ -47,6 +47,7 @@ def awkward():
     n = 4 * P + 3
     yield "diagonal and one column", _coo(n, n, np.r_[np.arange(n), np.arange(n)],
                                           np.r_[np.arange(n), np.zeros(n, int)]), False
+    yield "hubs", hubs(6 * P + 5), False
     yield "wide and short", _coo(3, 57, [0, 0, 2, 2, 2], [0, 56, 5, 30, 31]), False
     yield "empty", sp.coo_matrix((9, 7)), True
     # rectangular with hidden blocks (users x items of a few communities, shuffled): a row
@@ -77,7 +78,20 @@ def planted_bipartite(m: int, n: int, k: int, seed: int = 0) -> sp.coo_matrix:
     return _coo(m, n, rows, cols, seed)
 
 
+def hubs(n: int, seed: int = 7) -> sp.coo_matrix:
+    """A symmetric graph of n nodes, about three random neighbours each, and two hubs (nodes
+    0 and n // 2) adjacent to every node: in natural-order blocks every rank of a layer needs
+    the hubs' rows, so their owners are the busiest senders and the relay tree engages."""
+    rng = np.random.default_rng(seed)
+    rows = np.r_[rng.integers(0, n, 3 * n), np.arange(n), np.arange(n)]
+    cols = np.r_[rng.integers(0, n, 3 * n), np.zeros(n, int), np.full(n, n // 2)]
+    S = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n)).tocsr()
+    S = (S + S.T).tocoo()
+    return _coo(n, n, S.row, S.col, seed)
+
+
 CASES = list(awkward())
+HUB = [k for k, x in enumerate(CASES) if x[0] == "hubs"][0]
 
 
 @pytest.mark.parametrize("c", CS)
@@ -115,11 +129,8 @@ def test_counted_words_equal_the_pattern_model(c, case, order):
                             order=order)
     model = model_counts(obj, S)
     mine = model.rank(COMM.rank)
-    q = P // c
-    plan = SparseAware15D.model.plan_words(q, int(model.recv_rows[COMM.rank]),
-                                     int(model.recv_peers[COMM.rank]))
-    assert obj.plan_cost["words"] == plan["words"]
-    assert obj.plan_cost["messages"] == plan["messages"]
+    assert obj.plan_cost["words"] == model.plan_words[COMM.rank]
+    assert obj.plan_cost["messages"] == model.plan_messages[COMM.rank]
     assert obj.values.size == model.nnz[COMM.rank]
     A_loc, B_loc = scattered(obj, A, B)
     m, n = S.shape
@@ -146,6 +157,70 @@ def test_counted_words_equal_the_pattern_model(c, case, order):
             assert sent == COMM.allreduce(obj.stats.words(ph, "words_received"))
         assert obj.stats.words("distribute") == 0 and obj.stats.words("plan") == 0
     obj.close()
+
+
+@pytest.mark.parametrize("relay", [True, False])
+def test_relay_tree_on_hubs_matches_scipy_and_the_model(relay, monkeypatch):
+    """The hubs' rows reach most ranks of a layer through relays (where a layer has three
+    ranks or more), every op and strategy still equals scipy with and without overlap, the
+    counters equal the pattern model built with the same tree (every phase, the plan
+    included), and the tree lowers the busiest rank's rows sent; off, nothing is relayed."""
+    _, S, _ = CASES[HUB]
+    monkeypatch.setattr(SparseAware15D, "relay", relay)
+    r = 4
+    m, n = S.shape
+    rng = np.random.default_rng(11)
+    A, B = rng.standard_normal((m, r)), rng.standard_normal((n, r))
+    for c in CS:
+        q = P // c
+        for overlap in (False, True):
+            obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=r, dtype=np.float64,
+                                    root=None, permute=False, overlap=overlap)
+            x = obj.exchange
+            relayed = COMM.allreduce(int(x.relay_rows.size))
+            if relay and q >= 3:
+                assert relayed > 0, "the hubs' rows must go through relays"
+                assert obj.stats.describe()["exchange"]["relay"] in ("on", "not needed")
+            else:
+                assert relayed == 0 and not x.relayed
+            # every rank of a layer agrees whether it relays
+            flags = COMM.allgather((obj.grid.v, x.relayed))
+            assert all(f == dict(flags)[v] for v, f in flags)
+            model = exchange_model(obj.row_inv[S.row], obj.col_inv[S.col], S.shape, P, c,
+                                   obj.grid.order, offsets=(obj.offsets["a"], obj.offsets["b"]),
+                                   relay=relay)
+            k = COMM.rank
+            assert (x.nsend, x.nrecv, x.relay_rows.size) == (
+                model.send_rows[k], model.recv_rows[k], model.relay_rows[k])
+            assert obj.plan_cost["words"] == model.plan_words[k]
+            assert obj.plan_cost["messages"] == model.plan_messages[k]
+            A_loc, B_loc = scattered(obj, A, B)
+            for op, strategy in RUNS:
+                key, st = op.replace("-", "_"), strategy or "none"
+                obj.stats.reset()
+                check(op, gathered(obj, op, A_loc, B_loc, strategy), S, A, B, rtol=1e-10)
+                exact = sparse_aware_15d_exact(key, m, n, r, P, c, st, **model.rank(k))
+                assert exact == obj.stats.expected_words(key, r, st)
+                for ph in PHASES:
+                    assert obj.stats.words(ph) == exact[ph]["words"], (op, strategy, ph)
+                    assert obj.stats.words(ph, "messages_sent") == exact[ph]["messages"]
+                    # received: the model with the roles of sender and receiver swapped
+                sw = sparse_aware_15d_exact(
+                    key, m, n, r, P, c, st, a_rows=int(model.a_rows[k]),
+                    super_rows=int(model.super_rows[k]), gather_rows=int(model.recv_rows[k]),
+                    gather_peers=int(model.recv_peers[k]),
+                    scatter_rows=int(model.send_rows[k]),
+                    scatter_peers=int(model.send_peers[k]))
+                assert obj.stats.words("propagation", "words_received") == \
+                    sw["propagation"]["words"]
+                assert obj.stats.words("propagation", "messages_received") == \
+                    sw["propagation"]["messages"]
+            obj.close()
+        if relay and q >= 3:
+            off = exchange_model(S.row, S.col, S.shape, P, c, relay=False)
+            on = exchange_model(S.row, S.col, S.shape, P, c, relay=True)
+            assert on.send_rows.max() < off.send_rows.max()
+            assert (on.recv_rows == off.recv_rows).all()  # nobody receives anything extra
 
 
 def test_pattern_free_bound_is_dense_shifting():
