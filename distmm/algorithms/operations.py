@@ -30,10 +30,11 @@ class Operations:
 
     State: the per-call checks and what they remember (``checks``, a
     :class:`~distmm.algorithms.calls.CallChecks`; ``multi_agreed``, the multi-head call
-    kinds already agreed over every rank, :mod:`~distmm.algorithms.multivalue`). Reads the matrix (held weakly: the matrix
-    holds this part) for its values, named vectors, strategies and loop pieces. Each family
-    implements ``_sddmm``, ``_spmm_a``, ``_spmm_b`` and ``_fusedmm`` (side, ...), given the
-    checked operands, the call's r and an optional output buffer."""
+    kinds already agreed over every rank, :mod:`~distmm.algorithms.multivalue`). Reads the
+    matrix (held weakly: the matrix holds this part) for its values, named vectors,
+    strategies and loop pieces. Each family implements ``_sddmm``, ``_spmm_a``,
+    ``_spmm_b`` and ``_fusedmm`` (side, ...), given the checked operands, the call's r and
+    an optional output buffer."""
 
     def __init__(self, mat) -> None:
         self._mat = weakref.ref(mat)

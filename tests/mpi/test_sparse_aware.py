@@ -13,6 +13,7 @@ from oracle import check, problem
 
 import distmm
 from distmm.algorithms.sparse_aware_15d import SparseAware15D, sparse_aware_15d_exact
+from distmm.core import exchange
 from distmm.core.exchange import exchange_model
 from distmm.core.partition import default_method
 from distmm.perf import bench, costmodel
@@ -164,9 +165,12 @@ def test_relay_tree_on_hubs_matches_scipy_and_the_model(relay, monkeypatch):
     """The hubs' rows reach most ranks of a layer through relays (where a layer has three
     ranks or more), every op and strategy still equals scipy with and without overlap, the
     counters equal the pattern model built with the same tree (every phase, the plan
-    included), and the tree lowers the busiest rank's rows sent; off, nothing is relayed."""
+    included), and the tree lowers the busiest rank's rows sent; off, nothing is relayed.
+    The tree is kept here whatever it saves (at q = 3 or 4 less than the default's
+    threshold): test_relay_threshold_declines_a_small_saving tests the default."""
     _, S, _ = CASES[HUB]
     monkeypatch.setattr(SparseAware15D, "relay", relay)
+    monkeypatch.setattr(exchange, "RELAY_MIN_SAVING", 0.0)
     r = 4
     m, n = S.shape
     rng = np.random.default_rng(11)
@@ -221,6 +225,31 @@ def test_relay_tree_on_hubs_matches_scipy_and_the_model(relay, monkeypatch):
             on = exchange_model(S.row, S.col, S.shape, P, c, relay=True)
             assert on.send_rows.max() < off.send_rows.max()
             assert (on.recv_rows == off.recv_rows).all()  # nobody receives anything extra
+
+
+def test_relay_threshold_declines_a_small_saving():
+    """By default a layer relays only where the tree lowers its busiest rank's rows sent by
+    RELAY_MIN_SAVING or more; the run and the model agree on that choice."""
+    _, S, _ = CASES[HUB]
+    for c in CS:
+        q = P // c
+        obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=4, dtype=np.float64,
+                                root=None, permute=False)
+        off = exchange_model(obj.row_inv[S.row], obj.col_inv[S.col], S.shape, P, c,
+                             obj.grid.order, offsets=(obj.offsets["a"], obj.offsets["b"]),
+                             relay=False)
+        on = exchange_model(obj.row_inv[S.row], obj.col_inv[S.col], S.shape, P, c,
+                            obj.grid.order, offsets=(obj.offsets["a"], obj.offsets["b"]),
+                            relay=True)
+        k = COMM.rank
+        assert (obj.exchange.nsend, obj.exchange.relay_rows.size) == (
+            on.send_rows[k], on.relay_rows[k])
+        busiest_on, busiest_off = on.send_rows.max(), off.send_rows.max()
+        if COMM.allreduce(int(obj.exchange.relay_rows.size)) > 0:
+            assert q >= 3 and busiest_on <= (1 - exchange.RELAY_MIN_SAVING) * busiest_off
+        else:
+            assert busiest_on == busiest_off
+        obj.close()
 
 
 def test_pattern_free_bound_is_dense_shifting():

@@ -1,10 +1,12 @@
 """FusedMM time of the sparsity-aware family with the relay tree and without, same run,
 alternating, on a real graph in the family's default order.
 
-    mpiexec -n P .venv/bin/python experiments/bench_relay.py GRAPH.mtx.gz --r 32
-        [--repeat 50] [--op fusedmm_a] [--strategy fusion]
+    mpiexec -n P .venv/bin/python benchmarks/bench_relay.py GRAPH.mtx.gz --r 32
+        [--repeat 50] [--op fusedmm_a] [--strategy fusion] [--min-saving 0]
 
-S is placed twice (``SparseAware15D.relay`` True, then False); each round times one call on
+S is placed twice (``SparseAware15D.relay`` True, then False); with the tree kept whatever it
+saves (``--min-saving``, default 0, sets :data:`distmm.core.exchange.RELAY_MIN_SAVING`; the
+library's default is 0.25, where small savings are declined); each round times one call on
 each (alternating which goes first), as the slowest rank's seconds. Rank 0 prints one JSON
 line: the median seconds of each, their ratio (relay on / off), the rows relayed and the
 busiest rank's words per call of each (counted).
@@ -21,6 +23,7 @@ from mpi4py import MPI
 
 import distmm
 from distmm.algorithms.sparse_aware_15d import SparseAware15D
+from distmm.core import exchange
 
 AWARE = SparseAware15D.name
 
@@ -32,7 +35,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--op", default="fusedmm_a", choices=["fusedmm_a", "fusedmm_b"])
     ap.add_argument("--strategy", default="fusion", choices=list(SparseAware15D.strategies))
+    ap.add_argument("--min-saving", type=float, default=0.0)
     args = ap.parse_args()
+    exchange.RELAY_MIN_SAVING = args.min_saving
     world = MPI.COMM_WORLD
     objs = {}
     for relay in (True, False):
