@@ -14,7 +14,11 @@ On 1.5D dense shifting (:class:`~distmm.algorithms.dense_shift_15d.DenseShift15D
 call is one pass of Algorithm 1 at width heads * F, with the multi-value kernel of
 :mod:`distmm.kernels.multivalue` (every head in one pass over each block's nonzeros) as its
 loop body: it moves exactly the words of one single-value SpMM of width heads * F
-(:func:`multi_value_words`), in one shift per step instead of one per head.
+(:func:`multi_value_words`), in one shift per step instead of one per head. 1.5D
+sparsity-aware does the same with its own loop (``SparseAware15D._spmm_multi``): one
+exchange of the needed rows at width heads * F (the relay's phases included), the
+multi-value kernel on its two blocks, the words of one single-value call of that width
+with this rank's exchange counts.
 
 The families that cut the dense columns over ranks (``splits_r``: 1.5D sparse shifting, 2.5D
 dense and sparse replicating) also run one pass of their own loop at width heads * F
@@ -30,9 +34,7 @@ travel together: S's packets carry ``[rows | cols | H values]``, 2 + H words a n
 sparse replicating all-gathers the H values of each nonzero over the fiber in one
 collective. So the words are one call's plus (H - 1) words per nonzero shifted (or per
 nonzero of the fiber's other shares), each family model's ``exact_words`` with ``heads``
-(:func:`multi_value_words`). 1.5D sparsity-aware runs one single-value call of width F per
-head (:func:`_per_head`), each counted as a fallback call of ``spmm_multi_a`` /
-``spmm_multi_b`` in the node model's statistics.
+(:func:`multi_value_words`). No family makes one call per head.
 
 The multi-head SDDMM (:func:`sddmm_multi`, ``S.sddmm(A, B, heads=H)``) is the multi-value
 SpMM's gradient in its values: for each head h and stored nonzero e = (i, j),
@@ -199,8 +201,9 @@ def spmm_multi(S, side: str, X_loc, values: np.ndarray, out=None):
         _begin_multi(S, "spmm_" + side, heads, r)
         res = S._multi_pass("spmm_" + side, X, None, V, r, _plain_out(out),
                             MultiHead(S, heads, r))
-    elif S.name != "15d-dense-shift":
-        res = _per_head(S, side, X, V, heads, r)
+    elif S.name != "15d-dense-shift":  # the sparsity-aware family's own loop
+        _begin_multi(S, "spmm_" + side, heads, r)
+        res = S._spmm_multi(side, X, V, heads, _plain_out(out))
     elif side == "a":
         res = _dense_shift_a(S, X, V, heads, _plain_out(out))
     else:
@@ -283,21 +286,6 @@ def _kernel(S, o, t: int, op: str, V, X, out, heads: int, first: bool) -> None:
         S.kernel, op, o.blocks[t], V, int(o.offsets[t]), X, out, heads, accumulate=not first)
 
 
-def _per_head(S, side: str, X, V, heads: int, r: int) -> np.ndarray:
-    """One single-value call of width F per head (the sparsity-aware family, which keeps
-    whole rows but has no multi-value loop)."""
-    op = "spmm_multi_a" if side == "a" else "spmm_multi_b"
-    call = S.spmm_a if side == "a" else S.spmm_b
-    F = r // heads
-    res = np.empty((S._local_rows(side), X.shape[1]), dtype=S.dtype)
-    for h in range(heads):
-        got = call(np.ascontiguousarray(X[:, h * F:(h + 1) * F]),
-                   values=np.ascontiguousarray(V[h]))
-        res[:, h * F:(h + 1) * F] = np.asarray(got)
-        S.kernel.stats.record(op, 0.0, 0.0, 0.0, fallback=True)
-    return res
-
-
 def multi_value_words(S, op: str, heads: int, features: int,
                       first: bool = True) -> dict[str, dict[str, float]]:
     """Words and messages per phase one rank sends in one multi-value ``op`` ("spmm_a" or
@@ -319,8 +307,8 @@ def multi_value_words(S, op: str, heads: int, features: int,
                                     heads=heads, **S._exact_counts(op, "none"))
     elif S.name == "15d-dense-shift":
         words = S.model.exact_words(op, m, n, heads * features, S.p, S.c)
-    else:
-        raise InputError(f"multi_value_words: {S.name} runs one call per head")
+    else:  # the sparsity-aware family: its counts follow this rank's exchange
+        words = S.stats.expected_words(op, heads * features)
     k = S.p - 1 if first or S.checks == "always" else 0
     words["other"] = {"words": k, "messages": k}
     return words

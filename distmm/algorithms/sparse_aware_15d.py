@@ -66,6 +66,7 @@ from distmm.core.memory import (
 from distmm.core.partition import Partition, check_method, default_method, partition
 from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation, permute_mode
 from distmm.errors import InputError, require
+from distmm.kernels.multivalue import spmm_multi_block
 
 STRATEGIES = ("none", "reuse", "fusion")
 
@@ -432,6 +433,27 @@ class SparseAware15D(DistributedAlgorithm):
         return self._b_output(
             r, out, lambda res: self._kernel(0, "spmm_b", vals, T, None, res, False),
             lambda part: self._kernel(1, "spmm_b", vals, T, None, part, False))
+
+    def _spmm_multi(self, side: str, X: np.ndarray, V: np.ndarray, heads: int,
+                    out: np.ndarray | None) -> np.ndarray:
+        """The multi-value SpMM (:mod:`~distmm.algorithms.multivalue`): this family's SpMMA or
+        SpMMB loop at width heads * F with the multi-value kernel on each block (every head
+        in one pass over its nonzeros), so one exchange of width heads * F moves the rows:
+        the words of one single-value call of that width."""
+        r, o = X.shape[1], self._o
+
+        def kernel(t: int, op: str, Y: np.ndarray, res: np.ndarray, accumulate: bool):
+            self.stats.seconds["compute"] += spmm_multi_block(
+                self.kernel, op, o.blocks[t], V, int(o.offsets[t]), Y, res, heads,
+                accumulate=accumulate)
+
+        if side == "a":
+            acc = self._a_accumulator(r, out)
+            self._with_rows(X, r, lambda t, Y: kernel(t, "spmm_multi_a", Y, acc, t == 1))
+            return self._reduce_a(acc, out)
+        T = self._replicate_a(X)
+        return self._b_output(r, out, lambda res: kernel(0, "spmm_multi_b", T, res, False),
+                              lambda part: kernel(1, "spmm_multi_b", T, part, False))
 
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
                  values=None) -> np.ndarray:

@@ -4,8 +4,8 @@ shifting and on the families that cut the dense width (never a fallback call), w
 per phase equal multi_value_words exactly where the family's formula is (p divides the
 shapes), and at uneven shapes (H = 1, 3, 8, F = 1, 5: column slices that span a head
 boundary or hold no column of some heads) those of one single-value call of width H F plus
-exactly the formula's extra value words; one call per head on the sparsity-aware family,
-counted as fallback calls. Bad operands raise the same InputError on every rank."""
+exactly the formula's extra value words; one pass on the sparsity-aware family too, with
+the words of one call of width H F. Bad operands raise the same InputError on every rank."""
 
 from __future__ import annotations
 
@@ -140,15 +140,23 @@ def test_split_families_words_equal_the_formula(algorithm, side, heads, F):
         obj.close()
 
 
-def test_sparse_aware_one_call_per_head():
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("heads,F", [(1, 3), (3, 4), (8, 1)])
+def test_sparse_aware_one_pass(heads, F, overlap):
+    """One exchange of width heads * F and the multi-value kernel on the family's two blocks
+    (its own and the received rows): words exactly one single-value call's of that width
+    with this rank's exchange counts, uneven shapes, every c."""
     S, rng = _problem(13, 11)
-    heads, F = 3, 4
     for c in costmodel.valid_cs("15d-sparse-aware", P):
         obj = distmm.distribute(S, COMM, algorithm="15d-sparse-aware", c=c, dtype=np.float64,
-                                root=None, seed=2)
+                                root=None, seed=2, overlap=overlap)
         for side in ("a", "b"):
-            _, calls = _run(obj, S, heads, F, rng, side)
-            assert calls == (heads, heads)
+            for first in (True, False):
+                words, calls = _run(obj, S, heads, F, rng, side)
+                want = multi_value_words(obj, "spmm_" + side, heads, F, first)
+                for phase, d in want.items():
+                    assert words[phase] == d["words"], (c, side, phase, first)
+                assert calls == (2, 0)  # one kernel call a block, no fallback
         obj.close()
 
 
