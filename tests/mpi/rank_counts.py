@@ -68,7 +68,10 @@ RANK_COUNTS: dict[str, tuple[int, ...]] = {
     "test_edge_mismatch.py": CHECKS,
     # applications and PyTorch; distmm.torch's node tensors follow the layout, its autograd
     # functions are the family's operations (tested at every count) and their transposes
-    "test_gat.py": LAYOUT,
+    # GAT on every family equals 1.5D dense shifting's: the row-group all-gathers and
+    # transfers of the column-split families meet the ring of two at 2, the 2.5D grid with
+    # c = 2 at 8
+    "test_gat.py": EVERY,
     "test_gat_fused.py": LAYOUT,
     "test_sddmm_multi.py": EVERY,  # the multi-head SDDMM on every family and c
     "test_torch_graph.py": LAYOUT,
