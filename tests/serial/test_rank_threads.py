@@ -131,9 +131,11 @@ def test_expected_follows_the_environment(monkeypatch):
     assert got["threads"] == node_share(4, cpus(), os.cpu_count())
 
 
-COUNT = ("import os, distmm; distmm.prepare_process(); "
-         "print(os.environ.get('OPENBLAS_NUM_THREADS', '-'), "
-         "distmm.runtime.blas_threads.COUNT_STATE.replace(' ', '_'))")
+# one write per process: under mpiexec two ranks' output interleaves write by write, and
+# print() of several values writes each piece on its own when stdout is unbuffered
+COUNT = ("import os, sys, distmm; distmm.prepare_process(); "
+         "sys.stdout.write(os.environ.get('OPENBLAS_NUM_THREADS', '-') + ' ' "
+         "+ distmm.runtime.blas_threads.COUNT_STATE.replace(' ', '_') + '\\n')")
 
 
 def _count_state(code: str, **env: str) -> list[str]:
