@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from distmm.torch import functions as fn
+from distmm.torch import local_attention as local
 from distmm.torch.functions import torch
 
 F = torch.nn.functional
@@ -66,11 +67,21 @@ class Attention(torch.autograd.Function):
         W = _block_diagonal(att_src, att_dst)
         z2 = z.reshape(n, H * C)
         s = torch.mm(z2, W)  # (n, 2H): [s_src | s_dst]
-        e = _edge_array(obj, obj.sddmm_add(s[:, H:].contiguous().numpy(),
-                                           s[:, :H].contiguous().numpy()), H)
-        lt = torch.from_numpy(e)
-        F.leaky_relu_(lt, slope)  # e is distmm's new array: LeakyReLU in place
-        alpha = _edge_array(obj, obj.edge_softmax(e, "row"), H)
+        csr = local.csr_of(obj)
+        if csr is None:
+            e = _edge_array(obj, obj.sddmm_add(s[:, H:].contiguous().numpy(),
+                                               s[:, :H].contiguous().numpy()), H)
+            lt = torch.from_numpy(e)
+            F.leaky_relu_(lt, slope)  # e is distmm's new array: LeakyReLU in place
+            alpha = _edge_array(obj, obj.edge_softmax(e, "row"), H)
+        else:
+            nnz = csr[1].size
+            e, alpha = (np.empty((nnz, H), dtype=obj.dtype) for _ in range(2))
+            local.scores(*csr, s[:, H:].contiguous().numpy(), s[:, :H].contiguous().numpy(),
+                         slope, e, alpha)
+            torch.exp_(torch.from_numpy(alpha))  # vectorised, between the compiled passes
+            local.normalize(csr[0], alpha)
+            lt = torch.from_numpy(e)
         mask = None
         weights = alpha
         if drop > 0.0:
@@ -78,13 +89,19 @@ class Attention(torch.autograd.Function):
             mask.div_(1.0 - drop)
             weights = alpha * mask.numpy()
         zn = z2.numpy()
-        if H == 1:
+        if csr is not None:
+            vals = weights
+            y = torch.empty(n, H, C, dtype=z.dtype)
+            local.aggregate(*csr, weights, z.numpy(), y.numpy())
+        elif H == 1:
             vals = weights.reshape(-1)
             y = fn._run(obj, "spmm_a", zn, values=vals if vals.flags.c_contiguous else vals.copy())
         else:
             vals = np.ascontiguousarray(weights.T)
             y = fn._run(obj, "spmm_a", zn, values=vals)
-        y = torch.from_numpy(np.asarray(y).view(np.ndarray)).reshape(n, H, C)
+        if csr is None:
+            y = torch.from_numpy(np.asarray(y).view(np.ndarray)).reshape(n, H, C)
+        ctx.csr = csr
         ctx.obj, ctx.slope, ctx.drop = obj, slope, drop
         ctx.vals = vals  # the SpMM's values, reused by the backward's SpMM of S^T
         ctx.save_for_backward(z, W, y, torch.from_numpy(alpha), lt, mask)
@@ -97,32 +114,53 @@ class Attention(torch.autograd.Function):
         z, W, y, alpha, lt, mask = ctx.saved_tensors
         n, H, C = z.shape
         G = G.contiguous()
-        z2, g2 = z.reshape(n, H * C), G.reshape(n, H * C)
-        # the softmax's row term D_i = <G_i, y_i>, one per node and head
-        D = torch.bmm(G.view(n * H, 1, C), y.view(n * H, C, 1)).view(n, H)
-        ones = fn._ones(obj)
-        d = _edge_array(obj, _sddmm(obj, g2.numpy(), z2.numpy(), ones, H), H)
-        dl = torch.from_numpy(d)  # <G_i, z_j>, per head
-        if mask is not None:
-            dl.mul_(mask)
-        dl.sub_(torch.from_numpy(_edge_array(obj, obj.expand("a", D.numpy()), H)))
-        dl.mul_(alpha)
-        de = torch.ops.aten.leaky_relu_backward(dl, lt, ctx.slope, True).numpy()
-        ds = torch.cat([torch.from_numpy(_edge_array(obj, obj.reduce(de, "col", "sum"), H)),
-                        torch.from_numpy(_edge_array(obj, obj.reduce(de, "row", "sum"), H))],
-                       1)  # (n, 2H): [ds_src | ds_dst]
-        dz = dW = None
-        if ctx.needs_input_grad[1]:
-            dz = torch.from_numpy(np.asarray(fn._run(obj, "spmm_b", g2.numpy(), values=ctx.vals))
-                                  .view(np.ndarray)).reshape(n, H * C)
-            dz.addmm_(ds, W.t())
-            dz = dz.reshape(n, H, C)
+        z2 = z.reshape(n, H * C)
+        if ctx.csr is not None:
+            dz = torch.empty(n, H, C, dtype=z.dtype)
+            ds = torch.empty(n, 2 * H, dtype=z.dtype)
+            ds_src, ds_dst = ds[:, :H].numpy(), ds[:, H:].numpy()
+            masked = mask is not None
+            local.backward(*ctx.csr, alpha.numpy(), ctx.vals, (mask if masked else alpha).numpy(),
+                           masked, lt.numpy(), ctx.slope, G.numpy(), z.numpy(), y.numpy(),
+                           dz.numpy(), ds_src, ds_dst)
+            dz = dz.reshape(n, H * C).addmm_(ds, W.t()).reshape(n, H, C)
+        else:
+            ds, dz = _distributed_backward(ctx, obj, G, z, y, alpha, lt, mask, W)
+        if not ctx.needs_input_grad[1]:
+            dz = None
+        dW = None
         if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:
             # each head's own block of z^T [ds_src | ds_dst]: (C, 2, H)
             dW = torch.diagonal(torch.mm(z2.t(), ds).reshape(H, C, 2, H), dim1=0, dim2=3)
         da_src = dW[:, 0].t() if dW is not None and ctx.needs_input_grad[2] else None
         da_dst = dW[:, 1].t() if dW is not None and ctx.needs_input_grad[3] else None
         return None, dz, da_src, da_dst, None, None
+
+
+def _distributed_backward(ctx, obj, G, z, y, alpha, lt, mask, W):
+    """(ds = [ds_src | ds_dst] (n, 2H), dz (n, H, C)) by distmm's distributed calls."""
+    n, H, C = z.shape
+    z2, g2 = z.reshape(n, H * C), G.reshape(n, H * C)
+    # the softmax's row term D_i = <G_i, y_i>, one per node and head
+    D = torch.bmm(G.view(n * H, 1, C), y.view(n * H, C, 1)).view(n, H)
+    ones = fn._ones(obj)
+    d = _edge_array(obj, _sddmm(obj, g2.numpy(), z2.numpy(), ones, H), H)
+    dl = torch.from_numpy(d)  # <G_i, z_j>, per head
+    if mask is not None:
+        dl.mul_(mask)
+    dl.sub_(torch.from_numpy(_edge_array(obj, obj.expand("a", D.numpy()), H)))
+    dl.mul_(alpha)
+    de = torch.ops.aten.leaky_relu_backward(dl, lt, ctx.slope, True).numpy()
+    ds = torch.cat([torch.from_numpy(_edge_array(obj, obj.reduce(de, "col", "sum"), H)),
+                    torch.from_numpy(_edge_array(obj, obj.reduce(de, "row", "sum"), H))],
+                   1)  # (n, 2H): [ds_src | ds_dst]
+    dz = None
+    if ctx.needs_input_grad[1]:
+        dz = torch.from_numpy(np.asarray(fn._run(obj, "spmm_b", g2.numpy(), values=ctx.vals))
+                              .view(np.ndarray)).reshape(n, H * C)
+        dz.addmm_(ds, W.t())
+        dz = dz.reshape(n, H, C)
+    return ds, dz
 
 
 def _sddmm(obj, A: np.ndarray, B: np.ndarray, ones: np.ndarray, H: int) -> np.ndarray:
