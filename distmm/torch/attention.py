@@ -28,6 +28,11 @@ and it needs fewer distributed calls than the chain of its pieces' own backward 
 
 Every distributed call is collective over the graph's ranks (forward and backward); every
 rank calls :func:`attend` with the same kinds of arguments (the layer checks them first).
+
+On one rank (p = 1) the same formulas run as a few compiled passes over S's rows
+(:mod:`distmm.torch.local_attention`) instead of the distributed calls: no step there needs
+communication, and on graphs of a few thousand nodes each distmm call costs more than its
+arithmetic.
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ class Attention(torch.autograd.Function):
         else:
             nnz = csr[1].size
             e, alpha = (np.empty((nnz, H), dtype=obj.dtype) for _ in range(2))
-            local.scores(*csr, s[:, H:].contiguous().numpy(), s[:, :H].contiguous().numpy(),
+            local.scores(*csr[:2], s[:, H:].contiguous().numpy(), s[:, :H].contiguous().numpy(),
                          slope, e, alpha)
             torch.exp_(torch.from_numpy(alpha))  # vectorised, between the compiled passes
             local.normalize(csr[0], alpha)
@@ -92,7 +97,7 @@ class Attention(torch.autograd.Function):
         if csr is not None:
             vals = weights
             y = torch.empty(n, H, C, dtype=z.dtype)
-            local.aggregate(*csr, weights, z.numpy(), y.numpy())
+            local.aggregate(*csr[:2], weights, z.numpy(), y.numpy())
         elif H == 1:
             vals = weights.reshape(-1)
             y = fn._run(obj, "spmm_a", zn, values=vals if vals.flags.c_contiguous else vals.copy())
@@ -120,9 +125,11 @@ class Attention(torch.autograd.Function):
             ds = torch.empty(n, 2 * H, dtype=z.dtype)
             ds_src, ds_dst = ds[:, :H].numpy(), ds[:, H:].numpy()
             masked = mask is not None
-            local.backward(*ctx.csr, alpha.numpy(), ctx.vals, (mask if masked else alpha).numpy(),
-                           masked, lt.numpy(), ctx.slope, G.numpy(), z.numpy(), y.numpy(),
-                           dz.numpy(), ds_src, ds_dst)
+            de = np.empty(alpha.shape, dtype=obj.dtype)
+            local.score_grads(*ctx.csr[:2], alpha.numpy(), (mask if masked else alpha).numpy(),
+                              masked, lt.numpy(), ctx.slope, G.numpy(), z.numpy(), y.numpy(),
+                              de, ds_dst)
+            local.source_grads(*ctx.csr[2:], de, ctx.vals, G.numpy(), dz.numpy(), ds_src)
             dz = dz.reshape(n, H * C).addmm_(ds, W.t()).reshape(n, H, C)
         else:
             ds, dz = _distributed_backward(ctx, obj, G, z, y, alpha, lt, mask, W)
