@@ -26,9 +26,9 @@ from mpi4py import MPI
 
 from distmm.errors import InputError
 from distmm.torch import functions as fn
+from distmm.torch.attention import attend
 from distmm.torch.functions import torch
 from distmm.torch.graphs import NP_DTYPES, Graph, NodeTensor
-from distmm.torch.heads import spmm_heads
 
 F = torch.nn.functional
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -162,19 +162,10 @@ def _aggregate(graph: Graph, z, kind: str, pattern: str, problem: str | None):
 def _attend(graph: Graph, z, att_src, att_dst, pattern: str, slope: float, dropout: float,
             training: bool, problem: str | None):
     """GAT's attention and aggregation, all heads in one call of each kind: z (nodes, H, C)
-    -> (nodes, H, C)."""
+    -> (nodes, H, C); one autograd node (:mod:`distmm.torch.attention`)."""
     obj = graph.obj(z.dtype, pattern)
     fn._check_call(obj, problem, x=z)
-    # both per-node scores, (nodes, H) each, in one batched product over the heads: z_h
-    # (nodes, C) times [att_src_h | att_dst_h] (C, 2); forward and backward are a bmm each,
-    # where two broadcast products and sums make and reduce (nodes, H, C) temporaries
-    att = torch.cat([att_src, att_dst], 0).reshape(2, z.shape[1], z.shape[2]).permute(1, 2, 0)
-    s = torch.bmm(z.transpose(0, 1), att)  # (H, nodes, 2)
-    s_src, s_dst = s[..., 0].T, s[..., 1].T  # B side (sources), A side (targets)
-    e = F.leaky_relu(fn.SDDMMAdd.apply(obj, s_dst, s_src), slope)
-    alpha = fn.EdgeSoftmax.apply(obj, e, "row")  # over each target's in-edges
-    alpha = F.dropout(alpha, dropout, training)
-    return spmm_heads(graph, pattern, alpha, z)
+    return attend(obj, z, att_src, att_dst, slope, dropout if training else 0.0)
 
 
 def _output(out, x_in):
