@@ -158,7 +158,7 @@ class DistributedMatrix:
         # (calls.py, _begin; prepared.py)
         self._repeat = False
         # the plans made on this matrix, whose kept steps the events that may make them stale
-        # drop (plan.py; prepared._forget_prepared)
+        # drop (plan.py; PreparedCalls.forget)
         self._plans: weakref.WeakSet = weakref.WeakSet()
         self._col_cache: dict[int, np.ndarray] = {}
         # named vectors of edge values beside S's own (values.py)
@@ -329,22 +329,7 @@ class DistributedMatrix:
         nrows = self.shape[0] if side == "a" else self.shape[1]
         return DenseBlock(array, side, (nrows, r), self)
 
-    # ----------------------------------------------------------------- prepared kernel calls
-    # (the _kernels part, prepared.py: scratch buffers and prepared kernel calls)
-    def _buffer(self, role: str, shape: tuple[int, ...], dtype=None) -> np.ndarray:
-        """A scratch array kept between calls (:meth:`PreparedCalls.buffer`)."""
-        return self._kernels.buffer(role, shape, dtype)
-
-    def _run_kernel(self, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
-                    X: np.ndarray, Y: np.ndarray | None, out: np.ndarray,
-                    accumulate: bool = True) -> None:
-        """Run one local kernel, prepared once per key (:meth:`PreparedCalls.run`)."""
-        self._kernels.run(key, sources, op, S, vals, X, Y, out, accumulate)
-
-    def _forget_prepared(self) -> None:
-        """Drop the kept kernel calls and every plan's kept steps. Not collective."""
-        self._kernels.forget()
-
+    # ----------------------------------------------------------------- scratch and plans
     def release_buffers(self) -> None:
         """Free what the object keeps between calls to make the next call cheaper: the
         scratch buffers of every width used so far, the prepared kernel calls and the steps
@@ -353,28 +338,6 @@ class DistributedMatrix:
         ranks."""
         self._require_open()
         self._kernels.release()
-
-    # ----------------------------------------------------------------- placing S
-    # The family's _setup places S through these (placement.py does the work).
-    def _place(self, name: str, owners: np.ndarray, rows: np.ndarray, cols: np.ndarray,
-               vals: np.ndarray, layout: callable) -> Orientation:
-        """Send each entry to its owner and build the owner's blocks (collective):
-        :meth:`Placement.place`."""
-        return self.placement.place(name, owners, rows, cols, vals, layout)
-
-    def _exchange(self, owners: np.ndarray, arrays: tuple[np.ndarray, ...]
-                  ) -> tuple[np.ndarray, ...]:
-        """Route entry k of every array to rank ``owners[k]`` (collective, phase distribute)."""
-        return self.placement.exchange(owners, arrays)
-
-    def _value_plan(self, src: Orientation, dst: Orientation, src_owner, dst_owner):
-        """How to move values from ``src`` value order to ``dst`` value order
-        (:meth:`Placement.value_plan`)."""
-        return self.placement.value_plan(src, dst, src_owner, dst_owner)
-
-    def _move_values(self, plan, src_values: np.ndarray, dst_values: np.ndarray) -> None:
-        """Move values along a :meth:`_value_plan` (collective, phase "values")."""
-        self.placement.move_values(plan, src_values, dst_values)
 
     # ----------------------------------------------------------------- checks
     def _agree(self, message: str | None, same: dict | None = None) -> None:
@@ -577,7 +540,7 @@ class DistributedMatrix:
         self._require_open()
         self._agree(self._calls.check_values(values))
         self._store_values(values)
-        self._forget_prepared()
+        self._kernels.forget()
 
     def _store_values(self, values: np.ndarray) -> None:
         raise NotImplementedError
@@ -594,7 +557,7 @@ class DistributedMatrix:
                 f"a value vector's name must be a non-empty string, got {name!r}")
         self._agree(self._calls.check_values(values))
         self._named.set(name, values)
-        self._forget_prepared()
+        self._kernels.forget()
 
     def named_values(self, name: str) -> np.ndarray:
         """The vector registered as ``name`` (value order; a view: do not resize). Not
@@ -604,7 +567,7 @@ class DistributedMatrix:
     def drop_named_values(self, name: str) -> None:
         """Forget the vector registered as ``name`` and its moved copies. Not collective."""
         self._named.drop(name)
-        self._forget_prepared()
+        self._kernels.forget()
 
     def _named_or(self, values: np.ndarray | str | None) -> np.ndarray | None:
         """``values`` with a registered name replaced by its vector (value order)."""

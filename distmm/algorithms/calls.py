@@ -178,7 +178,7 @@ class CallChecks:
         mat._kind = kind
         state = mat.kernel.plan_state()
         if state != mat._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
-            mat._forget_prepared()
+            mat._kernels.forget()
             mat._plan_state = state
         repeat = False
         if mat.checks == "off":
@@ -253,7 +253,7 @@ class CallChecks:
             return None  # begin refuses a closed object and checks under another policy
         state = mat.kernel.plan_state()
         if state != mat._plan_state:
-            mat._forget_prepared()
+            mat._kernels.forget()
             mat._plan_state = state
         mat._kind = kind
         mat.stats.set_call(tag, r, name)

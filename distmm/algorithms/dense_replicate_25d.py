@@ -433,7 +433,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
 
     def _add_orientation(self, name: str, rows, cols, vals) -> None:
         """Place S in orientation ``name`` and learn the layer's block sizes (collective)."""
-        o = self._place(name, self._owner(name, rows, cols), rows, cols, vals,
+        o = self.placement.place(name, self._owner(name, rows, cols), rows, cols, vals,
                         self._layout(name))
         self._o[name] = o
         home = o.blocks[0]
@@ -518,12 +518,12 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
         z0 = int(z[0])
         heads = 0 if multi is None else multi.heads
         per_nz = 3 if multi is None else 2 + heads
-        cur = self._buffer("cur", (per_nz * int(z.max()),), self._word)
+        cur = self._kernels.buffer("cur", (per_nz * int(z.max()),), self._word)
         # A layer of one rank (s = 1) shifts nothing, so it needs no receive buffers.
-        nxt = self._buffer("nxt", (per_nz * int(z.max()),), self._word) if s > 1 else cur
+        nxt = self._kernels.buffer("nxt", (per_nz * int(z.max()),), self._word) if s > 1 else cur
         pack(cur, lp.home_index, third, dt, heads=heads)
-        ycur = self._buffer("ycur", (int(yrows.max()), w))
-        ynxt = self._buffer("ynxt", (int(yrows.max()), w)) if s > 1 else ycur
+        ycur = self._kernels.buffer("ycur", (int(yrows.max()), w))
+        ynxt = self._kernels.buffer("ynxt", (int(yrows.max()), w)) if s > 1 else ycur
         if mode != "spmm_y":  # an output Y block is written by the first step's kernel
             ycur[:yrows[0]] = Y_loc
         ones = np.ones(int(z.max()), dtype=dt) if mode == "sddmm" else None
@@ -556,12 +556,12 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
                 else:
                     multi.spmm("spmm_multi_b", blk, hv, T, Yb, accumulate=step > 0)
             elif mode == "sddmm":
-                self._run_kernel(None, (), "sddmm", blk, ones[:zs], T, Yb, vals)
+                self._kernels.run(None, (), "sddmm", blk, ones[:zs], T, Yb, vals)
             elif mode == "spmm_x":
-                self._run_kernel(None, (), "spmm_a", blk, vals, Yb, None, T_out,
+                self._kernels.run(None, (), "spmm_a", blk, vals, Yb, None, T_out,
                                  accumulate=step > 0)
             else:
-                self._run_kernel(None, (), "spmm_b", blk, vals, T, None, Yb,
+                self._kernels.run(None, (), "spmm_b", blk, vals, T, None, Yb,
                                  accumulate=step > 0)
             if s > 1:
                 if not pre_s:
@@ -592,7 +592,7 @@ class DenseReplicate25D(TwoOrientationAlgorithm):
 
     def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None, multi: MultiHead | None = None):
         o = self._orientation(name)
-        T_out = self._buffer(("T_out", name), (o.blocks[0].shape[0], self.local_width(r)))
+        T_out = self._kernels.buffer(("T_out", name), (o.blocks[0].shape[0], self.local_width(r)))
         # written by step 0
         self._propagate(name, "spmm_x", vals, None, Y_loc, r, T_out, multi=multi)
         return self._reduce(name, T_out, out)

@@ -201,7 +201,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         self.offsets = {"a": block_offsets(m, self.p), "b": block_offsets(n, self.p)}
         rows = self.row_inv[source.rows]
         cols = self.col_inv[source.cols]
-        self._o = {"a": self._place("a", self._owner("a", rows, cols), rows, cols,
+        self._o = {"a": self.placement.place("a", self._owner("a", rows, cols), rows, cols,
                                     source.vals, self._layout("a"))}
 
     # ----------------------------------------------------------------- layout
@@ -237,7 +237,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         return block_range(self.offsets[side], u * self.c + v)
 
     def _build_b(self, rows, cols, vals) -> None:
-        self._o["b"] = self._place("b", self._owner("b", rows, cols), rows, cols, vals,
+        self._o["b"] = self.placement.place("b", self._owner("b", rows, cols), rows, cols, vals,
                                    self._layout("b"))
 
     def memory_counts(self, r: int) -> dict[str, int]:
@@ -325,7 +325,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         if views is None:
             sizes = np.diff(self.offsets[ys])[self.grid.layer_blocks()]
             roles = ("cur", "nxt") if both else ("nxt",)
-            bufs = [self._buffer(role, (int(sizes.max()), r)) for role in roles]
+            bufs = [self._kernels.buffer(role, (int(sizes.max()), r)) for role in roles]
             lists = [[buf[:int(k)] for k in sizes] for buf in bufs]
             if not both:
                 lists.insert(0, [None] * sizes.size)
@@ -344,7 +344,8 @@ class DenseShift15D(TwoOrientationAlgorithm):
 
     def _kernel_step(self, o, t: int, mode: str, vals, T, Yb, out, first: bool) -> None:
         """The local kernel on S's block t and the Y block present (its own time is the
-        "compute" phase; see :meth:`_run_kernel`, which keeps the prepared call per step).
+        "compute" phase; see :meth:`~distmm.algorithms.prepared.PreparedCalls.run`, which
+        keeps the prepared call per step).
 
         The first step of a loop writes its output instead of accumulating into it, so no
         output is zero-filled first; SDDMM always writes (every step fills its own block's
@@ -353,7 +354,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         # per width too: calls of two widths made in turns (the layers of a GAT) each keep
         # their prepared calls instead of replacing the other's
         key = (self._kind, o.name, t, mode, first, Yb.shape[1])
-        run = self._kernels.run  # (_run_kernel's work, without its frame: every call's step)
+        run = self._kernels.run  # (looked up once: every call's step)
         if mode == "sddmm":
             run(key, (vals, T, Yb, out), "sddmm", S, sv, T, Yb, o.block_values(out, t), False)
         elif mode == "spmm_x":
@@ -368,7 +369,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         """The X-side accumulator of an orientation (kept between calls; the first kernel step
         writes it)."""
         o = self._orientation(name)
-        return self._buffer(("T_out", name), (o.blocks[0].shape[0] if o.blocks else 0, r))
+        return self._kernels.buffer(("T_out", name), (o.blocks[0].shape[0] if o.blocks else 0, r))
 
     def _sddmm_in(self, name: str, X_loc, Y_loc, vals, r, T=None, out=None):
         o = self._orientation(name)

@@ -129,7 +129,7 @@ def _begin_multi(S, op: str, heads: int, r: int) -> None:
     S._kind = (op + "_multi", heads)
     state = S.kernel.plan_state()
     if state != S._plan_state:
-        S._forget_prepared()
+        S._kernels.forget()
         S._plan_state = state
     S._repeat = False
     S.stats.set_call(call_tag(op), r, f"{op} ({heads} heads)")
@@ -229,7 +229,7 @@ def _dense_shift_a(S, B, V, heads: int, out) -> np.ndarray:
     r = B.shape[1]
     nrows = o.blocks[0].shape[0] if o.blocks else 0
     if S.c > 1:
-        acc = S._buffer(("T_out", "a"), (nrows, r))
+        acc = S._kernels.buffer(("T_out", "a"), (nrows, r))
     else:
         acc = out if out is not None else aligned_empty((nrows, r), S.dtype)
     _shift_loop(S, o, "spmm_multi_a", B, V, heads, acc)
@@ -248,8 +248,8 @@ def _dense_shift_b(S, A, V, heads: int, out) -> np.ndarray:
         res = out if out is not None else aligned_empty((int(sizes[0]), r), S.dtype)
         _kernel(S, o, 0, "spmm_multi_b", V, T, res, heads, first=True)
         return res
-    cur = S._buffer(("multi cur", "b"), (int(sizes.max()), r))
-    nxt = S._buffer(("multi nxt", "b"), (int(sizes.max()), r))
+    cur = S._kernels.buffer(("multi cur", "b"), (int(sizes.max()), r))
+    nxt = S._kernels.buffer(("multi nxt", "b"), (int(sizes.max()), r))
     left, right = (u - 1) % q, (u + 1) % q
     res = out if out is not None else aligned_empty((int(sizes[u]), r), S.dtype)
     for s in range(q):
@@ -268,7 +268,7 @@ def _shift_loop(S, o, op: str, Y, V, heads: int, acc) -> None:
     u, q = S.grid.u, S.q
     sizes = np.diff(S.offsets["b"])[S.grid.layer_blocks()]
     left, right = (u - 1) % q, (u + 1) % q
-    bufs = [S._buffer(("multi shift", k), (int(sizes.max()), Y.shape[1]))
+    bufs = [S._kernels.buffer(("multi shift", k), (int(sizes.max()), Y.shape[1]))
             for k in range(min(2, q - 1))]
     cur = Y
     for s in range(q):

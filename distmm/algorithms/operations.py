@@ -165,15 +165,14 @@ class Operations:
 def _plain(X: np.ndarray | None) -> np.ndarray | None:
     """A plain ndarray view of a block (the kernels and the loops see no subclass).
 
-    A plain array is returned as it is, and a block's view is kept on the block while its
-    layout token stands (:meth:`DenseBlock.layout_token`: nothing assigned to it since), so
-    that a loop called again with the same operand objects sees the same objects
-    (:meth:`DistributedMatrix._run_kernel` keeps prepared calls by identity). The kept view
-    is cut from the plain array under the block, never from the block itself: a view of the
-    block would refer to it, and the block to the view, a reference cycle that would keep the
-    block, its data and its distributed object alive until Python's cycle collector ran. A
-    block that owns its data (``X.copy()``) has no such array under it: it gets a new view
-    per call."""
+    A plain array is returned as it is, and a block's view is kept on the block while its layout
+    token stands (:meth:`DenseBlock.layout_token`: nothing assigned to it since), so that a loop
+    called again with the same operand objects sees the same objects
+    (:meth:`~distmm.algorithms.prepared.PreparedCalls.run` keeps prepared calls by identity). The
+    kept view is cut from the plain array under the block, never from the block itself: a view of
+    the block would refer to it, and the block to the view, a reference cycle that would keep the
+    block, its data and its distributed object alive until Python's cycle collector ran. A block
+    that owns its data (``X.copy()``) has no such array under it: it gets a new view per call."""
     if X is None or type(X) is np.ndarray:
         return X
     meta = X.__dict__

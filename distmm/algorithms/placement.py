@@ -5,8 +5,8 @@ A :class:`Placement` is the part of a distributed matrix
 (:class:`~distmm.algorithms.base.DistributedMatrix`) that does this; it holds only what the
 exchanges need (the communicator, its counting wrapper and counters, the dtype and S's shape)
 and is built before the family places S (``_setup``). Every exchange is counted under phase
-"distribute" (placing S) or "values" (moving values). Families reach it through the matrix's
-``_place``, ``_exchange``, ``_value_plan`` and ``_move_values``.
+"distribute" (placing S) or "values" (moving values). Families call it as the matrix's
+``placement`` part (``S.placement.place``, ``exchange``, ``value_plan``, ``move_values``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :class:`PreparedCalls` is the matrix's ``_kernels`` part. Its state is ``scratch`` (role,
 shape, dtype -> buffer) and ``prepared`` (call key -> the prepared kernel calls by their
 sources' ids), both dropped by ``release_buffers`` and ``close``. The family loops reach it
-through the matrix's ``_buffer`` and ``_run_kernel``.
+as the matrix's ``_kernels`` part (``S._kernels.buffer``, ``S._kernels.run``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from distmm.core.aligned import aligned_empty
 from distmm.kernels.multivalue import prepare_sddmm_multi
 from distmm.kernels.numba_util import prepared_layout
 
-# How many sets of sources one prepared kernel call remembers by id (_run_kernel): the
+# How many sets of sources one prepared kernel call remembers by id (PreparedCalls.run): the
 # operand sets of one operation that a loop can use in turns and have their kernel found by
 # one dict access (the others compare layouts first; every one of them still replays).
 PREPARED_SOURCES = 8
@@ -28,7 +28,7 @@ def _no_operand() -> None:
 
 
 def _source_refs(sources: tuple) -> tuple:
-    """What :meth:`DistributedMatrix._run_kernel` keeps of a prepared call's sources: a
+    """What :meth:`PreparedCalls.run` keeps of a prepared call's sources: a
     weak reference to each and its :func:`~distmm.kernels.numba_util.prepared_layout`."""
     return tuple((_no_operand, None) if x is None else (weakref.ref(x), prepared_layout(x))
                  for x in sources)

@@ -263,7 +263,7 @@ class SparseAware15D(DistributedAlgorithm):
         cols = self.col_inv[source.cols]
         owners = self.grid.world_rank(block_of(rows, oa) // c, block_of(cols, ob) % c)
         self._own = self.grid.u * c + self.grid.v
-        self._o: Orientation = self._place("a", np.asarray(owners, dtype=np.int64), rows,
+        self._o: Orientation = self.placement.place("a", np.asarray(owners, dtype=np.int64), rows,
                                            cols, source.vals, self._layout())
         # what building the plan cost this rank, kept apart from the counters a caller resets
         self.plan_cost = {"words": self.stats.words("plan"),
@@ -339,7 +339,7 @@ class SparseAware15D(DistributedAlgorithm):
         if self.c == 1:
             return A_loc
         w = A_loc.shape[1]
-        T = self._buffer("T", (int(self._fiber_sizes.sum()), w))
+        T = self._kernels.buffer("T", (int(self._fiber_sizes.sum()), w))
         self.fiber.allgatherv(A_loc, T, self._fiber_sizes * w)
         return T
 
@@ -357,14 +357,14 @@ class SparseAware15D(DistributedAlgorithm):
         """Where the A-side superblock output accumulates (the result itself when c = 1)."""
         rows = self._o.blocks[0].shape[0]
         if self.c > 1:
-            return self._buffer("T_out", (rows, r))
+            return self._kernels.buffer("T_out", (rows, r))
         return aligned_empty((rows, r), self.dtype) if out is None else out
 
     def _start_gather(self, B_loc: np.ndarray, r: int):
         """Start the exchange of B's needed rows: (requests, the compact rows' buffer)."""
         x = self.exchange
-        recv = self._buffer("recv", (x.nrecv, r))
-        send = self._buffer("send", (x.nsend, r))
+        recv = self._kernels.buffer("recv", (x.nrecv, r))
+        send = self._kernels.buffer("send", (x.nsend, r))
         return x.start_gather(B_loc, send, recv), recv
 
     def _kernel(self, t: int, op: str, vals, X, Y, out, accumulate: bool) -> None:
@@ -373,13 +373,13 @@ class SparseAware15D(DistributedAlgorithm):
         S, sv = o.blocks[t], o.block_values(vals, t)
         key = (self._kind, t, op, accumulate, X.shape[1])
         if op == "sddmm":
-            self._run_kernel(key, (vals, X, Y, out), op, S, sv, X, Y, o.block_values(out, t),
+            self._kernels.run(key, (vals, X, Y, out), op, S, sv, X, Y, o.block_values(out, t),
                              accumulate=False)
         elif op in ("spmm_a", "spmm_b"):
-            self._run_kernel(key, (vals, X, out), op, S, sv, X, None, out,
+            self._kernels.run(key, (vals, X, out), op, S, sv, X, None, out,
                              accumulate=accumulate)
         else:
-            self._run_kernel(key, (vals, X, Y, out), op, S, sv, X, Y, out,
+            self._kernels.run(key, (vals, X, Y, out), op, S, sv, X, Y, out,
                              accumulate=accumulate)
 
     def _with_rows(self, B_loc: np.ndarray, r: int, run) -> np.ndarray:
@@ -401,8 +401,8 @@ class SparseAware15D(DistributedAlgorithm):
         then the received partial rows are added."""
         x = self.exchange
         result = aligned_empty((self._local_rows("b"), r), self.dtype) if out is None else out
-        partial = self._buffer("partial", (x.nrecv, r))
-        back = self._buffer("back", (x.nsend, r))
+        partial = self._kernels.buffer("partial", (x.nrecv, r))
+        back = self._kernels.buffer("back", (x.nsend, r))
         remote_kernel(partial)
         reqs = x.start_scatter(partial, back)
         if not self.overlap:

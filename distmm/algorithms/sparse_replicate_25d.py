@@ -312,7 +312,7 @@ class SparseReplicate25D(DistributedMatrix):
         owners = np.concatenate([g.world_rank(pos // s, pos % s, k)
                                  for k in range(c)]).astype(np.int64)
         rep = (np.tile(rows, c), np.tile(cols, c), np.tile(source.vals, c))
-        self._o: Orientation = self._place("a", owners, *rep, self._layout())
+        self._o: Orientation = self.placement.place("a", owners, *rep, self._layout())
         self._S = self._o.blocks[0]
         self._nnz_block = self._o.nnz
         self._vo = block_offsets(self._nnz_block, c)
@@ -411,10 +411,11 @@ class SparseReplicate25D(DistributedMatrix):
         mi, nj = self._S.shape
         l0 = (g.i + g.j) % s
         a_in, b_in = mode != "spmm_a", mode != "spmm_b"
-        a_cur, b_cur = self._buffer("a_cur", (mi * wmax,)), self._buffer("b_cur", (nj * wmax,))
+        a_cur = self._kernels.buffer("a_cur", (mi * wmax,))
+        b_cur = self._kernels.buffer("b_cur", (nj * wmax,))
         # A layer of one rank (s = 1) shifts nothing, so it needs no receive buffers.
-        a_nxt = self._buffer("a_nxt", (mi * wmax,)) if s > 1 else a_cur
-        b_nxt = self._buffer("b_nxt", (nj * wmax,)) if s > 1 else b_cur
+        a_nxt = self._kernels.buffer("a_nxt", (mi * wmax,)) if s > 1 else a_cur
+        b_nxt = self._kernels.buffer("b_nxt", (nj * wmax,)) if s > 1 else b_cur
 
         def view(buf: np.ndarray, rows: int, l: int) -> np.ndarray:
             return buf[:rows * int(w[l])].reshape(rows, int(w[l]))
@@ -450,11 +451,11 @@ class SparseReplicate25D(DistributedMatrix):
                                 else ("spmm_multi_b", Ab, Bb))
                     multi.spmm(op, S, vals, X, Y, accumulate=t > 0, segs=segs)
             elif mode == "sddmm":
-                self._run_kernel(None, (), "sddmm", S, vals, Ab, Bb, out, accumulate=t > 0)
+                self._kernels.run(None, (), "sddmm", S, vals, Ab, Bb, out, accumulate=t > 0)
             elif mode == "spmm_a":
-                self._run_kernel(None, (), "spmm_a", S, vals, Bb, None, Ab, accumulate=t > 0)
+                self._kernels.run(None, (), "spmm_a", S, vals, Bb, None, Ab, accumulate=t > 0)
             else:
-                self._run_kernel(None, (), "spmm_b", S, vals, Ab, None, Bb, accumulate=t > 0)
+                self._kernels.run(None, (), "spmm_b", S, vals, Ab, None, Bb, accumulate=t > 0)
             if s > 1:
                 self.row.finish(reqs)
                 if not (overlap and a_in):
@@ -477,7 +478,7 @@ class SparseReplicate25D(DistributedMatrix):
         # multi: H partial sums per nonzero, edge-major, reduced in the one reduce-scatter
         H = 1 if multi is None else multi.heads
         shape = (self._nnz_block,) if multi is None else (self._nnz_block, H)
-        partial = self._buffer("partial", shape)
+        partial = self._kernels.buffer("partial", shape)
         self._cannon("sddmm", A_loc, B_loc, self._ones, r, partial, multi)  # step 0 writes it
         own = self._own.stop - self._own.start
         mine = out if out is not None else np.empty(shape[:0] + (own,) + shape[1:],
@@ -491,11 +492,11 @@ class SparseReplicate25D(DistributedMatrix):
     def _spmm(self, mode: str, X_loc: np.ndarray, vals: np.ndarray, r: int,
               out: np.ndarray | None = None, multi: MultiHead | None = None) -> np.ndarray:
         if multi is None:
-            full = self._buffer("full_values", (self._nnz_block,))
+            full = self._kernels.buffer("full_values", (self._nnz_block,))
             self.fiber.allgatherv(np.ascontiguousarray(vals), full, self._counts)
         else:  # every head's values in one all-gather, edge-major, then one row per head
             H = multi.heads
-            edges = self._buffer("full_values", (self._nnz_block, H))
+            edges = self._kernels.buffer("full_values", (self._nnz_block, H))
             self.fiber.allgatherv(np.ascontiguousarray(vals.T), edges,
                                   [H * k for k in self._counts])
             full = np.ascontiguousarray(edges.T)

@@ -396,7 +396,7 @@ class SparseShift15D(TwoOrientationAlgorithm):
             t = np.zeros(x.size, dtype=np.int64)
             return t, pos[x], y - yo[j], 1, [shape], 0, [int(yo[j])]
 
-        o = self._place(name, self._owner(name, rows, cols), rows, cols, vals, layout)
+        o = self.placement.place(name, self._owner(name, rows, cols), rows, cols, vals, layout)
         self._o[name] = _FiberOrientation(o.name, o.blocks, o.offsets, o.values, o.row_base,
                                           o.col_bases, self._row_map[xs])
         counts = np.zeros(self.q, dtype=np.int64)
@@ -485,9 +485,9 @@ class SparseShift15D(TwoOrientationAlgorithm):
         heads = 0 if multi is None else multi.heads
         per_nz = WORDS_PER_NONZERO if multi is None else 2 + heads
         size = per_nz * int(nnz.max(initial=0))
-        cur = self._buffer("cur", (size,), self._pack_dtype)
+        cur = self._kernels.buffer("cur", (size,), self._pack_dtype)
         # A layer of one rank (q = 1) shifts nothing, so it needs no receive buffer.
-        nxt = self._buffer("nxt", (size,), self._pack_dtype) if q > 1 else cur
+        nxt = self._kernels.buffer("nxt", (size,), self._pack_dtype) if q > 1 else cur
         index, perm = self._index_part(name, frame)
         pack(cur, index, 0 if mode == "sddmm" else vals, self.dtype, perm, heads)
         ones = np.ones(int(nnz.max(initial=0)), dtype=self.dtype) if mode == "sddmm" else None
@@ -515,13 +515,13 @@ class SparseShift15D(TwoOrientationAlgorithm):
                 else:
                     multi.spmm("spmm_multi_a", blk, hv, T, out[ysl], accumulate=False)
             elif mode == "sddmm":
-                self._run_kernel(None, (), "sddmm", blk, ones[:kt], T, Y[ysl], bv)
+                self._kernels.run(None, (), "sddmm", blk, ones[:kt], T, Y[ysl], bv)
             elif mode == "spmm_x":  # the first step writes the accumulator
-                self._run_kernel(None, (), "spmm_a", blk, bv, Y[ysl], None, out,
+                self._kernels.run(None, (), "spmm_a", blk, bv, Y[ysl], None, out,
                                  accumulate=step > 0)
             else:  # S_t^T @ T, run as SpMMA on the transposed block that travelled; each
                 # step writes its own rows of out
-                self._run_kernel(None, (), "spmm_a", blk, bv, T, None, out[ysl],
+                self._kernels.run(None, (), "spmm_a", blk, bv, T, None, out[ysl],
                                  accumulate=False)
             if q > 1:
                 if overlap:
@@ -546,7 +546,8 @@ class SparseShift15D(TwoOrientationAlgorithm):
     def _spmm_x_in(self, name: str, Y_loc, vals, r, out=None,
                    multi: MultiHead | None = None) -> np.ndarray:
         xs, _ = self._frames(name)
-        T_out = self._buffer(("T_out", name), (int(self.offsets[xs][-1]), self.local_width(r)))
+        T_out = self._kernels.buffer(("T_out", name),
+                                     (int(self.offsets[xs][-1]), self.local_width(r)))
         # written by the first step
         self._propagate(name, "spmm_x", vals, None, Y_loc, T_out, multi)
         return self._reduce(name, T_out, out)

@@ -5,8 +5,8 @@ A :class:`~distmm.algorithms.plan.CallPlan` runs its first calls in full. Where 
 allows it (:meth:`DistributedMatrix._replayable`: 1.5D dense shifting with c = 1 and no
 overlap, whose whole call is local kernels on the caller's arrays and cyclic shifts between
 the object's buffers), such a full call is traced: the plan sets a :class:`Tracer` on the
-matrix (``S._tracer``) for that call only, the kernels (:func:`~distmm.algorithms.prepared.
-_run_kernel`) and the family's shifts (``S._traced_shift``) note themselves in it, and a
+matrix (``S._tracer``) for that call only, the kernels (:meth:`~distmm.algorithms.prepared.
+PreparedCalls.run`) and the family's shifts (``S._traced_shift``) note themselves in it, and a
 family step that does anything else (moves or copies the caller's data) stops it
 (``S._not_replayable``). Plain calls run with no tracer. The functions below read a finished
 trace: where a new result array (:func:`fresh_steps`) or new operands (:func:`swap_slots`)

@@ -51,7 +51,7 @@ class TwoOrientationAlgorithm(DistributedMatrix):
         if self.c == 1:
             return X_loc
         rows, w = self._fiber_rows(name), X_loc.shape[1]
-        T = self._buffer(("T", name), (int(rows.sum()), w))
+        T = self._kernels.buffer(("T", name), (int(rows.sum()), w))
         self.fiber.allgatherv(X_loc, T, rows * w)
         return T
 
@@ -74,7 +74,7 @@ class TwoOrientationAlgorithm(DistributedMatrix):
             release_freed_memory()  # the temporaries of placing S^T
             self._b_stale = False
         elif name == "b" and self._b_stale:
-            self._move_values(self._b_plan(), self._o["a"].values, self._o["b"].values)
+            self.placement.move_values(self._b_plan(), self._o["a"].values, self._o["b"].values)
             self._b_stale = False
         return self._o[name]
 
@@ -84,7 +84,7 @@ class TwoOrientationAlgorithm(DistributedMatrix):
         if self._plan is None:
             if "b" not in self._o:
                 self._orientation("b")
-            self._plan = self._value_plan(
+            self._plan = self.placement.value_plan(
                 self._o["a"], self._o["b"], lambda i, j: self._owner("a", i, j),
                 lambda i, j: self._owner("b", i, j))
         return self._plan
@@ -102,7 +102,7 @@ class TwoOrientationAlgorithm(DistributedMatrix):
             entry = self._named.copies(values)  # InputError for an unknown name
             if name == "b" and "b" not in entry:
                 entry["b"] = np.empty(o.nnz, dtype=self.dtype)
-                self._move_values(self._b_plan(), entry["a"], entry["b"])
+                self.placement.move_values(self._b_plan(), entry["a"], entry["b"])
             return entry[name]
         if name == "a":
             return values
@@ -110,7 +110,7 @@ class TwoOrientationAlgorithm(DistributedMatrix):
         # would run on this call's copy, stale once the caller changes ``values`` in place
         self._not_replayable()
         moved = np.empty(o.nnz, dtype=self.dtype)
-        self._move_values(self._b_plan(), values, moved)
+        self.placement.move_values(self._b_plan(), values, moved)
         return moved
 
     # The paper's three kernels in orientation "a" (S itself), as loop pieces of the family.

@@ -1,10 +1,10 @@
-"""Prepared kernel calls (DistributedMatrix._run_kernel): a loop that repeats a call with
-the same operand objects reuses the node model's prepared calls, and must give bitwise the
-results of a fresh object, keep the kernel statistics exact, and prepare again whenever what
-a prepared call captured may have changed (S's values, a named vector, the plan state). In 1.5D
-dense shifting with c = 1, a call plan's repeats (``S.plan``, distmm/algorithms/plan.py) replay
-their kernels and shifts alone: the same results, the operands as they are at the call, never a
-stale replay after a failed call."""
+"""Prepared kernel calls (PreparedCalls.run, the matrix's _kernels part): a loop that repeats a call
+with the same operand objects reuses the node model's prepared calls, and must give bitwise the
+results of a fresh object, keep the kernel statistics exact, and prepare again whenever what a
+prepared call captured may have changed (S's values, a named vector, the plan state). In 1.5D dense
+shifting with c = 1, a call plan's repeats (``S.plan``, distmm/algorithms/plan.py) replay their
+kernels and shifts alone: the same results, the operands as they are at the call, never a stale
+replay after a failed call."""
 
 from __future__ import annotations
 
