@@ -246,7 +246,7 @@ def _dense_shift_b(S, A, V, heads: int, out) -> np.ndarray:
     sizes = np.diff(S.offsets["b"])[S.grid.layer_blocks()]
     if q == 1:
         res = out if out is not None else aligned_empty((int(sizes[0]), r), S.dtype)
-        _kernel(S, o, 0, "spmm_multi_b", V, T, res, heads, first=True)
+        block_kernel(S, o, 0, "spmm_multi_b", V, T, res, heads, first=True)
         return res
     cur = S._kernels.buffer(("multi cur", "b"), (int(sizes.max()), r))
     nxt = S._kernels.buffer(("multi nxt", "b"), (int(sizes.max()), r))
@@ -255,7 +255,7 @@ def _dense_shift_b(S, A, V, heads: int, out) -> np.ndarray:
     for s in range(q):
         t, nt = (u + s) % q, (u + s + 1) % q
         Yb = cur[:sizes[t]]
-        _kernel(S, o, t, "spmm_multi_b", V, T, Yb, heads, first=s == 0)
+        block_kernel(S, o, t, "spmm_multi_b", V, T, Yb, heads, first=s == 0)
         recv = res if s == q - 1 else nxt[:sizes[nt]]
         S.layer.shift(Yb, recv, dest=left, source=right)
         cur, nxt = nxt, cur
@@ -273,15 +273,16 @@ def _shift_loop(S, o, op: str, Y, V, heads: int, acc) -> None:
     cur = Y
     for s in range(q):
         t, nt = (u + s) % q, (u + s + 1) % q
-        _kernel(S, o, t, op, V, cur, acc, heads, first=s == 0)
+        block_kernel(S, o, t, op, V, cur, acc, heads, first=s == 0)
         if s < q - 1:
             recv = bufs[s % 2][:sizes[nt]]
             S.layer.shift(cur, recv, dest=left, source=right)
             cur = recv
 
 
-def _kernel(S, o, t: int, op: str, V, X, out, heads: int, first: bool) -> None:
-    """The multi-value kernel on block t (its seconds are the "compute" phase)."""
+def block_kernel(S, o, t: int, op: str, V, X, out, heads: int, first: bool) -> None:
+    """The multi-value kernel ``op`` on block t of orientation ``o`` (``first``: write
+    ``out``, else add to it); its seconds are the "compute" phase. Not collective."""
     S.stats.seconds["compute"] += spmm_multi_block(
         S.kernel, op, o.blocks[t], V, int(o.offsets[t]), X, out, heads, accumulate=not first)
 

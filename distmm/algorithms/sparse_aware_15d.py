@@ -46,6 +46,7 @@ import scipy.sparse as sp
 
 from distmm.algorithms.base import DistributedAlgorithm, Orientation
 from distmm.algorithms.model import FamilyModel, KernelCalls
+from distmm.algorithms.multivalue import block_kernel
 from distmm.core.aligned import aligned_empty
 from distmm.core.coo import CooShare
 from distmm.core.exchange import RowExchange, exchange_model
@@ -66,7 +67,6 @@ from distmm.core.memory import (
 from distmm.core.partition import Partition, check_method, default_method, partition
 from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation, permute_mode
 from distmm.errors import InputError, require
-from distmm.kernels.multivalue import spmm_multi_block
 
 STRATEGIES = ("none", "reuse", "fusion")
 
@@ -443,19 +443,15 @@ class SparseAware15D(DistributedAlgorithm):
         in one pass over its nonzeros), so one exchange of width heads * F moves the rows:
         the words of one single-value call of that width."""
         r, o = X.shape[1], self._o
-
-        def kernel(t: int, op: str, Y: np.ndarray, res: np.ndarray, accumulate: bool):
-            self.stats.seconds["compute"] += spmm_multi_block(
-                self.kernel, op, o.blocks[t], V, int(o.offsets[t]), Y, res, heads,
-                accumulate=accumulate)
-
         if side == "a":
             acc = self._a_accumulator(r, out)
-            self._with_rows(X, r, lambda t, Y: kernel(t, "spmm_multi_a", Y, acc, t == 1))
+            self._with_rows(X, r, lambda t, Y: block_kernel(self, o, t, "spmm_multi_a", V, Y,
+                                                            acc, heads, first=t == 0))
             return self._reduce_a(acc, out)
         T = self._replicate_a(X)
-        return self._b_output(r, out, lambda res: kernel(0, "spmm_multi_b", T, res, False),
-                              lambda part: kernel(1, "spmm_multi_b", T, part, False))
+        return self._b_output(
+            r, out, lambda res: block_kernel(self, o, 0, "spmm_multi_b", V, T, res, heads, True),
+            lambda part: block_kernel(self, o, 1, "spmm_multi_b", V, T, part, heads, True))
 
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
                  values=None) -> np.ndarray:
