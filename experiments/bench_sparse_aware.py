@@ -31,11 +31,15 @@ def main() -> None:
     ap.add_argument("--r", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--permute", default="auto")
+    ap.add_argument("--algorithms", nargs="+", default=None,
+                    help="only these families (default: every registered one)")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     p = comm.size
     configs = []
     for name, cls in distmm.ALGORITHMS.items():
+        if args.algorithms is not None and name not in args.algorithms:
+            continue
         for c in costmodel.valid_cs(name, p, args.r):
             for strategy in cls.strategies:
                 for overlap in ((False, True) if name == AWARE else (False,)):

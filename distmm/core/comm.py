@@ -206,6 +206,8 @@ def pairwise_setting() -> tuple[str | None, dict[str, object]]:
 
 
 _TAG_GATHER, _TAG_REDUCE = 19, 20
+# CountingComm.start_exchange's messages: this tag plus its channel (0 .. 7)
+_TAG_EXCHANGE = 21
 
 # The phases of an operation's call: a collective in one of them is the call's
 # (CountingComm._same_call); distribution, agreement and the edge-value primitives are not.
@@ -564,6 +566,46 @@ class CountingComm:
                        sum(1 for k, x in enumerate(sendcounts) if x and k != me),
                        sum(1 for k, x in enumerate(recvcounts) if x and k != me))
         return [req]
+
+    def start_exchange(self, sendbuf: np.ndarray, dests: Sequence[int],
+                       sendcounts: Sequence[int], recvbuf: np.ndarray, sources: Sequence[int],
+                       recvcounts: Sequence[int], channel: int = 0,
+                       phase: str = "propagation") -> list[MPI.Request]:
+        """Irregular exchange with few peers by point-to-point messages: ``sendcounts[k]``
+        elements of ``sendbuf`` (consecutive, in order) to rank ``dests[k]``, and
+        ``recvcounts[k]`` from rank ``sources[k]`` into ``recvbuf`` (likewise); the counts
+        are non-zero and no rank is this one. Returns the requests for :meth:`finish`, which
+        checks every received size as a shift's; both buffers stay untouched until then.
+
+        Pairs with the matching calls of the peers, as :meth:`start_shift` does: each message
+        carries the call's tag (``channel``, 0 .. 7, tells apart exchanges that may be in
+        flight within one call) and no collective compares the calls first, so ranks in
+        different calls wait (a rank that receives nothing finishes its own call). Counted at
+        start as :meth:`start_alltoallv` counts the same exchange: the elements sent and
+        received, one message per peer."""
+        if not 0 <= channel < 8:
+            raise ValueError(f"channel must be 0 .. 7, got {channel}")
+        sbuf, rbuf = _flat(sendbuf), _flat(recvbuf)
+        t = mpi_type(sbuf.dtype)
+        tag = _TAG_EXCHANGE + channel + self.stats.call_tag
+        receives = self.stats.__dict__.setdefault("_receives", {})
+        reqs = []
+        with self._phase(phase):
+            lo = 0
+            for k, n in zip(sources, recvcounts, strict=True):
+                hi = lo + int(n)
+                req = self.comm.Irecv([rbuf[lo:hi], t], source=int(k), tag=tag)
+                receives[id(req)] = (req, t, hi - lo, int(k), self)
+                reqs.append(req)
+                lo = hi
+            received = lo
+            lo = 0
+            for k, n in zip(dests, sendcounts, strict=True):
+                hi = lo + int(n)
+                reqs.append(self.comm.Isend([sbuf[lo:hi], t], dest=int(k), tag=tag))
+                lo = hi
+        self.stats.add(phase, lo, received, len(dests), len(sources))
+        return reqs
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, phase: str = "other") -> None:
         """Sum-allreduce (counted as a reduce-scatter plus an all-gather of the buffer)."""

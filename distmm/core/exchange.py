@@ -43,6 +43,9 @@ from distmm.core.layout import block_of, block_offsets
 # FusedMM slower).
 RELAY_MIN_SAVING = 0.25
 
+# channels of CountingComm.start_exchange: the exchanges one call may have in flight
+_GATHER, _GATHER_RELAY, _SCATTER_RELAY, _SCATTER = range(4)
+
 
 def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: int,
                   tries: int = 64, min_saving: float | None = None) -> np.ndarray:
@@ -196,6 +199,9 @@ class RowExchange:
     relay_recvcounts: np.ndarray
     buffer_ids: np.ndarray
     relayed: bool = False
+    # "point-to-point" (CountingComm.start_exchange) or "alltoallv" (start_alltoallv): the
+    # same messages and counts; see the module docstring for why point to point
+    mechanism: str = "point-to-point"
 
     @property
     def nrecv(self) -> int:
@@ -276,20 +282,31 @@ class RowExchange:
                    np.bincount(parents[second], minlength=q).astype(np.int64),
                    buffer_ids, relayed)
 
+    def _start(self, sendbuf: np.ndarray, sendcounts: np.ndarray, recvbuf: np.ndarray,
+               recvcounts: np.ndarray, r: int, channel: int, phase: str) -> list:
+        """Start one exchange of rows (``sendcounts[k]`` rows of ``sendbuf`` to layer rank k,
+        ``recvcounts[k]`` into ``recvbuf`` from it) at width r by :attr:`mechanism`."""
+        if self.mechanism == "alltoallv":
+            return self.comm.start_alltoallv(sendbuf, sendcounts * r, recvbuf,
+                                             recvcounts * r, phase=phase)
+        dests, sources = np.flatnonzero(sendcounts), np.flatnonzero(recvcounts)
+        return self.comm.start_exchange(sendbuf, dests, sendcounts[dests] * r, recvbuf,
+                                        sources, recvcounts[sources] * r, channel, phase)
+
     def start_gather(self, Y: np.ndarray, sendbuf: np.ndarray, recvbuf: np.ndarray,
                      phase: str = "propagation") -> Transfer:
         """Send the planned rows of ``Y`` (this rank's block, n_local x r) and receive the
         needed rows into ``recvbuf`` (nrecv x r, in ``buffer_ids`` order), via ``sendbuf``
         (nsend x r). Starts phase 1; :meth:`finish` completes it and runs phase 2 (the
-        relays forward what they received). Collective over the communicator."""
+        relays forward what they received). Collective over the communicator (point to
+        point with the peers of the plan)."""
         r = Y.shape[1]
         n1 = self.send_rows.size
         # mode "clip" writes straight into sendbuf ("raise", the default, buffers a copy);
         # the rows are valid by construction
         np.take(Y, self.send_rows, axis=0, out=sendbuf[:n1], mode="clip")
-        reqs = self.comm.start_alltoallv(sendbuf[:n1], self.sendcounts * r,
-                                         recvbuf[:int(self.recvcounts.sum())],
-                                         self.recvcounts * r, phase=phase)
+        reqs = self._start(sendbuf[:n1], self.sendcounts, recvbuf[:int(self.recvcounts.sum())],
+                           self.recvcounts, r, _GATHER, phase)
         return Transfer("gather", reqs, sendbuf, recvbuf)
 
     def start_scatter(self, partial: np.ndarray, recvbuf: np.ndarray,
@@ -302,12 +319,11 @@ class RowExchange:
         r = partial.shape[1]
         if self.relayed:
             n1r, n1s = int(self.recvcounts.sum()), self.send_rows.size
-            reqs = self.comm.start_alltoallv(partial[n1r:], self.relay_recvcounts * r,
-                                             recvbuf[n1s:], self.relay_sendcounts * r,
-                                             phase=phase)
+            reqs = self._start(partial[n1r:], self.relay_recvcounts, recvbuf[n1s:],
+                               self.relay_sendcounts, r, _SCATTER_RELAY, phase)
             return Transfer("scatter-relay", reqs, partial, recvbuf)
-        reqs = self.comm.start_alltoallv(partial, self.recvcounts * r, recvbuf,
-                                         self.sendcounts * r, phase=phase)
+        reqs = self._start(partial, self.recvcounts, recvbuf, self.sendcounts, r, _SCATTER,
+                           phase)
         return Transfer("scatter", reqs, partial, recvbuf)
 
     def finish(self, transfer: Transfer, phase: str = "propagation") -> None:
@@ -321,14 +337,15 @@ class RowExchange:
             send, recv = transfer.send, transfer.recv
             r = recv.shape[1]
             np.take(recv, self.relay_rows, axis=0, out=send[n1s:], mode="clip")
-            self.comm.alltoallv(send[n1s:], self.relay_sendcounts * r, recv[n1r:],
-                                self.relay_recvcounts * r, phase=phase)
+            self.comm.finish(self._start(send[n1s:], self.relay_sendcounts, recv[n1r:],
+                                         self.relay_recvcounts, r, _GATHER_RELAY, phase),
+                             phase=phase)
             return
         partial, back = transfer.send, transfer.recv
         r = partial.shape[1]
         _add_by_source(partial, self.relay_rows, self.relay_sendcounts, back[n1s:])
-        self.comm.alltoallv(partial[:n1r], self.recvcounts * r, back[:n1s],
-                            self.sendcounts * r, phase=phase)
+        self.comm.finish(self._start(partial[:n1r], self.recvcounts, back[:n1s],
+                                     self.sendcounts, r, _SCATTER, phase), phase=phase)
 
     def add_received(self, out: np.ndarray, recvbuf: np.ndarray) -> None:
         """Add the partial rows received by a scatter into ``out`` (this rank's block), in
