@@ -372,7 +372,10 @@ class SparseAware15D(DistributedAlgorithm):
     def _kernel(self, t: int, op: str, vals, X, Y, out, accumulate: bool) -> None:
         """The node model's ``op`` on block t (values ``vals`` in value order)."""
         o = self._o
-        S, sv = o.blocks[t], o.block_values(vals, t)
+        S = o.blocks[t]
+        if not S.nnz and (accumulate or op == "sddmm"):  # it would add nothing, write nothing
+            return
+        sv = o.block_values(vals, t)
         key = (self._kind, t, op, accumulate, X.shape[1])
         if op == "sddmm":
             self._kernels.run(key, (vals, X, Y, out), op, S, sv, X, Y, o.block_values(out, t),

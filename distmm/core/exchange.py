@@ -44,7 +44,7 @@ from distmm.core.layout import block_of, block_offsets
 RELAY_MIN_SAVING = 0.25
 
 # channels of CountingComm.start_exchange: the exchanges one call may have in flight
-_GATHER, _GATHER_RELAY, _SCATTER_RELAY, _SCATTER = range(4)
+_CHANNELS = {"gather": 0, "gather-relay": 1, "scatter-relay": 2, "scatter": 3}
 
 
 def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: int,
@@ -203,15 +203,17 @@ class RowExchange:
     # same messages and counts; see the module docstring for why point to point
     mechanism: str = "point-to-point"
 
-    @property
-    def nrecv(self) -> int:
-        """Rows this rank receives (the compact buffer's rows)."""
-        return int(self.recvcounts.sum() + self.relay_recvcounts.sum())
-
-    @property
-    def nsend(self) -> int:
-        """Rows this rank sends in a gather, forwarded ones included (one per destination)."""
-        return int(self.send_rows.size + self.relay_rows.size)
+    def __post_init__(self) -> None:
+        # what every call reads, once: the buffers' sizes and, per exchange and width, the
+        # peers and element counts (_start)
+        self.nrecv = int(self.recvcounts.sum() + self.relay_recvcounts.sum())
+        self.nsend = int(self.send_rows.size + self.relay_rows.size)
+        self._n1r, self._n1s = int(self.recvcounts.sum()), int(self.send_rows.size)
+        self._counts = {"gather": (self.sendcounts, self.recvcounts),
+                        "gather-relay": (self.relay_sendcounts, self.relay_recvcounts),
+                        "scatter": (self.recvcounts, self.sendcounts),
+                        "scatter-relay": (self.relay_recvcounts, self.relay_sendcounts)}
+        self._peers: dict = {}
 
     @classmethod
     def build(cls, comm: CountingComm, needed: np.ndarray, owners: np.ndarray,
@@ -282,16 +284,24 @@ class RowExchange:
                    np.bincount(parents[second], minlength=q).astype(np.int64),
                    buffer_ids, relayed)
 
-    def _start(self, sendbuf: np.ndarray, sendcounts: np.ndarray, recvbuf: np.ndarray,
-               recvcounts: np.ndarray, r: int, channel: int, phase: str) -> list:
-        """Start one exchange of rows (``sendcounts[k]`` rows of ``sendbuf`` to layer rank k,
-        ``recvcounts[k]`` into ``recvbuf`` from it) at width r by :attr:`mechanism`."""
+    def _start(self, kind: str, sendbuf: np.ndarray, recvbuf: np.ndarray, r: int,
+               phase: str) -> list:
+        """Start one exchange of rows at width r by :attr:`mechanism`: ``kind`` names its
+        counts (``self._counts``: rows sent to, and received from, each layer rank) and its
+        channel. A rank with no peer in it makes no MPI call (point to point)."""
+        sendcounts, recvcounts = self._counts[kind]
         if self.mechanism == "alltoallv":
             return self.comm.start_alltoallv(sendbuf, sendcounts * r, recvbuf,
                                              recvcounts * r, phase=phase)
-        dests, sources = np.flatnonzero(sendcounts), np.flatnonzero(recvcounts)
-        return self.comm.start_exchange(sendbuf, dests, sendcounts[dests] * r, recvbuf,
-                                        sources, recvcounts[sources] * r, channel, phase)
+        peers = self._peers.get((kind, r))
+        if peers is None:
+            dests, sources = np.flatnonzero(sendcounts), np.flatnonzero(recvcounts)
+            peers = self._peers[kind, r] = (dests, sendcounts[dests] * r, sources,
+                                            recvcounts[sources] * r)
+        if not peers[0].size and not peers[2].size:
+            return []
+        return self.comm.start_exchange(sendbuf, peers[0], peers[1], recvbuf, peers[2],
+                                        peers[3], _CHANNELS[kind], phase)
 
     def start_gather(self, Y: np.ndarray, sendbuf: np.ndarray, recvbuf: np.ndarray,
                      phase: str = "propagation") -> Transfer:
@@ -301,12 +311,11 @@ class RowExchange:
         relays forward what they received). Collective over the communicator (point to
         point with the peers of the plan)."""
         r = Y.shape[1]
-        n1 = self.send_rows.size
+        n1 = self._n1s
         # mode "clip" writes straight into sendbuf ("raise", the default, buffers a copy);
         # the rows are valid by construction
         np.take(Y, self.send_rows, axis=0, out=sendbuf[:n1], mode="clip")
-        reqs = self._start(sendbuf[:n1], self.sendcounts, recvbuf[:int(self.recvcounts.sum())],
-                           self.recvcounts, r, _GATHER, phase)
+        reqs = self._start("gather", sendbuf[:n1], recvbuf[:self._n1r], r, phase)
         return Transfer("gather", reqs, sendbuf, recvbuf)
 
     def start_scatter(self, partial: np.ndarray, recvbuf: np.ndarray,
@@ -318,12 +327,10 @@ class RowExchange:
         :meth:`finish`, then :meth:`add_received`."""
         r = partial.shape[1]
         if self.relayed:
-            n1r, n1s = int(self.recvcounts.sum()), self.send_rows.size
-            reqs = self._start(partial[n1r:], self.relay_recvcounts, recvbuf[n1s:],
-                               self.relay_sendcounts, r, _SCATTER_RELAY, phase)
+            reqs = self._start("scatter-relay", partial[self._n1r:], recvbuf[self._n1s:], r,
+                               phase)
             return Transfer("scatter-relay", reqs, partial, recvbuf)
-        reqs = self._start(partial, self.recvcounts, recvbuf, self.sendcounts, r, _SCATTER,
-                           phase)
+        reqs = self._start("scatter", partial, recvbuf, r, phase)
         return Transfer("scatter", reqs, partial, recvbuf)
 
     def finish(self, transfer: Transfer, phase: str = "propagation") -> None:
@@ -332,20 +339,19 @@ class RowExchange:
         self.comm.finish(transfer.requests, phase=phase)
         if not self.relayed or transfer.kind == "scatter":
             return
-        n1r, n1s = int(self.recvcounts.sum()), self.send_rows.size
+        n1r, n1s = self._n1r, self._n1s
         if transfer.kind == "gather":
             send, recv = transfer.send, transfer.recv
             r = recv.shape[1]
             np.take(recv, self.relay_rows, axis=0, out=send[n1s:], mode="clip")
-            self.comm.finish(self._start(send[n1s:], self.relay_sendcounts, recv[n1r:],
-                                         self.relay_recvcounts, r, _GATHER_RELAY, phase),
+            self.comm.finish(self._start("gather-relay", send[n1s:], recv[n1r:], r, phase),
                              phase=phase)
             return
         partial, back = transfer.send, transfer.recv
         r = partial.shape[1]
         _add_by_source(partial, self.relay_rows, self.relay_sendcounts, back[n1s:])
-        self.comm.finish(self._start(partial[:n1r], self.recvcounts, back[:n1s],
-                                     self.sendcounts, r, _SCATTER, phase), phase=phase)
+        self.comm.finish(self._start("scatter", partial[:n1r], back[:n1s], r, phase),
+                         phase=phase)
 
     def add_received(self, out: np.ndarray, recvbuf: np.ndarray) -> None:
         """Add the partial rows received by a scatter into ``out`` (this rank's block), in
