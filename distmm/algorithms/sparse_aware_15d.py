@@ -288,16 +288,18 @@ class SparseAware15D(DistributedAlgorithm):
             # the plan is built here (collective: every rank lays out its entries once, at
             # the same point of placing S), because block 1's compact columns follow the
             # order the rows arrive in, which the relay tree sets
+            layer = np.arange(self.grid.q) * c + self.grid.v  # the layer's B blocks
             self.exchange = plan = RowExchange.build(
                 self.layer, needed, block_of(needed, ob) // c, own_base, phase="plan",
-                relay=self.relay, owner_of=lambda g: block_of(g, ob) // c)
-            self._needed = plan.buffer_ids
-            at = np.empty(needed.size, dtype=np.int64)  # sorted index -> buffer position
-            at[np.searchsorted(needed, plan.buffer_ids)] = np.arange(needed.size)
+                relay=self.relay, owner_of=lambda g: block_of(g, ob) // c,
+                blocks=np.stack((ob[layer], ob[layer + 1]), axis=1))
+            self._needed = ids = plan.buffer_ids  # the received rows (whole blocks: all)
+            srt = np.argsort(ids, kind="stable")
+            at = srt[np.searchsorted(ids, needed, sorter=srt)]  # sorted index -> position
             lc = y - own_base
             lc[remote] = at[np.searchsorted(needed, y[remote])]
             return (remote.astype(np.int64), x - row_base, lc, 2,
-                    [(nrows, own_cols), (nrows, int(needed.size))], row_base, [own_base, 0])
+                    [(nrows, own_cols), (nrows, int(ids.size))], row_base, [own_base, 0])
 
         return layout
 

@@ -567,15 +567,14 @@ class CountingComm:
                        sum(1 for k, x in enumerate(recvcounts) if x and k != me))
         return [req]
 
-    def start_exchange(self, sendbuf: np.ndarray, dests: Sequence[int],
-                       sendcounts: Sequence[int], recvbuf: np.ndarray, sources: Sequence[int],
-                       recvcounts: Sequence[int], channel: int = 0,
+    def start_exchange(self, sends: Sequence[tuple[int, np.ndarray]],
+                       recvs: Sequence[tuple[int, np.ndarray]], channel: int = 0,
                        phase: str = "propagation") -> list[MPI.Request]:
-        """Irregular exchange with few peers by point-to-point messages: ``sendcounts[k]``
-        elements of ``sendbuf`` (consecutive, in order) to rank ``dests[k]``, and
-        ``recvcounts[k]`` from rank ``sources[k]`` into ``recvbuf`` (likewise); the counts
-        are non-zero and no rank is this one. Returns the requests for :meth:`finish`, which
-        checks every received size as a shift's; both buffers stay untouched until then.
+        """Irregular exchange with few peers by point-to-point messages: each ``(rank,
+        buffer)`` of ``sends`` sends that C-contiguous buffer to that rank, each of ``recvs``
+        receives one into its buffer (non-empty buffers of one dtype; no rank is this one).
+        Returns the requests for :meth:`finish`, which checks every received size as a
+        shift's; the buffers stay untouched until then.
 
         Pairs with the matching calls of the peers, as :meth:`start_shift` does: each message
         carries the call's tag (``channel``, 0 .. 7, tells apart exchanges that may be in
@@ -585,26 +584,21 @@ class CountingComm:
         received, one message per peer."""
         if not 0 <= channel < 8:
             raise ValueError(f"channel must be 0 .. 7, got {channel}")
-        sbuf, rbuf = _flat(sendbuf), _flat(recvbuf)
-        t = mpi_type(sbuf.dtype)
         tag = _TAG_EXCHANGE + channel + self.stats.call_tag
         receives = self.stats.__dict__.setdefault("_receives", {})
-        reqs = []
+        reqs, sent, received = [], 0, 0
         with self._phase(phase):
-            lo = 0
-            for k, n in zip(sources, recvcounts, strict=True):
-                hi = lo + int(n)
-                req = self.comm.Irecv([rbuf[lo:hi], t], source=int(k), tag=tag)
-                receives[id(req)] = (req, t, hi - lo, int(k), self)
+            for k, buf in recvs:
+                t = mpi_type(buf.dtype)
+                req = self.comm.Irecv([_flat(buf), t], source=int(k), tag=tag)
+                receives[id(req)] = (req, t, buf.size, int(k), self)
                 reqs.append(req)
-                lo = hi
-            received = lo
-            lo = 0
-            for k, n in zip(dests, sendcounts, strict=True):
-                hi = lo + int(n)
-                reqs.append(self.comm.Isend([sbuf[lo:hi], t], dest=int(k), tag=tag))
-                lo = hi
-        self.stats.add(phase, lo, received, len(dests), len(sources))
+                received += buf.size
+            for k, buf in sends:
+                reqs.append(self.comm.Isend([_flat(buf), mpi_type(buf.dtype)], dest=int(k),
+                                            tag=tag))
+                sent += buf.size
+        self.stats.add(phase, sent, received, len(sends), len(recvs))
         return reqs
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, phase: str = "other") -> None:

@@ -43,6 +43,12 @@ from distmm.core.layout import block_of, block_offsets
 # FusedMM slower).
 RELAY_MIN_SAVING = 0.25
 
+# A rank that needs at least this fraction of a peer's block gets the whole block, sent straight
+# from the caller's array: no packing copy on the sender, for at most 1/0.9 - 1 = 11% more
+# words on that pair (MovieLens at p = 2 needs 95% of every block: the packing copy and a
+# scattered message cost more there than the few extra rows).
+WHOLE_FRACTION = 0.9
+
 # channels of CountingComm.start_exchange: the exchanges one call may have in flight
 _CHANNELS = {"gather": 0, "gather-relay": 1, "scatter-relay": 2, "scatter": 3}
 
@@ -199,26 +205,38 @@ class RowExchange:
     relay_recvcounts: np.ndarray
     buffer_ids: np.ndarray
     relayed: bool = False
-    # "point-to-point" (CountingComm.start_exchange) or "alltoallv" (start_alltoallv): the
-    # same messages and counts; see the module docstring for why point to point
-    mechanism: str = "point-to-point"
+    whole: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # what every call reads, once: the buffers' sizes and, per exchange and width, the
-        # peers and element counts (_start)
+        # peers and their rows in the buffers (_start)
+        q = self.sendcounts.size
+        if self.whole is None:
+            self.whole = np.zeros(q, dtype=bool)
         self.nrecv = int(self.recvcounts.sum() + self.relay_recvcounts.sum())
         self.nsend = int(self.send_rows.size + self.relay_rows.size)
         self._n1r, self._n1s = int(self.recvcounts.sum()), int(self.send_rows.size)
-        self._counts = {"gather": (self.sendcounts, self.recvcounts),
-                        "gather-relay": (self.relay_sendcounts, self.relay_recvcounts),
-                        "scatter": (self.recvcounts, self.sendcounts),
-                        "scatter-relay": (self.relay_recvcounts, self.relay_sendcounts)}
-        self._peers: dict = {}
+        # a gather packs the rows of the destinations that do not take the whole block
+        bounds = np.r_[0, np.cumsum(self.sendcounts)]
+        keep = np.repeat(~self.whole, self.sendcounts)
+        self._pack = self.send_rows[keep]
+        packed = np.where(self.whole, 0, self.sendcounts)
+        pack_at = np.r_[0, np.cumsum(packed)]
+        self._rows = {
+            "gather": ([(k, -1 if self.whole[k] else pack_at[k], pack_at[k + 1])
+                        for k in np.flatnonzero(self.sendcounts)],
+                       _segments(self.recvcounts)),
+            "gather-relay": (_segments(self.relay_sendcounts),
+                             _segments(self.relay_recvcounts)),
+            "scatter": (_segments(self.recvcounts),
+                        [(k, bounds[k], bounds[k + 1]) for k in np.flatnonzero(self.sendcounts)]),
+            "scatter-relay": (_segments(self.relay_recvcounts),
+                              _segments(self.relay_sendcounts))}
 
     @classmethod
     def build(cls, comm: CountingComm, needed: np.ndarray, owners: np.ndarray,
               own_base: int, phase: str = "plan", relay: bool = False,
-              owner_of=None) -> RowExchange:
+              owner_of=None, blocks: np.ndarray | None = None) -> RowExchange:
         """Build the plan from the rows this rank needs (collective over ``comm``).
 
         ``needed``: sorted global ids of the rows this rank needs from others; ``owners``:
@@ -228,7 +246,12 @@ class RowExchange:
         ``owner_of`` maps global ids to owners) and sends each rank whether the layer relays
         at all and the parent of each row it needs. Then every rank sends one count to every
         other rank and the needed ids to their parents (owners or relays). All of it is
-        counted under ``phase``: :func:`plan_words`."""
+        counted under ``phase``: :func:`plan_words`.
+
+        ``blocks`` (q x 2: the global ids [start, stop) of each rank's block), where given
+        and the layer does not relay: a rank needing at least :data:`WHOLE_FRACTION` of a
+        peer's block receives all of it (:func:`whole_pairs`; both ends decide alike from the
+        count of rows asked, with no further message)."""
         q, me = comm.size, comm.rank
         needed = np.ascontiguousarray(needed, dtype=np.int64)
         owners = np.asarray(owners, dtype=np.int64)
@@ -262,6 +285,16 @@ class RowExchange:
         # phase 1's rows (by owner, sorted ids), then phase 2's (by relay, sorted ids)
         order = np.lexsort((needed, parents, second))
         buffer_ids = needed[order]
+        sizes = None if blocks is None or relayed else np.diff(blocks, axis=1)[:, 0]
+        need = np.bincount(parents[~second], minlength=q).astype(np.int64)
+        whole_from = (np.zeros(q, dtype=bool) if sizes is None
+                      else whole_pairs(need, sizes))
+        if whole_from.any():  # whole blocks in place of their needed rows
+            at = np.r_[0, np.cumsum(need)]
+            buffer_ids = np.concatenate([
+                np.arange(blocks[k, 0], blocks[k, 1], dtype=np.int64) if whole_from[k]
+                else buffer_ids[at[k]:at[k + 1]] for k in range(q)])
+            need = np.where(whole_from, sizes, need)
         asks = np.lexsort((needed, second, parents))  # to each parent: owned rows first
         askcounts = np.bincount(parents, minlength=q).astype(np.int64)
         sendcounts = np.empty(q, dtype=np.int64)
@@ -277,31 +310,32 @@ class RowExchange:
             first = buffer_ids[:int(np.count_nonzero(~second))]
             srt = np.argsort(first, kind="stable")
             relay_rows = srt[np.searchsorted(first, asked[~owned], sorter=srt)].astype(np.int64)
-        return cls(comm, asked[owned] - own_base,
-                   np.bincount(source[owned], minlength=q).astype(np.int64),
-                   np.bincount(parents[~second], minlength=q).astype(np.int64),
+        send_rows = asked[owned] - own_base
+        sendcounts = np.bincount(source[owned], minlength=q).astype(np.int64)
+        whole_to = (np.zeros(q, dtype=bool) if sizes is None
+                    else whole_pairs(sendcounts, np.full(q, sizes[me])))
+        if whole_to.any():
+            at = np.r_[0, np.cumsum(sendcounts)]
+            send_rows = np.concatenate([
+                np.arange(sizes[me], dtype=np.int64) if whole_to[k]
+                else send_rows[at[k]:at[k + 1]] for k in range(q)])
+            sendcounts = np.where(whole_to, sizes[me], sendcounts)
+        return cls(comm, send_rows, sendcounts, need,
                    relay_rows, np.bincount(source[~owned], minlength=q).astype(np.int64),
                    np.bincount(parents[second], minlength=q).astype(np.int64),
-                   buffer_ids, relayed)
+                   buffer_ids, relayed, whole_to)
 
-    def _start(self, kind: str, sendbuf: np.ndarray, recvbuf: np.ndarray, r: int,
-               phase: str) -> list:
-        """Start one exchange of rows at width r by :attr:`mechanism`: ``kind`` names its
-        counts (``self._counts``: rows sent to, and received from, each layer rank) and its
-        channel. A rank with no peer in it makes no MPI call (point to point)."""
-        sendcounts, recvcounts = self._counts[kind]
-        if self.mechanism == "alltoallv":
-            return self.comm.start_alltoallv(sendbuf, sendcounts * r, recvbuf,
-                                             recvcounts * r, phase=phase)
-        peers = self._peers.get((kind, r))
-        if peers is None:
-            dests, sources = np.flatnonzero(sendcounts), np.flatnonzero(recvcounts)
-            peers = self._peers[kind, r] = (dests, sendcounts[dests] * r, sources,
-                                            recvcounts[sources] * r)
-        if not peers[0].size and not peers[2].size:
+    def _start(self, kind: str, sendbuf: np.ndarray, recvbuf: np.ndarray,
+               Y: np.ndarray | None = None, phase: str = "propagation") -> list:
+        """Start one exchange of rows: ``kind`` names its peers and their rows in the
+        buffers (``self._rows``) and its channel; a gather's destinations that take the
+        whole block get ``Y`` itself. A rank with no peer in it makes no MPI call."""
+        sends, recvs = self._rows[kind]
+        if not sends and not recvs:
             return []
-        return self.comm.start_exchange(sendbuf, peers[0], peers[1], recvbuf, peers[2],
-                                        peers[3], _CHANNELS[kind], phase)
+        return self.comm.start_exchange(
+            [(k, Y if lo < 0 else sendbuf[lo:hi]) for k, lo, hi in sends],
+            [(k, recvbuf[lo:hi]) for k, lo, hi in recvs], _CHANNELS[kind], phase)
 
     def start_gather(self, Y: np.ndarray, sendbuf: np.ndarray, recvbuf: np.ndarray,
                      phase: str = "propagation") -> Transfer:
@@ -310,12 +344,12 @@ class RowExchange:
         (nsend x r). Starts phase 1; :meth:`finish` completes it and runs phase 2 (the
         relays forward what they received). Collective over the communicator (point to
         point with the peers of the plan)."""
-        r = Y.shape[1]
-        n1 = self._n1s
         # mode "clip" writes straight into sendbuf ("raise", the default, buffers a copy);
         # the rows are valid by construction
-        np.take(Y, self.send_rows, axis=0, out=sendbuf[:n1], mode="clip")
-        reqs = self._start("gather", sendbuf[:n1], recvbuf[:self._n1r], r, phase)
+        np.take(Y, self._pack, axis=0, out=sendbuf[:self._pack.size], mode="clip")
+        if self.whole.any() and not Y.flags.c_contiguous:
+            Y = np.ascontiguousarray(Y)
+        reqs = self._start("gather", sendbuf, recvbuf, Y, phase)
         return Transfer("gather", reqs, sendbuf, recvbuf)
 
     def start_scatter(self, partial: np.ndarray, recvbuf: np.ndarray,
@@ -325,12 +359,11 @@ class RowExchange:
         send the sums with phase 1's rows to the owners; this rank's rows arrive in
         ``recvbuf`` (nsend x r). Collective over the communicator; finish with
         :meth:`finish`, then :meth:`add_received`."""
-        r = partial.shape[1]
         if self.relayed:
-            reqs = self._start("scatter-relay", partial[self._n1r:], recvbuf[self._n1s:], r,
-                               phase)
+            reqs = self._start("scatter-relay", partial[self._n1r:], recvbuf[self._n1s:],
+                               phase=phase)
             return Transfer("scatter-relay", reqs, partial, recvbuf)
-        reqs = self._start("scatter", partial, recvbuf, r, phase)
+        reqs = self._start("scatter", partial, recvbuf, phase=phase)
         return Transfer("scatter", reqs, partial, recvbuf)
 
     def finish(self, transfer: Transfer, phase: str = "propagation") -> None:
@@ -342,21 +375,33 @@ class RowExchange:
         n1r, n1s = self._n1r, self._n1s
         if transfer.kind == "gather":
             send, recv = transfer.send, transfer.recv
-            r = recv.shape[1]
             np.take(recv, self.relay_rows, axis=0, out=send[n1s:], mode="clip")
-            self.comm.finish(self._start("gather-relay", send[n1s:], recv[n1r:], r, phase),
-                             phase=phase)
+            self.comm.finish(self._start("gather-relay", send[n1s:], recv[n1r:],
+                                         phase=phase), phase=phase)
             return
         partial, back = transfer.send, transfer.recv
-        r = partial.shape[1]
         _add_by_source(partial, self.relay_rows, self.relay_sendcounts, back[n1s:])
-        self.comm.finish(self._start("scatter", partial[:n1r], back[:n1s], r, phase),
+        self.comm.finish(self._start("scatter", partial[:n1r], back[:n1s], phase=phase),
                          phase=phase)
 
     def add_received(self, out: np.ndarray, recvbuf: np.ndarray) -> None:
         """Add the partial rows received by a scatter into ``out`` (this rank's block), in
         the order of the sources (the same on every run). Not collective."""
         _add_by_source(out, self.send_rows, self.sendcounts, recvbuf)
+
+
+def _segments(counts: np.ndarray) -> list[tuple[int, int, int]]:
+    """(peer, first row, end row) of each peer with a non-zero count, rows in peer order."""
+    at = np.r_[0, np.cumsum(counts)]
+    return [(int(k), int(at[k]), int(at[k + 1])) for k in np.flatnonzero(counts)]
+
+
+def whole_pairs(rows: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Which of a rank's exchanges move a whole block: ``rows[k]`` rows needed of a block
+    of ``sizes[k]`` rows, at least :data:`WHOLE_FRACTION` of it (and not none). The sender
+    and the receiver decide alike from the same two counts. Not collective."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return (rows > 0) & (rows >= WHOLE_FRACTION * np.asarray(sizes, dtype=np.int64))
 
 
 def _add_by_source(out: np.ndarray, rows: np.ndarray, counts: np.ndarray,
@@ -472,8 +517,18 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
     recv_pos = pu * c + layer
     send_pos = parent * c + layer  # who sends the row to recv_pos (owner or relay)
     first = parent == owner
-    recv_rows = np.bincount(recv_pos, minlength=p)
+    need_rows = np.bincount(recv_pos, minlength=p)
+    recv_rows = need_rows.copy()
     send_rows = np.bincount(send_pos, minlength=p)
+    # whole blocks (RowExchange.build's ``blocks``): pairs of a layer that relays nothing
+    # where the receiver needs most of the owner's block
+    relays = np.bincount(layer[~first], minlength=c) > 0
+    pair, count = np.unique(recv_pos * p + pjb, return_counts=True)
+    kr, kb = pair // p, pair % p  # receiver's position; owner's block (= its position)
+    whole = whole_pairs(count, np.diff(ob)[kb]) & ~relays[kb % c]
+    extra = np.diff(ob)[kb[whole]] - count[whole]
+    recv_rows += np.bincount(kr[whole], weights=extra, minlength=p).astype(np.int64)
+    send_rows += np.bincount(kb[whole], weights=extra, minlength=p).astype(np.int64)
     relay_rows = np.bincount(send_pos[~first], minlength=p)
     send_peers = (_distinct(send_pos[first], recv_pos[first], p)
                   + _distinct(send_pos[~first], recv_pos[~first], p))
@@ -485,9 +540,9 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
     super_rows = np.repeat(sizes.reshape(q, c).sum(axis=1), c)
     # the plan's words: a layer's rank 0 (u = 0) gathers the others' needed ids
     gu, gv = np.arange(p) // c, np.arange(p) % c
-    layer_rows = np.bincount(gv, weights=recv_rows, minlength=c).astype(np.int64)
-    plans = [plan_words(q, int(recv_rows[k]), int(ask_peers[k]), relay,
-                        int(layer_rows[gv[k]] - recv_rows[k]) if gu[k] == 0 else None)
+    layer_rows = np.bincount(gv, weights=need_rows, minlength=c).astype(np.int64)
+    plans = [plan_words(q, int(need_rows[k]), int(ask_peers[k]), relay,
+                        int(layer_rows[gv[k]] - need_rows[k]) if gu[k] == 0 else None)
              for k in range(p)]
     plan_w = np.array([x["words"] for x in plans], dtype=np.int64)
     plan_m = np.array([x["messages"] for x in plans], dtype=np.int64)
@@ -500,5 +555,5 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
         plan_w, plan_m, relay_rows)))
 
 
-__all__ = ["ExchangeCounts", "RowExchange", "Transfer", "exchange_model", "plan_words",
-           "relay_parents"]
+__all__ = ["WHOLE_FRACTION", "ExchangeCounts", "RowExchange", "Transfer", "exchange_model",
+           "plan_words", "relay_parents", "whole_pairs"]
