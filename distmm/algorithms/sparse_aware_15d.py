@@ -11,8 +11,9 @@ is the replicated operand: it is all-gathered along the fiber into the superbloc
 X-side outputs are reduce-scattered back), because S's rows are what a rank's superblock
 holds whole; the B side is what sparsity saves on. Instead of shifting whole B blocks around
 the layer, each rank receives, once per call, only the distinct B rows its nonzeros touch in
-the other q - 1 blocks of its layer (one MPI ``Ialltoallv`` in the layer;
-:class:`distmm.core.exchange.RowExchange`), and for a B-side output (SpMMB, FusedMMB) sends
+the other q - 1 blocks of its layer (point-to-point messages with the ranks holding them,
+or a whole block where it needs most of one; :class:`distmm.core.exchange.RowExchange`),
+and for a B-side output (SpMMB, FusedMMB) sends
 back only the partial rows it produced for other ranks' blocks. Replication trades the
 all-gather of A ((c - 1) mr/p words) for a layer of q ranks: fewer peers and, for a graph
 ordered by a partitioner, fewer distinct rows needed.

@@ -12,20 +12,28 @@ rank needs and their owners (the pattern of S alone), and then reused by every c
   rank's block (SpMMB's output on the Y side) back to that rank, which adds them
   (:meth:`RowExchange.add_received`).
 
-Both run as one MPI ``Ialltoallv`` on the communicator, through the counting wrapper. Why
-Alltoallv: the peers and counts are fixed by the plan, MPI sends nothing for a zero count (so
-a rank that needs nothing sends and receives no message), it needs no extra communicator
-(a neighbourhood collective needs a distributed-graph communicator per object) nor requests
-kept between calls (persistent ones would fix every call's message tag), and its
-non-blocking form lets the kernels on the rows already local run while the rows travel.
-Neither alternative was faster in every measurement (docs/algorithms/15d-sparse-aware.md;
-experiments/bench_exchange.py).
+Both run as point-to-point messages with the plan's peers only (non-blocking ``Irecv`` and
+``Isend``, :meth:`~distmm.core.comm.CountingComm.start_exchange`, through the counting
+wrapper), each carrying the call's tag and checked for its size, as the dense shifting
+family's shifts are. Why not ``Ialltoallv``: a collective is preceded in every call by the
+all-gather that compares the ranks' calls (:meth:`~distmm.core.comm.CountingComm._same_call`),
+and MPICH's ``Ialltoallv`` costs more than ``Isend``/``Irecv`` pairs even with one peer:
+together, at a few ranks, the latency that the family's fewer words did not repay
+(measured in docs/algorithms/15d-sparse-aware.md). A rank with no peer makes no MPI call; no
+request or communicator is kept between calls.
 
-Counted words (exact): a gather sends ``r`` words per row of ``send_rows`` and one message
-per peer with a non-zero count; a scatter sends ``r`` words per received row back. Building
-the plan sends one count to every other rank of the communicator and the ids of the needed
-rows (phase "plan"). :func:`exchange_model` computes the same numbers for every rank from the
-global pattern alone, without running anything.
+A rank that needs :data:`WHOLE_FRACTION` or more of a peer's block receives the whole block
+(:func:`whole_pairs`, in a layer that relays nothing): its owner sends it straight from the
+caller's array, without the packing copy, and the receiver's compact numbering covers the
+whole block. Both ends decide from the count of rows asked at planning, so no message is
+added.
+
+Counted words (exact): a gather sends ``r`` words per row of ``send_rows`` (a whole block's
+rows where it sends the whole block) and one message per peer with a non-zero count; a
+scatter sends ``r`` words per received row back. Building the plan sends one count to every
+other rank of the communicator and the ids of the needed rows (phase "plan").
+:func:`exchange_model` computes the same numbers for every rank from the global pattern
+alone, without running anything.
 """
 
 from __future__ import annotations
@@ -45,8 +53,8 @@ RELAY_MIN_SAVING = 0.25
 
 # A rank that needs at least this fraction of a peer's block gets the whole block, sent straight
 # from the caller's array: no packing copy on the sender, for at most 1/0.9 - 1 = 11% more
-# words on that pair (MovieLens at p = 2 needs 95% of every block: the packing copy and a
-# scattered message cost more there than the few extra rows).
+# words on that pair (where nearly every row is needed, as in a dense region of S, the copy
+# costs more than the few extra rows).
 WHOLE_FRACTION = 0.9
 
 # channels of CountingComm.start_exchange: the exchanges one call may have in flight
