@@ -330,6 +330,7 @@ class SparseAware15D(DistributedAlgorithm):
         return {"value_order": "own B block's columns first, then the others (CSR order)",
                 "exchange": {"rows_received": x.nrecv, "rows_sent": x.nsend,
                              "rows_relayed": int(x.relay_rows.size),
+                             "whole_blocks_sent": int(x.whole.sum()),
                              "relay": "on" if x.relayed else ("off" if not self.relay
                                                               else "not needed"),
                              "peers_received": int(np.count_nonzero(x.recvcounts)

@@ -292,6 +292,7 @@ def test_whole_blocks_where_most_rows_are_needed():
                                       np.arange(ob[blocks[k]], ob[blocks[k] + 1]))
         model = model_counts(obj, S)
         assert (x.nsend, x.nrecv) == (model.send_rows[COMM.rank], model.recv_rows[COMM.rank])
+        assert obj.stats.describe()["exchange"]["whole_blocks_sent"] == int(x.whole.sum())
         if q > 1:  # the case is dense enough that some pair moves a whole block
             assert COMM.allreduce(int(x.whole.sum())) > 0
         obj.close()
