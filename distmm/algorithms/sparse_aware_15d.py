@@ -173,8 +173,9 @@ class SparseAware15DModel(FamilyModel):
         parts = {"permutations": perm_bytes(m, n), "partition": k["partition"],
                  "S": csr_bytes(k["super"], k["nnz_a"], it, 2),
                  # the ids of the rows received and of the rows sent (forwarded ones
-                 # included), and four counts per layer rank (each phase's sends, receives)
-                 "exchange plan": 8 * (k["recv"] + k["send"]) + 32 * q,
+                 # included), four counts per layer rank (each phase's sends, receives)
+                 # and a flag (whether it takes this rank's whole block)
+                 "exchange plan": 8 * (k["recv"] + k["send"]) + 33 * q,
                  # block offsets of A and B, the two blocks' value offsets and column bases,
                  # the fiber's A block sizes
                  "bookkeeping": 16 * (p + 1) + 24 + 16 + 8 * c}

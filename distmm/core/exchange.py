@@ -224,12 +224,15 @@ class RowExchange:
         self.nrecv = int(self.recvcounts.sum() + self.relay_recvcounts.sum())
         self.nsend = int(self.send_rows.size + self.relay_rows.size)
         self._n1r, self._n1s = int(self.recvcounts.sum()), int(self.send_rows.size)
-        # a gather packs the rows of the destinations that do not take the whole block
+        # a gather packs the rows of the destinations that do not take the whole block:
+        # (rows of send_rows, rows of the send buffer) of each such destination
         bounds = np.r_[0, np.cumsum(self.sendcounts)]
-        keep = np.repeat(~self.whole, self.sendcounts)
-        self._pack = self.send_rows[keep]
         packed = np.where(self.whole, 0, self.sendcounts)
         pack_at = np.r_[0, np.cumsum(packed)]
+        self._packs = [(int(bounds[k]), int(bounds[k + 1]), int(pack_at[k]),
+                        int(pack_at[k + 1])) for k in np.flatnonzero(packed)]
+        if not self.whole.any():  # one copy of all rows sent
+            self._packs = [(0, self._n1s, 0, self._n1s)]
         self._rows = {
             "gather": ([(k, -1 if self.whole[k] else pack_at[k], pack_at[k + 1])
                         for k in np.flatnonzero(self.sendcounts)],
@@ -354,7 +357,9 @@ class RowExchange:
         point with the peers of the plan)."""
         # mode "clip" writes straight into sendbuf ("raise", the default, buffers a copy);
         # the rows are valid by construction
-        np.take(Y, self._pack, axis=0, out=sendbuf[:self._pack.size], mode="clip")
+        rows = self.send_rows
+        for a, b, lo, hi in self._packs:
+            np.take(Y, rows[a:b], axis=0, out=sendbuf[lo:hi], mode="clip")
         if self.whole.any() and not Y.flags.c_contiguous:
             Y = np.ascontiguousarray(Y)
         reqs = self._start("gather", sendbuf, recvbuf, Y, phase)
