@@ -2,7 +2,7 @@
 sparsity-oblivious families, same run, calls alternating, on a real graph.
 
     mpiexec -n P .venv/bin/python experiments/bench_sparse_aware.py GRAPH.mtx.gz --r 32
-        [--repeat 7] [--permute auto | --partition G.part.h5] [--algorithms NAME...]
+        [--repeat 7] [--permute auto | --partition G.part.h5] [--algorithms NAME...] [--cs C...]
 
 Every configuration is distributed once; then each round calls every configuration once,
 in turn, and the median seconds per call over the rounds are printed (rank 0, one JSON line
@@ -36,6 +36,8 @@ def main() -> None:
                          "`distmm partition` (instead of --permute: partitioned once)")
     ap.add_argument("--algorithms", nargs="+", default=None,
                     help="only these families (default: every registered one)")
+    ap.add_argument("--cs", nargs="+", type=int, default=None,
+                    help="only these replication factors (default: every valid one)")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     p = comm.size
@@ -44,6 +46,8 @@ def main() -> None:
         if args.algorithms is not None and name not in args.algorithms:
             continue
         for c in costmodel.valid_cs(name, p, args.r):
+            if args.cs is not None and c not in args.cs:
+                continue
             for strategy in cls.strategies:
                 for overlap in ((False, True) if name == AWARE else (False,)):
                     configs.append((name, c, strategy, overlap))
