@@ -572,3 +572,28 @@ def test_run_auto_picks_the_aware_family_and_reuses_its_partition(monkeypatch, s
         assert made == [1]  # one partition: the planner's, which serves the run
     with h5py.File(out, "r") as h5:
         check("fusedmm-a", h5["result"][()], S, A, B, rtol=1e-9)
+
+
+@pytest.mark.skipif(P == 1, reason="point-to-point needs a peer")
+def test_point_to_point_exchange_counts_and_checks_sizes():
+    """CountingComm.start_exchange, the exchange's primitive: each rank sends rank + 1
+    numbers to the next rank and receives from the previous; the counters say exactly that
+    (words and one message each way), and a message of another size than the receive
+    expects (another call's width) raises InputError on the receiving rank."""
+    from distmm.core.comm import CommStats, CountingComm
+    from distmm.errors import InputError
+
+    comm = CountingComm(COMM.Dup(), CommStats())
+    me, nxt, prv = COMM.rank, (COMM.rank + 1) % P, (COMM.rank - 1) % P
+    send = np.full(me + 1, float(me))
+    got = np.zeros(prv + 1)
+    comm.finish(comm.start_exchange([(nxt, send)], [(prv, got)], channel=2))
+    assert (got == prv).all()
+    c = comm.stats.counts["propagation"]
+    assert (c["words_sent"], c["words_received"]) == (me + 1, prv + 1)
+    assert (c["messages_sent"], c["messages_received"]) == (1, 1)
+    with pytest.raises(InputError, match="arrived from rank"):
+        comm.finish(comm.start_exchange([(nxt, send)], [(prv, np.zeros(prv + 2))]))
+    with pytest.raises(ValueError, match="channel"):
+        comm.start_exchange([], [], channel=8)
+    comm.comm.Free()
