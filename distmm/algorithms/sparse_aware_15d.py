@@ -64,7 +64,13 @@ from distmm.core.memory import (
     place_bytes,
     transpose_bytes,
 )
-from distmm.core.partition import Partition, check_method, default_method, partition
+from distmm.core.partition import (
+    Partition,
+    check_method,
+    default_method,
+    partition,
+    partition_peak_bytes,
+)
 from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation, permute_mode
 from distmm.errors import InputError, require
 
@@ -165,6 +171,9 @@ class SparseAware15DModel(FamilyModel):
                     "share": ceil_div(nnz, p),
                     # the partition that orders S by default (int64 parts of its n rows)
                     "partition": (8 * m if m == n else 8 * (m + n))
+                    if default_method((m, n), p) else 0,
+                    # rank 0 partitioning S at distribute (the default order)
+                    "partitioner": partition_peak_bytes(m, n, nnz, p)
                     if default_method((m, n), p) else 0},
                    local)
         k.setdefault("t_cols", k["recv"] + k["rows_b"])
@@ -195,7 +204,7 @@ class SparseAware15DModel(FamilyModel):
             call["SDDMM result"] = k["nnz_a"] * it
         parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], r, k["nnz_a"], it))
         return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], k["nnz_a"], it)
-                      + parts["permutations"])
+                      + parts["permutations"], partitioner=k["partitioner"])
 
 
 class SparseAware15D(DistributedAlgorithm):

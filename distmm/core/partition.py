@@ -536,7 +536,57 @@ def load_partition(path: str | os.PathLike) -> Partition:
     return Partition(parts, p, n, nnz, method, imbalance, seconds, col_parts)
 
 
+# Rank 0's partitioning step at distribute (order_by_partition in
+# distmm.algorithms.sparse_aware_15d): bytes it allocates beyond the gathered pattern, per
+# nonzero of S, per vertex of the partitioned graph (n for a square S, m + n for a rectangular
+# one, whose bipartite graph KaHIP partitions), and fixed. What they pay for: the pattern's
+# copies (the concatenated coordinates, S's COO and CSR, the graph S + S^T and its int32 and
+# int64 casts), the graph handed to KaHIP as Python lists and KaHIP's own multilevel copies,
+# the refinement's per-row Python lists, dicts and sets (refine_max_send), and the two orders
+# the default compares with their exchange models. Upper bounds of the resident set measured
+# by experiments/partition_memory.py (docs/memory.md has the table and the command).
+PARTITION_BYTES_PER_NNZ = 500
+PARTITION_BYTES_PER_VERTEX = 640
+PARTITION_BYTES_FIXED = 4 << 20
+
+
+def partition_scratch_bytes(m: int, n: int, nnz: int) -> int:
+    """Bytes rank 0 allocates while it partitions an m x n S of ``nnz`` entries at distribute,
+    beyond the pattern gathered to it (see :data:`PARTITION_BYTES_PER_NNZ`). Not
+    collective."""
+    vertices = n if m == n else m + n
+    return int(PARTITION_BYTES_PER_NNZ * nnz + PARTITION_BYTES_PER_VERTEX * vertices
+               + PARTITION_BYTES_FIXED)
+
+
+def partition_peak_bytes(m: int, n: int, nnz: int, p: int, share: int | None = None) -> int:
+    """Rank 0's peak bytes while it partitions S at distribute: its own COO share (``share``
+    entries, default ceil(nnz / p), 24 bytes each), the coordinates gathered from the other
+    ranks (int64 rows and columns, 16 bytes an entry) and :func:`partition_scratch_bytes`.
+    0 when p = 1 (nothing is partitioned). Not collective."""
+    if p <= 1 or nnz == 0:
+        return 0
+    share = -(-int(nnz) // int(p)) if share is None else int(share)
+    return int(24 * share + 16 * (nnz - share) + partition_scratch_bytes(m, n, nnz))
+
+
+def partitioner_at_distribute(permute, shape: tuple[int, int], p: int) -> str | None:
+    """The partitioner rank 0 runs when the sparsity-aware family places an S of ``shape``
+    on p ranks with ``permute`` (distribute's argument): ``"kahip"``/``"kahypar"`` when given
+    one, the default's (:func:`default_method`) for ``"auto"``, None for a saved partition
+    (``--partition FILE``), another order (``"blocks"``...) or p = 1. Not collective."""
+    if p <= 1 or getattr(permute, "is_partition", False):
+        return None
+    if isinstance(permute, (bool, np.bool_)):
+        permute = "auto" if permute else "none"
+    if permute == "auto":
+        return default_method(tuple(shape), p)
+    return permute if permute in PARTITIONERS else None
+
+
 __all__ = ["DEFAULT", "PARTITIONERS", "Partition", "assign_columns", "check_method",
-           "default_method", "refine_max_send", "send_rows",
+           "default_method", "partition_peak_bytes", "partition_scratch_bytes",
+           "partitioner_at_distribute", "refine_max_send", "send_rows",
            "load_partition", "partition",
            "save_partition", "volume"]
+
