@@ -29,7 +29,7 @@ from distmm.perf.tuning import tune, tune_events
 __all__ = ["PERMUTE_CHOICES", "Parser", "UsageError", "check_common", "choose",
            "common_options", "emit", "job_options", "json_default", "log_rank",
            "machine_from_args", "memory_limit_option", "node_model_from_args", "parse_limit",
-           "permute_mode", "permute_options", "refuse_oversized", "resolve_limit"]
+           "permute_mode", "permute_name", "permute_options", "refuse_oversized", "resolve_limit"]
 
 
 class UsageError(Exception):
@@ -229,18 +229,28 @@ def resolve_limit(parsed: str | int | None, comm: MPI.Comm) -> int | None:
     return available_bytes(comm) if parsed == "auto" else parsed
 
 
+def permute_name(args) -> str:
+    """The order the options ask for, by name, without reading a ``--partition`` file
+    ("partition" then); not collective (:func:`permute_mode` gives what distribute gets)."""
+    if getattr(args, "partition", None) is not None:
+        return "partition"
+    return "none" if getattr(args, "no_permute", False) else args.permute
+
+
 def refuse_oversized(comm: MPI.Comm, limit: int | None, algorithm: str, c: int,
                      strategies: list[str], ops: list[str], m: int, n: int, nnz: int,
-                     r: int, dtype, overlap: bool) -> None:
+                     r: int, dtype, overlap: bool, permute: str = "auto") -> None:
     """Collective: the same InputError on every rank when the memory model of any (op,
-    strategy) to run exceeds ``limit`` bytes per rank, naming the c or p that would fit."""
+    strategy) to run exceeds ``limit`` bytes per rank, naming the c or p that would fit, or
+    where rank 0's partitioning of S at distribute (``permute``, :func:`permute_name`) is
+    what does not fit, its share and the ways around it."""
     msg = None
     if limit is not None and algorithm != "auto":
         p = comm.Get_size()
         for op in ops:
             for strategy in (strategies if op.startswith("fusedmm") else strategies[-1:]):
                 msg = msg or memory_problem(algorithm, strategy, m, n, nnz, r, p, c, limit,
-                                            dtype, overlap, op.replace("-", "_"))
+                                            dtype, overlap, op.replace("-", "_"), permute)
     agree(comm, msg)
 
 

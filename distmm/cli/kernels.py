@@ -20,6 +20,7 @@ from distmm.cli.common import (
     node_model_from_args,
     parse_limit,
     permute_mode,
+    permute_name,
     refuse_oversized,
     resolve_limit,
 )
@@ -149,7 +150,7 @@ def cmd_run(args) -> int:
     dtype = np.dtype(args.dtype)
     limit = resolve_limit(pre["limit"], comm)
     refuse_oversized(comm, limit, args.algorithm, args.c, [args.strategy], [args.op],
-                      *pre["shape"], pre["r"], dtype, args.overlap)
+                      *pre["shape"], pre["r"], dtype, args.overlap, permute_name(args))
     # The values (NaN, infinities, float32 overflow): every rank scans what it sees.
     checks, A, B = Checks(comm), None, None
     with checks.guard():
@@ -234,7 +235,8 @@ def cmd_bench(args) -> int:
 
     limit = resolve_limit(pre["limit"], comm)
     refuse_oversized(comm, limit, args.algorithm, args.c, strategies, ops, args.n, args.n,
-                      args.n * args.nnz_per_row, args.r, np.dtype(args.dtype), args.overlap)
+                      args.n * args.nnz_per_row, args.r, np.dtype(args.dtype), args.overlap,
+                      permute_name(args))
     share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
     obj = None
     if args.algorithm == "auto":

@@ -584,9 +584,21 @@ def partitioner_at_distribute(permute, shape: tuple[int, int], p: int) -> str | 
     return permute if permute in PARTITIONERS else None
 
 
+def partitioner_counts(family, permute, m: int, n: int, nnz: int, p: int
+                       ) -> dict[str, int] | None:
+    """The ``local`` counts that set rank 0's partitioner in a family's ``memory_bytes``
+    (``{"partitioner": bytes}``, 0 where distribute will not partition S with ``permute``),
+    for a family that orders S by a partition (``needs_pattern``); None for the others.
+    Not collective."""
+    if not getattr(family, "needs_pattern", False):
+        return None
+    method = partitioner_at_distribute(permute, (m, n), p)
+    return {"partitioner": partition_peak_bytes(m, n, nnz, p) if method else 0}
+
+
 __all__ = ["DEFAULT", "PARTITIONERS", "Partition", "assign_columns", "check_method",
            "default_method", "partition_peak_bytes", "partition_scratch_bytes",
-           "partitioner_at_distribute", "refine_max_send", "send_rows",
+           "partitioner_at_distribute", "partitioner_counts", "refine_max_send", "send_rows",
            "load_partition", "partition",
            "save_partition", "volume"]
 

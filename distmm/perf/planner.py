@@ -42,7 +42,7 @@ import numpy as np
 
 from distmm.algorithms import ALGORITHMS
 from distmm.core.memory import Memory, format_bytes
-from distmm.core.partition import partition_peak_bytes, partitioner_at_distribute
+from distmm.core.partition import partitioner_counts
 from distmm.errors import require
 from distmm.io.outputs import read_json_object
 from distmm.perf import costmodel
@@ -237,11 +237,8 @@ def family_memory(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: in
     partition nor ``"blocks"``; :func:`distmm.core.partition.partitioner_at_distribute`).
     Not collective."""
     cls = ALGORITHMS[algorithm]
-    local = None
-    if getattr(cls, "needs_pattern", False):  # the family that orders S by a partition
-        method = partitioner_at_distribute(permute, (m, n), p)
-        local = {"partitioner": partition_peak_bytes(m, n, nnz, p) if method else 0}
-    return cls.model.memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap, local)
+    return cls.model.memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap,
+                                  partitioner_counts(cls, permute, m, n, nnz, p))
 
 
 def memory_peak(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: int,

@@ -36,6 +36,7 @@ from distmm.algorithms.sparse_aware_15d import (  # noqa: F401 - order etc. are 
 from distmm.core.exchange import ExchangeCounts, exchange_model
 from distmm.core.layout import block_offsets
 from distmm.core.memory import format_bytes
+from distmm.core.partition import partition_peak_bytes
 from distmm.core.permute import PARTITION_MODES, permute_mode
 from distmm.errors import Checks, InputError
 from distmm.perf import costmodel
@@ -45,9 +46,11 @@ AWARE = SparseAware15D.name
 
 
 def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, c: int,
-               machine: Machine, dtype=np.float32, offsets: np.ndarray | None = None
-               ) -> list[dict]:
-    """The sparsity-aware family's candidates at replication c, from every rank's counts."""
+               machine: Machine, dtype=np.float32, offsets: np.ndarray | None = None,
+               partitioner: int = 0) -> list[dict]:
+    """The sparsity-aware family's candidates at replication c, from every rank's counts;
+    ``partitioner``: rank 0's peak bytes partitioning S at distribute (0: S is not
+    partitioned there)."""
     rows = []
     # B block k sits on world rank k (fiber order); a partition's blocks are its parts
     if isinstance(offsets, tuple):
@@ -70,7 +73,8 @@ def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, 
                    "nnz_a": int(model.nnz[k]), "recv": int(model.recv_rows[k]),
                    "send": int(model.send_rows[k]), "share": -(-nnz // p),
                    "partition": 0 if offsets is None
-                   else 8 * (m + n) if isinstance(offsets, tuple) else 8 * n}).peak
+                   else 8 * (m + n) if isinstance(offsets, tuple) else 8 * n,
+                   "partitioner": partitioner}).rank_peak(k)
             for k in range(p))
         calls = SparseAware15D.model.local_calls(strategy, m, n, float(model.nnz.max()) * p,
                                                  r, p, c)
@@ -104,13 +108,17 @@ def plan_sparse(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], r: i
     nnz = int(rows.size)
     orders = default_orders(rows, cols, (m, n), p, permute, seed)
     info = orders[0][3]
+    partitioner = partition_peak_bytes(m, n, nnz, p) \
+        if info["permute"] in PARTITION_MODES else 0
     out = []
     t0 = time.perf_counter()
     for c in costmodel.valid_cs(AWARE, p, r):
         row_inv, col_inv, offsets, used = pick_order(rows, cols, (m, n), p, c, orders, relay)
         model = exchange_model(row_inv[rows], col_inv[cols], (m, n), p, c, offsets=offsets,
                                relay=relay)
-        found = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
+        # rank 0 partitions S at distribute where the run's order is a partitioner's (even
+        # where the default then keeps the natural blocks); a saved partition is not made
+        found = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets, partitioner)
         for row in found:
             row["permute"] = used["permute"]
         out += found
@@ -172,13 +180,17 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
                 grows = np.concatenate([x[0] for x in pieces]).astype(np.int64)
                 gcols = np.concatenate([x[1] for x in pieces]).astype(np.int64)
                 orders = default_orders(grows, gcols, (m, n), p, permute, seed)
+                # the partition made here, on rank 0 (the run then reuses it)
+                partitioner = partition_peak_bytes(m, n, nnz, p) \
+                    if orders[0][3]["permute"] in PARTITION_MODES else 0
                 found = []
                 for c in costmodel.valid_cs(AWARE, p, r):
                     row_inv, col_inv, offsets, used = pick_order(grows, gcols, (m, n), p, c,
                                                                  orders)
                     model = exchange_model(row_inv[grows], col_inv[gcols], (m, n), p, c,
                                            offsets=offsets)
-                    rows_c = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
+                    rows_c = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets,
+                                        partitioner)
                     for row in rows_c:
                         row["permute"] = used["permute"]
                     found += rows_c
