@@ -87,7 +87,7 @@ def one(name: str, p: int, c: int) -> dict:
     seconds = time.perf_counter() - t0
     peak = peak_rss() - base
     m, n = shape
-    model = partition_scratch_bytes(m, n, int(rows.size))
+    model = partition_scratch_bytes(m, n, int(rows.size), p)
     return {"matrix": name, "shape": [m, n], "nnz": int(rows.size), "p": p, "c": c,
             "peak_bytes": int(peak), "per_nnz": round(peak / rows.size, 1),
             "model_scratch": model, "measured_over_model": round(peak / model, 3),

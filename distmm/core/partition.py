@@ -539,24 +539,26 @@ def load_partition(path: str | os.PathLike) -> Partition:
 # Rank 0's partitioning step at distribute (order_by_partition in
 # distmm.algorithms.sparse_aware_15d): bytes it allocates beyond the gathered pattern, per
 # nonzero of S, per vertex of the partitioned graph (n for a square S, m + n for a rectangular
-# one, whose bipartite graph KaHIP partitions), and fixed. What they pay for: the pattern's
-# copies (the concatenated coordinates, S's COO and CSR, the graph S + S^T and its int32 and
-# int64 casts), the graph handed to KaHIP as Python lists and KaHIP's own multilevel copies,
+# one, whose bipartite graph KaHIP partitions), per nonzero and part, and fixed. What they pay
+# for: the pattern's copies (the concatenated coordinates, S's COO and CSR, the graph S + S^T
+# and its casts), the graph handed to KaHIP as Python lists and KaHIP's own multilevel copies,
 # the refinement's per-row Python lists, dicts and sets (refine_max_send), and the two orders
-# the default compares with their exchange models. Upper bounds of the resident set measured
-# by experiments/partition_memory.py (docs/memory.md has the table and the command).
-PARTITION_BYTES_PER_NNZ = 500
+# the default compares with their exchange models; the per-part term grows with p (1.4-11
+# bytes per nonzero and part measured, MovieLens the most). Upper bounds of the resident set
+# measured by experiments/partition_memory.py at p = 2, 8 and 64 (docs/memory.md: the table).
+PARTITION_BYTES_PER_NNZ = 420
 PARTITION_BYTES_PER_VERTEX = 640
-PARTITION_BYTES_FIXED = 4 << 20
+PARTITION_BYTES_PER_NNZ_PART = 12
+PARTITION_BYTES_FIXED = 2 << 20
 
 
-def partition_scratch_bytes(m: int, n: int, nnz: int) -> int:
-    """Bytes rank 0 allocates while it partitions an m x n S of ``nnz`` entries at distribute,
-    beyond the pattern gathered to it (see :data:`PARTITION_BYTES_PER_NNZ`). Not
-    collective."""
+def partition_scratch_bytes(m: int, n: int, nnz: int, p: int) -> int:
+    """Bytes rank 0 allocates while it partitions an m x n S of ``nnz`` entries into p parts
+    at distribute, beyond the pattern gathered to it (see :data:`PARTITION_BYTES_PER_NNZ`).
+    Not collective."""
     vertices = n if m == n else m + n
     return int(PARTITION_BYTES_PER_NNZ * nnz + PARTITION_BYTES_PER_VERTEX * vertices
-               + PARTITION_BYTES_FIXED)
+               + PARTITION_BYTES_PER_NNZ_PART * nnz * p + PARTITION_BYTES_FIXED)
 
 
 def partition_peak_bytes(m: int, n: int, nnz: int, p: int, share: int | None = None) -> int:
@@ -567,7 +569,7 @@ def partition_peak_bytes(m: int, n: int, nnz: int, p: int, share: int | None = N
     if p <= 1 or nnz == 0:
         return 0
     share = -(-int(nnz) // int(p)) if share is None else int(share)
-    return int(24 * share + 16 * (nnz - share) + partition_scratch_bytes(m, n, nnz))
+    return int(24 * share + 16 * (nnz - share) + partition_scratch_bytes(m, n, nnz, p))
 
 
 def partitioner_at_distribute(permute, shape: tuple[int, int], p: int) -> str | None:

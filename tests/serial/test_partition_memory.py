@@ -11,6 +11,7 @@ from distmm.core.memory import Memory
 from distmm.core.partition import (
     PARTITION_BYTES_FIXED,
     PARTITION_BYTES_PER_NNZ,
+    PARTITION_BYTES_PER_NNZ_PART,
     PARTITION_BYTES_PER_VERTEX,
     Partition,
     partition_peak_bytes,
@@ -24,13 +25,14 @@ AWARE = "15d-sparse-aware"
 
 def test_partition_peak_bytes_by_hand():
     a, b, f = PARTITION_BYTES_PER_NNZ, PARTITION_BYTES_PER_VERTEX, PARTITION_BYTES_FIXED
+    k = PARTITION_BYTES_PER_NNZ_PART
     # square: the graph's vertices are its n rows; rank 0's share ceil(8001 / 4) = 2001
-    assert partition_scratch_bytes(1000, 1000, 8001) == a * 8001 + b * 1000 + f
-    assert partition_peak_bytes(1000, 1000, 8001, 4) == (24 * 2001 + 16 * 6000
-                                                         + a * 8001 + b * 1000 + f)
+    assert partition_scratch_bytes(1000, 1000, 8001, 4) == a * 8001 + b * 1000 + k * 8001 * 4 + f
+    assert partition_peak_bytes(1000, 1000, 8001, 4) == (
+        24 * 2001 + 16 * 6000 + a * 8001 + b * 1000 + k * 8001 * 4 + f)
     # rectangular: the bipartite graph has m + n vertices; a given share
-    assert partition_peak_bytes(10, 20, 100, 3, share=40) == (24 * 40 + 16 * 60 + a * 100
-                                                              + b * 30 + f)
+    assert partition_peak_bytes(10, 20, 100, 3, share=40) == (
+        24 * 40 + 16 * 60 + a * 100 + b * 30 + k * 100 * 3 + f)
     # nothing is partitioned on one rank or for an empty S
     assert partition_peak_bytes(1000, 1000, 8001, 1) == 0
     assert partition_peak_bytes(1000, 1000, 0, 4) == 0
