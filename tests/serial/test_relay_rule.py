@@ -97,3 +97,64 @@ def test_exchange_model_follows_the_rule():
     assert on.relay_rows.sum() > 0 and on.send_rows.max() < off.send_rows.max()
     assert slow.relay_rows.sum() == 0
     assert np.array_equal(slow.send_rows, off.send_rows)
+
+
+def _write_hubs(path, n=41, seed=7):
+    """Two hubs adjacent to every node, about three random neighbours each (symmetric)."""
+    import scipy.io
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    rows = np.r_[rng.integers(0, n, 3 * n), np.arange(n), np.arange(n)]
+    cols = np.r_[rng.integers(0, n, 3 * n), np.zeros(n, int), np.full(n, n // 2)]
+    S = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n)).tocsr()
+    scipy.io.mmwrite(str(path), (S + S.T).tocoo())
+
+
+def _aware_rows(capsys, *argv):
+    import json
+
+    from distmm.cli import main
+
+    assert main(["plan", *argv]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    return [row for row in rows if row["algorithm"] == "15d-sparse-aware"]
+
+
+def test_plan_sparse_reports_the_relay_on_and_off(tmp_path, capsys):
+    """`distmm plan --sparse --relay on` prints the family's rows with the relay and, where it
+    engages, the same candidates without it; `--relay off` only without, the same words."""
+    path = tmp_path / "hubs.mtx"
+    _write_hubs(path)
+    common = ["--sparse", str(path), "-p", "6", "--r", "8", "--permute", "none"]
+    on = _aware_rows(capsys, *common, "--relay", "on")
+    engaged = [row for row in on if row["relay"] == "on" and row["relayed_rows"] > 0]
+    assert engaged, "the hubs' rows go through relays at p = 6, c = 1"
+    for row in engaged:
+        twin = [x for x in on if x["relay"] == "off" and (x["strategy"], x["c"])
+                == (row["strategy"], row["c"])]
+        # at c > 1 the busiest rank's words may be the fiber's, which the relay leaves
+        assert len(twin) == 1 and twin[0]["max_words"] >= row["max_words"]
+        if row["c"] == 1:
+            assert twin[0]["max_words"] > row["max_words"]
+    off = _aware_rows(capsys, *common, "--relay", "off")
+    assert off and all(row["relay"] == "off" and row["relayed_rows"] == 0 for row in off)
+    # the "off" rows of the first plan are the second's at those c (which has every c)
+    assert {(x["strategy"], x["c"], x["max_words"]) for x in off} >= {
+        (x["strategy"], x["c"], x["max_words"]) for x in on if x["relay"] == "off"}
+
+
+def test_plan_sparse_memory_counts_the_partitioner_only_where_distribute_partitions(
+        tmp_path, capsys):
+    from distmm.core.partition import default_method, partition_peak_bytes
+
+    if default_method((4, 4), 2) is None:
+        pytest.skip("needs kahip (distmm[partition])")
+    path = tmp_path / "hubs.mtx"
+    _write_hubs(path)
+    common = ["--sparse", str(path), "-p", "4", "--r", "8", "--relay", "off"]
+    made = _aware_rows(capsys, *common)
+    blocks = _aware_rows(capsys, *common, "--permute", "blocks")
+    nnz = made[0]["nnz"]
+    assert all(row["memory_bytes"] >= partition_peak_bytes(41, 41, nnz, 4) for row in made)
+    assert all(row["memory_bytes"] < partition_peak_bytes(41, 41, nnz, 4) for row in blocks)
