@@ -493,7 +493,7 @@ def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm) -> None:
             msg = partitioner_problem(
                 gat_memory(n, edges, width, args.hidden, args.heads, classes, args.out_heads,
                            args.layers, p, args.c, args.dtype, entries, args.algorithm,
-                           permute_name(args)), limit, p)
+                           permute_name(args)), limit, p, saved=False)
             if msg is None and need(args.hidden) > limit:
                 fits = [h for h in (args.hidden // 2**k for k in range(1, 40)) if h >= 1
                         and need(h) <= limit][:1]

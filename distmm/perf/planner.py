@@ -250,17 +250,19 @@ def memory_peak(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int,
                          permute).peak
 
 
-def partitioner_problem(memory: Memory, limit: int, p: int) -> str | None:
+def partitioner_problem(memory: Memory, limit: int, p: int, saved: bool = True) -> str | None:
     """Why rank 0's partitioning at distribute (``memory.partitioner``) does not fit
-    ``limit`` bytes, and the ways around it; None when it fits. Not collective."""
+    ``limit`` bytes, and the ways around it (``saved``: the command takes ``--partition
+    FILE``); None when it fits. Not collective."""
     if memory.partitioner <= limit:
         return None
+    around = (f"partition once elsewhere and pass the file (`distmm partition S.mtx -p {p} "
+              f"--out S.part.h5`, then --partition S.part.h5), or order by blocks "
+              f"(--permute blocks)" if saved else "order by blocks (--permute blocks)")
     return (f"rank 0 partitions S at distribute (the 15d-sparse-aware family's default order) "
             f"and needs about {format_bytes(memory.partitioner)} for it (the gathered pattern "
             f"and the partitioner's own memory), more than the memory limit of "
-            f"{format_bytes(limit)} per rank; partition once elsewhere and pass the file "
-            f"(`distmm partition S.mtx -p {p} --out S.part.h5`, then --partition S.part.h5), "
-            f"or order by blocks (--permute blocks) (docs/memory.md)")
+            f"{format_bytes(limit)} per rank; {around} (docs/memory.md)")
 
 
 def memory_problem(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: int,
