@@ -129,3 +129,24 @@ def test_cli_relay_runs_and_matches_scipy(hub_file, relay, capsys):
         with h5py.File(os.path.join(hub_file, out)) as f:
             got = f[list(f.keys())[0]][...]
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.skipif(P < 3, reason="a layer of three or more ranks can relay")
+@pytest.mark.parametrize("alpha,beta,engaged", [(1.0, 1e-12, False), (1e-15, 1.0, True)])
+def test_cli_relay_auto_follows_a_calibrated_machine(hub_file, alpha, beta, engaged, capsys):
+    """--relay auto with a calibrated --machine keeps the tree where alpha and beta say it
+    pays: a message dearer than any saving declines it, free messages keep it."""
+    import json
+
+    path = os.path.join(hub_file, f"machine_{alpha}.json")
+    if COMM.rank == 0:
+        with open(path, "w") as fh:
+            json.dump({"alpha": alpha, "beta": beta, "gamma": 1e-10}, fh)
+    COMM.Barrier()
+    out = f"relay_auto_{alpha}.h5"
+    assert main(_run(hub_file, out, "--algorithm", NAME, "--relay", "auto", "--machine", path,
+                     "--permute", "none", "--dtype", "float64")) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    if COMM.rank == 0:
+        runs = [x for x in lines if x.get("event") == "run"]
+        assert runs and runs[0]["exchange"]["relay"] == ("on" if engaged else "not needed")
