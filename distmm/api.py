@@ -13,6 +13,7 @@ from distmm.algorithms.base import DistributedMatrix
 from distmm.core.coo import CooShare
 from distmm.core.memory import physical_memory, release_freed_memory
 from distmm.core.permute import permute_mode
+from distmm.core.relay_rule import relay_name, relay_rule
 from distmm.errors import Checks, InputError, agree, as_int, require
 from distmm.kernels import NodeModel
 
@@ -85,7 +86,7 @@ def size_problem(what: str, m: int, n: int, nnz: int, p: int, r: int | None = No
 
 
 def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, seed, order,
-              root, check_finite, overlap, checks="once") -> dict:
+              root, check_finite, overlap, checks="once", relay=None) -> dict:
     """This rank's view of distribute()'s arguments, checked and normalised (not collective).
 
     Raises InputError for a value that is wrong on this rank. The returned dict holds plain,
@@ -113,6 +114,9 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
             f"dtype must be float32 or float64, got {dtype}")
     require(not overlap or getattr(cls, "supports_overlap", False),
             f"{algorithm} does not support --overlap")
+    require(relay is None or "relay" in vars(cls),
+            f"relay= (--relay) applies only to the 15d-sparse-aware family's exchange, "
+            f"not to {algorithm}")
     from distmm.algorithms.calls import CHECKS
 
     require(checks in CHECKS, f"checks must be one of {', '.join(CHECKS)}, got {checks!r}")
@@ -132,6 +136,8 @@ def _settings(S, comm: MPI.Comm, algorithm, c, r, node_model, dtype, permute, se
                             else permute_mode(permute)), "seed": seed, "order": order, "root": root,
                 "check_finite": bool(check_finite), "overlap": bool(overlap),
                 "checks": checks, "_dtype": dtype, "_kernel": node_model}
+    if relay is not None:
+        settings["relay"], settings["_relay"] = relay_name(relay), relay_rule(relay)
     # What S is, and its shape wherever this rank can know it without communicating.
     if isinstance(S, CooShare):
         settings["S given as"], settings["shape of S"] = "a CooShare", S.shape
@@ -175,7 +181,7 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
                dtype=np.float32, permute: bool | str | DistributedMatrix = "auto",
                seed: int = 0, order: str = "fiber",
                root: int | None = 0, check_finite: bool = True,
-               overlap: bool = False, checks: str = "once") -> DistributedMatrix:
+               overlap: bool = False, checks: str = "once", relay=None) -> DistributedMatrix:
     """Place the sparse matrix S on a process grid for repeated SDDMM / SpMM / FusedMM calls.
 
     Collective over ``comm``: every rank calls it with the same parameters. Placing S also
@@ -229,6 +235,15 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         "once" (default): full validation and cross-rank agreement on the first call of each
         kind, cheap local checks after; "always"; or "off" (see
         :mod:`distmm.algorithms.calls` for what each gives up).
+    relay : {"auto", "on", "off"}, bool, RelayRule or None
+        The ``15d-sparse-aware`` family's relay tree (docs/algorithms/15d-sparse-aware.md):
+        rows that many ranks of a layer need reach some of them through others. ``"auto"``
+        (its default; also ``True`` and None) keeps a layer's tree where it lowers the
+        busiest rank's rows sent by 25% or more, or, given a
+        :class:`distmm.core.relay_rule.RelayRule` with calibrated alpha and beta and a width
+        (``relay_rule("auto", Machine.load(path), r)``), where the modelled time says it
+        pays; ``"on"`` wherever it lowers them at all; ``"off"`` (``False``) never.
+        InputError for any other family.
 
     Returns
     -------
@@ -268,7 +283,7 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
     settings: dict = {}
     with agreement.guard():
         settings = _settings(S, comm, algorithm, c, r, node_model, dtype, permute, seed,
-                             order, root, check_finite, overlap, checks)
+                             order, root, check_finite, overlap, checks, relay)
     agreement.agree(same={k: v for k, v in settings.items() if not k.startswith("_")})
     c, r, dtype, kernel = settings["c"], settings["r"], settings["_dtype"], settings["_kernel"]
     share = as_coo_share(S, comm, root=settings["root"], check_finite=check_finite)
@@ -276,6 +291,8 @@ def distribute(S, comm: MPI.Comm = MPI.COMM_WORLD, algorithm: str = "15d-dense-s
         agree(comm, _value_overflow(share, dtype))
     cls = ALGORITHMS[algorithm]
     extra = {"overlap": True} if overlap else {}
+    if relay is not None:
+        extra["relay"] = settings["_relay"]
     obj = cls(share, comm, c=c, r=r, node_model=kernel, dtype=dtype, permute=permute,
               seed=settings["seed"], order=order, check_finite=check_finite,
               checks=settings["checks"], **extra)

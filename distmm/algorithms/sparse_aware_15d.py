@@ -65,8 +65,15 @@ from distmm.core.memory import (
     place_bytes,
     transpose_bytes,
 )
-from distmm.core.partition import Partition, check_method, default_method, partition
+from distmm.core.partition import (
+    Partition,
+    check_method,
+    default_method,
+    partition,
+    partition_peak_bytes,
+)
 from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation, permute_mode
+from distmm.core.relay_rule import relay_rule
 from distmm.errors import InputError, require
 
 STRATEGIES = ("none", "reuse", "fusion")
@@ -166,6 +173,9 @@ class SparseAware15DModel(FamilyModel):
                     "share": ceil_div(nnz, p),
                     # the partition that orders S by default (int64 parts of its n rows)
                     "partition": (8 * m if m == n else 8 * (m + n))
+                    if default_method((m, n), p) else 0,
+                    # rank 0 partitioning S at distribute (the default order)
+                    "partitioner": partition_peak_bytes(m, n, nnz, p)
                     if default_method((m, n), p) else 0},
                    local)
         k.setdefault("t_cols", k["recv"] + k["rows_b"])
@@ -197,7 +207,7 @@ class SparseAware15DModel(FamilyModel):
             call["SDDMM result"] = k["nnz_a"] * it
         parts.update(operand_bytes(op, k["rows_a"], k["rows_b"], r, k["nnz_a"], it))
         return Memory(parts, call, place_bytes(k["share"], k["nnz_a"], k["nnz_a"], it)
-                      + parts["permutations"])
+                      + parts["permutations"], partitioner=k["partitioner"])
 
 
 class SparseAware15D(DistributedAlgorithm):
@@ -221,14 +231,15 @@ class SparseAware15D(DistributedAlgorithm):
     # distmm.core.exchange.relay_parents), where that lowers the busiest rank's rows sent.
     relay = True
 
-    def __init__(self, source: CooShare, comm, *args, relay: bool | None = None,
-                 **kwargs) -> None:
-        """As :class:`DistributedAlgorithm`; ``relay`` (default: the class's, True) builds the
-        relay tree of the exchange (:func:`distmm.core.exchange.relay_parents`): a row needed
-        by many ranks of a layer reaches some of them through others that need it anyway,
-        where that lowers the busiest rank's rows sent; False: every row from its owner."""
+    def __init__(self, source: CooShare, comm, *args, relay=None, **kwargs) -> None:
+        """As :class:`DistributedAlgorithm`; ``relay`` (default: the class's, True: "auto")
+        builds the relay tree of the exchange (:func:`distmm.core.exchange.relay_parents`): a
+        row needed by many ranks of a layer reaches some of them through others that need it
+        anyway, where the rule of :func:`distmm.core.relay_rule.relay_rule` keeps it ("auto",
+        "on", a :class:`~distmm.core.relay_rule.RelayRule`); False or "off": every row from
+        its owner."""
         if relay is not None:
-            self.relay = bool(relay)
+            self.relay = relay_rule(relay)
         super().__init__(source, comm, *args, **kwargs)
 
     def _balance_permutations(self, source: CooShare, mode: str, seed: int
@@ -575,7 +586,8 @@ def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, s
             # the planner's two orders, built alike (blocks: the base class's order)
             mine = order(rows, cols, (m, n), obj.p, part, seed)
             blocks = order(rows, cols, (m, n), obj.p, "blocks", seed)
-            if pick_order(rows, cols, (m, n), obj.p, obj.c, [mine, blocks]) is blocks:
+            if pick_order(rows, cols, (m, n), obj.p, obj.c, [mine, blocks],
+                          getattr(obj, "relay", True)) is blocks:
                 part = None
     obj._agree(problem)
     part = obj.comm.bcast(part, root=0)

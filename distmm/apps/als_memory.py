@@ -28,20 +28,26 @@ import numpy as np
 from distmm.algorithms import ALGORITHMS
 from distmm.apps.kernel_memory import kernels_held
 from distmm.core.memory import COO_ENTRY, Memory, ceil_div, format_bytes
+from distmm.core.partition import partitioner_counts
+from distmm.perf.planner import partitioner_problem
 
 OPS_USED = ("fusedmm_a", "fusedmm_b", "spmm_a", "spmm_b", "sddmm")
 
 
 def als_memory(algorithm: str, strategy: str, m: int, n: int, nnz: int, nnz_test: int,
                rank: int, p: int, c: int, dtype="float64", overlap: bool = False,
-               local: dict[str, int] | None = None) -> Memory:
+               local: dict[str, int] | None = None, permute="auto") -> Memory:
     """Bytes the fullest rank holds for ALS of factor width ``rank`` on an m x n ratings
     matrix with ``nnz`` training and ``nnz_test`` held-out ratings. Not collective.
 
     ``local``: one rank's sizes of the training matrix's layout (the family's
-    ``memory_counts``), for that rank's bytes rather than the pattern-free bound."""
+    ``memory_counts``), for that rank's bytes rather than the pattern-free bound.
+    ``permute``: distribute's, for rank 0's partitioning of the ratings where the family
+    orders them by a partition (:func:`distmm.core.partition.partitioner_counts`)."""
     model = ALGORITHMS[algorithm].model
     it = np.dtype(dtype).itemsize
+    local = {**(partitioner_counts(ALGORITHMS[algorithm], permute, m, n, nnz, p) or {}),
+             **(local or {})} or None
     kernels = [model.memory_bytes(op, strategy, m, n, nnz, rank, p, c, dtype, overlap, local)
                for op in OPS_USED]
     parts = kernels_held(kernels)
@@ -67,25 +73,34 @@ def als_memory(algorithm: str, strategy: str, m: int, n: int, nnz: int, nnz_test
             "half-step blocks (residual, temporaries)": 3 * max(block.values())}
     shares = 2 * COO_ENTRY * ceil_div(nnz + nnz_test, p)  # the share, and train + test split
     distribute = max(mem.distribute for mem in kernels) + shares
-    return Memory(parts, call, distribute, max(mem.build for mem in kernels))
+    # rank 0 partitions the training ratings while it still holds the share and its split
+    partitioner = max(mem.partitioner for mem in kernels)
+    return Memory(parts, call, distribute, max(mem.build for mem in kernels),
+                  partitioner + shares if partitioner else 0)
 
 
 def als_memory_problem(limit: int | None, algorithm: str, strategy: str, m: int, n: int,
                        nnz: int, nnz_test: int, rank: int, p: int, c: int, dtype="float64",
-                       overlap: bool = False) -> str | None:
-    """Why ALS cannot fit ``limit`` bytes per rank, naming the largest --rank that fits; None
-    when it fits or there is no limit. Not collective."""
+                       overlap: bool = False, permute="auto") -> str | None:
+    """Why ALS cannot fit ``limit`` bytes per rank, naming the largest --rank that fits, or,
+    where rank 0's partitioning of the ratings at distribute (``permute``) is what does not
+    fit, its share and the ways around it; None when it fits or there is no limit. Not
+    collective."""
     if limit is None:
         return None
-    need = als_memory(algorithm, strategy, m, n, nnz, nnz_test, rank, p, c, dtype,
-                      overlap).peak
+    memory = als_memory(algorithm, strategy, m, n, nnz, nnz_test, rank, p, c, dtype,
+                        overlap, permute=permute)
+    problem = partitioner_problem(memory, limit, p)
+    if problem is not None:
+        return "ALS: " + problem
+    need = memory.peak
     if need <= limit:
         return None
     low, high = 0, rank  # the largest width that fits: the model grows with the width
     while high - low > 1:
         mid = (low + high) // 2
         fits = als_memory(algorithm, strategy, m, n, nnz, nnz_test, mid, p, c, dtype,
-                          overlap).peak <= limit
+                          overlap, permute=permute).peak <= limit
         low, high = (mid, high) if fits else (low, mid)
     hint = (f"--rank {low} fits" if low >= 1 else
             "not even --rank 1 fits: use more ranks or a larger --memory-limit")

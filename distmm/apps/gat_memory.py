@@ -35,6 +35,7 @@ import numpy as np
 from distmm.algorithms import ALGORITHMS
 from distmm.apps.kernel_memory import kernels_held
 from distmm.core.memory import COO_ENTRY, Memory, ceil_div
+from distmm.core.partition import partitioner_counts
 
 ALGORITHM = "15d-dense-shift"
 
@@ -71,11 +72,15 @@ def edge_bounds(n: int, stored: int, symmetric: bool, self_loops: bool) -> tuple
 
 def gat_memory(n: int, edges: int, in_channels: int, hidden: int, heads: int, classes: int,
                out_heads: int, layers: int, p: int, c: int = 1, dtype="float32",
-               feature_entries: int | None = None) -> Memory:
+               feature_entries: int | None = None, algorithm: str = ALGORITHM,
+               permute="auto") -> Memory:
     """Bytes the fullest rank holds training GAT on an n-node graph with ``edges`` edges
     (self-loops included) and ``in_channels`` input features: dense, or sparse with
     ``feature_entries`` stored entries (a CSR block, its dropout factors per stored entry).
-    Not collective."""
+    ``algorithm`` and ``permute`` (distribute's) add rank 0's partitioning of S at distribute
+    where that family orders S by a partition
+    (:func:`distmm.core.partition.partitioner_counts`); the kernels' bytes are modelled on
+    :data:`ALGORITHM`'s. Not collective."""
     it = np.dtype(dtype).itemsize
     shapes = layer_shapes(in_channels, hidden, heads, classes, out_heads, layers)
     nl, el = ceil_div(n, p), ceil_div(edges, p)
@@ -106,4 +111,6 @@ def gat_memory(n: int, edges: int, in_channels: int, hidden: int, heads: int, cl
     call = {"layer temporaries": max(parts["forward caches"] + dropout, backward, evaluation),
             "kernel temporaries": max(sum(mem.call.values()) for mem in kernels)}
     distribute = max(mem.distribute for mem in kernels) + 2 * COO_ENTRY * el
-    return Memory(parts, call, distribute, max(mem.build for mem in kernels))
+    partitioner = (partitioner_counts(ALGORITHMS[algorithm], permute, n, n, edges, p)
+                   or {}).get("partitioner", 0)
+    return Memory(parts, call, distribute, max(mem.build for mem in kernels), partitioner)

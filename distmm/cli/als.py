@@ -27,6 +27,7 @@ from distmm.cli.common import (
     node_model_from_args,
     parse_limit,
     permute_mode,
+    permute_name,
     resolve_limit,
 )
 from distmm.errors import InputError, agree, require
@@ -136,6 +137,6 @@ def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm,
             msg = als_memory_problem(limit, algorithm,
                                      strategy or ALGORITHMS[algorithm].strategies[-1], m, n,
                                      train, held, args.rank, comm.Get_size(), c, args.dtype,
-                                     args.overlap)
+                                     args.overlap, permute_name(args))
     agree(comm, msg)
     return algorithm, strategy, c

@@ -19,6 +19,7 @@ from distmm import api
 from distmm.cli import files
 from distmm.core.memory import available_bytes, parse_memory_limit
 from distmm.core.permute import PARTITION_MODES, PERMUTE_MODES
+from distmm.core.relay_rule import RELAY_CHOICES, relay_rule
 from distmm.errors import Checks, agree, require
 from distmm.io.outputs import read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
@@ -29,7 +30,8 @@ from distmm.perf.tuning import tune, tune_events
 __all__ = ["PERMUTE_CHOICES", "Parser", "UsageError", "check_common", "choose",
            "common_options", "emit", "job_options", "json_default", "log_rank",
            "machine_from_args", "memory_limit_option", "node_model_from_args", "parse_limit",
-           "permute_mode", "permute_options", "refuse_oversized", "resolve_limit"]
+           "permute_mode", "permute_name", "permute_options", "refuse_oversized",
+           "relay_from_args", "relay_option", "resolve_limit"]
 
 
 class UsageError(Exception):
@@ -199,6 +201,32 @@ def check_common(args) -> None:
     p = MPI.COMM_WORLD.Get_size()
     require(args.c >= 1 and p % args.c == 0,
             f"replication factor -c {args.c} must be a positive divisor of the {p} ranks")
+    require(getattr(args, "relay", None) is None or "relay" in vars(cls),
+            f"--relay applies only to the 15d-sparse-aware family's exchange, not to "
+            f"{args.algorithm}")
+
+
+def relay_option(p: argparse.ArgumentParser) -> None:
+    """Add ``--relay auto|on|off`` (the 15d-sparse-aware family's relay tree)."""
+    p.add_argument("--relay", default=None, choices=list(RELAY_CHOICES),
+                   help="15d-sparse-aware only: relay rows many ranks need through some of "
+                        "them; auto (the default) where it pays: by the modelled time with a "
+                        "calibrated --machine, else where it saves 25%% of the busiest rank's "
+                        "rows; on: wherever it saves any; off: never")
+
+
+def relay_from_args(args, machine, r: int | None):
+    """distribute's ``relay=`` from ``--relay`` and ``--machine``: None (the family's default)
+    for a family without the relay, or where neither is given; else
+    :func:`distmm.core.relay_rule.relay_rule` (by modelled time with a calibrated machine and
+    the width r). Not collective."""
+    cls = api.ALGORITHMS.get(args.algorithm)
+    choice = getattr(args, "relay", None)
+    if cls is None or "relay" not in vars(cls):
+        return None
+    if choice is None and getattr(machine, "source", "defaults") == "defaults":
+        return None
+    return relay_rule(choice or "auto", machine, r)
 
 
 def node_model_from_args(args):
@@ -229,18 +257,28 @@ def resolve_limit(parsed: str | int | None, comm: MPI.Comm) -> int | None:
     return available_bytes(comm) if parsed == "auto" else parsed
 
 
+def permute_name(args) -> str:
+    """The order the options ask for, by name, without reading a ``--partition`` file
+    ("partition" then); not collective (:func:`permute_mode` gives what distribute gets)."""
+    if getattr(args, "partition", None) is not None:
+        return "partition"
+    return "none" if getattr(args, "no_permute", False) else args.permute
+
+
 def refuse_oversized(comm: MPI.Comm, limit: int | None, algorithm: str, c: int,
                      strategies: list[str], ops: list[str], m: int, n: int, nnz: int,
-                     r: int, dtype, overlap: bool) -> None:
+                     r: int, dtype, overlap: bool, permute: str = "auto") -> None:
     """Collective: the same InputError on every rank when the memory model of any (op,
-    strategy) to run exceeds ``limit`` bytes per rank, naming the c or p that would fit."""
+    strategy) to run exceeds ``limit`` bytes per rank, naming the c or p that would fit, or
+    where rank 0's partitioning of S at distribute (``permute``, :func:`permute_name`) is
+    what does not fit, its share and the ways around it."""
     msg = None
     if limit is not None and algorithm != "auto":
         p = comm.Get_size()
         for op in ops:
             for strategy in (strategies if op.startswith("fusedmm") else strategies[-1:]):
                 msg = msg or memory_problem(algorithm, strategy, m, n, nnz, r, p, c, limit,
-                                            dtype, overlap, op.replace("-", "_"))
+                                            dtype, overlap, op.replace("-", "_"), permute)
     agree(comm, msg)
 
 
@@ -274,6 +312,8 @@ def choose(args, share, r: int, op: str, machine: Machine, limit: int | None = N
             emit(event)
         best, obj = result.best, result.obj
     args.algorithm, args.strategy, args.c = best["algorithm"], best["strategy"], best["c"]
+    if "relay" not in vars(api.ALGORITHMS[args.algorithm]):
+        args.relay = None  # --relay concerns the sparsity-aware family only
     if obj is None and partition is not None:  # the sparsity-aware pick, ordered by default
         args.planned_partition = partition  # the planner's partition: not made twice
     return obj

@@ -34,6 +34,7 @@ from distmm.cli.common import (
     job_options,
     memory_limit_option,
     parse_limit,
+    permute_name,
     resolve_limit,
 )
 from distmm.core.memory import format_bytes
@@ -44,6 +45,7 @@ from distmm.io.matrix_market import mtx_header
 from distmm.io.npy import load_dense_npy, npy_header
 from distmm.io.outputs import write_h5_atomic
 from distmm.kernels import NODE_MODELS
+from distmm.perf.planner import partitioner_problem
 from distmm.runtime import signals
 
 
@@ -476,7 +478,8 @@ def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm) -> None:
 
             def need(hidden: int) -> int:
                 return gat_memory(n, edges, width, hidden, args.heads, classes, args.out_heads,
-                                  args.layers, p, args.c, args.dtype, entries).peak
+                                  args.layers, p, args.c, args.dtype, entries, args.algorithm,
+                                  permute_name(args)).peak
 
             if need(args.hidden) > limit:
                 most, edges = edges, fewest
@@ -487,7 +490,11 @@ def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm) -> None:
                                         not args.no_self_loops)
                 else:  # refused from the header: name a --hidden that fits the most edges
                     edges = most
-            if need(args.hidden) > limit:
+            msg = partitioner_problem(
+                gat_memory(n, edges, width, args.hidden, args.heads, classes, args.out_heads,
+                           args.layers, p, args.c, args.dtype, entries, args.algorithm,
+                           permute_name(args)), limit, p, saved=False)
+            if msg is None and need(args.hidden) > limit:
                 fits = [h for h in (args.hidden // 2**k for k in range(1, 40)) if h >= 1
                         and need(h) <= limit][:1]
                 hint = (f"--hidden {fits[0]} fits" if fits else "no --hidden fits with "

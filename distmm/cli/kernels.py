@@ -20,7 +20,10 @@ from distmm.cli.common import (
     node_model_from_args,
     parse_limit,
     permute_mode,
+    permute_name,
     refuse_oversized,
+    relay_from_args,
+    relay_option,
     resolve_limit,
 )
 from distmm.core.operations import CLI_OPS
@@ -48,6 +51,7 @@ def add_parser(sub) -> None:
     run.add_argument("--repeat", type=int, default=1,
                      help="run the operation this many times; report each (default 1)")
     common_options(run)
+    relay_option(run)
     run.set_defaults(func=cmd_run)
     bench = sub.add_parser("bench", help="time operations on a generated Erdos-Renyi matrix")
     bench.add_argument("--n", type=int, default=1 << 14, help="rows and columns of S")
@@ -59,6 +63,7 @@ def add_parser(sub) -> None:
                        help="comma-separated FusedMM strategies to time (default: all the "
                             "algorithm has)")
     common_options(bench)
+    relay_option(bench)
     bench.set_defaults(func=cmd_bench)
 
 
@@ -101,7 +106,7 @@ def _run_prechecks(args) -> dict:
                 f"{args.sparse}: the matrix is empty ({m} x {n}, {nnz} entries), so "
                 "--algorithm auto has nothing to plan for; name an algorithm instead")
     kernel = node_model_from_args(args)
-    machine = machine_from_args(args) if args.algorithm == "auto" else None
+    machine = machine_from_args(args) if args.algorithm == "auto" or args.machine else None
     # Ranks with files of their own must see the same sizes (agreed with the checks).
     sizes = {"S (rows, columns, entries)": (m, n, nnz), "r": r}
     return {"need_a": need_a, "need_b": need_b, "r": r, "kernel": kernel, "machine": machine,
@@ -149,7 +154,7 @@ def cmd_run(args) -> int:
     dtype = np.dtype(args.dtype)
     limit = resolve_limit(pre["limit"], comm)
     refuse_oversized(comm, limit, args.algorithm, args.c, [args.strategy], [args.op],
-                      *pre["shape"], pre["r"], dtype, args.overlap)
+                      *pre["shape"], pre["r"], dtype, args.overlap, permute_name(args))
     # The values (NaN, infinities, float32 overflow): every rank scans what it sees.
     checks, A, B = Checks(comm), None, None
     with checks.guard():
@@ -164,7 +169,8 @@ def cmd_run(args) -> int:
         obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=r,
                              node_model=pre["kernel"], dtype=dtype,
                              permute=permute_mode(args), seed=args.seed, order=args.order,
-                             overlap=args.overlap)
+                             overlap=args.overlap,
+                             relay=relay_from_args(args, pre["machine"], r))
     share = None  # S lives in the object now; the memory model counts no second copy
     A_loc = obj.scatter("a", A, root=None) if A is not None else None
     B_loc = obj.scatter("b", B, root=None) if B is not None else None
@@ -217,7 +223,8 @@ def _bench_prechecks(args) -> dict:
             require(s in api.ALGORITHMS[args.algorithm].strategies,
                     f"unknown strategy {s!r} for {args.algorithm}")
     return {"ops": ops, "strategies": strategies, "kernel": node_model_from_args(args),
-            "machine": machine_from_args(args) if args.algorithm == "auto" else None,
+            "machine": machine_from_args(args) if args.algorithm == "auto" or args.machine
+            else None,
             "limit": parse_limit(args)}
 
 
@@ -234,7 +241,8 @@ def cmd_bench(args) -> int:
 
     limit = resolve_limit(pre["limit"], comm)
     refuse_oversized(comm, limit, args.algorithm, args.c, strategies, ops, args.n, args.n,
-                      args.n * args.nnz_per_row, args.r, np.dtype(args.dtype), args.overlap)
+                      args.n * args.nnz_per_row, args.r, np.dtype(args.dtype), args.overlap,
+                      permute_name(args))
     share = erdos_renyi(args.n, args.n, args.nnz_per_row, args.seed, comm)
     obj = None
     if args.algorithm == "auto":
@@ -244,7 +252,8 @@ def cmd_bench(args) -> int:
         obj = api.distribute(share, comm, algorithm=args.algorithm, c=args.c, r=args.r,
                              node_model=pre["kernel"], dtype=np.dtype(args.dtype),
                              permute=permute_mode(args), seed=args.seed, order=args.order,
-                             overlap=args.overlap)
+                             overlap=args.overlap,
+                             relay=relay_from_args(args, pre["machine"], args.r))
     share = None  # S lives in the object now; the memory model counts no second copy
     A_loc, B_loc = random_blocks(obj, args.r, args.seed)
     for op in ops:

@@ -19,8 +19,10 @@ from distmm.cli.common import (
     parse_limit,
     permute_mode,
     permute_options,
+    relay_option,
 )
 from distmm.core.memory import cgroup_limit, format_bytes, physical_memory
+from distmm.core.relay_rule import relay_rule
 from distmm.errors import Checks, InputError, agree
 from distmm.kernels import NODE_MODELS
 from distmm.perf.calibrate import calibrate, save
@@ -49,6 +51,7 @@ def add_parser(sub) -> None:
                        help="plan for this matrix's pattern instead of --m/--nnz: every "
                             "family's busiest-rank words and memory, one JSON line each")
     permute_options(pl)
+    relay_option(pl)
     pl.add_argument("--seed", type=int, default=0, help="with --sparse: the run's --seed")
     pl.set_defaults(func=cmd_plan)
     cal = sub.add_parser("calibrate", help="measure alpha, beta (MPI) and gamma (node model) "
@@ -140,7 +143,8 @@ def cmd_plan_sparse(args) -> int:
             share = api.as_coo_share(args.sparse, MPI.COMM_SELF)
             read_s = time.perf_counter() - t0
             found, info = plan_sparse(share.rows, share.cols, share.shape, args.r, args.p,
-                                      machine, permute, args.seed, np.dtype(args.dtype))
+                                      machine, permute, args.seed, np.dtype(args.dtype),
+                                      relay_rule(args.relay or "auto", machine, args.r))
             info.pop("partition", None)
             head = {"m": share.shape[0], "n": share.shape[1], "nnz": int(share.rows.size),
                     "p": args.p, "r": args.r, "read_s": read_s, **info}

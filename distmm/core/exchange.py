@@ -44,12 +44,7 @@ import numpy as np
 
 from distmm.core.comm import CountingComm
 from distmm.core.layout import block_of, block_offsets
-
-# The relay tree is kept only where it lowers the busiest rank's rows sent by at least this
-# fraction: its second exchange phase costs one more round of messages on the critical path,
-# which a small saving in words does not repay (a few percent of the rows at p = 4 made
-# FusedMM slower).
-RELAY_MIN_SAVING = 0.25
+from distmm.core.relay_rule import RELAY_MIN_SAVING, RelayRule  # noqa: F401 (re-exported)
 
 # A rank that needs at least this fraction of a peer's block gets the whole block, sent straight
 # from the caller's array: no packing copy on the sender, for at most 1/0.9 - 1 = 11% more
@@ -62,7 +57,8 @@ _CHANNELS = {"gather": 0, "gather-relay": 1, "scatter-relay": 2, "scatter": 3}
 
 
 def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: int,
-                  tries: int = 64, min_saving: float | None = None) -> np.ndarray:
+                  tries: int = 64, min_saving: float | None = None,
+                  rule: RelayRule | None = None) -> np.ndarray:
     """The relay tree of one layer's exchange: the parent of every (row, destination) pair.
 
     ``rows``: global ids of the rows needed; ``dests``: the layer rank needing each;
@@ -84,11 +80,12 @@ def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: in
     destinations are often loaded nearly as much (a partition's neighbourhood), and only
     once they have handed rows on can they take the busiest's. Every move lowers a load and
     raises a smaller one by one, so the sum of squared loads falls strictly and it stops;
-    the busiest load never rises. The tree is kept only where it lowers the busiest load
-    by at least ``min_saving`` (a fraction of it; default :data:`RELAY_MIN_SAVING`);
-    otherwise every pair's parent is its owner. Deterministic: the result depends on the
-    set of pairs alone (not their order), so every rank and the planner get the same tree.
-    Not collective."""
+    the busiest load never rises. The tree is kept only where ``rule``
+    (:class:`~distmm.core.relay_rule.RelayRule`) says so: by default where it lowers the
+    busiest load by at least ``min_saving`` (a fraction of it; default
+    :data:`RELAY_MIN_SAVING`); otherwise every pair's parent is its owner. Deterministic:
+    the result depends on the set of pairs alone (not their order), so every rank and the
+    planner get the same tree. Not collective."""
     rows = np.asarray(rows, dtype=np.int64)
     dests = np.asarray(dests, dtype=np.int64)
     owners = np.asarray(owners, dtype=np.int64)
@@ -173,7 +170,11 @@ def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: in
             moved |= move(int(b))
         if not moved:
             break
-    if load.max() > (1.0 - (RELAY_MIN_SAVING if min_saving is None else min_saving)) * before:
+    # kept by ``rule`` (distmm.core.relay_rule), given the busiest relay's phase-2 messages
+    rule = rule if isinstance(rule, RelayRule) else RelayRule(
+        RELAY_MIN_SAVING if min_saving is None else min_saving)
+    second = np.unique(parent[parent != o] * q + d[parent != o]) // q
+    if not rule.keeps(before, int(load.max()), int(np.bincount(second).max(initial=0))):
         parent = o
     out = np.empty_like(parent)
     out[order] = parent
@@ -281,7 +282,8 @@ class RowExchange:
             reply = np.empty(0, dtype=np.int64)
             if me == 0:
                 dests = np.repeat(np.arange(q, dtype=np.int64), counts)
-                tree = relay_parents(everyone, dests, owner_of(everyone), q)
+                tree = relay_parents(everyone, dests, owner_of(everyone), q,
+                                     rule=relay if isinstance(relay, RelayRule) else None)
                 flag = int(np.any(tree != owner_of(everyone)))
                 bounds = np.r_[0, np.cumsum(counts)]
                 reply = np.concatenate([np.r_[flag, tree[bounds[k]:bounds[k + 1]]]
@@ -526,7 +528,8 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
     if relay and q >= 3:
         for v in range(c):
             sel = np.flatnonzero(layer == v)
-            parent[sel] = relay_parents(pc[sel], pu[sel], owner[sel], q)
+            parent[sel] = relay_parents(pc[sel], pu[sel], owner[sel], q,
+                                        rule=relay if isinstance(relay, RelayRule) else None)
     recv_pos = pu * c + layer
     send_pos = parent * c + layer  # who sends the row to recv_pos (owner or relay)
     first = parent == owner

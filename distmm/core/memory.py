@@ -16,9 +16,13 @@ The model has three numbers per rank (bytes):
 * ``call``: the peak of the temporaries a call creates on top of ``held`` (the SDDMM result
   that FusedMM feeds to its SpMM, kernel scratch, blocks rebuilt from packets);
 * ``distribute``: the peak while S is placed (the caller's COO share, its routed copies and the
-  sorting temporaries of :meth:`distmm.core.sparse.CSRBlock.from_coo`).
+  sorting temporaries of :meth:`distmm.core.sparse.CSRBlock.from_coo`);
+* ``partitioner``: rank 0 only, where S is ordered by a graph partition made at distribute (the
+  sparsity-aware family's default): the pattern gathered there and the partitioner's own
+  memory (:func:`distmm.core.partition.partition_peak_bytes`).
 
-The peak of a rank is ``max(distribute, held + call)``.
+The peak of a rank is ``max(distribute, held + call, build)``, and rank 0's also at least
+``partitioner``.
 """
 
 from __future__ import annotations
@@ -54,12 +58,15 @@ class Memory:
 
     ``parts`` are alive after a call (``held`` is their sum), ``call`` the temporaries of a
     call beyond them, by name, ``distribute`` the peak while S is placed and ``build`` the
-    peak of building S^T in the first call that needs it (0 if none does)."""
+    peak of building S^T in the first call that needs it (0 if none does); ``partitioner``
+    rank 0's peak while it partitions S at distribute (0 where nothing is partitioned; the
+    other ranks wait meanwhile)."""
 
     parts: dict[str, int]
     call: dict[str, int] = field(default_factory=dict)
     distribute: int = 0
     build: int = 0
+    partitioner: int = 0
 
     @property
     def held(self) -> int:
@@ -67,12 +74,20 @@ class Memory:
 
     @property
     def peak(self) -> int:
-        """The rank's modelled peak: max(distribute, held + call, build)."""
-        return int(max(self.distribute, self.held + sum(self.call.values()), self.build))
+        """The fullest rank's modelled peak: max(distribute, held + call, build, partitioner)
+        (the last on rank 0 only: :meth:`rank_peak`)."""
+        return int(max(self.rank_peak(1), self.partitioner))
+
+    def rank_peak(self, rank: int) -> int:
+        """The modelled peak of world rank ``rank``: max(distribute, held + call, build), and
+        on rank 0 at least ``partitioner``."""
+        peak = max(self.distribute, self.held + sum(self.call.values()), self.build)
+        return int(max(peak, self.partitioner) if rank == 0 else peak)
 
     def as_dict(self) -> dict:
         return {"peak": self.peak, "held": self.held, "distribute": self.distribute,
-                "build": self.build, "parts": dict(self.parts), "call": dict(self.call)}
+                "build": self.build, "partitioner": self.partitioner,
+                "parts": dict(self.parts), "call": dict(self.call)}
 
 
 # ----------------------------------------------------------------- pieces of the models

@@ -536,7 +536,71 @@ def load_partition(path: str | os.PathLike) -> Partition:
     return Partition(parts, p, n, nnz, method, imbalance, seconds, col_parts)
 
 
+# Rank 0's partitioning step at distribute (order_by_partition in
+# distmm.algorithms.sparse_aware_15d): bytes it allocates beyond the gathered pattern, per
+# nonzero of S, per vertex of the partitioned graph (n for a square S, m + n for a rectangular
+# one, whose bipartite graph KaHIP partitions), per nonzero and part, and fixed. What they pay
+# for: the pattern's copies (the concatenated coordinates, S's COO and CSR, the graph S + S^T
+# and its casts), the graph handed to KaHIP as Python lists and KaHIP's own multilevel copies,
+# the refinement's per-row Python lists, dicts and sets (refine_max_send), and the two orders
+# the default compares with their exchange models; the per-part term grows with p (1.4-11
+# bytes per nonzero and part measured, MovieLens the most). Upper bounds of the resident set
+# measured by experiments/partition_memory.py at p = 2, 8 and 64 (docs/memory.md: the table).
+PARTITION_BYTES_PER_NNZ = 420
+PARTITION_BYTES_PER_VERTEX = 640
+PARTITION_BYTES_PER_NNZ_PART = 12
+PARTITION_BYTES_FIXED = 2 << 20
+
+
+def partition_scratch_bytes(m: int, n: int, nnz: int, p: int) -> int:
+    """Bytes rank 0 allocates while it partitions an m x n S of ``nnz`` entries into p parts
+    at distribute, beyond the pattern gathered to it (see :data:`PARTITION_BYTES_PER_NNZ`).
+    Not collective."""
+    vertices = n if m == n else m + n
+    return int(PARTITION_BYTES_PER_NNZ * nnz + PARTITION_BYTES_PER_VERTEX * vertices
+               + PARTITION_BYTES_PER_NNZ_PART * nnz * p + PARTITION_BYTES_FIXED)
+
+
+def partition_peak_bytes(m: int, n: int, nnz: int, p: int, share: int | None = None) -> int:
+    """Rank 0's peak bytes while it partitions S at distribute: its own COO share (``share``
+    entries, default ceil(nnz / p), 24 bytes each), the coordinates gathered from the other
+    ranks (int64 rows and columns, 16 bytes an entry) and :func:`partition_scratch_bytes`.
+    0 when p = 1 (nothing is partitioned). Not collective."""
+    if p <= 1 or nnz == 0:
+        return 0
+    share = -(-int(nnz) // int(p)) if share is None else int(share)
+    return int(24 * share + 16 * (nnz - share) + partition_scratch_bytes(m, n, nnz, p))
+
+
+def partitioner_at_distribute(permute, shape: tuple[int, int], p: int) -> str | None:
+    """The partitioner rank 0 runs when the sparsity-aware family places an S of ``shape``
+    on p ranks with ``permute`` (distribute's argument): ``"kahip"``/``"kahypar"`` when given
+    one, the default's (:func:`default_method`) for ``"auto"``, None for a saved partition
+    (``--partition FILE``), another order (``"blocks"``...) or p = 1. Not collective."""
+    if p <= 1 or getattr(permute, "is_partition", False):
+        return None
+    if isinstance(permute, (bool, np.bool_)):
+        permute = "auto" if permute else "none"
+    if permute == "auto":
+        return default_method(tuple(shape), p)
+    return permute if permute in PARTITIONERS else None
+
+
+def partitioner_counts(family, permute, m: int, n: int, nnz: int, p: int
+                       ) -> dict[str, int] | None:
+    """The ``local`` counts that set rank 0's partitioner in a family's ``memory_bytes``
+    (``{"partitioner": bytes}``, 0 where distribute will not partition S with ``permute``),
+    for a family that orders S by a partition (``needs_pattern``); None for the others.
+    Not collective."""
+    if not getattr(family, "needs_pattern", False):
+        return None
+    method = partitioner_at_distribute(permute, (m, n), p)
+    return {"partitioner": partition_peak_bytes(m, n, nnz, p) if method else 0}
+
+
 __all__ = ["DEFAULT", "PARTITIONERS", "Partition", "assign_columns", "check_method",
-           "default_method", "refine_max_send", "send_rows",
+           "default_method", "partition_peak_bytes", "partition_scratch_bytes",
+           "partitioner_at_distribute", "partitioner_counts", "refine_max_send", "send_rows",
            "load_partition", "partition",
            "save_partition", "volume"]
+

@@ -20,6 +20,7 @@ from distmm.core.memory import (
     reset_peak_rss,
 )
 from distmm.io.generate import erdos_renyi
+from distmm.perf.planner import family_memory
 
 __all__ = ["measure_peak"]
 
@@ -29,7 +30,9 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
                  overlap: bool = False, rounds: int = 3, permute="auto"
                  ) -> tuple[int | None, Memory]:
     """This rank's measured peak resident bytes for placing S and one ``op``, beside the
-    family's predicted :class:`Memory`. Collective over ``comm``.
+    family's predicted :class:`Memory` (:func:`~distmm.perf.planner.family_memory`: rank 0's
+    partitioner counted where distribute partitions S with ``permute``; compare a rank's
+    reading with ``model.rank_peak(rank)``). Collective over ``comm``.
 
     ``make_share()`` returns this rank's :class:`~distmm.core.coo.CooShare` of S (e.g. a
     generator's); it is called after the baseline is taken and only the object keeps S. The
@@ -68,7 +71,8 @@ def measure_peak(algorithm: str, make_share, comm: MPI.Comm, c: int, r: int,
         if model is None:  # the same S every round
             m, n = holder[0].shape
             nnz = int(comm.allreduce(holder[0].nnz))
-            model = cls.model.memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap)
+            model = family_memory(algorithm, strategy, m, n, nnz, r, p, c, dtype, overlap, op,
+                                  permute)
         ok = reset_peak_rss() and base is not None
         obj, result = run(holder.pop(), r)
         peaks.append(peak_rss() - base if ok else None)

@@ -41,7 +41,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from distmm.algorithms import ALGORITHMS
-from distmm.core.memory import format_bytes
+from distmm.core.memory import Memory, format_bytes
+from distmm.core.partition import partitioner_counts
 from distmm.errors import require
 from distmm.io.outputs import read_json_object
 from distmm.perf import costmodel
@@ -227,28 +228,65 @@ class Machine:
         return out
 
 
+def family_memory(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: int,
+                  c: int, dtype=np.float32, overlap: bool = False, op: str = "fusedmm_a",
+                  permute="auto") -> Memory:
+    """The family's :class:`~distmm.core.memory.Memory` for one ``op`` on the fullest rank
+    (its ``memory_bytes``, see :mod:`distmm.core.memory`), with rank 0's partitioner counted
+    only where distribute will partition S with ``permute`` (its argument: not for a saved
+    partition nor ``"blocks"``; :func:`distmm.core.partition.partitioner_at_distribute`).
+    Not collective."""
+    cls = ALGORITHMS[algorithm]
+    return cls.model.memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype, overlap,
+                                  partitioner_counts(cls, permute, m, n, nnz, p))
+
+
 def memory_peak(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: int,
-                c: int, dtype=np.float32, overlap: bool = False, op: str = "fusedmm_a") -> int:
-    """The modelled peak bytes of the fullest rank for one ``op`` (the family's
-    ``memory_bytes``, see :mod:`distmm.core.memory`). Not collective."""
-    return ALGORITHMS[algorithm].model.memory_bytes(op, strategy, m, n, nnz, r, p, c, dtype,
-                                              overlap).peak
+                c: int, dtype=np.float32, overlap: bool = False, op: str = "fusedmm_a",
+                permute="auto") -> int:
+    """The modelled peak bytes of the fullest rank for one ``op`` (:func:`family_memory`).
+    Not collective."""
+    return family_memory(algorithm, strategy, m, n, nnz, r, p, c, dtype, overlap, op,
+                         permute).peak
+
+
+def partitioner_problem(memory: Memory, limit: int, p: int, saved: bool = True) -> str | None:
+    """Why rank 0's partitioning at distribute (``memory.partitioner``) does not fit
+    ``limit`` bytes, and the ways around it (``saved``: the command takes ``--partition
+    FILE``); None when it fits. Not collective."""
+    if memory.partitioner <= limit:
+        return None
+    around = (f"partition once elsewhere and pass the file (`distmm partition S.mtx -p {p} "
+              f"--out S.part.h5`, then --partition S.part.h5), or order by blocks "
+              f"(--permute blocks)" if saved else "order by blocks (--permute blocks)")
+    return (f"rank 0 partitions S at distribute (the 15d-sparse-aware family's default order) "
+            f"and needs about {format_bytes(memory.partitioner)} for it (the gathered pattern "
+            f"and the partitioner's own memory), more than the memory limit of "
+            f"{format_bytes(limit)} per rank; {around} (docs/memory.md)")
 
 
 def memory_problem(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: int,
                    c: int, limit: int | None, dtype=np.float32, overlap: bool = False,
-                   op: str = "fusedmm_a") -> str | None:
+                   op: str = "fusedmm_a", permute="auto") -> str | None:
     """Why ``algorithm``/``strategy`` with replication ``c`` on p ranks cannot fit ``limit``
-    bytes per rank, naming the c (same p) or the smallest larger p that would; None when it
-    fits or there is no limit. Not collective."""
+    bytes per rank, naming the c (same p) or the smallest larger p that would, or, where rank
+    0's partitioning of S at distribute is what does not fit, its share and the ways around
+    it (:func:`partitioner_problem`); None when it fits or there is no limit. Not
+    collective."""
     if limit is None:
         return None
-    need = memory_peak(algorithm, strategy, m, n, nnz, r, p, c, dtype, overlap, op)
+    memory = family_memory(algorithm, strategy, m, n, nnz, r, p, c, dtype, overlap, op,
+                           permute)
+    problem = partitioner_problem(memory, limit, p)
+    if problem is not None:
+        return problem
+    need = memory.peak
     if need <= limit:
         return None
 
     def fitting(q: int) -> list[tuple[int, int]]:
-        return [(d, memory_peak(algorithm, strategy, m, n, nnz, r, q, d, dtype, overlap, op))
+        return [(d, memory_peak(algorithm, strategy, m, n, nnz, r, q, d, dtype, overlap, op,
+                                permute))
                 for d in costmodel.valid_cs(algorithm, q, r)]
 
     same = [(d, b) for d, b in fitting(p) if b <= limit]

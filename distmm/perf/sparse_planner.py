@@ -36,7 +36,9 @@ from distmm.algorithms.sparse_aware_15d import (  # noqa: F401 - order etc. are 
 from distmm.core.exchange import ExchangeCounts, exchange_model
 from distmm.core.layout import block_offsets
 from distmm.core.memory import format_bytes
+from distmm.core.partition import partition_peak_bytes
 from distmm.core.permute import PARTITION_MODES, permute_mode
+from distmm.core.relay_rule import relay_name, relay_rule
 from distmm.errors import Checks, InputError
 from distmm.perf import costmodel
 from distmm.perf.planner import Machine, plan, predict
@@ -45,9 +47,11 @@ AWARE = SparseAware15D.name
 
 
 def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, c: int,
-               machine: Machine, dtype=np.float32, offsets: np.ndarray | None = None
-               ) -> list[dict]:
-    """The sparsity-aware family's candidates at replication c, from every rank's counts."""
+               machine: Machine, dtype=np.float32, offsets: np.ndarray | None = None,
+               partitioner: int = 0) -> list[dict]:
+    """The sparsity-aware family's candidates at replication c, from every rank's counts;
+    ``partitioner``: rank 0's peak bytes partitioning S at distribute (0: S is not
+    partitioned there)."""
     rows = []
     # B block k sits on world rank k (fiber order); a partition's blocks are its parts
     if isinstance(offsets, tuple):
@@ -70,7 +74,8 @@ def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, 
                    "nnz_a": int(model.nnz[k]), "recv": int(model.recv_rows[k]),
                    "send": int(model.send_rows[k]), "share": -(-nnz // p),
                    "partition": 0 if offsets is None
-                   else 8 * (m + n) if isinstance(offsets, tuple) else 8 * n}).peak
+                   else 8 * (m + n) if isinstance(offsets, tuple) else 8 * n,
+                   "partitioner": partitioner}).rank_peak(k)
             for k in range(p))
         calls = SparseAware15D.model.local_calls(strategy, m, n, float(model.nnz.max()) * p,
                                                  r, p, c)
@@ -91,10 +96,13 @@ def aware_rows(model: ExchangeCounts, m: int, n: int, nnz: int, r: int, p: int, 
 
 def plan_sparse(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], r: int, p: int,
                 machine: Machine | None = None, permute="auto", seed: int = 0,
-                dtype=np.float32, relay: bool = True) -> tuple[list[dict], dict]:
+                dtype=np.float32, relay=True) -> tuple[list[dict], dict]:
     """Every (family, strategy, c) for S's pattern (``rows``, ``cols``: original coordinates
     of its entries) on p ranks at width r, fastest predicted first, and how S was ordered.
-    ``relay``: the sparsity-aware family's relay tree (its default) or not.
+    ``relay``: the sparsity-aware family's relay setting (distribute's ``relay=``; default
+    "auto"); its rows say which in ``relay`` ("auto", "on" or "off") and how many rows the
+    relays forward (``relayed_rows``), and where the relay engages the same candidates
+    without it follow, with ``relay`` "off".
 
     Not collective."""
     machine = machine or Machine()
@@ -104,16 +112,34 @@ def plan_sparse(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], r: i
     nnz = int(rows.size)
     orders = default_orders(rows, cols, (m, n), p, permute, seed)
     info = orders[0][3]
+    partitioner = partition_peak_bytes(m, n, nnz, p) \
+        if info["permute"] in PARTITION_MODES else 0
     out = []
     t0 = time.perf_counter()
+    relay = relay_rule(relay)
     for c in costmodel.valid_cs(AWARE, p, r):
         row_inv, col_inv, offsets, used = pick_order(rows, cols, (m, n), p, c, orders, relay)
-        model = exchange_model(row_inv[rows], col_inv[cols], (m, n), p, c, offsets=offsets,
-                               relay=relay)
-        found = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
-        for row in found:
-            row["permute"] = used["permute"]
-        out += found
+        # with the relay setting asked for, and without it where the relay engages (so that
+        # the rows show what it changes)
+        engaged = False
+        for setting in (relay, False):
+            model = exchange_model(row_inv[rows], col_inv[cols], (m, n), p, c,
+                                   offsets=offsets, relay=setting)
+            relayed = int(model.relay_rows.sum())
+            if setting is False and relay is not False and not engaged:
+                break
+            engaged = relayed > 0
+            # rank 0 partitions S at distribute where the run's order is a partitioner's
+            # (even where the default then keeps the natural blocks); a saved one is not made
+            found = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets,
+                               partitioner)
+            for row in found:
+                row["permute"] = used["permute"]
+                row["relay"] = relay_name(setting).split(":")[0]
+                row["relayed_rows"] = relayed
+            out += found
+            if relay is False:
+                break
     info["model_s"] = time.perf_counter() - t0
     # the oblivious families move whole blocks: their words do not depend on the order (a
     # partitioner's order is the sparsity-aware family's only; they run with their own)
@@ -172,13 +198,17 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
                 grows = np.concatenate([x[0] for x in pieces]).astype(np.int64)
                 gcols = np.concatenate([x[1] for x in pieces]).astype(np.int64)
                 orders = default_orders(grows, gcols, (m, n), p, permute, seed)
+                # the partition made here, on rank 0 (the run then reuses it)
+                partitioner = partition_peak_bytes(m, n, nnz, p) \
+                    if orders[0][3]["permute"] in PARTITION_MODES else 0
                 found = []
                 for c in costmodel.valid_cs(AWARE, p, r):
                     row_inv, col_inv, offsets, used = pick_order(grows, gcols, (m, n), p, c,
                                                                  orders)
                     model = exchange_model(row_inv[grows], col_inv[gcols], (m, n), p, c,
                                            offsets=offsets)
-                    rows_c = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets)
+                    rows_c = aware_rows(model, m, n, nnz, r, p, c, machine, dtype, offsets,
+                                        partitioner)
                     for row in rows_c:
                         row["permute"] = used["permute"]
                     found += rows_c

@@ -102,6 +102,9 @@ RANK_COUNTS: dict[str, tuple[int, ...]] = {
     # shift and the deepest c; the models' bytes are checked against the arrays a rank holds
     # at every count (test_memory_model.py)
     "test_memory_rss.py": RSS,
+    # relay= and --relay: 1 (no exchange), 2 (a layer of two, where no tree can form) and 3
+    # (the smallest layer where the relay engages)
+    "test_relay_option.py": (1, 2, 3),
     "test_als_memory.py": RSS,
     "test_gat_memory.py": RSS,
 }

@@ -55,8 +55,8 @@ def test_als_peak_rss_within_model(algorithm, c):
     share = erdos_renyi(n, n, 8, 5, COMM)
     nnz = int(COMM.allreduce(share.nnz))
     reset_peak_rss()
-    # natural-order blocks: the partitioner's own memory on rank 0 is outside the model
-    # (docs/memory.md), and on a random graph a partition saves nothing but time
+    # natural-order blocks (the model then counts no partitioning on rank 0): on a random
+    # graph a partition saves nothing but time
     result = fit(share, COMM, rank=RANK, epochs=1, cg_iters=2, algorithm=algorithm, c=c,
                  test_fraction=fraction, permute="blocks")
     del share
@@ -65,7 +65,7 @@ def test_als_peak_rss_within_model(algorithm, c):
     # this rank's sizes: the pattern-free bound counts every row of the other blocks as
     # received, which the sparsity-aware family receives only where S has entries
     model = als_memory(algorithm, result.config.strategy, n, n, nnz - held, held, RANK, P, c,
-                       local=result.obj.memory_counts(RANK))
+                       local=result.obj.memory_counts(RANK), permute="blocks")
     result.close()
     ratios = COMM.allgather(peak / model.peak)
     assert all(1 / TOLERANCE <= x <= TOLERANCE for x in ratios), (

@@ -16,8 +16,9 @@ from mpi4py import MPI
 
 from distmm.cli import main
 from distmm.core.memory import available_bytes, parse_memory_limit, physical_memory, ranks_per_node
+from distmm.core.partition import default_method
 from distmm.errors import InputError
-from distmm.perf.planner import memory_peak, plan
+from distmm.perf.planner import family_memory, memory_peak, plan
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
@@ -95,6 +96,31 @@ def test_run_names_the_c_that_fits(files, capsys):
     assert memory_peak("15d-dense-shift", "fusion", M, N, nnz, R, P, P) > small
     code = main(_run(files, "never3.h5", "-c", str(P), "--memory-limit", str(small)))
     _refused(code, capsys.readouterr().err, f"c = {P}) on {P} ranks", "use -c 1 (")
+
+
+@pytest.mark.skipif(P == 1, reason="one rank partitions nothing")
+@pytest.mark.skipif(default_method((M, N), 2) is None, reason="needs kahip (distmm[partition])")
+def test_run_refuses_a_limit_below_rank_0s_partitioning(files, capsys):
+    """The sparsity-aware family's default order partitions S on rank 0 at distribute: a
+    limit that fits the run but not that is refused on every rank before any data is read,
+    naming the partitioner's share and the ways around it; --permute blocks (or a saved
+    partition) needs no partitioning and runs within the same limit."""
+    _, nnz = files
+    aware = "15d-sparse-aware"
+    made = family_memory(aware, "fusion", M, N, nnz, R, P, 1, permute="auto")
+    blocks = memory_peak(aware, "fusion", M, N, nnz, R, P, 1, permute="blocks")
+    assert blocks < made.partitioner
+    limit = str((blocks + made.partitioner) // 2)
+    code = main(_run(files, "never_part.h5", "--algorithm", aware, "--memory-limit", limit))
+    _refused(code, capsys.readouterr().err, "rank 0 partitions S at distribute",
+             "--partition S.part.h5", "--permute blocks")
+    assert not os.path.exists(os.path.join(files[0], "never_part.h5"))
+    out = "fits_blocks.h5"
+    assert main(_run(files, out, "--algorithm", aware, "--permute", "blocks",
+                     "--memory-limit", limit)) == 0
+    capsys.readouterr()
+    COMM.Barrier()
+    assert os.path.exists(os.path.join(files[0], out))
 
 
 @pytest.mark.parametrize("limit", ["auto", "none", "1G"])

@@ -91,13 +91,14 @@ def test_prediction_bounds_the_fullest_rank(algorithm):
 
 def test_model_parts_are_named_and_positive():
     """Every part and temporary the families report is a non-negative byte count, and the peak
-    is the largest of the three phases."""
+    is the largest of the three phases and, for rank 0, its partitioning of S."""
     for algorithm, cls in distmm.ALGORITHMS.items():
         for c in costmodel.valid_cs(algorithm, P, R):
             for strategy in cls.strategies:
                 mem = cls.model.memory_bytes("fusedmm_b", strategy, 1000, 700, 9000, R, P, c,
                                        np.float64, True)
                 assert all(v >= 0 for v in [*mem.parts.values(), *mem.call.values()])
-                assert mem.peak == max(mem.distribute, mem.build,
-                                       mem.held + sum(mem.call.values()))
+                assert mem.rank_peak(1) == max(mem.distribute, mem.build,
+                                               mem.held + sum(mem.call.values()))
+                assert mem.peak == max(mem.rank_peak(1), mem.partitioner) == mem.rank_peak(0)
                 assert mem.held > 8 * (1000 + 700) * R * 2 // P  # at least A, B, output
