@@ -1,5 +1,5 @@
-"""The sparsity-aware family's row exchange by three of MPI's mechanisms, same run, alternating:
-``Ialltoallv`` on the layer (what :class:`distmm.core.exchange.RowExchange` uses), a
+"""The sparsity-aware family's row exchange by four of MPI's mechanisms, same run, alternating:
+``Ialltoallv`` on the layer, a
 neighbourhood ``Ineighbor_alltoallv`` on a distributed-graph communicator made once from the
 plan's peers, and persistent point-to-point requests (``Send_init``/``Recv_init``, started
 together), on the plan of a real graph in the family's default order.
@@ -8,7 +8,9 @@ together), on the plan of a real graph in the family's default order.
         [--repeat 200] [--c 1]
 
 Each round times one exchange of B's needed rows (packing included, as a call does) by each
-mechanism in turn ("point-to-point": plain ``Irecv``/``Isend`` per peer); rank 0 prints one
+mechanism in turn ("point-to-point": plain ``Irecv``/``Isend`` per peer, what
+:class:`distmm.core.exchange.RowExchange` uses, there with the whole blocks of
+``RowExchange.whole`` sent unpacked, here packed like the rest); rank 0 prints one
 JSON line per mechanism with the median seconds (the slowest rank of each exchange) and the
 ratio to Ialltoallv. The received rows are checked equal across mechanisms first.
 """

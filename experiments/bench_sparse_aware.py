@@ -2,7 +2,7 @@
 sparsity-oblivious families, same run, calls alternating, on a real graph.
 
     mpiexec -n P .venv/bin/python experiments/bench_sparse_aware.py GRAPH.mtx.gz --r 32
-        [--repeat 7] [--permute auto]
+        [--repeat 7] [--permute auto | --partition G.part.h5] [--algorithms NAME...] [--cs C...]
 
 Every configuration is distributed once; then each round calls every configuration once,
 in turn, and the median seconds per call over the rounds are printed (rank 0, one JSON line
@@ -31,18 +31,33 @@ def main() -> None:
     ap.add_argument("--r", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--permute", default="auto")
+    ap.add_argument("--partition", default=None, metavar="FILE",
+                    help="order S for the sparsity-aware family by a partition saved by "
+                         "`distmm partition` (instead of --permute: partitioned once)")
+    ap.add_argument("--algorithms", nargs="+", default=None,
+                    help="only these families (default: every registered one)")
+    ap.add_argument("--cs", nargs="+", type=int, default=None,
+                    help="only these replication factors (default: every valid one)")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     p = comm.size
     configs = []
     for name, cls in distmm.ALGORITHMS.items():
+        if args.algorithms is not None and name not in args.algorithms:
+            continue
         for c in costmodel.valid_cs(name, p, args.r):
+            if args.cs is not None and c not in args.cs:
+                continue
             for strategy in cls.strategies:
                 for overlap in ((False, True) if name == AWARE else (False,)):
                     configs.append((name, c, strategy, overlap))
+    aware_order = args.permute
+    if args.partition is not None:
+        from distmm.core.partition import load_partition
+        aware_order = load_partition(args.partition)
     objs = []
     for name, c, strategy, overlap in configs:
-        permute = args.permute if name == AWARE else "auto"
+        permute = aware_order if name == AWARE else "auto"
         obj = distmm.distribute(args.graph, comm, algorithm=name, c=c, r=args.r,
                                 permute=permute, overlap=overlap)
         A = obj.dense("a", args.r, lambda rows, cols: np.cos(rows[:, None] + cols[None, :]))
@@ -68,7 +83,8 @@ def main() -> None:
                                                                          strict=True):
             print(json.dumps({"graph": args.graph.rsplit("/", 1)[-1], "p": p, "r": args.r,
                               "algorithm": name, "c": c, "strategy": strategy,
-                              "overlap": overlap, "permute": args.permute if name == AWARE
+                              "overlap": overlap,
+                              "permute": (args.partition or args.permute) if name == AWARE
                               else "auto", "median_s": m, "max_words": int(words),
                               "vs_best_oblivious": m / best}), flush=True)
     for obj, *_ in objs:

@@ -11,8 +11,9 @@ is the replicated operand: it is all-gathered along the fiber into the superbloc
 X-side outputs are reduce-scattered back), because S's rows are what a rank's superblock
 holds whole; the B side is what sparsity saves on. Instead of shifting whole B blocks around
 the layer, each rank receives, once per call, only the distinct B rows its nonzeros touch in
-the other q - 1 blocks of its layer (one MPI ``Ialltoallv`` in the layer;
-:class:`distmm.core.exchange.RowExchange`), and for a B-side output (SpMMB, FusedMMB) sends
+the other q - 1 blocks of its layer (point-to-point messages with the ranks holding them,
+or a whole block where it needs most of one; :class:`distmm.core.exchange.RowExchange`),
+and for a B-side output (SpMMB, FusedMMB) sends
 back only the partial rows it produced for other ranks' blocks. Replication trades the
 all-gather of A ((c - 1) mr/p words) for a layer of q ranks: fewer peers and, for a graph
 ordered by a partitioner, fewer distinct rows needed.
@@ -182,8 +183,9 @@ class SparseAware15DModel(FamilyModel):
         parts = {"permutations": perm_bytes(m, n), "partition": k["partition"],
                  "S": csr_bytes(k["super"], k["nnz_a"], it, 2),
                  # the ids of the rows received and of the rows sent (forwarded ones
-                 # included), and four counts per layer rank (each phase's sends, receives)
-                 "exchange plan": 8 * (k["recv"] + k["send"]) + 32 * q,
+                 # included), four counts per layer rank (each phase's sends, receives)
+                 # and a flag (whether it takes this rank's whole block)
+                 "exchange plan": 8 * (k["recv"] + k["send"]) + 33 * q,
                  # block offsets of A and B, the two blocks' value offsets and column bases,
                  # the fiber's A block sizes
                  "bookkeeping": 16 * (p + 1) + 24 + 16 + 8 * c}
@@ -299,16 +301,18 @@ class SparseAware15D(DistributedAlgorithm):
             # the plan is built here (collective: every rank lays out its entries once, at
             # the same point of placing S), because block 1's compact columns follow the
             # order the rows arrive in, which the relay tree sets
+            layer = np.arange(self.grid.q) * c + self.grid.v  # the layer's B blocks
             self.exchange = plan = RowExchange.build(
                 self.layer, needed, block_of(needed, ob) // c, own_base, phase="plan",
-                relay=self.relay, owner_of=lambda g: block_of(g, ob) // c)
-            self._needed = plan.buffer_ids
-            at = np.empty(needed.size, dtype=np.int64)  # sorted index -> buffer position
-            at[np.searchsorted(needed, plan.buffer_ids)] = np.arange(needed.size)
+                relay=self.relay, owner_of=lambda g: block_of(g, ob) // c,
+                blocks=np.stack((ob[layer], ob[layer + 1]), axis=1))
+            self._needed = ids = plan.buffer_ids  # the received rows (whole blocks: all)
+            srt = np.argsort(ids, kind="stable")
+            at = srt[np.searchsorted(ids, needed, sorter=srt)]  # sorted index -> position
             lc = y - own_base
             lc[remote] = at[np.searchsorted(needed, y[remote])]
             return (remote.astype(np.int64), x - row_base, lc, 2,
-                    [(nrows, own_cols), (nrows, int(needed.size))], row_base, [own_base, 0])
+                    [(nrows, own_cols), (nrows, int(ids.size))], row_base, [own_base, 0])
 
         return layout
 
@@ -338,6 +342,7 @@ class SparseAware15D(DistributedAlgorithm):
         return {"value_order": "own B block's columns first, then the others (CSR order)",
                 "exchange": {"rows_received": x.nrecv, "rows_sent": x.nsend,
                              "rows_relayed": int(x.relay_rows.size),
+                             "whole_blocks_sent": int(x.whole.sum()),
                              "relay": "on" if x.relayed else ("off" if not self.relay
                                                               else "not needed"),
                              "peers_received": int(np.count_nonzero(x.recvcounts)
@@ -383,7 +388,10 @@ class SparseAware15D(DistributedAlgorithm):
     def _kernel(self, t: int, op: str, vals, X, Y, out, accumulate: bool) -> None:
         """The node model's ``op`` on block t (values ``vals`` in value order)."""
         o = self._o
-        S, sv = o.blocks[t], o.block_values(vals, t)
+        S = o.blocks[t]
+        if not S.nnz and (accumulate or op == "sddmm"):  # it would add nothing, write nothing
+            return
+        sv = o.block_values(vals, t)
         key = (self._kind, t, op, accumulate, X.shape[1])
         if op == "sddmm":
             self._kernels.run(key, (vals, X, Y, out), op, S, sv, X, Y, o.block_values(out, t),

@@ -206,6 +206,8 @@ def pairwise_setting() -> tuple[str | None, dict[str, object]]:
 
 
 _TAG_GATHER, _TAG_REDUCE = 19, 20
+# CountingComm.start_exchange's messages: this tag plus its channel (0 .. 7)
+_TAG_EXCHANGE = 21
 
 # The phases of an operation's call: a collective in one of them is the call's
 # (CountingComm._same_call); distribution, agreement and the edge-value primitives are not.
@@ -564,6 +566,40 @@ class CountingComm:
                        sum(1 for k, x in enumerate(sendcounts) if x and k != me),
                        sum(1 for k, x in enumerate(recvcounts) if x and k != me))
         return [req]
+
+    def start_exchange(self, sends: Sequence[tuple[int, np.ndarray]],
+                       recvs: Sequence[tuple[int, np.ndarray]], channel: int = 0,
+                       phase: str = "propagation") -> list[MPI.Request]:
+        """Irregular exchange with few peers by point-to-point messages: each ``(rank,
+        buffer)`` of ``sends`` sends that C-contiguous buffer to that rank, each of ``recvs``
+        receives one into its buffer (non-empty buffers of one dtype; no rank is this one).
+        Returns the requests for :meth:`finish`, which checks every received size as a
+        shift's; the buffers stay untouched until then.
+
+        Pairs with the matching calls of the peers, as :meth:`start_shift` does: each message
+        carries the call's tag (``channel``, 0 .. 7, tells apart exchanges that may be in
+        flight within one call) and no collective compares the calls first, so ranks in
+        different calls wait (a rank that receives nothing finishes its own call). Counted at
+        start as :meth:`start_alltoallv` counts the same exchange: the elements sent and
+        received, one message per peer."""
+        if not 0 <= channel < 8:
+            raise ValueError(f"channel must be 0 .. 7, got {channel}")
+        tag = _TAG_EXCHANGE + channel + self.stats.call_tag
+        receives = self.stats.__dict__.setdefault("_receives", {})
+        reqs, sent, received = [], 0, 0
+        with self._phase(phase):
+            for k, buf in recvs:
+                t = mpi_type(buf.dtype)
+                req = self.comm.Irecv([_flat(buf), t], source=int(k), tag=tag)
+                receives[id(req)] = (req, t, buf.size, int(k), self)
+                reqs.append(req)
+                received += buf.size
+            for k, buf in sends:
+                reqs.append(self.comm.Isend([_flat(buf), mpi_type(buf.dtype)], dest=int(k),
+                                            tag=tag))
+                sent += buf.size
+        self.stats.add(phase, sent, received, len(sends), len(recvs))
+        return reqs
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, phase: str = "other") -> None:
         """Sum-allreduce (counted as a reduce-scatter plus an all-gather of the buffer)."""

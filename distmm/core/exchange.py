@@ -12,20 +12,28 @@ rank needs and their owners (the pattern of S alone), and then reused by every c
   rank's block (SpMMB's output on the Y side) back to that rank, which adds them
   (:meth:`RowExchange.add_received`).
 
-Both run as one MPI ``Ialltoallv`` on the communicator, through the counting wrapper. Why
-Alltoallv: the peers and counts are fixed by the plan, MPI sends nothing for a zero count (so
-a rank that needs nothing sends and receives no message), it needs no extra communicator
-(a neighbourhood collective needs a distributed-graph communicator per object) nor requests
-kept between calls (persistent ones would fix every call's message tag), and its
-non-blocking form lets the kernels on the rows already local run while the rows travel.
-Neither alternative was faster in every measurement (docs/algorithms/15d-sparse-aware.md;
-experiments/bench_exchange.py).
+Both run as point-to-point messages with the plan's peers only (non-blocking ``Irecv`` and
+``Isend``, :meth:`~distmm.core.comm.CountingComm.start_exchange`, through the counting
+wrapper), each carrying the call's tag and checked for its size, as the dense shifting
+family's shifts are. Why not ``Ialltoallv``: a collective is preceded in every call by the
+all-gather that compares the ranks' calls (:meth:`~distmm.core.comm.CountingComm._same_call`),
+and MPICH's ``Ialltoallv`` costs more than ``Isend``/``Irecv`` pairs even with one peer:
+together, at a few ranks, the latency that the family's fewer words did not repay
+(measured in docs/algorithms/15d-sparse-aware.md). A rank with no peer makes no MPI call; no
+request or communicator is kept between calls.
 
-Counted words (exact): a gather sends ``r`` words per row of ``send_rows`` and one message
-per peer with a non-zero count; a scatter sends ``r`` words per received row back. Building
-the plan sends one count to every other rank of the communicator and the ids of the needed
-rows (phase "plan"). :func:`exchange_model` computes the same numbers for every rank from the
-global pattern alone, without running anything.
+A rank that needs :data:`WHOLE_FRACTION` or more of a peer's block receives the whole block
+(:func:`whole_pairs`, in a layer that relays nothing): its owner sends it straight from the
+caller's array, without the packing copy, and the receiver's compact numbering covers the
+whole block. Both ends decide from the count of rows asked at planning, so no message is
+added.
+
+Counted words (exact): a gather sends ``r`` words per row of ``send_rows`` (a whole block's
+rows where it sends the whole block) and one message per peer with a non-zero count; a
+scatter sends ``r`` words per received row back. Building the plan sends one count to every
+other rank of the communicator and the ids of the needed rows (phase "plan").
+:func:`exchange_model` computes the same numbers for every rank from the global pattern
+alone, without running anything.
 """
 
 from __future__ import annotations
@@ -37,6 +45,15 @@ import numpy as np
 from distmm.core.comm import CountingComm
 from distmm.core.layout import block_of, block_offsets
 from distmm.core.relay_rule import RELAY_MIN_SAVING, RelayRule  # noqa: F401 (re-exported)
+
+# A rank that needs at least this fraction of a peer's block gets the whole block, sent straight
+# from the caller's array: no packing copy on the sender, for at most 1/0.9 - 1 = 11% more
+# words on that pair (where nearly every row is needed, as in a dense region of S, the copy
+# costs more than the few extra rows).
+WHOLE_FRACTION = 0.9
+
+# channels of CountingComm.start_exchange: the exchanges one call may have in flight
+_CHANNELS = {"gather": 0, "gather-relay": 1, "scatter-relay": 2, "scatter": 3}
 
 
 def relay_parents(rows: np.ndarray, dests: np.ndarray, owners: np.ndarray, q: int,
@@ -197,21 +214,41 @@ class RowExchange:
     relay_recvcounts: np.ndarray
     buffer_ids: np.ndarray
     relayed: bool = False
+    whole: np.ndarray | None = None
 
-    @property
-    def nrecv(self) -> int:
-        """Rows this rank receives (the compact buffer's rows)."""
-        return int(self.recvcounts.sum() + self.relay_recvcounts.sum())
-
-    @property
-    def nsend(self) -> int:
-        """Rows this rank sends in a gather, forwarded ones included (one per destination)."""
-        return int(self.send_rows.size + self.relay_rows.size)
+    def __post_init__(self) -> None:
+        # what every call reads, once: the buffers' sizes and, per exchange and width, the
+        # peers and their rows in the buffers (_start)
+        q = self.sendcounts.size
+        if self.whole is None:
+            self.whole = np.zeros(q, dtype=bool)
+        self.nrecv = int(self.recvcounts.sum() + self.relay_recvcounts.sum())
+        self.nsend = int(self.send_rows.size + self.relay_rows.size)
+        self._n1r, self._n1s = int(self.recvcounts.sum()), int(self.send_rows.size)
+        # a gather packs the rows of the destinations that do not take the whole block:
+        # (rows of send_rows, rows of the send buffer) of each such destination
+        bounds = np.r_[0, np.cumsum(self.sendcounts)]
+        packed = np.where(self.whole, 0, self.sendcounts)
+        pack_at = np.r_[0, np.cumsum(packed)]
+        self._packs = [(int(bounds[k]), int(bounds[k + 1]), int(pack_at[k]),
+                        int(pack_at[k + 1])) for k in np.flatnonzero(packed)]
+        if not self.whole.any():  # one copy of all rows sent
+            self._packs = [(0, self._n1s, 0, self._n1s)]
+        self._rows = {
+            "gather": ([(k, -1 if self.whole[k] else pack_at[k], pack_at[k + 1])
+                        for k in np.flatnonzero(self.sendcounts)],
+                       _segments(self.recvcounts)),
+            "gather-relay": (_segments(self.relay_sendcounts),
+                             _segments(self.relay_recvcounts)),
+            "scatter": (_segments(self.recvcounts),
+                        [(k, bounds[k], bounds[k + 1]) for k in np.flatnonzero(self.sendcounts)]),
+            "scatter-relay": (_segments(self.relay_recvcounts),
+                              _segments(self.relay_sendcounts))}
 
     @classmethod
     def build(cls, comm: CountingComm, needed: np.ndarray, owners: np.ndarray,
               own_base: int, phase: str = "plan", relay: bool = False,
-              owner_of=None) -> RowExchange:
+              owner_of=None, blocks: np.ndarray | None = None) -> RowExchange:
         """Build the plan from the rows this rank needs (collective over ``comm``).
 
         ``needed``: sorted global ids of the rows this rank needs from others; ``owners``:
@@ -221,7 +258,12 @@ class RowExchange:
         ``owner_of`` maps global ids to owners) and sends each rank whether the layer relays
         at all and the parent of each row it needs. Then every rank sends one count to every
         other rank and the needed ids to their parents (owners or relays). All of it is
-        counted under ``phase``: :func:`plan_words`."""
+        counted under ``phase``: :func:`plan_words`.
+
+        ``blocks`` (q x 2: the global ids [start, stop) of each rank's block), where given
+        and the layer does not relay: a rank needing at least :data:`WHOLE_FRACTION` of a
+        peer's block receives all of it (:func:`whole_pairs`; both ends decide alike from the
+        count of rows asked, with no further message)."""
         q, me = comm.size, comm.rank
         needed = np.ascontiguousarray(needed, dtype=np.int64)
         owners = np.asarray(owners, dtype=np.int64)
@@ -256,6 +298,16 @@ class RowExchange:
         # phase 1's rows (by owner, sorted ids), then phase 2's (by relay, sorted ids)
         order = np.lexsort((needed, parents, second))
         buffer_ids = needed[order]
+        sizes = None if blocks is None or relayed else np.diff(blocks, axis=1)[:, 0]
+        need = np.bincount(parents[~second], minlength=q).astype(np.int64)
+        whole_from = (np.zeros(q, dtype=bool) if sizes is None
+                      else whole_pairs(need, sizes))
+        if whole_from.any():  # whole blocks in place of their needed rows
+            at = np.r_[0, np.cumsum(need)]
+            buffer_ids = np.concatenate([
+                np.arange(blocks[k, 0], blocks[k, 1], dtype=np.int64) if whole_from[k]
+                else buffer_ids[at[k]:at[k + 1]] for k in range(q)])
+            need = np.where(whole_from, sizes, need)
         asks = np.lexsort((needed, second, parents))  # to each parent: owned rows first
         askcounts = np.bincount(parents, minlength=q).astype(np.int64)
         sendcounts = np.empty(q, dtype=np.int64)
@@ -271,27 +323,48 @@ class RowExchange:
             first = buffer_ids[:int(np.count_nonzero(~second))]
             srt = np.argsort(first, kind="stable")
             relay_rows = srt[np.searchsorted(first, asked[~owned], sorter=srt)].astype(np.int64)
-        return cls(comm, asked[owned] - own_base,
-                   np.bincount(source[owned], minlength=q).astype(np.int64),
-                   np.bincount(parents[~second], minlength=q).astype(np.int64),
+        send_rows = asked[owned] - own_base
+        sendcounts = np.bincount(source[owned], minlength=q).astype(np.int64)
+        whole_to = (np.zeros(q, dtype=bool) if sizes is None
+                    else whole_pairs(sendcounts, np.full(q, sizes[me])))
+        if whole_to.any():
+            at = np.r_[0, np.cumsum(sendcounts)]
+            send_rows = np.concatenate([
+                np.arange(sizes[me], dtype=np.int64) if whole_to[k]
+                else send_rows[at[k]:at[k + 1]] for k in range(q)])
+            sendcounts = np.where(whole_to, sizes[me], sendcounts)
+        return cls(comm, send_rows, sendcounts, need,
                    relay_rows, np.bincount(source[~owned], minlength=q).astype(np.int64),
                    np.bincount(parents[second], minlength=q).astype(np.int64),
-                   buffer_ids, relayed)
+                   buffer_ids, relayed, whole_to)
+
+    def _start(self, kind: str, sendbuf: np.ndarray, recvbuf: np.ndarray,
+               Y: np.ndarray | None = None, phase: str = "propagation") -> list:
+        """Start one exchange of rows: ``kind`` names its peers and their rows in the
+        buffers (``self._rows``) and its channel; a gather's destinations that take the
+        whole block get ``Y`` itself. A rank with no peer in it makes no MPI call."""
+        sends, recvs = self._rows[kind]
+        if not sends and not recvs:
+            return []
+        return self.comm.start_exchange(
+            [(k, Y if lo < 0 else sendbuf[lo:hi]) for k, lo, hi in sends],
+            [(k, recvbuf[lo:hi]) for k, lo, hi in recvs], _CHANNELS[kind], phase)
 
     def start_gather(self, Y: np.ndarray, sendbuf: np.ndarray, recvbuf: np.ndarray,
                      phase: str = "propagation") -> Transfer:
         """Send the planned rows of ``Y`` (this rank's block, n_local x r) and receive the
         needed rows into ``recvbuf`` (nrecv x r, in ``buffer_ids`` order), via ``sendbuf``
         (nsend x r). Starts phase 1; :meth:`finish` completes it and runs phase 2 (the
-        relays forward what they received). Collective over the communicator."""
-        r = Y.shape[1]
-        n1 = self.send_rows.size
+        relays forward what they received). Collective over the communicator (point to
+        point with the peers of the plan)."""
         # mode "clip" writes straight into sendbuf ("raise", the default, buffers a copy);
         # the rows are valid by construction
-        np.take(Y, self.send_rows, axis=0, out=sendbuf[:n1], mode="clip")
-        reqs = self.comm.start_alltoallv(sendbuf[:n1], self.sendcounts * r,
-                                         recvbuf[:int(self.recvcounts.sum())],
-                                         self.recvcounts * r, phase=phase)
+        rows = self.send_rows
+        for a, b, lo, hi in self._packs:
+            np.take(Y, rows[a:b], axis=0, out=sendbuf[lo:hi], mode="clip")
+        if self.whole.any() and not Y.flags.c_contiguous:
+            Y = np.ascontiguousarray(Y)
+        reqs = self._start("gather", sendbuf, recvbuf, Y, phase)
         return Transfer("gather", reqs, sendbuf, recvbuf)
 
     def start_scatter(self, partial: np.ndarray, recvbuf: np.ndarray,
@@ -301,15 +374,11 @@ class RowExchange:
         send the sums with phase 1's rows to the owners; this rank's rows arrive in
         ``recvbuf`` (nsend x r). Collective over the communicator; finish with
         :meth:`finish`, then :meth:`add_received`."""
-        r = partial.shape[1]
         if self.relayed:
-            n1r, n1s = int(self.recvcounts.sum()), self.send_rows.size
-            reqs = self.comm.start_alltoallv(partial[n1r:], self.relay_recvcounts * r,
-                                             recvbuf[n1s:], self.relay_sendcounts * r,
-                                             phase=phase)
+            reqs = self._start("scatter-relay", partial[self._n1r:], recvbuf[self._n1s:],
+                               phase=phase)
             return Transfer("scatter-relay", reqs, partial, recvbuf)
-        reqs = self.comm.start_alltoallv(partial, self.recvcounts * r, recvbuf,
-                                         self.sendcounts * r, phase=phase)
+        reqs = self._start("scatter", partial, recvbuf, phase=phase)
         return Transfer("scatter", reqs, partial, recvbuf)
 
     def finish(self, transfer: Transfer, phase: str = "propagation") -> None:
@@ -318,24 +387,36 @@ class RowExchange:
         self.comm.finish(transfer.requests, phase=phase)
         if not self.relayed or transfer.kind == "scatter":
             return
-        n1r, n1s = int(self.recvcounts.sum()), self.send_rows.size
+        n1r, n1s = self._n1r, self._n1s
         if transfer.kind == "gather":
             send, recv = transfer.send, transfer.recv
-            r = recv.shape[1]
             np.take(recv, self.relay_rows, axis=0, out=send[n1s:], mode="clip")
-            self.comm.alltoallv(send[n1s:], self.relay_sendcounts * r, recv[n1r:],
-                                self.relay_recvcounts * r, phase=phase)
+            self.comm.finish(self._start("gather-relay", send[n1s:], recv[n1r:],
+                                         phase=phase), phase=phase)
             return
         partial, back = transfer.send, transfer.recv
-        r = partial.shape[1]
         _add_by_source(partial, self.relay_rows, self.relay_sendcounts, back[n1s:])
-        self.comm.alltoallv(partial[:n1r], self.recvcounts * r, back[:n1s],
-                            self.sendcounts * r, phase=phase)
+        self.comm.finish(self._start("scatter", partial[:n1r], back[:n1s], phase=phase),
+                         phase=phase)
 
     def add_received(self, out: np.ndarray, recvbuf: np.ndarray) -> None:
         """Add the partial rows received by a scatter into ``out`` (this rank's block), in
         the order of the sources (the same on every run). Not collective."""
         _add_by_source(out, self.send_rows, self.sendcounts, recvbuf)
+
+
+def _segments(counts: np.ndarray) -> list[tuple[int, int, int]]:
+    """(peer, first row, end row) of each peer with a non-zero count, rows in peer order."""
+    at = np.r_[0, np.cumsum(counts)]
+    return [(int(k), int(at[k]), int(at[k + 1])) for k in np.flatnonzero(counts)]
+
+
+def whole_pairs(rows: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Which of a rank's exchanges move a whole block: ``rows[k]`` rows needed of a block
+    of ``sizes[k]`` rows, at least :data:`WHOLE_FRACTION` of it (and not none). The sender
+    and the receiver decide alike from the same two counts. Not collective."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return (rows > 0) & (rows >= WHOLE_FRACTION * np.asarray(sizes, dtype=np.int64))
 
 
 def _add_by_source(out: np.ndarray, rows: np.ndarray, counts: np.ndarray,
@@ -452,8 +533,18 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
     recv_pos = pu * c + layer
     send_pos = parent * c + layer  # who sends the row to recv_pos (owner or relay)
     first = parent == owner
-    recv_rows = np.bincount(recv_pos, minlength=p)
+    need_rows = np.bincount(recv_pos, minlength=p)
+    recv_rows = need_rows.copy()
     send_rows = np.bincount(send_pos, minlength=p)
+    # whole blocks (RowExchange.build's ``blocks``): pairs of a layer that relays nothing
+    # where the receiver needs most of the owner's block
+    relays = np.bincount(layer[~first], minlength=c) > 0
+    pair, count = np.unique(recv_pos * p + pjb, return_counts=True)
+    kr, kb = pair // p, pair % p  # receiver's position; owner's block (= its position)
+    whole = whole_pairs(count, np.diff(ob)[kb]) & ~relays[kb % c]
+    extra = np.diff(ob)[kb[whole]] - count[whole]
+    recv_rows += np.bincount(kr[whole], weights=extra, minlength=p).astype(np.int64)
+    send_rows += np.bincount(kb[whole], weights=extra, minlength=p).astype(np.int64)
     relay_rows = np.bincount(send_pos[~first], minlength=p)
     send_peers = (_distinct(send_pos[first], recv_pos[first], p)
                   + _distinct(send_pos[~first], recv_pos[~first], p))
@@ -465,9 +556,9 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
     super_rows = np.repeat(sizes.reshape(q, c).sum(axis=1), c)
     # the plan's words: a layer's rank 0 (u = 0) gathers the others' needed ids
     gu, gv = np.arange(p) // c, np.arange(p) % c
-    layer_rows = np.bincount(gv, weights=recv_rows, minlength=c).astype(np.int64)
-    plans = [plan_words(q, int(recv_rows[k]), int(ask_peers[k]), relay,
-                        int(layer_rows[gv[k]] - recv_rows[k]) if gu[k] == 0 else None)
+    layer_rows = np.bincount(gv, weights=need_rows, minlength=c).astype(np.int64)
+    plans = [plan_words(q, int(need_rows[k]), int(ask_peers[k]), relay,
+                        int(layer_rows[gv[k]] - need_rows[k]) if gu[k] == 0 else None)
              for k in range(p)]
     plan_w = np.array([x["words"] for x in plans], dtype=np.int64)
     plan_m = np.array([x["messages"] for x in plans], dtype=np.int64)
@@ -480,5 +571,5 @@ def exchange_model(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
         plan_w, plan_m, relay_rows)))
 
 
-__all__ = ["ExchangeCounts", "RowExchange", "Transfer", "exchange_model", "plan_words",
-           "relay_parents"]
+__all__ = ["WHOLE_FRACTION", "ExchangeCounts", "RowExchange", "Transfer", "exchange_model",
+           "plan_words", "relay_parents", "whole_pairs"]

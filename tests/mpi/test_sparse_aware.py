@@ -51,6 +51,9 @@ def awkward():
     yield "hubs", hubs(6 * P + 5), False
     yield "wide and short", _coo(3, 57, [0, 0, 2, 2, 2], [0, 56, 5, 30, 31]), False
     yield "empty", sp.coo_matrix((9, 7)), True
+    # most of every block needed (as on MovieLens's ratings): some pairs move whole blocks
+    # (exchange.WHOLE_FRACTION), others their needed rows
+    yield "mostly dense", mostly_dense(5 * P + 3, 6 * P + 1), False
     # rectangular with hidden blocks (users x items of a few communities, shuffled): a row
     # and a column partition; KaHyPar where installed (the default, KaHIP, above)
     yield "rectangular communities", planted_bipartite(37, 53, 4, seed=5), \
@@ -91,8 +94,16 @@ def hubs(n: int, seed: int = 7) -> sp.coo_matrix:
     return _coo(n, n, S.row, S.col, seed)
 
 
+def mostly_dense(m: int, n: int, seed: int = 9) -> sp.coo_matrix:
+    """A random m x n pattern of density 0.45: a rank needs most rows of its layer's other
+    blocks, all of some (whole blocks) and not all of others."""
+    S = sp.random(m, n, density=0.45, random_state=seed, format="coo")
+    return _coo(m, n, S.row, S.col, seed)
+
+
 CASES = list(awkward())
 HUB = [k for k, x in enumerate(CASES) if x[0] == "hubs"][0]
+DENSE = [k for k, x in enumerate(CASES) if x[0] == "mostly dense"][0]
 
 
 @pytest.mark.parametrize("c", CS)
@@ -249,6 +260,41 @@ def test_relay_threshold_declines_a_small_saving():
             assert q >= 3 and busiest_on <= (1 - exchange.RELAY_MIN_SAVING) * busiest_off
         else:
             assert busiest_on == busiest_off
+        obj.close()
+
+
+def test_whole_blocks_where_most_rows_are_needed():
+    """A rank needing WHOLE_FRACTION or more of a peer's block receives the whole block (sent
+    from the caller's array, no packing): both ends agree on each pair, the received rows
+    are the whole block's in order, and the model (every rank's rows, from the pattern)
+    says the same; the results are scipy's (test_every_op_matches_scipy_on_awkward_patterns)
+    and the counts the model's (test_counted_words_equal_the_pattern_model) on this case."""
+    _, S, _ = CASES[DENSE]
+    for c in CS:
+        obj = distmm.distribute(S, COMM, algorithm=NAME, c=c, r=2, root=None, permute=False)
+        x, q = obj.exchange, P // c
+        ob = obj.offsets["b"]
+        blocks = np.arange(q) * c + obj.grid.v
+        sizes = np.diff(ob)[blocks]
+        # the pairs: what each rank takes whole from each other, and what it sends whole
+        takes = obj.layer.comm.allgather([int(k) for k in range(q)
+                                          if x.recvcounts[k] == sizes[k] and sizes[k]])
+        gives = obj.layer.comm.allgather([int(k) for k in np.flatnonzero(x.whole)])
+        me = obj.layer.rank
+        assert all(me in takes[k] for k in gives[me])  # what I send whole, they take whole
+        for k in np.flatnonzero(x.whole):
+            assert x.sendcounts[k] == sizes[me]
+        at = np.r_[0, np.cumsum(x.recvcounts)]
+        for k in range(q):
+            if me in gives[k]:  # k sends me its whole block: its rows, in order
+                assert k in takes[me]
+                assert np.array_equal(x.buffer_ids[at[k]:at[k + 1]],
+                                      np.arange(ob[blocks[k]], ob[blocks[k] + 1]))
+        model = model_counts(obj, S)
+        assert (x.nsend, x.nrecv) == (model.send_rows[COMM.rank], model.recv_rows[COMM.rank])
+        assert obj.stats.describe()["exchange"]["whole_blocks_sent"] == int(x.whole.sum())
+        if q > 1:  # the case is dense enough that some pair moves a whole block
+            assert COMM.allreduce(int(x.whole.sum())) > 0
         obj.close()
 
 
@@ -526,3 +572,28 @@ def test_run_auto_picks_the_aware_family_and_reuses_its_partition(monkeypatch, s
         assert made == [1]  # one partition: the planner's, which serves the run
     with h5py.File(out, "r") as h5:
         check("fusedmm-a", h5["result"][()], S, A, B, rtol=1e-9)
+
+
+@pytest.mark.skipif(P == 1, reason="point-to-point needs a peer")
+def test_point_to_point_exchange_counts_and_checks_sizes():
+    """CountingComm.start_exchange, the exchange's primitive: each rank sends rank + 1
+    numbers to the next rank and receives from the previous; the counters say exactly that
+    (words and one message each way), and a message of another size than the receive
+    expects (another call's width) raises InputError on the receiving rank."""
+    from distmm.core.comm import CommStats, CountingComm
+    from distmm.errors import InputError
+
+    comm = CountingComm(COMM.Dup(), CommStats())
+    me, nxt, prv = COMM.rank, (COMM.rank + 1) % P, (COMM.rank - 1) % P
+    send = np.full(me + 1, float(me))
+    got = np.zeros(prv + 1)
+    comm.finish(comm.start_exchange([(nxt, send)], [(prv, got)], channel=2))
+    assert (got == prv).all()
+    c = comm.stats.counts["propagation"]
+    assert (c["words_sent"], c["words_received"]) == (me + 1, prv + 1)
+    assert (c["messages_sent"], c["messages_received"]) == (1, 1)
+    with pytest.raises(InputError, match="arrived from rank"):
+        comm.finish(comm.start_exchange([(nxt, send)], [(prv, np.zeros(prv + 2))]))
+    with pytest.raises(ValueError, match="channel"):
+        comm.start_exchange([], [], channel=8)
+    comm.comm.Free()
