@@ -407,6 +407,43 @@ class DenseShift15D(TwoOrientationAlgorithm):
             return aligned_empty((self._orientation(name).blocks[0].shape[0], r), self.dtype)
         return out
 
+    # ----------------------------------------------------------------- one rank
+    # On one rank (q = 1, c = 1) Algorithm 1 is one kernel step on the caller's arrays and S's
+    # only block, with nothing replicated, shifted or reduced: the loop pieces below run that
+    # step as _local_step does, without the loop's frames, which a plain call on a small
+    # graph pays on top of its kernel.
+    def _one_rank_step(self, mode: str, op: str, sources: tuple, vals, X, Y, out,
+                       r: int) -> None:
+        """The one kernel step of a call on one rank (the family's loop there), under
+        :meth:`_kernel_step`'s prepared-call key."""
+        self._kernels.run((self._kind, "a", 0, mode, True, r), sources, op,
+                          self._o["a"].blocks[0], vals, X, Y, out, False)
+
+    def _sddmm(self, A_loc, B_loc, vals, r, out):
+        if self.p > 1:
+            return super()._sddmm(A_loc, B_loc, vals, r, out)
+        if out is None:
+            out = np.empty(self._o["a"].nnz, dtype=self.dtype)
+        self._one_rank_step("sddmm", "sddmm", (vals, A_loc, B_loc, out), vals, A_loc, B_loc,
+                            out, r)
+        return out
+
+    def _spmm_a(self, B_loc, vals, r, out):
+        if self.p > 1:
+            return super()._spmm_a(B_loc, vals, r, out)
+        if out is None:
+            out = aligned_empty((self._o["a"].blocks[0].shape[0], r), self.dtype)
+        self._one_rank_step("spmm_x", "spmm_a", (vals, B_loc, out), vals, B_loc, None, out, r)
+        return out
+
+    def _spmm_b(self, A_loc, vals, r, out):
+        if self.p > 1:
+            return super()._spmm_b(A_loc, vals, r, out)
+        if out is None:
+            out = aligned_empty((self._o["a"].blocks[0].shape[1], r), self.dtype)
+        self._one_rank_step("spmm_y", "spmm_b", (vals, A_loc, out), vals, A_loc, None, out, r)
+        return out
+
     # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
                  values: np.ndarray | str | None = None) -> np.ndarray:
