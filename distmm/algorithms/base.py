@@ -17,40 +17,28 @@ buffers), ``placement`` (:mod:`.placement`), ``_named`` (:mod:`.values`), ``stat
 (:mod:`.stats`) and ``_edges`` (:mod:`distmm.ops.state`: the edge primitives' plans and
 communicators). Plans (:mod:`.plan`, :mod:`.trace`) are objects the caller asks for;
 :mod:`.dense_io` holds the layout functions and :mod:`.lifetime` what ``close`` does; a
-family's cost formulas sit on its ``model`` (:mod:`.model`). This module holds construction,
-the layout hooks and the public surface.
+family's cost formulas sit on its ``model`` (:mod:`.model`). What the constructor assembles
+before the family places S is :mod:`.construction`. This module holds the family hooks, the
+dense-layout geometry and the public surface.
 """
 from __future__ import annotations
-
-import weakref
 
 import numpy as np
 from mpi4py import MPI
 
-from distmm.algorithms import dense_io, lifetime
+from distmm.algorithms import construction, dense_io, lifetime
 from distmm.algorithms import plan as plans
-from distmm.algorithms.calls import CHECKS
 from distmm.algorithms.lifetime import ClosedError
 from distmm.algorithms.model import FamilyModel
-from distmm.algorithms.operations import Operations
 from distmm.algorithms.operator import Operator
-from distmm.algorithms.placement import Orientation, Placement, check_share
-from distmm.algorithms.prepared import PreparedCalls
-from distmm.algorithms.stats import MatrixStats
-from distmm.algorithms.values import NamedValues
-from distmm.core.comm import CountingComm, pairwise_setting
+from distmm.algorithms.placement import Orientation
 from distmm.core.coo import CooShare
 from distmm.core.dense import DenseBlock
-from distmm.core.grid import ProcessGrid15D, ProcessGrid25D, check_grid
+from distmm.core.grid import ProcessGrid15D, check_grid
 from distmm.core.layout import block_offsets
-from distmm.core.permute import applied_mode, inverse_permutation
 from distmm.errors import InputError, agree, require
-from distmm.kernels import NodeModel, make_node_model, threads
+from distmm.kernels import NodeModel
 from distmm.ops import edges, rowwise, softmax, transfer, xty
-from distmm.ops.state import EdgeState
-
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
 
 # Where newly built objects are recorded (see track_objects); None: nowhere.
 _TRACKED: list | None = None
@@ -122,87 +110,10 @@ class DistributedMatrix:
                  checks: str = "once") -> None:
         if _TRACKED is not None:
             _TRACKED.append(self)
-        self._check_arguments(comm.Get_size(), c, order, source.shape)
-        self.c = int(c)
-        self.overlap = bool(overlap)
-        dtype = np.dtype(dtype)
-        require(dtype in FLOAT_DTYPES, f"dtype must be float32 or float64, got {dtype}")
-        require(checks in CHECKS,
-                f"checks must be one of {', '.join(map(repr, CHECKS))}, got {checks!r}")
-        self.comm = comm
-        self.p = comm.Get_size()
-        self.rank = comm.Get_rank()
-        self.dtype = dtype
-        self.shape = (int(source.shape[0]), int(source.shape[1]))
-        self.check_finite = check_finite
-        self.checks = checks
-        # the operation front-ends (operations.py), which own the per-call checks and what
-        # they remember (calls.py); the plans, the layout checks and the families read those
-        # as _calls
-        self._ops = Operations(self)
-        self._calls = self._ops.checks
-        # Rank-independent (the family sets its grid sizes first), so before any message.
-        self.r = None if r is None else self._check_r(r)
-        # Each rank's share of its node's cores as numba threads, before any kernel runs
-        # (collective; distmm/kernels/threads.py).
-        threads.settle(comm)
-        self._closed = False
-        # the scratch buffers and prepared kernel calls kept between calls (prepared.py),
-        # and the node model's plan state they were prepared under (calls.py)
-        self._kernels = PreparedCalls(self)
-        self._plan_state = None
-        self._kind: str | None = None
-        # set only during a plan's full call (plan.py, trace.py)
-        self._tracer = None
-        # whether the call under way repeats the last call's operands or is a plan's
-        # (calls.py, _begin; prepared.py)
-        self._repeat = False
-        # the plans made on this matrix, whose kept steps the events that may make them stale
-        # drop (plan.py; PreparedCalls.forget)
-        self._plans: weakref.WeakSet = weakref.WeakSet()
-        self._col_cache: dict[int, np.ndarray] = {}
-        # named vectors of edge values beside S's own (values.py)
-        self._named = NamedValues(dtype)
-        self._rows_cache: dict[str, int] = {}
-        # what the edge primitives keep between calls, their communicators included
-        # (distmm/ops/state.py; freed by close)
-        self._edges = EdgeState()
-        self.stats = MatrixStats(self)
-        self.world = CountingComm(comm, self.stats)
-        self.placement = Placement(comm, self.world, self.stats, dtype, self.shape)
-        # A name makes a fresh model with default options; an instance (configured by the
-        # caller, e.g. from --node-config) is used as it is.
-        self.kernel = (node_model if isinstance(node_model, NodeModel)
-                       else make_node_model(node_model))
-        self.node_model = self.kernel.name
-        m, n = self.shape
-        # before the weights index by it; the pairwise-exchange threshold decides, on every
-        # rank alike, how the fiber collectives move (distmm.core.comm)
-        pairwise_problem, pairwise = pairwise_setting()
-        self._agree(check_share(source, check_finite) or pairwise_problem, same=pairwise)
-        if isinstance(permute, DistributedMatrix):  # share another object's layout
-            require(permute.shape == self.shape and permute.p == self.p,
-                    f"permute=<object>: the object's S is {permute.shape[0]} x "
-                    f"{permute.shape[1]} on {permute.p} ranks, this S is {m} x {n} on "
-                    f"{self.p}; a layout can only be shared by matrices of one shape")
-            self.permute = permute.permute
-            self.row_perm, self.col_perm = permute.row_perm, permute.col_perm
-        else:
-            self.permute = permute
-            self.row_perm, self.col_perm = self._balance_permutations(
-                source, applied_mode(permute, self.p), seed)
-        self.row_inv = inverse_permutation(self.row_perm)
-        self.col_inv = self.row_inv if self.col_perm is self.row_perm else inverse_permutation(
-            self.col_perm)
-        self.grid = self.grid_class.create(comm, self.c, order)
-        self.fiber = CountingComm(self.grid.fiber_comm, self.stats)
-        self.layer = CountingComm(self.grid.layer_comm, self.stats)
-        if isinstance(self.grid, ProcessGrid25D):  # s x s layers: Cannon shifts along rows, columns
-            self.s = self.grid.s
-            self.row = CountingComm(self.grid.row_comm, self.stats)
-            self.col = CountingComm(self.grid.col_comm, self.stats)
-        else:  # layers of q ranks
-            self.q = self.grid.q
+        # the parts, the permutations, the grid and its communicators (construction.py)
+        construction.assemble(self, source, comm, c, r, node_model, dtype, permute, seed,
+                              order, check_finite, overlap, checks,
+                              permute if isinstance(permute, DistributedMatrix) else None)
         self._setup(source)
 
     @classmethod

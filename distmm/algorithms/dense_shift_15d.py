@@ -407,6 +407,46 @@ class DenseShift15D(TwoOrientationAlgorithm):
             return aligned_empty((self._orientation(name).blocks[0].shape[0], r), self.dtype)
         return out
 
+    # ----------------------------------------------------------------- one rank
+    # On one rank (q = 1, c = 1) Algorithm 1 is one kernel step on the caller's arrays and S's
+    # only block, with nothing replicated, shifted or reduced: the loop pieces below run that
+    # step as _local_step does, without the loop's frames, which a plain call on a small
+    # graph pays on top of its kernel.
+    def _one_rank_step(self, o, mode: str, op: str, sources: tuple, vals, X, Y, out,
+                       r: int) -> None:
+        """The one kernel step of a call on one rank (the family's loop there) in
+        orientation ``o``, under :meth:`_kernel_step`'s prepared-call key."""
+        self._kernels.run((self._kind, o.name, 0, mode, True, r), sources, op, o.blocks[0],
+                          vals, X, Y, out, False)
+
+    def _sddmm(self, A_loc, B_loc, vals, r, out):
+        if self.p > 1:
+            return super()._sddmm(A_loc, B_loc, vals, r, out)
+        o = self._o["a"]
+        if out is None:
+            out = np.empty(o.nnz, dtype=self.dtype)
+        self._one_rank_step(o, "sddmm", "sddmm", (vals, A_loc, B_loc, out), vals, A_loc, B_loc,
+                            out, r)
+        return out
+
+    def _spmm_a(self, B_loc, vals, r, out):
+        if self.p > 1:
+            return super()._spmm_a(B_loc, vals, r, out)
+        o = self._o["a"]
+        if out is None:
+            out = aligned_empty((o.blocks[0].shape[0], r), self.dtype)
+        self._one_rank_step(o, "spmm_x", "spmm_a", (vals, B_loc, out), vals, B_loc, None, out, r)
+        return out
+
+    def _spmm_b(self, A_loc, vals, r, out):
+        if self.p > 1:
+            return super()._spmm_b(A_loc, vals, r, out)
+        o = self._o["a"]
+        if out is None:
+            out = aligned_empty((o.blocks[0].shape[1], r), self.dtype)
+        self._one_rank_step(o, "spmm_y", "spmm_b", (vals, A_loc, out), vals, A_loc, None, out, r)
+        return out
+
     # ----------------------------------------------------------------- FusedMM (IV-B)
     def _fusedmm(self, side: str, A_loc, B_loc, strategy: str, r: int, out=None,
                  values: np.ndarray | str | None = None) -> np.ndarray:
@@ -414,7 +454,15 @@ class DenseShift15D(TwoOrientationAlgorithm):
         same, other = ("a", "b") if side == "a" else ("b", "a")
         X, Y = (A_loc, B_loc) if side == "a" else (B_loc, A_loc)
         if strategy == "fusion":
-            return self._fused_x_in(same, X, Y, self._values_for(same, values), r, out)
+            vals = self._values_for(same, values)
+            if self.p == 1:  # one kernel step (see _one_rank_step)
+                o = self._orientation(same)
+                if out is None:
+                    out = aligned_empty((o.blocks[0].shape[0], r), self.dtype)
+                self._one_rank_step(o, "fused_x", "fusedmm_a", (vals, X, Y, out), vals, X, Y,
+                                    out, r)
+                return out
+            return self._fused_x_in(same, X, Y, vals, r, out)
         if strategy == "none":
             R, _ = self._sddmm_in(same, X, Y, self._values_for(same, values), r)
             return self._spmm_x_in(same, Y, R, r, out)

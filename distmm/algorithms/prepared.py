@@ -104,13 +104,18 @@ class PreparedCalls:
         if entries is not None:
             kept = entries.get(ids)
             if kept is not None:
-                k = 0
-                for ref, like in kept[0]:  # written out: every call's every kernel runs this
-                    x = sources[k]
-                    k += 1
+                # written out: every call's every kernel runs this
+                for (ref, like), x in zip(kept[0], sources, strict=True):
                     if ref() is not x or (x is not None and x.shape != like[0]):
                         kept = None
                         break
+                else:  # the very sources it was prepared with: run it
+                    run = kept[1]
+                    args = (vals, X, out) if Y is None else (vals, X, Y, out)
+                    mat.stats.seconds["compute"] += run(*args)
+                    if mat._tracer is not None:
+                        mat._tracer.kernel(True, run, args)
+                    return
             if kept is None:
                 first = next(iter(entries.values()))  # every entry's sources are alike
                 if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):

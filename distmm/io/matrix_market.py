@@ -2,19 +2,22 @@
 
 :func:`read_matrix_market` is collective and returns each rank's :class:`~distmm.core.coo.CooShare`;
 every problem it finds in the file is raised as the same :class:`~distmm.errors.InputError` on
-every rank, naming the file and (where there is one) the line. :func:`mtx_header` and
-:func:`matrix_market_size` read only a file's header (so sizes are compared before any data is
-read); :func:`read_csr_block` reads a whole file on one process.
+every rank, naming the file and (where there is one) the line. Each rank reads its own byte
+share of the data section (line-aligned; a gzip file is streamed and cut by lines) and parses
+it with the compiled parser (:mod:`distmm.io.mtx_parse`), numpy's text parser where that one
+cannot decide. What the format is, the header and the checks of an entry, is
+:mod:`distmm.io.mtx_format`; its header-only readers :func:`mtx_header` and
+:func:`matrix_market_size` (sizes compared before any data is read) are imported here too.
+:func:`read_csr_block` reads a whole file on one process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import warnings
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -22,7 +25,18 @@ import numpy as np
 from mpi4py import MPI
 
 from distmm.core.coo import CooShare
-from distmm.errors import InputError, agree, require
+from distmm.errors import agree, require
+from distmm.io.mtx_format import (
+    Header,
+    first_bad_entry,
+    matrix_market_size,
+    mtx_header,
+    open_stream,
+    read_failure,
+)
+from distmm.io.mtx_format import (
+    parse_header as _parse_header,
+)
 from distmm.io.mtx_parse import (
     EXACT_POW10,
     OK,
@@ -37,8 +51,6 @@ from distmm.io.mtx_parse import (
     undecided,
 )
 
-_GZIP_MAGIC = b"\x1f\x8b"
-_MAX_HEADER_LINE = 1 << 20  # a header line longer than this is not Matrix Market
 _SCAN_BLOCK = 1 << 16  # read size when looking for the end of a line
 _GZ_BLOCK = 1 << 22  # decompressed block size when streaming a gzip file
 _PARSE_BLOCK = 1 << 24  # bytes of text the fast parser gets at a time
@@ -53,29 +65,9 @@ _IS_SPACE = np.zeros(256, dtype=bool)
 _IS_SPACE[[9, 10, 11, 12, 13, 32]] = True
 _NEWLINE = 10
 _PERCENT = ord("%")
-_FIELDS = {"real": "real", "double": "real", "integer": "integer", "pattern": "pattern"}
-_SYMMETRIES = ("general", "symmetric", "skew-symmetric")
 
 
 __all__ = ["matrix_market_size", "mtx_header", "read_csr_block", "read_matrix_market"]
-
-
-@dataclass(frozen=True)
-class _Header:
-    """What the banner and size line of a Matrix Market coordinate file say."""
-
-    field: str  # "real", "integer" or "pattern"
-    symmetry: str  # "general", "symmetric" or "skew-symmetric"
-    nrows: int
-    ncols: int
-    nnz: int  # entries stored in the file (before symmetric mirroring)
-    lines: int  # lines up to and including the size line
-    data_offset: int  # offset of the data section in the (decompressed) byte stream
-    gzipped: bool
-
-    @property
-    def nfields(self) -> int:
-        return 2 if self.field == "pattern" else 3
 
 
 def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare:
@@ -117,17 +109,17 @@ def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare
     path = os.fspath(path)
     rank, p = comm.Get_rank(), comm.Get_size()
 
-    header: _Header | None = None
+    header: Header | None = None
     msg: str | None = None
     entries: _Entries | None = None
     chunk: bytes | None = None  # the rank's text, read only when the fast parser gives up
     nlines = 0
     with contextlib.ExitStack() as stack:
         try:
-            fh, gzipped = stack.enter_context(_open_stream(path))
+            fh, gzipped = stack.enter_context(open_stream(path))
             header, msg = _parse_header(fh, path, gzipped)
         except (OSError, EOFError, zlib.error) as exc:
-            msg = _read_failure(path, exc)
+            msg = read_failure(path, exc)
         agree(comm, msg)
         assert header is not None
         first_line = header.lines + 1
@@ -161,7 +153,7 @@ def read_matrix_market(path: str | os.PathLike[str], comm: MPI.Comm) -> CooShare
                 chunk = fh.read(end - start)
                 nlines = _count_lines(chunk)
         except (OSError, EOFError, zlib.error) as exc:
-            msg = _read_failure(path, exc)
+            msg = read_failure(path, exc)
             entries, chunk = None, b""
     if not header.gzipped:
         # Line numbers for error messages: count the lines of the ranks before this one.
@@ -241,7 +233,7 @@ def _count_diagonal(rows: np.ndarray, cols: np.ndarray) -> int:
                for k in range(0, rows.size, step))
 
 
-def _parse_fast(blocks: Iterator[np.ndarray], header: _Header, capacity: int) -> _Entries | None:
+def _parse_fast(blocks: Iterator[np.ndarray], header: Header, capacity: int) -> _Entries | None:
     """Parse a rank's lines with the compiled fast parser; None where it gives up.
 
     Not collective. ``blocks`` yields the rank's text in pieces of whole lines; ``capacity``
@@ -382,137 +374,6 @@ def _line_blocks(fh: BinaryIO, limit: int | None, skip: int, take: int | None,
         buf[:keep] = buf[stop:filled]
 
 
-@contextlib.contextmanager
-def _open_stream(path: str):
-    """Open ``path`` for binary reading, through gzip when it starts with the gzip magic."""
-    with open(path, "rb") as raw:
-        gzipped = raw.read(2) == _GZIP_MAGIC
-        raw.seek(0)
-        if not gzipped:
-            yield raw, False
-            return
-        with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
-            yield gz, True
-
-
-def _read_failure(path: str, exc: BaseException) -> str:
-    if isinstance(exc, FileNotFoundError):
-        return f"{path}: no such file"
-    if isinstance(exc, IsADirectoryError):
-        return f"{path}: is a directory, not a Matrix Market file"
-    if isinstance(exc, PermissionError):
-        return f"{path}: permission denied"
-    if isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
-        return f"{path}: corrupt or truncated gzip data ({exc})"
-    return f"{path}: cannot read the file ({exc})"
-
-
-def mtx_header(path: str | os.PathLike[str]) -> tuple[int, int, int]:
-    """``(rows, cols, entries)`` from a Matrix Market file's banner and size line. Not collective.
-
-    Reads only the header (through gzip when the file is compressed), so sizes can be compared
-    and checked before any data is read or distributed. ``entries`` is the size line's count
-    (before symmetric mirroring). Raises :class:`InputError` with the same messages as
-    :func:`read_matrix_market` for a missing, unreadable or malformed file.
-    """
-    path = os.fspath(path)
-    try:
-        with _open_stream(path) as (fh, gzipped):
-            header, msg = _parse_header(fh, path, gzipped)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(_read_failure(path, exc)) from None
-    if msg is not None:
-        raise InputError(msg)
-    assert header is not None
-    return header.nrows, header.ncols, header.nnz
-
-
-def _parse_header(fh: BinaryIO, path: str, gzipped: bool) -> tuple[_Header | None, str | None]:
-    """Read the banner, comments and size line; return the header or a problem. Not collective."""
-    line = fh.readline(_MAX_HEADER_LINE)
-    if line.startswith(b"\xef\xbb\xbf"):  # tolerate a UTF-8 byte-order mark
-        line = line[3:]
-    if not line.lower().startswith(b"%%matrixmarket"):
-        return None, (
-            f"{path}, line 1: not a Matrix Market file (the first line must start with "
-            "'%%MatrixMarket')"
-        )
-    tokens = line.decode("ascii", "replace").split()
-    if len(tokens) != 5 or tokens[0].lower() != "%%matrixmarket":
-        return None, (
-            f"{path}, line 1: malformed banner {line.strip()[:100]!r}; expected "
-            "'%%MatrixMarket matrix coordinate <field> <symmetry>'"
-        )
-    obj, fmt, field, symmetry = (t.lower() for t in tokens[1:])
-    where = f"{path}, line 1"
-    if obj != "matrix":
-        return None, f"{where}: unsupported object '{obj}' (only 'matrix' is supported)"
-    if fmt == "array":
-        return None, (
-            f"{where}: dense 'array' Matrix Market files are not supported; "
-            "a sparse 'coordinate' file is required"
-        )
-    if fmt != "coordinate":
-        return None, f"{where}: unknown format '{fmt}' (only 'coordinate' is supported)"
-    if field == "complex":
-        return None, f"{where}: complex matrices are not supported (field 'complex')"
-    if field not in _FIELDS:
-        return None, (f"{where}: unknown field '{field}' (supported: real, integer, pattern)")
-    if symmetry == "hermitian":
-        return None, f"{where}: 'hermitian' matrices are not supported (complex values)"
-    if symmetry not in _SYMMETRIES:
-        return None, (
-            f"{where}: unknown symmetry '{symmetry}' "
-            "(supported: general, symmetric, skew-symmetric)"
-        )
-    field = _FIELDS[field]
-    if field == "pattern" and symmetry == "skew-symmetric":
-        return None, f"{where}: 'pattern skew-symmetric' is not a valid combination"
-
-    lines = 1
-    while True:
-        line = fh.readline(_MAX_HEADER_LINE)
-        lines += 1
-        if not line:
-            return None, f"{path}: the file ends before the size line"
-        cut = len(line) == _MAX_HEADER_LINE and not line.endswith(b"\n")
-        stripped = line.strip()
-        if stripped and not stripped.startswith(b"%"):
-            if cut:
-                return None, (f"{path}, line {lines}: the size line is longer than "
-                              f"{_MAX_HEADER_LINE} bytes; expected 'rows cols entries'")
-            break
-        while cut:  # a comment may be of any length: read past the rest of it
-            line = fh.readline(_MAX_HEADER_LINE)
-            cut = len(line) == _MAX_HEADER_LINE and not line.endswith(b"\n")
-    parts = stripped.split()
-    if len(parts) != 3 or not all(part.isdigit() for part in parts):
-        text = stripped[:100].decode("ascii", "replace")
-        return None, (
-            f"{path}, line {lines}: bad size line {text!r}; expected 'rows cols entries' "
-            "(three non-negative integers)"
-        )
-    nrows, ncols, nnz = (int(part) for part in parts)
-    if symmetry != "general" and nrows != ncols:
-        return None, (
-            f"{path}, line {lines}: a {symmetry} matrix must be square, "
-            f"but the size line says {nrows} x {ncols}"
-        )
-    return (
-        _Header(
-            field=field,
-            symmetry=symmetry,
-            nrows=nrows,
-            ncols=ncols,
-            nnz=nnz,
-            lines=lines,
-            data_offset=fh.tell(),
-            gzipped=gzipped,
-        ),
-        None,
-    )
-
-
 def _line_start_after(fh: BinaryIO, pos: int, lo: int, hi: int) -> int:
     """The first line start at or after ``pos`` within [lo, hi]: the owner of byte ``pos``.
 
@@ -604,7 +465,7 @@ def _parse_numbers(data: bytes, expected: int) -> np.ndarray | None:
 
 
 def _parse_chunk(
-    chunk: bytes, first_line: int, header: _Header, path: str
+    chunk: bytes, first_line: int, header: Header, path: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
     """Parse one rank's data lines into 0-based (rows, cols, vals), or describe a problem.
 
@@ -676,7 +537,7 @@ def _parse_chunk(
         assert numbers is not None  # the lines before the first unparsable one parse
     table = numbers.reshape(-1, nfields)
 
-    problem = _first_bad_entry(table, header)
+    problem = first_bad_entry(table, header)
     if problem is not None:
         entry, description = problem
         line = int(entry_line[entry])
@@ -691,47 +552,6 @@ def _parse_chunk(
     cols = table[:, 1].astype(np.int64) - 1
     vals = np.ones(rows.size) if nfields == 2 else np.ascontiguousarray(table[:, 2])
     return rows, cols, vals
-
-
-def _first_bad_entry(table: np.ndarray, header: _Header) -> tuple[int, str] | None:
-    """The first entry (row of ``table``) with a bad index or value, and what is wrong with it.
-
-    ``table`` holds the parsed fields (row, col[, value]) of one entry per row, indices still
-    1-based. Not collective.
-    """
-    checks: list[tuple[np.ndarray, Callable[[int], str]]] = []
-    for col, name, limit in ((0, "row", header.nrows), (1, "column", header.ncols)):
-        idx = table[:, col]
-        integral = np.isfinite(idx) & (idx == np.floor(idx))
-        checks.append((~integral,
-                       lambda e, n=name, i=idx: f"{n} index {float(i[e])!r} is not an integer"))
-        checks.append(
-            (
-                integral & ((idx < 1) | (idx > limit)),
-                lambda e, n=name, i=idx, m=limit: (
-                    f"{n} index {int(i[e])} is out of range 1..{m} (indices are 1-based)"
-                ),
-            )
-        )
-    if table.shape[1] == 3:
-        val = table[:, 2]
-        finite = np.isfinite(val)
-        checks.append(
-            (~finite, lambda e: f"value {val[e]} is not finite (NaN and inf values are refused)")
-        )
-        if header.field == "integer":
-            checks.append(
-                (
-                    finite & (val != np.floor(val)),
-                    lambda e: f"value {float(val[e])!r} is not an integer in an 'integer' file",
-                )
-            )
-    first: tuple[int, str] | None = None
-    for bad, describe in checks:
-        hits = np.flatnonzero(bad)
-        if hits.size and (first is None or hits[0] < first[0]):
-            first = (int(hits[0]), describe(int(hits[0])))
-    return first
 
 
 def _first_unparsable_line(chunk: bytes, line_starts: np.ndarray, per_line: np.ndarray) -> int:
@@ -769,23 +589,3 @@ def read_csr_block(path: str | os.PathLike[str], dtype=np.float64):
 
     share = read_matrix_market(path, MPI.COMM_SELF)
     return CSRBlock.from_coo(share.rows, share.cols, share.vals, share.shape, dtype)
-
-
-def matrix_market_size(path: str | os.PathLike[str]) -> tuple[int, int, int, str]:
-    """(rows, columns, stored entries, symmetry) from a Matrix Market coordinate file's header,
-    without reading its entries. Not collective.
-
-    A symmetric or skew-symmetric file stores one triangle: the matrix has up to twice the
-    stored entries (less the diagonal's). Raises InputError naming the file when it cannot be
-    read or its header is not a coordinate header (plain or gzip-compressed).
-    """
-    path = os.fspath(path)
-    try:
-        with _open_stream(path) as (fh, gzipped):
-            header, problem = _parse_header(fh, path, gzipped)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise InputError(_read_failure(path, exc)) from None
-    if header is None:
-        raise InputError(str(problem))
-    return header.nrows, header.ncols, header.nnz, header.symmetry
-

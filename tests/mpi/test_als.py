@@ -127,6 +127,7 @@ def test_epochs_after_the_second_replay_every_kernel_call():
         if record["epoch"] == 2:  # from here on, count every call that runs the loop
             for obj in (res.obj, res.test_obj):
                 obj._propagate = counted(obj._propagate)
+                obj._one_rank_step = counted(obj._one_rank_step)  # the loop on one rank
 
     res = als.fit(S, COMM, rank=R, lam=0.05, epochs=4, cg_iters=3, test_fraction=0.2,
                   seed=4, callback=watch)

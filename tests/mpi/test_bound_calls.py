@@ -86,6 +86,7 @@ def test_repeats_skip_the_checks_and_the_loop(monkeypatch):
 
             m.setattr(obj, "_begin", refuse)
             m.setattr(obj, "_propagate", refuse)
+            m.setattr(obj, "_one_rank_step", refuse)  # the loop on one rank
             res = call()
         check(op.replace("_", "-"), _gathered(obj, op, res), S, A, B, rtol=1e-10)
     obj.close()
@@ -113,12 +114,14 @@ def test_bound_calls_of_one_operation_on_other_operands_each_replay(monkeypatch)
 
         m.setattr(obj, "_begin", refuse)
         m.setattr(obj, "_propagate", refuse)
+        m.setattr(obj, "_one_rank_step", refuse)  # the loop on one rank
         for _ in range(2):
             res1, res2 = first(), second()
     check("fusedmm-a", obj.gather("a", res1), S, A, B, rtol=1e-10)
     check("fusedmm-a", obj.gather("a", res2), S, A, B2, rtol=1e-10)
-    propagate = obj._propagate
-    monkeypatch.setattr(obj, "_propagate", lambda *a, **k: loops.append(1) or propagate(*a, **k))
+    for loop in ("_propagate", "_one_rank_step"):  # the family's loop (on one rank: its step)
+        real = getattr(obj, loop)
+        monkeypatch.setattr(obj, loop, lambda *a, _f=real, **k: loops.append(1) or _f(*a, **k))
     obj.release_buffers()
     check("fusedmm-a", obj.gather("a", first()), S, A, B, rtol=1e-10)
     assert loops, "release_buffers left a bound call's replay"
@@ -150,6 +153,7 @@ def test_more_operand_sets_than_kept_by_id_all_replay(monkeypatch):
         raise AssertionError("a repeat of a bound call went through the family's loop")
 
     monkeypatch.setattr(obj, "_propagate", refuse)
+    monkeypatch.setattr(obj, "_one_rank_step", refuse)  # the loop on one rank
     for call, Bj in zip(calls, Bs, strict=True):
         check("spmm-a", obj.gather("a", call()), S, A, Bj, rtol=1e-10)
     obj.close()
@@ -173,6 +177,7 @@ def test_bound_calls_of_two_widths_in_turns_each_replay(monkeypatch):
 
         m.setattr(obj, "_begin", refuse)
         m.setattr(obj, "_propagate", refuse)
+        m.setattr(obj, "_one_rank_step", refuse)  # the loop on one rank
         res = [wide(), narrow(), narrow_spmm()]
     check("spmm-a", obj.gather("a", res[0]), S, None, B, rtol=1e-10)
     check("sddmm", obj.gather_values(res[1]), S, A7, B7, rtol=1e-10)

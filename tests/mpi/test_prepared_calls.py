@@ -259,14 +259,17 @@ def test_numba_thread_count_between_repeats():
 # runs those steps alone (plan.py). Plain method calls only check and run.
 
 def _count_loops(obj, monkeypatch) -> list[int]:
-    """Counts the family loops run (DenseShift15D._propagate), in a one-item list."""
-    count, real = [0], obj._propagate
+    """Counts the family loops run (DenseShift15D._propagate, or on one rank its single
+    kernel step, _one_rank_step), in a one-item list."""
+    count = [0]
+    for name in ("_propagate", "_one_rank_step"):
+        real = getattr(obj, name)
 
-    def counted(*args, **kwargs):
-        count[0] += 1
-        return real(*args, **kwargs)
+        def counted(*args, _real=real, **kwargs):
+            count[0] += 1
+            return _real(*args, **kwargs)
 
-    monkeypatch.setattr(obj, "_propagate", counted)
+        monkeypatch.setattr(obj, name, counted)
     return count
 
 
