@@ -13,7 +13,8 @@ tests/mpi/conftest.py leaves a module out of a run over a directory at a rank co
 lacks, and names it; a module named on the command line runs at any count, and
 ``DISTMM_TEST_EVERY_RANK_COUNT=1`` runs every module at every count. ``./tasks test`` starts
 one ``mpiexec`` stage for each count of :func:`stage_counts` (``python
-tests/mpi/rank_counts.py --stages`` prints them; without an argument it prints the table).
+tests/mpi/rank_counts.py --stages`` prints them, ``--measured`` the modules of
+:data:`MEASURED`; without an argument it prints the table).
 The standard library only: ``tasks`` reads it without MPI.
 """
 
@@ -43,13 +44,23 @@ DIFFER = (2, 3)
 # (a 2D grid, layers of several ranks, layers of one) by 4; 8 adds only larger grids of kinds
 # met at 4
 CHECKS = (1, 2, 3, 4)
+# The memory models against the operating system's peak resident set: 1 (no communication
+# buffers), 2 (the ring of two: test_memory_rss.py measures the families' c = 1 there only)
+# and 4 (the 2D grid of the 2.5D families, q = 2; a ring of four; c = 4, layers of one rank)
 RSS = (1, 2, 4)
+# ALS and GAT measured at c = 1 and the deepest c: at 4 that is a ring of four and layers of
+# one rank (the kinds 2 gives, a ring and c = p) and the 2.5D families' 2D grid, so 2 adds
+# no buffer of another kind
+RSS_APPS = (1, 4)
 
 RANK_COUNTS: dict[str, tuple[int, ...]] = {
     # per-call features that every family shares
     "test_bound_calls.py": LAYOUT,
     "test_close.py": LAYOUT,
-    "test_release.py": (1, 2, 3),
+    # what each family keeps between calls, freed: the buffers of a ring (c = 1) and of layers
+    # of one rank (c = p), both met at 3 (2 has no other kind); traced allocations make it
+    # costly at 4
+    "test_release.py": BUILT,
     "test_dense_blocks.py": LAYOUT,
     "test_ops_dense.py": LAYOUT,
     "test_ops_edges.py": LAYOUT,
@@ -105,9 +116,14 @@ RANK_COUNTS: dict[str, tuple[int, ...]] = {
     # relay= and --relay: 1 (no exchange), 2 (a layer of two, where no tree can form) and 3
     # (the smallest layer where the relay engages)
     "test_relay_option.py": (1, 2, 3),
-    "test_als_memory.py": RSS,
-    "test_gat_memory.py": RSS,
+    "test_als_memory.py": RSS_APPS,
+    "test_gat_memory.py": RSS_APPS,
 }
+
+# Modules that measure a rank's peak resident set: ./tasks test runs them in an mpiexec stage
+# of their own, with nothing else on the cores (beside the serial workers they read 0.4x and
+# 1.33x the model), where the other one-rank modules run beside the serial tests
+MEASURED = ("test_memory_rss.py", "test_als_memory.py", "test_gat_memory.py")
 
 
 def runs_at(module: str, size: int) -> bool:
@@ -123,6 +139,8 @@ def stage_counts() -> list[int]:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--stages"]:
         print(*stage_counts())
+    elif sys.argv[1:] == ["--measured"]:
+        print(*MEASURED)
     else:
         for name, ns in sorted(RANK_COUNTS.items()):
             print(f"{name:34s} {' '.join(map(str, ns))}")

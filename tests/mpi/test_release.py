@@ -76,25 +76,27 @@ def build(algorithm: str, c: int):
 
 def warmed(algorithm: str, c: int) -> int:
     """Numpy's traced bytes after one object of the family was built, exercised and closed
-    (compiled kernels, first-use caches and MPI's buffers then exist): the baseline."""
+    (compiled kernels, first-use caches and MPI's buffers then exist), with tracemalloc
+    started after it (tracing would only slow the warm-up: what it leaves is in the baseline
+    either way): the baseline."""
     S, A, B = build(algorithm, c)
     exercise(S, A, B)
     S.close()
     del S, A, B
     gc.collect()
+    tracemalloc.start()
     return numpy_bytes()
 
 
 @pytest.fixture
 def collector_off():
-    """tracemalloc on and the cycle collector off for the test (restored after), and the
-    harness's list of objects to close off (it would hold them; these tests free what they
-    build)."""
+    """The cycle collector off for the test (restored after; :func:`warmed` starts
+    tracemalloc, stopped after), and the harness's list of objects to close off (it would
+    hold them; these tests free what they build)."""
     made = base._TRACKED
     base.track_objects(None)
     gc.collect()
     gc.disable()
-    tracemalloc.start()
     try:
         yield
     finally:

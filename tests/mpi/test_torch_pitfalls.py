@@ -26,6 +26,7 @@ from mpi4py import MPI  # noqa: E402
 import distmm.torch as dt  # noqa: E402
 
 COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
 N = 17
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -54,7 +55,14 @@ def test_double_backward_is_refused_clearly():
         torch.autograd.grad(conv(x, g).pow(2).sum(), x, create_graph=True)
 
 
-@pytest.mark.parametrize("backend", ["inductor", "aot_eager", "eager"])
+@pytest.mark.parametrize("backend", [
+    # inductor differs from aot_eager only in the code it generates for the local regions
+    # between the layers (the same graph breaks and AOT backward, which meet the layers'
+    # collectives, run at every count under aot_eager); its compile costs seconds a rank:
+    # one rank, and 3, where the ranks' local shapes differ
+    pytest.param("inductor", marks=pytest.mark.skipif(P not in (1, 3), reason=(
+        "inductor's local code at p = 1 and 3; the graph breaks under aot_eager"))),
+    "aot_eager", "eager"])
 def test_torch_compile_runs_a_model_with_the_layers(backend):
     """torch.compile of a GCN + GAT model: the layers are graph breaks, the code around them
     is compiled; forward and gradients equal the eager model's. The backends docs/torch.md

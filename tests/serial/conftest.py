@@ -8,3 +8,15 @@ NUMBA_ENABLE_CUDASIM=0 to check the same kernels on the device.
 import os
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+# The modules whose tests mostly wait (on the jobs they launch, a watchdog's timeout, Slurm)
+# and take longest, run first: pytest-xdist hands whole files to its workers in collection
+# order (./tasks test passes --no-loadscope-reorder), and a long file started last would
+# leave one worker running it alone at the end.
+FIRST = ("test_call_mismatch.py", "test_signals.py", "test_slurm.py", "test_mpi_harness.py",
+         "test_als_cli.py", "test_experiments.py", "test_mpmd.py", "test_watchdog.py")
+
+
+def pytest_collection_modifyitems(items):
+    order = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: order.get(item.path.name, len(FIRST)))  # stable

@@ -1,12 +1,13 @@
 """End to end through a real Slurm: every slurm/ template as a user's first job.
 
-Each template is submitted with ``sbatch --wait`` from a fresh clone of this checkout (its
-committed files only, with this checkout's .venv: what the README's install command leaves),
-with no other preparation, and the job's output must land where the template and
-docs/experiments.md say (results/slurm-JOBNAME-JOBID.out). count_check.sbatch and
-fusedmm_sweep.sbatch run real ranks through srun; the other experiments' templates run their
-script with ``--list`` (the configurations at the job's p), which checks the template, the
-wrapper slurm/run-experiment.sh and the script's arguments without a sweep.
+Each template is submitted with ``sbatch`` (the test then waits for the job to end) from a
+fresh clone of this checkout (its committed files only, with this checkout's .venv: what the
+README's install command leaves), with no other preparation, and the job's output must land
+where the template and docs/experiments.md say (results/slurm-JOBNAME-JOBID.out).
+count_check.sbatch and fusedmm_sweep.sbatch run real ranks through srun; the other
+experiments' templates run their script with ``--list`` (the configurations at the job's p),
+which checks the template, the wrapper slurm/run-experiment.sh and the script's arguments
+without a sweep.
 
 Runs where ``sbatch`` and ``srun`` are on PATH and a cluster answers ``sinfo``: an existing one
 ($SLURM_CONF), or the one-node cluster of slurm/local-cluster.sh, which the test starts (as
@@ -21,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -79,24 +81,47 @@ def clone(tmp_path_factory):
     return where
 
 
+# the states of a job that has not ended (squeue's long names)
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+          "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+
+
+def _wait(env, jobid: str, limit: float = 900) -> tuple[str, str]:
+    """The job's final state and exit code (``COMPLETED``, ``0:0``), asked of slurmctld every
+    0.2 s: ``sbatch --wait`` sleeps 2 s, then 8, then 32 between its own polls (while
+    MinJobAge allows), so a job of a few seconds would hold the test for 10 s and one of 11 s
+    for 42 s."""
+    deadline = time.monotonic() + limit
+    while True:
+        show = subprocess.run(["scontrol", "show", "job", "-o", jobid], env=env,
+                              capture_output=True, text=True, timeout=20)
+        state = re.search(r"\bJobState=(\S+)", show.stdout)
+        if state and state.group(1) not in ACTIVE:
+            return state.group(1), re.search(r"\bExitCode=(\S+)", show.stdout).group(1)
+        assert time.monotonic() < deadline, f"job {jobid} still not ended: {show.stdout}"
+        time.sleep(0.2)
+
+
 def submit(env, clone, template: str, *args: str, ranks: int = 2) -> tuple[str, str]:
-    """sbatch --wait the template from the clone as a user would; (job id, job output)."""
+    """sbatch the template from the clone as a user would, and wait for the job to end; (job
+    id, job output)."""
     if ranks > os.cpu_count():  # rphi_map's laptop preset runs at p = 4: overcommit
         shape = ["-n", str(ranks), "--overcommit"]
     else:
         shape = [f"--ntasks-per-node={ranks}", "--cpus-per-task=1"]
     job = subprocess.run(
-        ["sbatch", "--wait", "-N", "1", *shape, "--time=10", f"slurm/{template}", *args],
+        ["sbatch", "-N", "1", *shape, "--time=10", f"slurm/{template}", *args],
         cwd=clone, env={**env, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}, capture_output=True,
-        text=True, timeout=900)
+        text=True, timeout=60)
     match = re.match(r"Submitted batch job (\d+)", job.stdout)
-    assert match, f"{job.stdout}{job.stderr}"
+    assert job.returncode == 0 and match, f"{job.stdout}{job.stderr}"
     jobid = match.group(1)
+    state, code = _wait(env, jobid)
     name = re.search(r"^#SBATCH --job-name=(\S+)$",
                      (clone / "slurm" / template).read_text(), re.M).group(1)
     out = clone / "results" / f"slurm-{name}-{jobid}.out"
     text = out.read_text() if out.exists() else ""
-    assert job.returncode == 0, f"{job.stdout}{job.stderr}{text}"
+    assert (state, code) == ("COMPLETED", "0:0"), f"{state} {code}\n{job.stdout}{job.stderr}{text}"
     assert out.exists(), f"no {out.relative_to(clone)}: {sorted(os.listdir(clone / 'results'))}"
     return jobid, text
 
