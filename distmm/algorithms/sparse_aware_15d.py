@@ -729,22 +729,31 @@ def default_orders(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p
                    permute="auto", seed: int = 0) -> list[tuple]:
     """The orders the family's ``permute`` may place S in: :func:`order`'s, and with the
     default (``"auto"``) where it partitions, the natural-order blocks too, second (the run
-    keeps, at its c, whichever gives the busiest rank fewer words, the partition on a tie:
-    :func:`pick_order`). Not collective."""
+    keeps, at its c, the partition where it saves the busiest rank at least
+    :data:`PARTITION_MIN_SAVING` of the blocks' words: :func:`pick_order`). Not collective."""
     first = order(rows, cols, shape, p, permute, seed)
     if permute_mode(permute) == "auto" and "partition" in first[3]:
         return [first, order(rows, cols, shape, p, "blocks", seed)]
     return [first]
 
 
+# The share of the natural blocks' busiest-rank words a partition must save to be kept.
+# A partition's parts balance nonzeros, not rows, and its rank packs the rows it sends where
+# the blocks' ranks often send whole blocks straight from the caller's array; a small saving
+# of words does not repay that (docs/algorithms/15d-sparse-aware.md, "Ordering").
+PARTITION_MIN_SAVING = 0.25
+
+
 def pick_order(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], p: int, c: int,
                orders: list[tuple], relay: bool = True) -> tuple:
-    """Of :func:`default_orders`' orders, the one whose busiest rank sends fewest words at
-    replication c (:func:`busiest_rows`; the first on a tie). Why: a partition balances
-    nonzeros and minimises total volume, which on a matrix no order helps (MovieLens's
-    ratings) can leave the busiest rank more words than the natural blocks, whose rows are
-    balanced too (docs/algorithms/15d-sparse-aware.md). Not collective."""
+    """Of :func:`default_orders`' orders (the partition, then the natural blocks), the one the
+    run keeps at replication c: the partition where its busiest rank sends at most
+    ``1 - PARTITION_MIN_SAVING`` of the blocks' busiest rank's words (:func:`busiest_rows`),
+    else the blocks. Why: a partition balances nonzeros and minimises total volume, which on
+    a matrix no order helps (MovieLens's ratings) can leave the busiest rank more words than
+    the natural blocks, or too few fewer to pay for its packed rows and row imbalance.
+    Not collective."""
     if len(orders) == 1:
         return orders[0]
-    words = [busiest_rows(rows, cols, shape, p, c, o, relay) for o in orders]
-    return orders[int(np.argmin(words))]
+    part, blocks = (busiest_rows(rows, cols, shape, p, c, o, relay) for o in orders)
+    return orders[0] if part <= (1.0 - PARTITION_MIN_SAVING) * blocks else orders[1]
