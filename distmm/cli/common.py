@@ -20,11 +20,11 @@ from distmm.cli import files
 from distmm.core.memory import available_bytes, parse_memory_limit
 from distmm.core.permute import PARTITION_MODES, PERMUTE_MODES
 from distmm.core.relay_rule import RELAY_CHOICES, relay_rule
-from distmm.errors import Checks, agree, require
+from distmm.errors import Checks, InputError, agree, require
 from distmm.io.outputs import read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
 from distmm.perf.planner import Machine, memory_problem
-from distmm.perf.sparse_planner import plan_distributed
+from distmm.perf.sparse_planner import AWARE, partitioner_fit, plan_distributed
 from distmm.perf.tuning import tune, tune_events
 
 __all__ = ["PERMUTE_CHOICES", "Parser", "UsageError", "check_common", "choose",
@@ -215,12 +215,12 @@ def relay_option(p: argparse.ArgumentParser) -> None:
                         "rows; on: wherever it saves any; off: never")
 
 
-def relay_from_args(args, machine, r: int | None):
-    """distribute's ``relay=`` from ``--relay`` and ``--machine``: None (the family's default)
-    for a family without the relay, or where neither is given; else
-    :func:`distmm.core.relay_rule.relay_rule` (by modelled time with a calibrated machine and
-    the width r). Not collective."""
-    cls = api.ALGORITHMS.get(args.algorithm)
+def relay_from_args(args, machine, r: int | None, algorithm: str | None = None):
+    """distribute's ``relay=`` from ``--relay`` and ``--machine`` for ``algorithm`` (default
+    ``--algorithm``): None (the family's default) for a family without the relay, or where
+    neither is given; else :func:`distmm.core.relay_rule.relay_rule` (by modelled time with a
+    calibrated machine and the width r). Not collective."""
+    cls = api.ALGORITHMS.get(algorithm or args.algorithm)
     choice = getattr(args, "relay", None)
     if cls is None or "relay" not in vars(cls):
         return None
@@ -273,6 +273,11 @@ def refuse_oversized(comm: MPI.Comm, limit: int | None, algorithm: str, c: int,
     where rank 0's partitioning of S at distribute (``permute``, :func:`permute_name`) is
     what does not fit, its share and the ways around it."""
     msg = None
+    if limit is not None and algorithm == "auto":  # the planner's partitioning, by name
+        try:
+            partitioner_fit(permute, m, n, nnz, comm.Get_size(), limit)
+        except InputError as err:
+            msg = str(err)
     if limit is not None and algorithm != "auto":
         p = comm.Get_size()
         for op in ops:
@@ -304,10 +309,16 @@ def choose(args, share, r: int, op: str, machine: Machine, limit: int | None = N
           "machine": machine.as_dict()})
     obj = None
     if args.tune > 1:
+        # the sparsity-aware candidates with the run's --relay and the order they were
+        # priced in where the planner fixed it (what is timed is what will run)
+        aware = {"relay": relay_from_args(args, machine, r, AWARE),
+                 "permute": "blocks" if "left_out" in best else partition}
+        aware = {key: value for key, value in aware.items() if value is not None}
         result = tune(share, comm, r, args.tune, machine, op=op, algorithms=families,
                       node_model=node_model_from_args(args), dtype=np.dtype(args.dtype),
                       permute=permute_mode(args), seed=args.seed, order=args.order,
-                      overlap=args.overlap, memory_limit=limit, rows=rows)
+                      overlap=args.overlap, memory_limit=limit, rows=rows,
+                      family_kwargs={AWARE: aware})
         for event in tune_events(result):
             emit(event)
         best, obj = result.best, result.obj

@@ -254,13 +254,19 @@ def partitioner_problem(memory: Memory, limit: int, p: int, saved: bool = True) 
     """Why rank 0's partitioning at distribute (``memory.partitioner``) does not fit
     ``limit`` bytes, and the ways around it (``saved``: the command takes ``--partition
     FILE``); None when it fits. Not collective."""
-    if memory.partitioner <= limit:
+    return partitioner_message(memory.partitioner, limit, p, saved)
+
+
+def partitioner_message(need: int, limit: int, p: int, saved: bool = True) -> str | None:
+    """:func:`partitioner_problem` from rank 0's partitioner bytes ``need``
+    (:func:`distmm.core.partition.partition_peak_bytes`). Not collective."""
+    if need <= limit:
         return None
     around = (f"partition once elsewhere and pass the file (`distmm partition S.mtx -p {p} "
               f"--out S.part.h5`, then --partition S.part.h5), or order by blocks "
               f"(--permute blocks)" if saved else "order by blocks (--permute blocks)")
     return (f"rank 0 partitions S at distribute (the 15d-sparse-aware family's default order) "
-            f"and needs about {format_bytes(memory.partitioner)} for it (the gathered pattern "
+            f"and needs about {format_bytes(need)} for it (the gathered pattern "
             f"and the partitioner's own memory), more than the memory limit of "
             f"{format_bytes(limit)} per rank; {around} (docs/memory.md)")
 

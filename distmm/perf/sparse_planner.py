@@ -36,12 +36,12 @@ from distmm.algorithms.sparse_aware_15d import (  # noqa: F401 - order etc. are 
 from distmm.core.exchange import ExchangeCounts, exchange_model
 from distmm.core.layout import block_offsets
 from distmm.core.memory import format_bytes
-from distmm.core.partition import partition_peak_bytes
+from distmm.core.partition import partition_peak_bytes, partitioner_at_distribute
 from distmm.core.permute import PARTITION_MODES, permute_mode
 from distmm.core.relay_rule import relay_name, relay_rule
 from distmm.errors import Checks, InputError
 from distmm.perf import costmodel
-from distmm.perf.planner import Machine, plan, predict
+from distmm.perf.planner import Machine, partitioner_message, plan, predict
 
 AWARE = SparseAware15D.name
 
@@ -161,6 +161,28 @@ def plan_sparse(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], r: i
     return out, info
 
 
+def partitioner_fit(permute, m: int, n: int, nnz: int, p: int,
+                    memory_limit: int | None) -> tuple[object, str | None]:
+    """Whether ``--algorithm auto`` may let rank 0 partition S, from m, n, nnz and p alone
+    (no data read; every rank that agreed on S's header decides the same): where rank 0's
+    partitioner (:func:`~distmm.core.partition.partition_peak_bytes`) exceeds
+    ``memory_limit``, the default order (``permute`` "auto") becomes the natural blocks,
+    returned with a note that says so; a partitioner asked for by name ("kahip",
+    "kahypar"), the only order the sparsity-aware family would then run in, is an
+    InputError naming its share and the ways around it. Else ``(permute, None)``.
+    Not collective (call it on every rank)."""
+    method = partitioner_at_distribute(permute, (m, n), p)
+    if memory_limit is None or method is None:
+        return permute, None
+    problem = partitioner_message(partition_peak_bytes(m, n, nnz, p), memory_limit, p)
+    if problem is None:
+        return permute, None
+    if permute_mode(permute) != "auto":
+        raise InputError(problem)
+    return "blocks", (f"{AWARE} ranked in natural blocks, without its default partition: "
+                      + problem.split("; ")[0])
+
+
 def plan_distributed(share, comm, r: int, machine: Machine | None = None,
                      algorithms: tuple[str, ...] | None = None, dtype=np.float32,
                      overlap: bool = False, memory_limit: int | None = None,
@@ -184,6 +206,9 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
     m, n = share.shape
     p = comm.Get_size()
     nnz = int(comm.allreduce(int(share.nnz)))
+    # rank 0's partitioner against the limit before it runs (the same on every rank)
+    permute, left_out = partitioner_fit(permute, m, n, nnz, p, memory_limit) \
+        if AWARE in algorithms else (permute, None)
     partitioned = (getattr(permute, "is_partition", False)
                    or (isinstance(permute, str) and permute in PARTITION_MODES))
     oblivious = () if partitioned else tuple(a for a in algorithms if a != AWARE)
@@ -218,6 +243,8 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
         checks.agree()
         found, part = comm.bcast((found, part), root=0)
         rows += found
+        if left_out is not None:  # the natural blocks the run must keep, not the default
+            part = "blocks"
     if memory_limit is not None:
         fit = [row for row in rows if row["memory"] <= memory_limit]
         if not fit and oblivious:  # the planner's own message: what c or p would fit
@@ -233,6 +260,9 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
     if not rows:
         raise InputError(f"no algorithm fits p={p}, r={r}")
     rows.sort(key=lambda row: (row["time_s"], row["c"], row["algorithm"]))
+    if left_out is not None:
+        for row in rows:
+            row["left_out"] = left_out
     # the pick's order: the partition where the pick placed S in it, "blocks" where the
     # default chose the natural blocks over it (so that the run does not partition again)
     pick = rows[0].get("permute") if rows[0]["algorithm"] == AWARE else None
@@ -241,5 +271,5 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
     return rows, (part if pick in PARTITION_MODES else "blocks")
 
 
-__all__ = ["aware_rows", "busiest_rows", "default_orders", "order", "pick_order",
-           "plan_distributed", "plan_sparse"]
+__all__ = ["aware_rows", "busiest_rows", "default_orders", "order", "partitioner_fit",
+           "pick_order", "plan_distributed", "plan_sparse"]

@@ -60,7 +60,7 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
          machine: Machine | None = None, op: str = "fusedmm-a",
          algorithms: tuple[str, ...] | None = None, repeat: int = 3, seed: int = 0,
          memory_limit: int | None = None, rows: list[dict] | None = None,
-         **distribute_kwargs) -> Tuned:
+         family_kwargs: dict[str, dict] | None = None, **distribute_kwargs) -> Tuned:
     """Pick (algorithm, strategy, c) for ``op`` on S at width ``r`` by timing the model's top
     ``candidates_k`` configurations on this data (collective over ``comm``).
 
@@ -76,6 +76,9 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
     ``rows``: the planner's ranking when the caller has it (e.g.
     :func:`distmm.perf.sparse_planner.plan_distributed`'s, which prices the sparsity-aware
     family from S's pattern), instead of :func:`distmm.perf.planner.plan`'s.
+    ``family_kwargs``: more of distribute's arguments for one family's candidates only
+    (``{"15d-sparse-aware": {"relay": ..., "permute": ...}}``: the run's relay setting and
+    the order the planner priced), so that what is timed is what will run.
     """
     require(op in CLI_OPS, f"unknown operation {op!r}; choose one of {', '.join(CLI_OPS)}")
     require(isinstance(repeat, int) and repeat >= 1, "repeat must be at least 1")
@@ -88,10 +91,15 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
                     overlap=bool(distribute_kwargs.get("overlap")), memory_limit=memory_limit)
     chosen = [dict(row, predicted_s=row["time_s"], measured_s=None)
               for row in candidates(rows, candidates_k, op)]
+    family_kwargs = family_kwargs or {}
+
+    def kwargs(algorithm: str) -> dict:
+        return {**distribute_kwargs, **family_kwargs.get(algorithm, {})}
+
     if len(chosen) == 1:
         row = chosen[0]
         obj = api.distribute(share, comm, algorithm=row["algorithm"], c=row["c"], r=r,
-                             seed=seed, **distribute_kwargs)
+                             seed=seed, **kwargs(row["algorithm"]))
         return Tuned(row, obj, chosen)
     best_obj, best_row = None, None
     # Candidates that share (algorithm, c) share one distribution.
@@ -100,7 +108,7 @@ def tune(share: CooShare, comm: MPI.Comm, r: int, candidates_k: int = 3,
         groups.setdefault((row["algorithm"], row["c"]), []).append(row)
     for (algorithm, c), group in groups.items():
         obj = api.distribute(share, comm, algorithm=algorithm, c=c, r=r, seed=seed,
-                             **distribute_kwargs)
+                             **kwargs(algorithm))
         A_loc, B_loc = random_blocks(obj, r, seed)
         kept = False
         for row in group:

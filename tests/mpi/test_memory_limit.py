@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 from distmm.cli import main
 from distmm.core.memory import available_bytes, parse_memory_limit, physical_memory, ranks_per_node
-from distmm.core.partition import default_method
+from distmm.core.partition import default_method, partition_peak_bytes
 from distmm.errors import InputError
 from distmm.perf.planner import family_memory, memory_peak, plan
 
@@ -121,6 +121,81 @@ def test_run_refuses_a_limit_below_rank_0s_partitioning(files, capsys):
     capsys.readouterr()
     COMM.Barrier()
     assert os.path.exists(os.path.join(files[0], out))
+
+
+def _record(monkeypatch, module, name: str) -> list:
+    """Record the calls of ``module.name`` (then call it)."""
+    calls, real = [], getattr(module, name)
+
+    def recorded(*args, **kwargs):
+        calls.append(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, recorded)
+    return calls
+
+
+@pytest.mark.skipif(P == 1, reason="one rank partitions nothing")
+@pytest.mark.skipif(default_method((M, N), 2) is None, reason="needs kahip (distmm[partition])")
+def test_auto_refuses_a_named_partitioner_over_the_limit_before_reading(files, monkeypatch,
+                                                                      capsys):
+    """--algorithm auto --permute kahip leaves only the sparsity-aware family, in rank 0's
+    partition: where the partitioner exceeds the limit, every rank refuses (exit 2) from S's
+    header, before S, A or B is read, naming its share and the ways around it."""
+    import distmm.io.npy
+    from distmm import api
+
+    _, nnz = files
+    need = partition_peak_bytes(M, N, nnz, P)
+    reads = (_record(monkeypatch, api, "as_coo_share")
+             + _record(monkeypatch, distmm.io.npy, "load_dense_npy"))
+    code = main(_run(files, "never_auto.h5", "--algorithm", "auto", "--permute", "kahip",
+                     "--memory-limit", str(need // 2)))
+    _refused(code, capsys.readouterr().err, "rank 0 partitions S at distribute",
+             "--partition S.part.h5", "--permute blocks")
+    assert reads == []
+    assert not os.path.exists(os.path.join(files[0], "never_auto.h5"))
+
+
+@pytest.mark.skipif(P == 1, reason="one rank partitions nothing")
+@pytest.mark.skipif(default_method((M, N), 2) is None, reason="needs kahip (distmm[partition])")
+def test_auto_under_a_limit_the_partitioner_exceeds_runs_without_partitioning(
+        files, monkeypatch, capsys):
+    """A limit every candidate fits in natural blocks but rank 0's partitioner does not:
+    --algorithm auto plans and runs without partitioning S (the plan line says so) and gives
+    scipy's result; without the limit the same command partitions (the check can fail)."""
+    import h5py
+
+    from distmm.algorithms import sparse_aware_15d
+
+    d, nnz = files
+    need = partition_peak_bytes(M, N, nnz, P)
+    limit = need // 2
+    assert max(row["memory"] for row in plan(M, N, nnz, R, P)) < limit
+    assert memory_peak("15d-sparse-aware", "fusion", M, N, nnz, R, P, 1,
+                       permute="blocks") < limit
+    for given, partitions in ((None, True), (limit, False)):
+        calls = _record(monkeypatch, sparse_aware_15d, "partition")
+        out = f"auto_{given}.h5"
+        extra = ("--memory-limit", str(given)) if given else ()
+        assert main(_run(files, out, "--algorithm", "auto", "--dtype", "float64",
+                         *extra)) == 0
+        lines = capsys.readouterr().out.splitlines()
+        # rank 0 partitions (in the planner) where the limit allows it, nowhere else
+        assert bool(COMM.allreduce(len(calls))) is partitions
+        monkeypatch.undo()
+        COMM.Barrier()
+        if COMM.rank == 0:
+            planned = [json.loads(x) for x in lines if '"plan"' in x][0]
+            assert ("left_out" in planned) is not partitions
+            if not partitions:
+                assert "without its default partition" in planned["left_out"]
+                assert planned.get("permute", "blocks") == "blocks"
+            S = sp.csr_matrix(scipy.io.mmread(os.path.join(d, "mem_S.mtx")))
+            A, B = np.load(os.path.join(d, "mem_A.npy")), np.load(os.path.join(d, "mem_B.npy"))
+            with h5py.File(os.path.join(d, out)) as f:
+                got = f[list(f.keys())[0]][...]
+            np.testing.assert_allclose(got, S.multiply(A @ B.T) @ B, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("limit", ["auto", "none", "1G"])

@@ -150,3 +150,46 @@ def test_cli_relay_auto_follows_a_calibrated_machine(hub_file, alpha, beta, enga
     if COMM.rank == 0:
         runs = [x for x in lines if x.get("event") == "run"]
         assert runs and runs[0]["exchange"]["relay"] == ("on" if engaged else "not needed")
+
+
+@pytest.mark.parametrize("relay", ["off", "on"])
+def test_cli_tune_times_the_sparse_aware_candidates_with_the_relay(hub_file, relay,
+                                                                    monkeypatch, capsys):
+    """--algorithm auto --tune K times the sparsity-aware candidates with the run's --relay
+    (--permute none keeps the natural blocks, where the hubs make the relay engage): every
+    candidate of the family is built with it, the run reports the setting of the tuned
+    object, and the result is scipy's."""
+    import json
+
+    import h5py
+
+    from distmm.algorithms.sparse_aware_15d import SparseAware15D
+    from distmm.core.relay_rule import relay_name
+
+    seen, real = [], SparseAware15D.__init__
+
+    def record(self, *args, **kwargs):  # the relay= each candidate of the family gets
+        seen.append(kwargs.get("relay"))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SparseAware15D, "__init__", record)
+    out = f"tune_relay_{relay}.h5"
+    assert main(_run(hub_file, out, "--algorithm", "auto", "--tune", "40",
+                     "--relay", relay, "--permute", "none", "--dtype", "float64")) == 0
+    monkeypatch.undo()
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert seen and all(x is not None and relay_name(x).split(":")[0] == relay
+                        for x in seen), seen
+    if COMM.rank == 0:
+        assert any(x.get("event") == "tune" and x["algorithm"] == NAME for x in lines)
+        runs = [x for x in lines if x.get("event") == "run"]
+        if runs[0].get("algorithm") == NAME and relay == "off":
+            assert runs[0]["exchange"]["relay"] == "off"
+    COMM.Barrier()
+    if COMM.rank == 0:
+        S = sp.csr_matrix(scipy.io.mmread(os.path.join(hub_file, "relay_S.mtx")))
+        A = np.load(os.path.join(hub_file, "relay_A.npy"))
+        B = np.load(os.path.join(hub_file, "relay_B.npy"))
+        with h5py.File(os.path.join(hub_file, out)) as f:
+            got = f[list(f.keys())[0]][...]
+        np.testing.assert_allclose(got, S.multiply(A @ B.T) @ B, rtol=1e-9, atol=1e-9)

@@ -122,3 +122,26 @@ def test_rectangular_partition_file_is_written_and_used_by_plan(tmp_path, capsys
     write_graph(tmp_path / "g.mtx")
     assert main(["plan", "--sparse", str(tmp_path / "g.mtx"), "-p", str(p), "--r", "8",
                  "--partition", str(out)]) == 2
+
+
+def test_auto_leaves_out_a_partitioner_over_the_limit():
+    """--algorithm auto's check before its planner partitions, from m, n, nnz and p alone:
+    under the partitioner's peak the default order becomes the natural blocks (with a note),
+    a partitioner named is refused with its share and the ways around it, and at or above the
+    peak, without a limit, on one rank or for a saved partition nothing changes."""
+    from distmm.core.partition import default_method, partition_peak_bytes
+    from distmm.errors import InputError
+    from distmm.perf.sparse_planner import partitioner_fit
+
+    m = n = 400
+    nnz, p = 3000, 8
+    need = partition_peak_bytes(m, n, nnz, p)
+    assert partitioner_fit("auto", m, n, nnz, p, need) == ("auto", None)
+    assert partitioner_fit("auto", m, n, nnz, p, None) == ("auto", None)
+    assert partitioner_fit("kahip", m, n, nnz, 1, 1000) == ("kahip", None)
+    assert partitioner_fit("blocks", m, n, nnz, p, 1000) == ("blocks", None)
+    if default_method((m, n), p) is not None:
+        permute, note = partitioner_fit("auto", m, n, nnz, p, need - 1)
+        assert permute == "blocks" and "natural blocks" in note and "rank 0 partitions" in note
+    with pytest.raises(InputError, match=r"--partition S\.part\.h5.*--permute blocks"):
+        partitioner_fit("kahip", m, n, nnz, p, need - 1)
