@@ -13,8 +13,9 @@ write and accumulate mode share one compiled kernel, the mode being a run-time f
 other node models' five operations at one width and hash-spgemm's SpGEMM, with hash tables and
 with its dense accumulator (its kernels are the largest compile of the suite, which tests and
 the ranks of ``distmm spgemm`` and of the node-model tests would otherwise each do); and
-(float64 only) the Matrix Market parser. ``DISTMM_WARM_TIMES=1`` prints each part's CPU
-seconds.
+(float64 only) the Matrix Market parser; (float32 only, the experiments' dtype) one epoch of
+GAT training on the families the app-breakdown test runs. ``DISTMM_WARM_TIMES=1`` prints
+each part's CPU seconds.
 """
 
 from __future__ import annotations
@@ -85,6 +86,43 @@ def warm_reader(dtype: np.dtype | None = None) -> None:
         read_matrix_market(str(path), MPI.COMM_SELF)
 
 
+def warm_gat(dtype: np.dtype) -> None:
+    """One epoch of ``distmm gat train`` on one rank, fused and unfused and on the column-split
+    and 2.5D families: the GAT layer's own kernels (dropout, LeakyReLU and its gradient, the
+    fused attention loop, the multi-head and head-segment SDDMM and SpMM), which both ranks of
+    the app-breakdown test's GAT jobs (float32, the experiments' dtype) would otherwise each
+    compile."""
+    import contextlib
+    import io
+    import json
+
+    import scipy.io
+    import scipy.sparse as sp
+
+    from distmm.cli.entry import main as distmm_main
+
+    rng = np.random.default_rng(2)
+    n, f = 13, 3
+    with tempfile.TemporaryDirectory() as tmp:
+        scipy.io.mmwrite(f"{tmp}/A.mtx", sp.random(n, n, density=0.3, format="coo",
+                                                   random_state=rng))
+        np.save(f"{tmp}/X.npy", rng.random((n, f)))
+        np.savetxt(f"{tmp}/y.txt", rng.integers(0, 2, n), fmt="%d")
+        Path(f"{tmp}/split.json").write_text(json.dumps(
+            {"train": list(range(5)), "val": list(range(5, 9)), "test": list(range(9, n))}))
+        common = ["gat", "train", "--graph", f"{tmp}/A.mtx", "--features", f"{tmp}/X.npy",
+                  "--labels", f"{tmp}/y.txt", "--split", f"{tmp}/split.json", "--dtype",
+                  str(dtype), "--hidden", "3", "--heads", "2", "--epochs", "1"]
+        for i, extra in enumerate((["--fused"], ["--no-fused"],
+                                   ["--algorithm", "15d-sparse-shift"],
+                                   ["--algorithm", "25d-dense-replicate"])):
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                code = distmm_main([*common, *extra, "--out", f"{tmp}/w{i}.h5"])
+            if code:
+                raise RuntimeError(f"distmm gat train {extra} exited {code}")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in ("float32", "float64"):
         print("usage: python tests/warm_numba_cache.py float32|float64", file=sys.stderr)
@@ -93,6 +131,8 @@ def main(argv: list[str]) -> int:
     parts = [warm_reference, warm_node_models]
     if dtype == np.float64:
         parts.append(warm_reader)
+    else:
+        parts.append(warm_gat)
     for part in parts:
         t0 = time.process_time()
         part(dtype)
