@@ -27,11 +27,31 @@ def _no_operand() -> None:
     return None
 
 
-def _source_refs(sources: tuple) -> tuple:
-    """What :meth:`PreparedCalls.run` keeps of a prepared call's sources: a
-    weak reference to each and its :func:`~distmm.kernels.numba_util.prepared_layout`."""
-    return tuple((_no_operand, None) if x is None else (weakref.ref(x), prepared_layout(x))
+def _source_refs(sources: tuple, evict=None) -> tuple:
+    """What :meth:`PreparedCalls.run` keeps of a prepared call's sources: a weak reference
+    to each (calling ``evict`` when its source goes) and its
+    :func:`~distmm.kernels.numba_util.prepared_layout`."""
+    return tuple((_no_operand, None) if x is None else (weakref.ref(x, evict), prepared_layout(x))
                  for x in sources)
+
+
+def _evictor(calls: weakref.ref, key: tuple, ids: tuple):
+    """The weak references' callback of the entry ``ids`` under ``key``: drops the entry as
+    soon as one of its sources goes, so that an entry found by the sources' ids holds those
+    very objects (an id is reused only after its object is gone); the key's last entry stays,
+    under no ids, for the sources alike that :meth:`PreparedCalls.run` compares. Holds the
+    matrix's part weakly and the entry not at all: a callback that held the entries would
+    make a reference cycle keeping the prepared call, and S's blocks with it, alive until
+    the cycle collector ran."""
+    def evict(ref: weakref.ref) -> None:
+        part = calls()
+        entries = None if part is None else part.prepared.get(key)
+        kept = None if entries is None else entries.get(ids)
+        if kept is not None and any(held is ref for held, _ in kept[0]):
+            del entries[ids]
+            if not entries:  # the key's prepared call still serves sources alike (run)
+                entries[None] = kept  # under no ids: found by none
+    return evict
 
 
 def _alike(x: np.ndarray | None, like: tuple | None) -> bool:
@@ -93,8 +113,9 @@ class PreparedCalls:
         (:meth:`_begin`), on :meth:`close`, and never kept under ``checks="always"``. The
         sources are held weakly: a kept call keeps no array alive.
 
-        The entries of a key are found by the sources' ids (then checked by identity, as an
-        id can be reused once its object is gone): a call whose result is a new array each
+        The entries of a key are found by the sources' ids (an entry goes with any of its
+        sources, so an id found is its object's; only the shapes are compared, as an array
+        can be reshaped in place): a call whose result is a new array each
         time (no ``out=``, the PyTorch functions) misses every entry, and comparing its
         sources with each entry in turn was a good part of such a call on a small graph."""
         mat = self._mat()
@@ -104,12 +125,13 @@ class PreparedCalls:
         if entries is not None:
             kept = entries.get(ids)
             if kept is not None:
-                # written out: every call's every kernel runs this
-                for (ref, like), x in zip(kept[0], sources, strict=True):
-                    if ref() is not x or (x is not None and x.shape != like[0]):
+                # an entry is dropped when one of its sources goes (_evictor): found by the
+                # ids, it holds these very objects. Written out: every kernel runs this
+                for x, shape in zip(sources, kept[2], strict=False):  # (as long: same ids)
+                    if x is not None and x.shape != shape:  # reshaped in place
                         kept = None
                         break
-                else:  # the very sources it was prepared with: run it
+                else:
                     run = kept[1]
                     args = (vals, X, out) if Y is None else (vals, X, Y, out)
                     mat.stats.seconds["compute"] += run(*args)
@@ -125,9 +147,8 @@ class PreparedCalls:
                     # not pass (new arrays each time) gets none it would not use again
                     kept = first
                     if mat._repeat:
-                        kept = (_source_refs(sources), first[1])
-                        entries.pop(ids, None)  # a dead entry under a reused id
-                        entries[ids] = kept
+                        entries.pop(ids, None)  # (a reshaped source's)
+                        kept = entries[ids] = self._entry(key, ids, sources, first[1])
                         if len(entries) > PREPARED_SOURCES:
                             del entries[next(iter(entries))]  # the oldest
         reused = kept is not None
@@ -136,14 +157,22 @@ class PreparedCalls:
                 run = prepare_sddmm_multi(mat.kernel, S, vals, X, Y, out)
             else:
                 run = mat.kernel.prepare(op, S, vals, X, Y, out, accumulate)
-            kept = (_source_refs(sources), run)
             if key is not None and mat.checks != "always":
+                kept = self._entry(key, ids, sources, run)
                 self.prepared[key] = {ids: kept}
+            else:
+                kept = (None, run)
         run = kept[1]
         args = (vals, X, out) if Y is None else (vals, X, Y, out)
         mat.stats.seconds["compute"] += run(*args)
         if mat._tracer is not None:
             mat._tracer.kernel(reused, run, args)
+
+    def _entry(self, key: tuple, ids: tuple, sources: tuple, run) -> tuple:
+        """One entry of ``prepared[key]``: (the sources, weakly, with their layouts; the
+        prepared call; the sources' shapes)."""
+        refs = _source_refs(sources, _evictor(weakref.ref(self), key, ids))
+        return refs, run, tuple(None if x is None else x.shape for x in sources)
 
     def forget(self) -> None:
         """Drop the kept kernel calls (see :meth:`run`) and the steps of every plan of the
