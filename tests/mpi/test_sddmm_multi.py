@@ -106,8 +106,11 @@ def test_every_family_uneven(algorithm, heads, F):
             extra = many[ph]["words"] - single[ph]["words"]
             assert again_words[ph] == first_words[ph] == one[ph] + extra, (c, ph)
             assert extra == 0 or obj.splits_r
-        # one kernel per block the loop visits, none a fallback
-        assert calls[0] >= 1 and calls[1] == 0
+        # one kernel per block the loop visits, none a fallback; the sparsity-aware family
+        # runs no kernel on a block without nonzeros, so a rank that holds none of S's
+        # nonzeros (at 8 ranks on this 13 x 11 S) runs none
+        assert calls[1] == 0
+        assert calls[0] >= 1 or (algorithm == "15d-sparse-aware" and obj.values.shape[0] == 0)
         obj.close()
 
 
