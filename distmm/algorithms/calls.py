@@ -161,6 +161,8 @@ class CallChecks(OperandChecks):
         mat = self._mat()  # (read once: this runs before every plain call)
         mat._require_open()
         mat._kind = kind
+        # the last call of this kind ran which kernel alone is known only after this one runs
+        mat._kernels.only_steps.pop(kind, None)
         state = mat.kernel.plan_state()
         if state != mat._plan_state:  # e.g. numba.set_num_threads: plans cut rows per thread
             mat._kernels.forget()
@@ -191,7 +193,10 @@ class CallChecks(OperandChecks):
                     r = self.cheap_check(dense, values, out, out_side)
                 self._remember(kind, dense, values, out, r, strategy)
         op = key_op(kind)
-        mat.stats.set_call(call_tag(op, strategy), r, call_name(op, strategy))
+        tag, name = call_tag(op, strategy), call_name(op, strategy)
+        mat.stats.set_call(tag, r, name)
+        if repeat and op in _CALL_OPS:  # the operation's last call is this one (repeat)
+            self.last[op] = (kind, r, self.memo[kind][1], strategy, tag, name)
         # a repeat, or a plan's call (plan.py): its operands get prepared kernel calls of
         # their own (prepared.py)
         mat._repeat = repeat or mat._tracer is not None

@@ -411,40 +411,55 @@ class DenseShift15D(TwoOrientationAlgorithm):
     # On one rank (q = 1, c = 1) Algorithm 1 is one kernel step on the caller's arrays and S's
     # only block, with nothing replicated, shifted or reduced: the loop pieces below run that
     # step as _local_step does, without the loop's frames, which a plain call on a small
-    # graph pays on top of its kernel.
+    # graph pays on top of its kernel. The step is the whole call, so that a repeat of the call
+    # runs the same prepared kernel alone (PreparedCalls.rerun).
     def _one_rank_step(self, o, mode: str, op: str, sources: tuple, vals, X, Y, out,
-                       r: int) -> None:
+                       r: int, fresh: tuple | None) -> None:
         """The one kernel step of a call on one rank (the family's loop there) in
-        orientation ``o``, under :meth:`_kernel_step`'s prepared-call key."""
-        self._kernels.run((self._kind, o.name, 0, mode, True, r), sources, op, o.blocks[0],
-                          vals, X, Y, out, False)
+        orientation ``o``, under :meth:`_kernel_step`'s prepared-call key. ``sources`` are
+        the whole call's operands, its result last: the caller's ``out=``, or a new array
+        made as ``fresh[0](*fresh[1:])``."""
+        run = self._kernels.run((self._kind, o.name, 0, mode, True, r), sources, op,
+                                o.blocks[0], vals, X, Y, out, False)
+        if self.checks == "once":
+            self._kernels.note_only_step(self._kind, run, sources, fresh)
 
     def _sddmm(self, A_loc, B_loc, vals, r, out):
         if self.p > 1:
             return super()._sddmm(A_loc, B_loc, vals, r, out)
         o = self._o["a"]
+        fresh = None
         if out is None:
+            fresh = (np.empty, o.nnz, self.dtype)
             out = np.empty(o.nnz, dtype=self.dtype)
         self._one_rank_step(o, "sddmm", "sddmm", (vals, A_loc, B_loc, out), vals, A_loc, B_loc,
-                            out, r)
+                            out, r, fresh)
         return out
+
+    def _one_rank_out(self, o, rows: int, r: int, out) -> tuple:
+        """(the result, how a repeat makes it anew or None) of an SpMM or FusedMM step on
+        one rank: the caller's ``out=``, or a new aligned array of ``rows`` x r."""
+        if out is not None:
+            return out, None
+        fresh = (aligned_empty, (rows, r), self.dtype)
+        return aligned_empty(fresh[1], self.dtype), fresh
 
     def _spmm_a(self, B_loc, vals, r, out):
         if self.p > 1:
             return super()._spmm_a(B_loc, vals, r, out)
         o = self._o["a"]
-        if out is None:
-            out = aligned_empty((o.blocks[0].shape[0], r), self.dtype)
-        self._one_rank_step(o, "spmm_x", "spmm_a", (vals, B_loc, out), vals, B_loc, None, out, r)
+        out, fresh = self._one_rank_out(o, o.blocks[0].shape[0], r, out)
+        self._one_rank_step(o, "spmm_x", "spmm_a", (vals, B_loc, out), vals, B_loc, None, out, r,
+                            fresh)
         return out
 
     def _spmm_b(self, A_loc, vals, r, out):
         if self.p > 1:
             return super()._spmm_b(A_loc, vals, r, out)
         o = self._o["a"]
-        if out is None:
-            out = aligned_empty((o.blocks[0].shape[1], r), self.dtype)
-        self._one_rank_step(o, "spmm_y", "spmm_b", (vals, A_loc, out), vals, A_loc, None, out, r)
+        out, fresh = self._one_rank_out(o, o.blocks[0].shape[1], r, out)
+        self._one_rank_step(o, "spmm_y", "spmm_b", (vals, A_loc, out), vals, A_loc, None, out, r,
+                            fresh)
         return out
 
     # ----------------------------------------------------------------- FusedMM (IV-B)
@@ -457,10 +472,9 @@ class DenseShift15D(TwoOrientationAlgorithm):
             vals = self._values_for(same, values)
             if self.p == 1:  # one kernel step (see _one_rank_step)
                 o = self._orientation(same)
-                if out is None:
-                    out = aligned_empty((o.blocks[0].shape[0], r), self.dtype)
+                out, fresh = self._one_rank_out(o, o.blocks[0].shape[0], r, out)
                 self._one_rank_step(o, "fused_x", "fusedmm_a", (vals, X, Y, out), vals, X, Y,
-                                    out, r)
+                                    out, r, fresh)
                 return out
             return self._fused_x_in(same, X, Y, vals, r, out)
         if strategy == "none":

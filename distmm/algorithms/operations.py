@@ -5,7 +5,9 @@
 matrix weakly; :class:`~distmm.algorithms.base.DistributedMatrix`'s ``sddmm``, ``spmm_a``,
 ``spmm_b``, ``fusedmm_a`` and ``fusedmm_b`` call it. A call checks its operands
 (``CallChecks.repeat``, else the matrix's ``_begin``) and runs the family's loop piece
-(``_sddmm``, ``_spmm_a``, ``_spmm_b``, ``_fusedmm``); nothing else. A loop that repeats a call
+(``_sddmm``, ``_spmm_a``, ``_spmm_b``, ``_fusedmm``); nothing else. A repeat whose last
+call was one kernel (a family's loop on one rank) runs that kernel again
+(``PreparedCalls.rerun``). A loop that repeats a call
 makes a plan of it (``S.plan``, plan.py), which is where repeats get cheaper.
 """
 
@@ -74,6 +76,10 @@ class Operations:
         if r is None:
             r = S._begin(S._call_key("sddmm", A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
                          values, out, "values")
+        else:
+            res = S._kernels.rerun(S._kind)  # its one kernel, where it was one (prepared.py)
+            if res is not None:
+                return res
         res = S._sddmm(_plain(A_loc), _plain(B_loc), S.values if values is None else values, r,
                        out)
         return res if out is None else out
@@ -112,6 +118,10 @@ class Operations:
         r = self.checks.repeat(op, (X, values, out))
         if r is None:
             r = S._begin(S._call_key(op, X), ((x_side, X, name),), values, out, side)
+        else:
+            res = S._kernels.rerun(S._kind)  # its one kernel, where it was one (prepared.py)
+            if res is not None:
+                return S._block(side, r, res if out is None else out)
         loop = S._spmm_a if side == "a" else S._spmm_b
         res = loop(_plain(X), S.values if values is None else values, r, _plain(out))
         return S._block(side, r, res if out is None else out)
@@ -156,6 +166,10 @@ class Operations:
         if r is None:  # checks the strategy too
             r = S._begin(S._call_key(op, A_loc), (("a", A_loc, "A"), ("b", B_loc, "B")),
                          resolved, out, side, strategy)
+        else:
+            res = S._kernels.rerun(S._kind)  # its one kernel, where it was one (prepared.py)
+            if res is not None:
+                return S._block(side, r, res if out is None else out)
         # A name travels on as it is, so that the family finds the vector's copy in the
         # stored S^T's order under that name (_values_for).
         res = S._fusedmm(side, _plain(A_loc), _plain(B_loc), strategy, r, _plain(out), values)

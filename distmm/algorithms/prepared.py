@@ -9,6 +9,7 @@ as the matrix's ``_kernels`` part (``S._kernels.buffer``, ``S._kernels.run``).
 from __future__ import annotations
 
 import weakref
+from operator import call as _call
 
 import numpy as np
 
@@ -77,6 +78,9 @@ class PreparedCalls:
         self.dtype = mat.dtype
         self.scratch: dict[tuple, np.ndarray] = {}
         self.prepared: dict[tuple, dict] = {}
+        # operation -> (the prepared call that its last call ran as its only kernel, weak
+        # references to that call's operands): what a repeat of that call runs (rerun)
+        self.only_steps: dict[str, tuple] = {}
 
     def buffer(self, role: str, shape: tuple[int, ...], dtype=None) -> np.ndarray:
         """A scratch array kept on the object between calls (one per role, shape, dtype).
@@ -92,8 +96,9 @@ class PreparedCalls:
 
     def run(self, key: tuple | None, sources: tuple, op: str, S, vals: np.ndarray,
             X: np.ndarray, Y: np.ndarray | None, out: np.ndarray,
-            accumulate: bool = True) -> None:
+            accumulate: bool = True):
         """Run one local kernel; its own seconds (not this wrapper's) make the "compute" phase.
+        Returns the prepared call that ran it.
 
         The node model prepares the call once (:meth:`NodeModel.prepare`: operand checks,
         flop and byte counts, the kernel's plan), and the prepared call is kept under ``key``
@@ -137,7 +142,7 @@ class PreparedCalls:
                     mat.stats.seconds["compute"] += run(*args)
                     if mat._tracer is not None:
                         mat._tracer.kernel(True, run, args)
-                    return
+                    return run
             if kept is None:
                 first = next(iter(entries.values()))  # every entry's sources are alike
                 if all(_alike(x, like) for (_, like), x in zip(first[0], sources, strict=True)):
@@ -167,6 +172,52 @@ class PreparedCalls:
         mat.stats.seconds["compute"] += run(*args)
         if mat._tracer is not None:
             mat._tracer.kernel(reused, run, args)
+        return run
+
+    def note_only_step(self, kind, run, args: tuple, fresh: tuple | None = None) -> None:
+        """Remember that this call (of key ``kind``: ``S._call_key``) ran one kernel, the
+        prepared call ``run`` on ``args``, and nothing else (a family's loop on one rank), so
+        that a repeat of it can run that kernel alone (:meth:`rerun`). ``fresh``: the result
+        (``args``' last) is a new array of the loop's, made as ``fresh[0](*fresh[1:])``, as a
+        repeat makes its own; else it is the caller's ``out=``. Not collective."""
+        if fresh is not None:
+            args = args[:-1]
+        self.only_steps[kind] = (run, tuple(map(weakref.ref, args)), fresh)
+
+    def rerun(self, kind) -> np.ndarray | None:
+        """Run again the one kernel of the last call of ``kind``, where that call ran only it
+        (:meth:`note_only_step`) and its operands are still there; returns the result array
+        (the caller's ``out=``, or a new one where the call made one), or None with nothing
+        run. Not collective.
+
+        Only for a call that :meth:`~distmm.algorithms.calls.CallChecks.repeat` found to pass
+        the very operands of the last call of its operation, unchanged, ``out=`` included:
+        that call's kernel is then the one the family's loop would run again, on views of the
+        same arrays (a view cut per call, of a block that owns its data, is gone by then: its
+        weak reference says so, and the loop runs in full). What makes another kernel run
+        (S's values or a named vector replaced, the node model's plan state changed,
+        :meth:`release`, another call of ``kind`` checked in full) drops the entry first
+        (:meth:`forget`, ``CallChecks.begin``). A plan's traced call is run in full, so that
+        its kernels are traced."""
+        kept = self.only_steps.get(kind)
+        if kept is None:
+            return None
+        run, refs, fresh = kept
+        args = tuple(map(_call, refs))
+        for x in args:  # (written out: a repeated call on one rank is mostly this and its kernel)
+            if x is None:
+                del self.only_steps[kind]
+                return None
+        mat = self._mat()
+        if mat._tracer is not None:
+            return None
+        if fresh is None:
+            out = args[-1]
+        else:
+            out = fresh[0](*fresh[1:])
+            args = (*args, out)
+        mat.stats.seconds["compute"] += run(*args)
+        return out
 
     def _entry(self, key: tuple, ids: tuple, sources: tuple, run) -> tuple:
         """One entry of ``prepared[key]``: (the sources, weakly, with their layouts; the
@@ -178,6 +229,7 @@ class PreparedCalls:
         """Drop the kept kernel calls (see :meth:`run`) and the steps of every plan of the
         matrix built on them (plan.py). Not collective."""
         self.prepared.clear()
+        self.only_steps.clear()
         mat = self._mat()
         if mat is not None:
             for plan in list(mat._plans):
