@@ -88,7 +88,7 @@ class PreparedCalls:
         Only for buffers that never leave the call: their contents are overwritten by the
         next call that uses the same role."""
         dtype = self.dtype if dtype is None else np.dtype(dtype)
-        key = (role, tuple(int(x) for x in shape), dtype)
+        key = (role, tuple(map(int, shape)), dtype)
         buf = self.scratch.get(key)
         if buf is None:
             buf = self.scratch[key] = aligned_empty(key[1], dtype)

@@ -379,11 +379,12 @@ class SparseAware15D(DistributedAlgorithm):
         return aligned_empty((rows, r), self.dtype) if out is None else out
 
     def _start_gather(self, B_loc: np.ndarray, r: int):
-        """Start the exchange of B's needed rows: (requests, the compact rows' buffer)."""
+        """Start the exchange of B's needed rows: (requests, the compact rows' buffer).
+        Without overlap its first phase is complete on return (``wait``)."""
         x = self.exchange
         recv = self._kernels.buffer("recv", (x.nrecv, r))
         send = self._kernels.buffer("send", (x.nsend, r))
-        return x.start_gather(B_loc, send, recv), recv
+        return x.start_gather(B_loc, send, recv, wait=not self.overlap), recv
 
     def _kernel(self, t: int, op: str, vals, X, Y, out, accumulate: bool) -> None:
         """The node model's ``op`` on block t (values ``vals`` in value order)."""
@@ -425,7 +426,7 @@ class SparseAware15D(DistributedAlgorithm):
         partial = self._kernels.buffer("partial", (x.nrecv, r))
         back = self._kernels.buffer("back", (x.nsend, r))
         remote_kernel(partial)
-        reqs = x.start_scatter(partial, back)
+        reqs = x.start_scatter(partial, back, wait=not self.overlap)
         if not self.overlap:
             x.finish(reqs)
         own_kernel(result)

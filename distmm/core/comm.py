@@ -252,6 +252,7 @@ class CountingComm:
         # the call (CommStats.call_serial) whose first collective here was compared
         self._compared = stats.call_serial
         self._status = MPI.Status()
+        self._statuses: dict[int, list] = {}  # finish's, by the count of requests
         # False where a shift's size does not tell the call's width (a block of S, three
         # words a nonzero; a column block of r, which two widths can share): the first shift
         # of each call then compares the calls too (_same_call). Set by the family.
@@ -416,7 +417,9 @@ class CountingComm:
         on the sending rank) raises :class:`InputError`."""
         if not requests:
             return
-        statuses = [MPI.Status() for _ in requests]
+        statuses = self._statuses.get(len(requests))
+        if statuses is None:  # kept per count: a call's waits reuse them
+            statuses = self._statuses[len(requests)] = [MPI.Status() for _ in requests]
         with self._phase(phase):
             try:
                 MPI.Request.Waitall(requests, statuses)
@@ -587,19 +590,52 @@ class CountingComm:
         tag = _TAG_EXCHANGE + channel + self.stats.call_tag
         receives = self.stats.__dict__.setdefault("_receives", {})
         reqs, sent, received = [], 0, 0
+        comm = self.comm
+        # (written out, the buffers passed as they are, C-contiguous: a training loop makes
+        # this exchange every call, and on a small graph its wrapper is much of the message)
         with self._phase(phase):
             for k, buf in recvs:
-                t = mpi_type(buf.dtype)
-                req = self.comm.Irecv([_flat(buf), t], source=int(k), tag=tag)
-                receives[id(req)] = (req, t, buf.size, int(k), self)
+                if not buf.flags.c_contiguous:
+                    raise ValueError("communication buffers must be C-contiguous")
+                t = _MPI_TYPES[buf.dtype]
+                req = comm.Irecv([buf, t], source=k, tag=tag)
+                receives[id(req)] = (req, t, buf.size, k, self)
                 reqs.append(req)
                 received += buf.size
             for k, buf in sends:
-                reqs.append(self.comm.Isend([_flat(buf), mpi_type(buf.dtype)], dest=int(k),
-                                            tag=tag))
+                if not buf.flags.c_contiguous:
+                    raise ValueError("communication buffers must be C-contiguous")
+                reqs.append(comm.Isend([buf, _MPI_TYPES[buf.dtype]], dest=k, tag=tag))
                 sent += buf.size
         self.stats.add(phase, sent, received, len(sends), len(recvs))
         return reqs
+
+    def exchange(self, sends: Sequence[tuple[int, np.ndarray]],
+                 recvs: Sequence[tuple[int, np.ndarray]], channel: int = 0,
+                 phase: str = "propagation") -> None:
+        """:meth:`start_exchange` and :meth:`finish` in one: the same messages, tags, counts
+        and size checks. With one peer each way (the peers may differ) a single ``Sendrecv``,
+        as :meth:`shift` makes: one MPI call where the non-blocking form makes three, and no
+        request to keep. A peer may make either form: the messages match alike."""
+        if len(sends) != 1 or len(recvs) != 1:
+            self.finish(self.start_exchange(sends, recvs, channel, phase), phase)
+            return
+        if not 0 <= channel < 8:
+            raise ValueError(f"channel must be 0 .. 7, got {channel}")
+        (dest, sendbuf), (source, recvbuf) = sends[0], recvs[0]
+        if not (sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous):
+            raise ValueError("communication buffers must be C-contiguous")
+        tag = _TAG_EXCHANGE + channel + self.stats.call_tag
+        with self._phase(phase):
+            t = _MPI_TYPES[recvbuf.dtype]
+            try:
+                self.comm.Sendrecv([sendbuf, _MPI_TYPES[sendbuf.dtype]], dest=dest, sendtag=tag,
+                                   recvbuf=[recvbuf, t], source=source, recvtag=tag,
+                                   status=self._status)
+            except MPI.Exception as e:
+                raise self._truncated(e, recvbuf.size, source) from None
+            self._received(t, recvbuf.size, source)
+        self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, phase: str = "other") -> None:
         """Sum-allreduce (counted as a reduce-scatter plus an all-gather of the buffer)."""

@@ -232,16 +232,18 @@ class RowExchange:
         pack_at = np.r_[0, np.cumsum(packed)]
         self._packs = [(int(bounds[k]), int(bounds[k + 1]), int(pack_at[k]),
                         int(pack_at[k + 1])) for k in np.flatnonzero(packed)]
-        if not self.whole.any():  # one copy of all rows sent
+        self._any_whole = bool(self.whole.any())
+        if not self._any_whole:  # one copy of all rows sent
             self._packs = [(0, self._n1s, 0, self._n1s)]
         self._rows = {
-            "gather": ([(k, -1 if self.whole[k] else pack_at[k], pack_at[k + 1])
+            "gather": ([(int(k), -1 if self.whole[k] else int(pack_at[k]), int(pack_at[k + 1]))
                         for k in np.flatnonzero(self.sendcounts)],
                        _segments(self.recvcounts)),
             "gather-relay": (_segments(self.relay_sendcounts),
                              _segments(self.relay_recvcounts)),
             "scatter": (_segments(self.recvcounts),
-                        [(k, bounds[k], bounds[k + 1]) for k in np.flatnonzero(self.sendcounts)]),
+                        [(int(k), int(bounds[k]), int(bounds[k + 1]))
+                         for k in np.flatnonzero(self.sendcounts)]),
             "scatter-relay": (_segments(self.relay_recvcounts),
                               _segments(self.relay_sendcounts))}
 
@@ -339,46 +341,54 @@ class RowExchange:
                    buffer_ids, relayed, whole_to)
 
     def _start(self, kind: str, sendbuf: np.ndarray, recvbuf: np.ndarray,
-               Y: np.ndarray | None = None, phase: str = "propagation") -> list:
+               Y: np.ndarray | None = None, phase: str = "propagation",
+               wait: bool = False) -> list:
         """Start one exchange of rows: ``kind`` names its peers and their rows in the
         buffers (``self._rows``) and its channel; a gather's destinations that take the
-        whole block get ``Y`` itself. A rank with no peer in it makes no MPI call."""
+        whole block get ``Y`` itself. A rank with no peer in it makes no MPI call. With
+        ``wait`` the exchange is complete on return (:meth:`CountingComm.exchange`) and
+        there is no request to finish."""
         sends, recvs = self._rows[kind]
         if not sends and not recvs:
             return []
-        return self.comm.start_exchange(
-            [(k, Y if lo < 0 else sendbuf[lo:hi]) for k, lo, hi in sends],
-            [(k, recvbuf[lo:hi]) for k, lo, hi in recvs], _CHANNELS[kind], phase)
+        sends = [(k, Y if lo < 0 else sendbuf[lo:hi]) for k, lo, hi in sends]
+        recvs = [(k, recvbuf[lo:hi]) for k, lo, hi in recvs]
+        if wait:
+            self.comm.exchange(sends, recvs, _CHANNELS[kind], phase)
+            return []
+        return self.comm.start_exchange(sends, recvs, _CHANNELS[kind], phase)
 
     def start_gather(self, Y: np.ndarray, sendbuf: np.ndarray, recvbuf: np.ndarray,
-                     phase: str = "propagation") -> Transfer:
+                     phase: str = "propagation", wait: bool = False) -> Transfer:
         """Send the planned rows of ``Y`` (this rank's block, n_local x r) and receive the
         needed rows into ``recvbuf`` (nrecv x r, in ``buffer_ids`` order), via ``sendbuf``
         (nsend x r). Starts phase 1; :meth:`finish` completes it and runs phase 2 (the
         relays forward what they received). Collective over the communicator (point to
-        point with the peers of the plan)."""
+        point with the peers of the plan). ``wait``: phase 1 is complete on return (a
+        caller with nothing to overlap it with; a single ``Sendrecv`` where this rank has
+        one peer each way); :meth:`finish` is still called for phase 2."""
         # mode "clip" writes straight into sendbuf ("raise", the default, buffers a copy);
         # the rows are valid by construction
         rows = self.send_rows
         for a, b, lo, hi in self._packs:
             np.take(Y, rows[a:b], axis=0, out=sendbuf[lo:hi], mode="clip")
-        if self.whole.any() and not Y.flags.c_contiguous:
+        if self._any_whole and not Y.flags.c_contiguous:
             Y = np.ascontiguousarray(Y)
-        reqs = self._start("gather", sendbuf, recvbuf, Y, phase)
+        reqs = self._start("gather", sendbuf, recvbuf, Y, phase, wait)
         return Transfer("gather", reqs, sendbuf, recvbuf)
 
     def start_scatter(self, partial: np.ndarray, recvbuf: np.ndarray,
-                      phase: str = "propagation") -> Transfer:
+                      phase: str = "propagation", wait: bool = False) -> Transfer:
         """Send the partial rows in ``partial`` (nrecv x r, ``buffer_ids`` order) back up the
         tree: phase 2's rows to their relays, which add their own and, in :meth:`finish`,
         send the sums with phase 1's rows to the owners; this rank's rows arrive in
         ``recvbuf`` (nsend x r). Collective over the communicator; finish with
-        :meth:`finish`, then :meth:`add_received`."""
+        :meth:`finish`, then :meth:`add_received`. ``wait`` as :meth:`start_gather`'s."""
         if self.relayed:
             reqs = self._start("scatter-relay", partial[self._n1r:], recvbuf[self._n1s:],
-                               phase=phase)
+                               phase, wait=wait)
             return Transfer("scatter-relay", reqs, partial, recvbuf)
-        reqs = self._start("scatter", partial, recvbuf, phase=phase)
+        reqs = self._start("scatter", partial, recvbuf, phase=phase, wait=wait)
         return Transfer("scatter", reqs, partial, recvbuf)
 
     def finish(self, transfer: Transfer, phase: str = "propagation") -> None:

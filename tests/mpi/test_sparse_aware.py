@@ -575,25 +575,39 @@ def test_run_auto_picks_the_aware_family_and_reuses_its_partition(monkeypatch, s
 
 
 @pytest.mark.skipif(P == 1, reason="point-to-point needs a peer")
-def test_point_to_point_exchange_counts_and_checks_sizes():
-    """CountingComm.start_exchange, the exchange's primitive: each rank sends rank + 1
-    numbers to the next rank and receives from the previous; the counters say exactly that
-    (words and one message each way), and a message of another size than the receive
-    expects (another call's width) raises InputError on the receiving rank."""
+@pytest.mark.parametrize("form", ["started", "blocking", "mixed"])
+def test_point_to_point_exchange_counts_and_checks_sizes(form):
+    """CountingComm.start_exchange, the exchange's primitive, and its blocking form
+    CountingComm.exchange (a single Sendrecv with one peer each way; "mixed": even ranks
+    block, odd ones start, and the messages still match): each rank sends rank + 1 numbers
+    to the next rank and receives from the previous; the counters say exactly that (words
+    and one message each way), and a message of another size than the receive expects
+    (another call's width: shorter or longer) raises InputError on the receiving rank."""
     from distmm.core.comm import CommStats, CountingComm
     from distmm.errors import InputError
 
     comm = CountingComm(COMM.Dup(), CommStats())
     me, nxt, prv = COMM.rank, (COMM.rank + 1) % P, (COMM.rank - 1) % P
+    blocking = form == "blocking" or (form == "mixed" and me % 2 == 0)
+
+    def exchange(sends, recvs, channel=0):
+        if blocking:
+            comm.exchange(sends, recvs, channel)
+        else:
+            comm.finish(comm.start_exchange(sends, recvs, channel))
+
     send = np.full(me + 1, float(me))
     got = np.zeros(prv + 1)
-    comm.finish(comm.start_exchange([(nxt, send)], [(prv, got)], channel=2))
+    exchange([(nxt, send)], [(prv, got)], channel=2)
     assert (got == prv).all()
     c = comm.stats.counts["propagation"]
     assert (c["words_sent"], c["words_received"]) == (me + 1, prv + 1)
     assert (c["messages_sent"], c["messages_received"]) == (1, 1)
     with pytest.raises(InputError, match="arrived from rank"):
-        comm.finish(comm.start_exchange([(nxt, send)], [(prv, np.zeros(prv + 2))]))
-    with pytest.raises(ValueError, match="channel"):
-        comm.start_exchange([], [], channel=8)
+        exchange([(nxt, send)], [(prv, np.zeros(prv + 2))])
+    with pytest.raises(InputError, match="arrived"):
+        exchange([(nxt, np.full(me + 2, 1.0))], [(prv, np.zeros(prv + 1))])
+    for bad in (comm.start_exchange, comm.exchange):
+        with pytest.raises(ValueError, match="channel"):
+            bad([(nxt, send)], [(prv, got)], channel=8)
     comm.comm.Free()
