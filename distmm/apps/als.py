@@ -39,9 +39,11 @@ from mpi4py import MPI
 from distmm import api
 from distmm.algorithms.base import DistributedMatrix
 from distmm.apps.als_io import check_writable, load_checkpoint, read_ratings, save_factors
+from distmm.apps.als_memory import als_memory_problem
 from distmm.core.coo import CooShare
 from distmm.core.hashing import hash_uniform, mix64
-from distmm.errors import require
+from distmm.core.permute import permute_mode
+from distmm.errors import agree, require
 from distmm.kernels import NodeModel
 from distmm.ops.rowwise import row_dot, row_dot_words
 from distmm.runtime import signals
@@ -359,25 +361,51 @@ def auto_choice(m: int, n: int, nnz: int, rank: int, p: int, overlap: bool = Fal
     return best["algorithm"], best["strategy"], best["c"]
 
 
-def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None) -> ALSConfig:
-    """Ask the planner once for ALS's FusedMM shape (m x n, nnz, r = rank)."""
+def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None,
+                 memory_limit: int | None = None, nnz_test: int = 0) -> tuple[ALSConfig, object]:
+    """Ask the planner once for ALS's FusedMM shape (m x n, the training ratings, r = rank),
+    with the ratings' pattern: every family, the sparsity-aware one priced in the order a
+    run gives the ratings (:func:`distmm.perf.sparse_planner.plan_distributed`), among those
+    whose FusedMM fits ``memory_limit``; then the pick's ALS memory is checked against it.
+    Collective (every rank gets the same pick, and a problem is the same InputError on every
+    rank). Returns (cfg with the pick, the order to distribute the ratings in: the partition
+    the planner made, ``"blocks"``, or None for ``cfg.permute``)."""
+    from distmm.perf.sparse_planner import plan_distributed
+
+    families = tuple(name for name, cls in api.ALGORITHMS.items()
+                     if not cfg.overlap or getattr(cls, "supports_overlap", False))
+    permute = cfg.permute  # a name, or a partition (distmm.core.partition), as it is
+    if isinstance(permute, (bool, np.bool_)):
+        permute = permute_mode(permute)
+    rows, order = plan_distributed(share, comm, cfg.rank, machine, families,
+                                   dtype=np.dtype(cfg.dtype), overlap=cfg.overlap,
+                                   memory_limit=memory_limit, permute=permute, seed=cfg.seed)
+    best = rows[0]
+    cfg = replace(cfg, algorithm=best["algorithm"], strategy=best["strategy"], c=best["c"])
+    m, n = share.shape
     nnz = int(comm.allreduce(share.nnz))
-    algorithm, strategy, c = auto_choice(share.shape[0], share.shape[1], nnz, cfg.rank,
-                                         comm.Get_size(), cfg.overlap, machine)
-    return replace(cfg, algorithm=algorithm, strategy=strategy, c=c)
+    # the order the run places S in: a partition made (rank 0's peak is behind it) or given
+    placed = permute if order is None else order
+    agree(comm, als_memory_problem(memory_limit, cfg.algorithm, cfg.strategy, m, n, nnz,
+                                   nnz_test, cfg.rank, comm.Get_size(), cfg.c, cfg.dtype,
+                                   cfg.overlap, placed))
+    return cfg, order
 
 
 def distribute_ratings(share: CooShare, comm: MPI.Comm, cfg: ALSConfig,
                        node_model: str | NodeModel | None = None,
-                       layout: DistributedMatrix | None = None
+                       layout: DistributedMatrix | None = None, order=None
                        ) -> tuple[DistributedMatrix, np.ndarray]:
     """Place ratings on cfg's grid; returns (object with pattern values, ratings in value
     order). Collective. ``node_model`` (default: cfg's name) may be a configured instance;
     ``layout`` (the training object, for a test set) makes the new object share its
-    permutations, so that factor blocks of one are factor blocks of the other."""
+    permutations, so that factor blocks of one are factor blocks of the other; ``order``
+    (the planner's partition or ``"blocks"`` for ``algorithm="auto"``) replaces
+    ``cfg.permute``."""
+    permute = layout if layout is not None else cfg.permute if order is None else order
     obj = api.distribute(share, comm, algorithm=cfg.algorithm, c=cfg.c, r=cfg.rank,
                          node_model=node_model or cfg.node_model, dtype=np.dtype(cfg.dtype),
-                         permute=cfg.permute if layout is None else layout, seed=cfg.seed,
+                         permute=permute, seed=cfg.seed,
                          order=cfg.order,
                          overlap=cfg.overlap)
     ratings = obj.values.copy()
@@ -392,8 +420,8 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
         dtype: str = "float64", permute: bool | str = "auto", order: str = "fiber",
         overlap: bool = False,
         test=None, machine=None, callback: Callable[[dict, ALSResult], None] | None = None,
-        checkpoint: str | None = None, checkpoint_every: int = 0, resume: bool = False
-        ) -> ALSResult:
+        checkpoint: str | None = None, checkpoint_every: int = 0, resume: bool = False,
+        memory_limit: int | None = None) -> ALSResult:
     """Fit user factors A (m x rank) and item factors B (n x rank) to observed ratings.
 
     Parameters
@@ -413,8 +441,11 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
     test : optional held-out ratings given separately (same forms as ``ratings``); then
         ``test_fraction`` must be 0.
     algorithm, c, strategy, node_model, dtype, permute, order, overlap : as in
-        :func:`distmm.distribute`; ``algorithm="auto"`` asks the planner once for the FusedMM
-        shape ALS uses (``machine``: a :class:`distmm.perf.planner.Machine`).
+        :func:`distmm.distribute`; ``algorithm="auto"`` asks the planner once, with the
+        ratings' pattern, for the FusedMM shape ALS uses, among every family, the
+        sparsity-aware one included (``machine``: a :class:`distmm.perf.planner.Machine`).
+    memory_limit : bytes per rank the auto pick must fit (ALS's memory model); a pick that
+        does not is refused on every rank before any factor is made.
     callback : called on every rank after each epoch with (record, result).
     checkpoint, checkpoint_every : write the factors and the run's state to ``checkpoint``
         (HDF5, atomically, see :mod:`distmm.apps.als_io`) after every ``checkpoint_every``-th
@@ -452,13 +483,15 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
                                            f"{held.shape[1]}, the training ratings "
                                            f"{share.shape[0]} x {share.shape[1]}")
     require(int(comm.allreduce(train.nnz)) > 0, "no training rating is left after the split")
+    order = None
     if cfg.algorithm == "auto":
-        cfg = _choose_auto(train, comm, cfg, machine)
+        cfg, order = _choose_auto(train, comm, cfg, machine, memory_limit,
+                                  int(comm.allreduce(held.nnz)))
     require(cfg.c >= 1 and comm.Get_size() % cfg.c == 0,
             f"replication factor c={cfg.c} must be a positive divisor of p={comm.Get_size()}")
     if cfg.strategy is None:
         cfg = replace(cfg, strategy=api.ALGORITHMS[cfg.algorithm].strategies[-1])
-    obj, train_vals = distribute_ratings(train, comm, cfg, node_model)
+    obj, train_vals = distribute_ratings(train, comm, cfg, node_model, order=order)
     test_obj = test_vals = None
     if int(comm.allreduce(held.nnz)) > 0:
         test_obj, test_vals = distribute_ratings(held, comm, cfg, node_model, layout=obj)

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     require(args.tune == 1, "distmm als asks the planner once for --algorithm auto; "
                             "--tune is not supported")
     machine = machine_from_args(args) if args.machine else None
-    algorithm, strategy, c = refuse_oversized(args, comm, machine)
+    algorithm, strategy, c, limit = refuse_oversized(args, comm, machine)
 
     def report(record: dict, result: ALSResult) -> None:
         emit({"event": "als-epoch", **record})
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                  dtype=args.dtype, permute=permute_mode(args), order=args.order,
                  overlap=args.overlap, test=args.test, machine=machine, callback=report,
                  checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                 resume=args.resume)
+                 resume=args.resume, memory_limit=limit)
     if args.out:
         save_factors(args.out, result, len(result.history))
     last = result.history[-1] if result.history else {}
@@ -108,17 +108,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm,
-                     machine=None) -> tuple[str, str | None, int]:
+                     machine=None) -> tuple[str, str | None, int, int | None]:
     """Collective: the same InputError on every rank when ALS's memory model
     (:mod:`distmm.apps.als_memory`) exceeds --memory-limit, from the ratings files' headers,
     before any rating is read; it names the largest --rank that fits.
 
-    Returns the (algorithm, strategy, c) to run: the arguments' or, for ``--algorithm auto``,
-    the planner's pick (:func:`distmm.apps.als.auto_choice`) from the headers (the training
-    ratings a --test-fraction leaves, expected from the header's count), which is the family
-    checked here and then run. Not checked for an unknown family (the ALS configuration's own
-    check names it); a file whose header cannot be read is reported by the reading that
-    follows (then ``auto`` is planned from the data)."""
+    Returns the (algorithm, strategy, c) to run, the arguments', and the limit in bytes per
+    rank (None: none). For ``--algorithm auto`` the family checked here is the header
+    planner's pick (:func:`distmm.apps.als.auto_choice`, the training ratings a
+    --test-fraction leaves expected from the header's count); the run then asks the planner
+    again with the ratings' pattern, the sparsity-aware family included, and checks its pick
+    against the limit before any factor is made. Not checked for an unknown family (the ALS
+    configuration's own check names it); a file whose header cannot be read is reported by
+    the reading that follows."""
     limit = resolve_limit(parse_limit(args), comm)
     msg = None
     algorithm, strategy, c = args.algorithm, args.strategy, args.c
@@ -130,13 +132,14 @@ def refuse_oversized(args: argparse.Namespace, comm: MPI.Comm,
         except InputError:
             m = None
         train = None if m is None else nnz - (0 if args.test else held)
+        checked = (algorithm, strategy, c)
         if m is not None and algorithm == "auto":
-            algorithm, strategy, c = auto_choice(m, n, train, args.rank, comm.Get_size(),
-                                                 args.overlap, machine)
+            checked = auto_choice(m, n, train, args.rank, comm.Get_size(), args.overlap,
+                                  machine)
         if m is not None and limit is not None:
-            msg = als_memory_problem(limit, algorithm,
-                                     strategy or ALGORITHMS[algorithm].strategies[-1], m, n,
-                                     train, held, args.rank, comm.Get_size(), c, args.dtype,
-                                     args.overlap, permute_name(args))
+            msg = als_memory_problem(limit, checked[0],
+                                     checked[1] or ALGORITHMS[checked[0]].strategies[-1], m, n,
+                                     train, held, args.rank, comm.Get_size(), checked[2],
+                                     args.dtype, args.overlap, permute_name(args))
     agree(comm, msg)
-    return algorithm, strategy, c
+    return algorithm, strategy, c, limit

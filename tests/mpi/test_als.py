@@ -26,6 +26,7 @@ from distmm.kernels import NODE_MODELS
 from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
+P = COMM.Get_size()
 R = 8  # at least one column per rank of a layer in every family and c up to p = 8
 TOL = 1e-9
 
@@ -207,6 +208,33 @@ def test_auto_float32_and_a_separate_test_set():
         _close(F32[1], F[1], tol=1e-4)
         np.testing.assert_allclose([h["test_rmse"] for h in history],
                                    [h["test_rmse"] for h in split_history], rtol=1e-9)
+
+
+def test_auto_prices_the_sparsity_aware_family_from_the_pattern():
+    """--algorithm auto plans with the ratings' pattern: where each rank's users rate only
+    that rank's items (block diagonal, in the natural blocks), the sparsity-aware family
+    moves no row of a factor and is the pick at p > 1 (every sparsity-oblivious family
+    moves some); its factors are those of a run of the default family."""
+    mb, nb = 6, 5
+    rows, cols = [], []
+    for k in range(P):
+        u, i = np.meshgrid(np.arange(mb), np.arange(nb), indexing="ij")
+        keep = (u + 2 * i + k) % 3 != 0  # not every pair rated
+        rows.append(k * mb + u[keep])
+        cols.append(k * nb + i[keep])
+    rows, cols = np.concatenate(rows), np.concatenate(cols)
+    S = sp.coo_matrix((1.0 + (rows * cols) % 5, (rows, cols)), shape=(P * mb, P * nb))
+    kw = {"rank": 4, "lam": 0.3, "epochs": 2, "cg_iters": 3, "seed": 1}
+    res = als.fit(S, COMM, algorithm="auto", **kw)
+    if P > 1:
+        assert res.config.algorithm == "15d-sparse-aware"
+        assert res.obj.stats.words("propagation") == 0
+    F_auto = res.factors()
+    res.close()
+    F, _ = _fit_and_gather(S, **kw)
+    if COMM.rank == 0:
+        _close(F_auto[0], F[0])
+        _close(F_auto[1], F[1])
 
 
 @pytest.mark.parametrize("permute", ["auto", "random", "none"])

@@ -138,15 +138,25 @@ def test_a_fitting_rank_runs(shared_tmp, capsys):
 
 
 def test_auto_runs_the_family_it_checked(shared_tmp, capsys):
-    """--algorithm auto under a limit runs the family whose memory it checked (the planner's
-    pick from the header), as the final record says."""
+    """--algorithm auto under a limit runs the planner's pick with the ratings' pattern
+    (every family, the sparsity-aware one included, among those that fit), as the final
+    record says, and that pick's ALS memory fits the limit."""
     import json
+
+    from distmm.apps.als_io import read_ratings
+    from distmm.perf.sparse_planner import plan_distributed
 
     path = _small_ratings(os.path.join(shared_tmp, "ratings-auto.mtx"), 1)
     assert main(["als", "--ratings", path, "--rank", "8", "--epochs", "1", "--algorithm",
                  "auto", "--memory-limit", "1G"]) == 0
     out = capsys.readouterr().out
+    share = read_ratings(path, COMM)
+    rows, order = plan_distributed(share, COMM, 8, None, tuple(distmm.ALGORITHMS),
+                                   memory_limit=2**30, dtype=np.dtype("float64"))
+    nnz = int(COMM.allreduce(share.nnz))
     if COMM.rank == 0:
         done = [json.loads(line) for line in out.splitlines() if '"als-done"' in line][0]
-        algorithm, strategy, c = auto_choice(30, 40, 200, 8, P)
-        assert (done["algorithm"], done["strategy"], done["c"]) == (algorithm, strategy, c)
+        pick = (rows[0]["algorithm"], rows[0]["strategy"], rows[0]["c"])
+        assert (done["algorithm"], done["strategy"], done["c"]) == pick
+        assert als_memory_problem(2**30, *pick[:2], 30, 40, nnz, 0, 8, P, pick[2],
+                                  permute=order or "auto") is None
