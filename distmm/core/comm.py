@@ -334,15 +334,21 @@ class CountingComm:
                 return
             if not self.sizes_show_width:
                 self._same_call(phase)
-            t = mpi_type(sendbuf.dtype)
-            tag = 17 + self.stats.call_tag
-            try:
-                self.comm.Sendrecv([sendbuf, t], dest=dest, sendtag=tag, recvbuf=[recvbuf, t],
-                                   source=source, recvtag=tag, status=self._status)
-            except MPI.Exception as e:
-                raise self._truncated(e, recvbuf.size, source) from None
-            self._received(t, recvbuf.size, source)
+            self._sendrecv(sendbuf, recvbuf, dest, source, 17 + self.stats.call_tag,
+                           mpi_type(sendbuf.dtype))
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
+
+    def _sendrecv(self, sendbuf: np.ndarray, recvbuf: np.ndarray, dest: int, source: int,
+                  tag: int, t: MPI.Datatype) -> None:
+        """One ``Sendrecv`` of buffers of MPI type ``t`` under ``tag`` both ways, a message
+        of another size than ``recvbuf`` raising :class:`InputError` (:meth:`_truncated`,
+        :meth:`_received`). Not timed or counted here: the caller's phase does both."""
+        try:
+            self.comm.Sendrecv([sendbuf, t], dest=dest, sendtag=tag, recvbuf=[recvbuf, t],
+                               source=source, recvtag=tag, status=self._status)
+        except MPI.Exception as e:
+            raise self._truncated(e, recvbuf.size, source) from None
+        self._received(t, recvbuf.size, source)
 
     def _truncated(self, error: MPI.Exception, expected: int, source: int) -> Exception:
         """The error to raise for an MPI error of a receive of ``expected`` elements: a
@@ -585,9 +591,7 @@ class CountingComm:
         different calls wait (a rank that receives nothing finishes its own call). Counted at
         start as :meth:`start_alltoallv` counts the same exchange: the elements sent and
         received, one message per peer."""
-        if not 0 <= channel < 8:
-            raise ValueError(f"channel must be 0 .. 7, got {channel}")
-        tag = _TAG_EXCHANGE + channel + self.stats.call_tag
+        tag = self._exchange_tag(channel)
         receives = self.stats.__dict__.setdefault("_receives", {})
         reqs, sent, received = [], 0, 0
         comm = self.comm
@@ -620,22 +624,20 @@ class CountingComm:
         if len(sends) != 1 or len(recvs) != 1:
             self.finish(self.start_exchange(sends, recvs, channel, phase), phase)
             return
-        if not 0 <= channel < 8:
-            raise ValueError(f"channel must be 0 .. 7, got {channel}")
+        tag = self._exchange_tag(channel)
         (dest, sendbuf), (source, recvbuf) = sends[0], recvs[0]
         if not (sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous):
             raise ValueError("communication buffers must be C-contiguous")
-        tag = _TAG_EXCHANGE + channel + self.stats.call_tag
         with self._phase(phase):
-            t = _MPI_TYPES[recvbuf.dtype]
-            try:
-                self.comm.Sendrecv([sendbuf, _MPI_TYPES[sendbuf.dtype]], dest=dest, sendtag=tag,
-                                   recvbuf=[recvbuf, t], source=source, recvtag=tag,
-                                   status=self._status)
-            except MPI.Exception as e:
-                raise self._truncated(e, recvbuf.size, source) from None
-            self._received(t, recvbuf.size, source)
+            self._sendrecv(sendbuf, recvbuf, dest, source, tag, _MPI_TYPES[recvbuf.dtype])
         self.stats.add(phase, sendbuf.size, recvbuf.size, 1, 1)
+
+    def _exchange_tag(self, channel: int) -> int:
+        """The point-to-point tag of an exchange on ``channel`` (0 .. 7) in the current
+        call; ValueError for another channel. Not collective."""
+        if not 0 <= channel < 8:
+            raise ValueError(f"channel must be 0 .. 7, got {channel}")
+        return _TAG_EXCHANGE + channel + self.stats.call_tag
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, phase: str = "other") -> None:
         """Sum-allreduce (counted as a reduce-scatter plus an all-gather of the buffer)."""
