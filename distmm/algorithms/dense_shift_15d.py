@@ -428,27 +428,25 @@ class DenseShift15D(TwoOrientationAlgorithm):
         if self.p > 1:
             return super()._sddmm(A_loc, B_loc, vals, r, out)
         o = self._o["a"]
-        fresh = None
-        if out is None:
-            fresh = (np.empty, o.nnz, self.dtype)
-            out = np.empty(o.nnz, dtype=self.dtype)
+        out, fresh = self._one_rank_out(np.empty, o.nnz, out)
         self._one_rank_step(o, "sddmm", "sddmm", (vals, A_loc, B_loc, out), vals, A_loc, B_loc,
                             out, r, fresh)
         return out
 
-    def _one_rank_out(self, o, rows: int, r: int, out) -> tuple:
-        """(the result, how a repeat makes it anew or None) of an SpMM or FusedMM step on
-        one rank: the caller's ``out=``, or a new aligned array of ``rows`` x r."""
+    def _one_rank_out(self, make, shape, out) -> tuple:
+        """(the result, how a repeat makes it anew or None) of a step on one rank: the
+        caller's ``out=``, or a new array ``make(shape, dtype)`` (SDDMM's values, an SpMM's or
+        FusedMM's aligned rows)."""
         if out is not None:
             return out, None
-        fresh = (aligned_empty, (rows, r), self.dtype)
-        return aligned_empty(fresh[1], self.dtype), fresh
+        fresh = (make, shape, self.dtype)
+        return make(shape, self.dtype), fresh
 
     def _spmm_a(self, B_loc, vals, r, out):
         if self.p > 1:
             return super()._spmm_a(B_loc, vals, r, out)
         o = self._o["a"]
-        out, fresh = self._one_rank_out(o, o.blocks[0].shape[0], r, out)
+        out, fresh = self._one_rank_out(aligned_empty, (o.blocks[0].shape[0], r), out)
         self._one_rank_step(o, "spmm_x", "spmm_a", (vals, B_loc, out), vals, B_loc, None, out, r,
                             fresh)
         return out
@@ -457,7 +455,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
         if self.p > 1:
             return super()._spmm_b(A_loc, vals, r, out)
         o = self._o["a"]
-        out, fresh = self._one_rank_out(o, o.blocks[0].shape[1], r, out)
+        out, fresh = self._one_rank_out(aligned_empty, (o.blocks[0].shape[1], r), out)
         self._one_rank_step(o, "spmm_y", "spmm_b", (vals, A_loc, out), vals, A_loc, None, out, r,
                             fresh)
         return out
@@ -472,7 +470,7 @@ class DenseShift15D(TwoOrientationAlgorithm):
             vals = self._values_for(same, values)
             if self.p == 1:  # one kernel step (see _one_rank_step)
                 o = self._orientation(same)
-                out, fresh = self._one_rank_out(o, o.blocks[0].shape[0], r, out)
+                out, fresh = self._one_rank_out(aligned_empty, (o.blocks[0].shape[0], r), out)
                 self._one_rank_step(o, "fused_x", "fusedmm_a", (vals, X, Y, out), vals, X, Y,
                                     out, r, fresh)
                 return out
