@@ -353,37 +353,34 @@ def auto_choice(m: int, n: int, nnz: int, rank: int, p: int, overlap: bool = Fal
     families that can overlap when ``overlap`` is asked. Not collective (the same on every
     rank for the same arguments); ``distmm als`` calls it from the headers to check the
     chosen family's memory before any rating is read."""
-    from distmm.perf.planner import Machine, plan
+    from distmm.perf.planner import Machine, auto_candidates, plan
 
-    families = tuple(name for name, cls in api.ALGORITHMS.items()
-                     if not overlap or getattr(cls, "supports_overlap", False))
-    best = plan(m, n, nnz, rank, p, machine or Machine(), algorithms=families)[0]
+    best = plan(m, n, nnz, rank, p, machine or Machine(), algorithms=auto_candidates(overlap))[0]
     return best["algorithm"], best["strategy"], best["c"]
 
 
-def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, machine=None,
-                 memory_limit: int | None = None, nnz_test: int = 0) -> tuple[ALSConfig, object]:
-    """Ask the planner once for ALS's FusedMM shape (m x n, the training ratings, r = rank),
+def _choose_auto(share: CooShare, comm: MPI.Comm, cfg: ALSConfig, nnz: int, nnz_test: int,
+                 machine=None, memory_limit: int | None = None) -> tuple[ALSConfig, object]:
+    """Ask the planner once for ALS's FusedMM shape (m x n, the ``nnz`` training ratings of
+    every rank's ``share``, ``nnz_test`` held out, r = rank),
     with the ratings' pattern: every family, the sparsity-aware one priced in the order a
     run gives the ratings (:func:`distmm.perf.sparse_planner.plan_distributed`), among those
     whose FusedMM fits ``memory_limit``; then the pick's ALS memory is checked against it.
     Collective (every rank gets the same pick, and a problem is the same InputError on every
     rank). Returns (cfg with the pick, the order to distribute the ratings in: the partition
     the planner made, ``"blocks"``, or None for ``cfg.permute``)."""
+    from distmm.perf.planner import auto_candidates
     from distmm.perf.sparse_planner import plan_distributed
 
-    families = tuple(name for name, cls in api.ALGORITHMS.items()
-                     if not cfg.overlap or getattr(cls, "supports_overlap", False))
     permute = cfg.permute  # a name, or a partition (distmm.core.partition), as it is
     if isinstance(permute, (bool, np.bool_)):
         permute = permute_mode(permute)
-    rows, order = plan_distributed(share, comm, cfg.rank, machine, families,
+    rows, order = plan_distributed(share, comm, cfg.rank, machine, auto_candidates(cfg.overlap),
                                    dtype=np.dtype(cfg.dtype), overlap=cfg.overlap,
                                    memory_limit=memory_limit, permute=permute, seed=cfg.seed)
     best = rows[0]
     cfg = replace(cfg, algorithm=best["algorithm"], strategy=best["strategy"], c=best["c"])
     m, n = share.shape
-    nnz = int(comm.allreduce(share.nnz))
     # the order the run places S in: a partition made (rank 0's peak is behind it) or given
     placed = permute if order is None else order
     agree(comm, als_memory_problem(memory_limit, cfg.algorithm, cfg.strategy, m, n, nnz,
@@ -482,18 +479,18 @@ def fit(ratings, comm: MPI.Comm = MPI.COMM_WORLD, rank: int = 32, lam: float = 0
         require(held.shape == share.shape, f"the test ratings are {held.shape[0]} x "
                                            f"{held.shape[1]}, the training ratings "
                                            f"{share.shape[0]} x {share.shape[1]}")
-    require(int(comm.allreduce(train.nnz)) > 0, "no training rating is left after the split")
+    nnz_train, nnz_held = int(comm.allreduce(train.nnz)), int(comm.allreduce(held.nnz))
+    require(nnz_train > 0, "no training rating is left after the split")
     order = None
     if cfg.algorithm == "auto":
-        cfg, order = _choose_auto(train, comm, cfg, machine, memory_limit,
-                                  int(comm.allreduce(held.nnz)))
+        cfg, order = _choose_auto(train, comm, cfg, nnz_train, nnz_held, machine, memory_limit)
     require(cfg.c >= 1 and comm.Get_size() % cfg.c == 0,
             f"replication factor c={cfg.c} must be a positive divisor of p={comm.Get_size()}")
     if cfg.strategy is None:
         cfg = replace(cfg, strategy=api.ALGORITHMS[cfg.algorithm].strategies[-1])
     obj, train_vals = distribute_ratings(train, comm, cfg, node_model, order=order)
     test_obj = test_vals = None
-    if int(comm.allreduce(held.nnz)) > 0:
+    if nnz_held > 0:
         test_obj, test_vals = distribute_ratings(held, comm, cfg, node_model, layout=obj)
     result = ALSResult(cfg, obj, np.empty((0, 0)), np.empty((0, 0)), train_vals, test_obj,
                        test_vals)

@@ -23,7 +23,7 @@ from distmm.core.relay_rule import RELAY_CHOICES, relay_rule
 from distmm.errors import Checks, InputError, agree, require
 from distmm.io.outputs import read_json_object
 from distmm.kernels import NODE_MODELS, make_node_model
-from distmm.perf.planner import Machine, memory_problem
+from distmm.perf.planner import Machine, auto_candidates, memory_problem
 from distmm.perf.sparse_planner import AWARE, partitioner_fit, plan_distributed
 from distmm.perf.tuning import tune, tune_events
 
@@ -296,9 +296,7 @@ def choose(args, share, r: int, op: str, machine: Machine, limit: int | None = N
     comm = MPI.COMM_WORLD
     m, n = share.shape
     nnz = int(comm.allreduce(share.nnz))
-    # With --overlap, only the families that can overlap are candidates.
-    families = tuple(name for name, cls in api.ALGORITHMS.items()
-                     if not args.overlap or getattr(cls, "supports_overlap", False))
+    families = auto_candidates(args.overlap)
     # the sparsity-aware family is priced from S's pattern in the order a run would give it
     rows, partition = plan_distributed(share, comm, r, machine, families,
                                        dtype=np.dtype(args.dtype), overlap=args.overlap,

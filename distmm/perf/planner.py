@@ -346,6 +346,13 @@ def predict(algorithm: str, strategy: str, m: int, n: int, nnz: int, r: int, p: 
             "memory": memory_peak(algorithm, strategy, m, n, nnz, r, p, c, dtype, overlap)}
 
 
+def auto_candidates(overlap: bool = False) -> tuple[str, ...]:
+    """The families ``--algorithm auto`` chooses among: every registered one, or with
+    ``overlap`` those that can overlap. Not collective."""
+    return tuple(name for name, cls in ALGORITHMS.items()
+                 if not overlap or getattr(cls, "supports_overlap", False))
+
+
 def plan(m: int, n: int, nnz: int, r: int, p: int, machine: Machine | None = None,
          algorithms: tuple[str, ...] | None = None, model: str = "implemented",
          dtype=np.float32, overlap: bool = False, memory_limit: int | None = None
