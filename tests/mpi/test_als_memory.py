@@ -47,7 +47,7 @@ def _cases():
 @pytest.mark.skipif(not reset_peak_rss(), reason="needs Linux's /proc/self/clear_refs")
 @pytest.mark.parametrize("algorithm,c", _cases())
 def test_als_peak_rss_within_model(algorithm, c):
-    n, fraction = 24000 * P, 0.1
+    n, fraction = 12000 * P, 0.1
     map_large_allocations()  # the peak then follows the live arrays, not glibc's history
     fit(erdos_renyi(64, 48, 3, 1, COMM), COMM, rank=RANK, epochs=1, cg_iters=1,
         algorithm=algorithm, c=c).close()  # compiled kernels and MPI's buffers: not counted

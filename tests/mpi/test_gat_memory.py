@@ -58,7 +58,7 @@ def _train(n, per_row, width, hidden, heads, c, sparse):
 @pytest.mark.parametrize("c", sorted({1, costmodel.valid_cs("15d-dense-shift", P)[-1]}))
 @pytest.mark.parametrize("sparse", [False, True])
 def test_gat_peak_rss_within_model(c, sparse):
-    n, per_row, width, hidden, heads = 20000 * P, 10, 256, 8, 8
+    n, per_row, width, hidden, heads = 10000 * P, 10, 256, 8, 8
     map_large_allocations()  # the peak then follows the live arrays, not glibc's history
     _train(64, 3, width, hidden, heads, c, sparse)[0].close()  # compiled kernels: not counted
     base = baseline_rss()  # the warm-up's objects freed
@@ -156,7 +156,7 @@ def test_peak_rss_of_a_symmetric_file_with_self_loops_within_model(shared_tmp):
     measured peak."""
     from distmm.apps.gat_memory import graph_edges
 
-    n, width, hidden, heads = 20000 * P, 256, 8, 8
+    n, width, hidden, heads = 10000 * P, 256, 8, 8
     path = os.path.join(shared_tmp, "gat-sym-rss.mtx")
     stored, loops = _symmetric_graph_with_loops(path, n, 5, 3)
     small = os.path.join(shared_tmp, "gat-sym-small.mtx")

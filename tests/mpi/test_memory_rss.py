@@ -41,7 +41,7 @@ def _cases():
 @pytest.mark.skipif(not reset_peak_rss(), reason="needs Linux's /proc/self/clear_refs")
 @pytest.mark.parametrize("algorithm,c,strategy", _cases())
 def test_peak_rss_within_model(algorithm, c, strategy):
-    n = 16000 * P
+    n = 8000 * P
     op = "fusedmm_a" if c == 1 else "fusedmm_b"
     # the sparsity-aware family's default partition runs on rank 0 only
     # (test_partitioning_peak_on_rank_0_within_model): its layout in natural-order blocks is
