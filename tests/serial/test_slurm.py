@@ -16,6 +16,7 @@ root) when neither is running, and stops afterwards. Skipped, saying why, otherw
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -78,7 +79,36 @@ def clone(tmp_path_factory):
     os.symlink(os.path.join(ROOT, ".venv"), where / ".venv")
     os.makedirs(os.path.join(ROOT, ".numba_cache"), exist_ok=True)
     os.symlink(os.path.join(ROOT, ".numba_cache"), where / ".numba_cache")
-    return where
+    copies = _share_compiled_kernels(os.path.join(ROOT, ".numba_cache"), ROOT, str(where))
+    yield where
+    for folder in copies:  # keyed by the clone's path: no later run would find them
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _cache_subdir(directory: str) -> str:
+    """The folder of numba's cache that holds the kernels of the modules in ``directory``
+    (numba.core.caching's locator: the directory's name and the SHA-1 of its absolute path)."""
+    return f"{os.path.basename(directory)}_{hashlib.sha1(directory.encode()).hexdigest()}"
+
+
+def _share_compiled_kernels(cache: str, root: str, clone: str) -> list[str]:
+    """Copy the kernels compiled for this checkout's modules to the clone's modules' folders.
+
+    numba keys a module's kernels by its directory's absolute path, and checks each against
+    the source's content, so without this a clone's ranks would compile every kernel again,
+    which the README's install command, run in the clone, would have done beforehand. A module
+    that differs from the clone's (uncommitted changes) is compiled anew: numba finds its
+    content changed. Returns the folders made."""
+    copies = []
+    for directory, _, files in os.walk(clone):
+        if ".git" in directory.split(os.sep) or not any(f.endswith(".py") for f in files):
+            continue
+        ours = os.path.join(cache, _cache_subdir(os.path.join(
+            root, os.path.relpath(directory, clone))))
+        if os.path.isdir(ours):
+            copies.append(os.path.join(cache, _cache_subdir(directory)))
+            shutil.copytree(ours, copies[-1], dirs_exist_ok=True)
+    return copies
 
 
 # the states of a job that has not ended (squeue's long names)
