@@ -16,7 +16,6 @@ root) when neither is running, and stops afterwards. Skipped, saying why, otherw
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -86,9 +85,10 @@ def clone(tmp_path_factory):
 
 
 def _cache_subdir(directory: str) -> str:
-    """The folder of numba's cache that holds the kernels of the modules in ``directory``
-    (numba.core.caching's locator: the directory's name and the SHA-1 of its absolute path)."""
-    return f"{os.path.basename(directory)}_{hashlib.sha1(directory.encode()).hexdigest()}"
+    """The folder of numba's cache that holds the kernels of the modules in ``directory``,
+    as numba's own cache locator names it."""
+    from numba.core.caching import _CacheLocator
+    return _CacheLocator.get_suitable_cache_subpath(os.path.join(directory, "module.py"))
 
 
 def _share_compiled_kernels(cache: str, root: str, clone: str) -> list[str]:
