@@ -28,7 +28,7 @@ from typing import Any
 from mpi4py import MPI
 
 __all__ = ["ABORT_DRAIN", "Checks", "DistmmError", "InputError", "abort_job", "agree",
-           "as_int", "format_ranks", "mark_waits", "require"]
+           "as_int", "format_ranks", "mark_waits", "require", "wait_quietly"]
 
 
 class DistmmError(Exception):
@@ -168,6 +168,33 @@ def agree(comm: MPI.Comm, message: str | None = None,
         problem = _describe_disagreement([s for _, s in gathered])
     if problem is not None:
         raise InputError(problem)
+
+
+# The longest sleep between two polls of :func:`wait_quietly`, in seconds: the most a waiting
+# rank can lag behind the rank it waits for once that rank is done.
+QUIET_POLL_MAX = 0.01
+
+
+def wait_quietly(comm: MPI.Comm, busy: int) -> None:
+    """Return on every rank of ``comm`` once rank ``busy`` has called it, the other ranks
+    sleeping between polls instead of spinning in MPI's progress loop.
+
+    Collective over ``comm``. For the step before an :func:`agree` where one rank works alone
+    for long (rank 0 partitioning S): ranks blocked in a collective poll without pause, and on
+    a node with fewer cores than ranks (or shared with other jobs) they take the cores from the
+    one rank that works. A nonblocking barrier: no word moves, so nothing is counted (like the
+    agreement's own messages). Each sleep is a tenth of the time waited so far, between 0.1 ms
+    and :data:`QUIET_POLL_MAX`, so a short wait stays short.
+    """
+    request = comm.Ibarrier()
+    if comm.Get_rank() == busy:
+        request.Wait()
+        return
+    mark = _WAIT_MARK
+    with nullcontext() if mark is None else mark("agree"):
+        start = time.monotonic()
+        while not request.Test():
+            time.sleep(min(QUIET_POLL_MAX, max(1e-4, (time.monotonic() - start) / 10)))
 
 
 class Checks:

@@ -74,7 +74,7 @@ from distmm.core.partition import (
 )
 from distmm.core.permute import PARTITION_MODES, applied_mode, balance_permutation, permute_mode
 from distmm.core.relay_rule import relay_rule
-from distmm.errors import InputError, require
+from distmm.errors import InputError, require, wait_quietly
 
 STRATEGIES = ("none", "reuse", "fusion")
 
@@ -590,6 +590,7 @@ def order_by_partition(obj: DistributedAlgorithm, source: CooShare, mode: str, s
             if pick_order(rows, cols, (m, n), obj.p, obj.c, [mine, blocks],
                           getattr(obj, "relay", True)) is blocks:
                 part = None
+    wait_quietly(obj.comm, 0)
     obj._agree(problem)
     part = obj.comm.bcast(part, root=0)
     if part is None:

@@ -14,7 +14,7 @@ from distmm import api
 from distmm.cli import files
 from distmm.cli.common import emit
 from distmm.core.partition import PARTITIONERS, partition, save_partition, volume
-from distmm.errors import Checks, InputError
+from distmm.errors import Checks, InputError, wait_quietly
 from distmm.io.outputs import atomic_output
 
 
@@ -61,6 +61,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
                       "volume": volume(S, part.parts, part.col_parts),
                       "natural_volume": volume(S, natural, natural_cols),
                       "max_over_mean_work": float(weights.max() / weights.mean())}
+    wait_quietly(comm, 0)  # the other ranks sleep while rank 0 partitions
     checks.agree()
 
     def write(path: str) -> None:

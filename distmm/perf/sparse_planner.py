@@ -39,7 +39,7 @@ from distmm.core.memory import format_bytes
 from distmm.core.partition import partition_peak_bytes, partitioner_at_distribute
 from distmm.core.permute import PARTITION_MODES, permute_mode
 from distmm.core.relay_rule import relay_name, relay_rule
-from distmm.errors import Checks, InputError
+from distmm.errors import Checks, InputError, wait_quietly
 from distmm.perf import costmodel
 from distmm.perf.planner import Machine, partitioner_message, plan, predict
 
@@ -240,6 +240,7 @@ def plan_distributed(share, comm, r: int, machine: Machine | None = None,
                 part = orders[0][3].get("partition")
                 if permute_mode(permute) != "auto":  # a given order: the run makes its own
                     part = None
+        wait_quietly(comm, 0)
         checks.agree()
         found, part = comm.bcast((found, part), root=0)
         rows += found

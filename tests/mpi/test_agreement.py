@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import numpy as np
 import pytest
@@ -127,6 +128,27 @@ def test_api_disagreement_raises_the_same_everywhere(setting, mine, theirs, show
     assert shown in text and f"on rank {P - 1})" in text, text
     everyone = COMM.allgather(text)
     assert all(t == text for t in everyone)
+
+
+def test_wait_quietly_sleeps_until_the_busy_rank_arrives():
+    """wait_quietly (before an agreement where one rank works alone): no rank returns before
+    the busy rank (the last) has called it, and the ranks that wait sleep rather than poll
+    MPI without pause: their CPU time is a small part of the wait. Load can only lengthen the
+    sleeps, so it cannot raise that CPU time."""
+    from distmm.errors import wait_quietly
+
+    busy, work = P - 1, 0.6
+    if COMM.rank == busy:
+        time.sleep(work)
+    entered = time.time()
+    cpu = time.process_time()
+    wait_quietly(COMM, busy)
+    cpu = time.process_time() - cpu
+    left = time.time()
+    busy_entered = COMM.bcast(entered, root=busy)
+    assert left >= busy_entered  # the ranks share one clock here (one node)
+    if COMM.rank != busy:
+        assert cpu < work / 3, cpu
 
 
 def test_empty_matrix_with_auto_says_empty(files, capsys):
