@@ -51,8 +51,7 @@ def _pow5_table() -> tuple[np.ndarray, np.ndarray]:
             z = power5.bit_length()
             b = z + 127 if q >= -27 else 2 * z + 128
             c = (1 << b) // power5 + 1
-            while c >= 1 << 128:
-                c //= 2
+            c >>= max(0, c.bit_length() - 128)  # halved until under 2^128, in one shift
         hi[k], lo[k] = c >> 64, c & ((1 << 64) - 1)
     return hi, lo
 
