@@ -12,11 +12,16 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def mpi_env(**overrides: str) -> dict[str, str]:
     """This process's environment for an oversubscribed ``mpiexec`` job of this checkout: the
-    shared numba cache, one thread per rank, MPICH's yielding wait, and the checkout first on
+    shared numba cache, one thread per rank, MPICH's sleeping wait, and the checkout first on
     the import path (so helper drivers import the code under test); then ``overrides``."""
     env = dict(os.environ)
     env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
-    env.update(MPIR_CVAR_ENABLE_HEAVY_YIELD="1", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    # MPICH's sleeping wait: heavy yield sleeps in each poll of a blocking send, receive or
+    # collective, but a blocking probe (mpi4py's pickled recv) still spins unless the progress
+    # throttle is on too; so ranks that wait long (a deadlock until the watchdog, a rank until
+    # another's signal) leave the cores to the ranks that work (docs/performance.md)
+    env.update(MPIR_CVAR_ENABLE_HEAVY_YIELD="1", MPIR_CVAR_CH4_PROGRESS_THROTTLE="1",
+               NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.update(overrides)
     return env
