@@ -182,9 +182,9 @@ def wait_quietly(comm: MPI.Comm, busy: int) -> None:
     Collective over ``comm``. For the step before an :func:`agree` where one rank works alone
     for long (rank 0 partitioning S): ranks blocked in a collective poll without pause, and on
     a node with fewer cores than ranks (or shared with other jobs) they take the cores from the
-    one rank that works. A nonblocking barrier: no word moves, so nothing is counted (like the
-    agreement's own messages). Each sleep is a tenth of the time waited so far, between 0.1 ms
-    and :data:`QUIET_POLL_MAX`, so a short wait stays short.
+    one rank that works. A nonblocking barrier: it moves no word, so no count changes. Each
+    sleep is a tenth of the time waited so far, between 0.1 ms and :data:`QUIET_POLL_MAX`, so
+    a short wait stays short.
     """
     request = comm.Ibarrier()
     if comm.Get_rank() == busy:
