@@ -14,7 +14,8 @@ lacks, and names it; a module named on the command line runs at any count, and
 ``DISTMM_TEST_EVERY_RANK_COUNT=1`` runs every module at every count. ``./tasks test`` starts
 one ``mpiexec`` stage for each count of :func:`stage_counts` (``python
 tests/mpi/rank_counts.py --stages`` prints them, ``--measured`` the modules of
-:data:`MEASURED`; without an argument it prints the table).
+:data:`MEASURED`, ``--measured N`` those of them that run at N; without an argument it
+prints the table).
 The standard library only: ``tasks`` reads it without MPI.
 """
 
@@ -141,6 +142,8 @@ if __name__ == "__main__":
         print(*stage_counts())
     elif sys.argv[1:] == ["--measured"]:
         print(*MEASURED)
+    elif sys.argv[1:2] == ["--measured"] and len(sys.argv) == 3:
+        print(*(m for m in MEASURED if runs_at(m, int(sys.argv[2]))))
     else:
         for name, ns in sorted(RANK_COUNTS.items()):
             print(f"{name:34s} {' '.join(map(str, ns))}")
