@@ -8,9 +8,9 @@ round 1 runs every variant once, round 2 again, and so on, so that each samples 
 moments of a shared machine. For every matrix (natural order), dtype, width r and operation a
 worker times ``--calls`` calls after one warm-up and reports its best; the table keeps the best
 over rounds. Below the summary, every case whose PyTorch / distmm ratio (best over best) misses
-issue 22's target (:data:`TORCH_TARGETS`) is listed with each round's own ratio, the two
-libraries' best times within the same round: on a shared machine one library's single fast
-round can decide a best-over-best cell.
+the project's PyTorch target (:data:`TORCH_TARGETS`, docs/performance.md) is listed with each
+round's own ratio, the two libraries' best times within the same round: on a shared machine
+one library's single fast round can decide a best-over-best cell.
 
 Variants:
 
@@ -76,8 +76,9 @@ DATA = os.environ.get("DISTMM_DATA", os.path.join(ROOT, "..", "shared", "data"))
 MATRICES = ("metis-mdual", "genes-pubmed", "movielens-100k-ratings", "cora-adjacency",
             "er-65536")
 OPS = ("fusedmm_a", "spmm_a", "sddmm")
-# Issue 22's targets for PyTorch's time over distmm's at p = 1: a FusedMMA call at least 1.5x
-# PyTorch's SDDMM + SpMM pair, SpMMA and SDDMM at least as fast as PyTorch's calls.
+# The project's targets for PyTorch's time over distmm's at p = 1 (docs/performance.md): a
+# FusedMMA call at least 1.5x PyTorch's SDDMM + SpMM pair, SpMMA and SDDMM at least as fast as
+# PyTorch's calls.
 TORCH_TARGETS = {"fusedmm_a": 1.5, "spmm_a": 1.0, "sddmm": 1.0}
 VARIANTS = ("distmm-p1", "distmm-p2", "torch", "scipy")  # the default --variants
 RUN_VARIANTS = ("run-p1", "run-p2")  # distmm run, on request: a job per case is slow
@@ -722,7 +723,7 @@ def main(argv=None) -> int:
                       f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     table = "\n" + summary(best, args)
     if "torch" in args.variants and "distmm-p1" in args.variants:
-        table += ("\n**Cases below issue 22's PyTorch targets** (PyTorch's best time over "
+        table += ("\n**Cases below the PyTorch targets** (PyTorch's best time over "
                   "distmm's best at p = 1; each round's own: the same ratio within each round)"
                   "\n\n" + short_cells(best, rounds, args))
     table += markdown(best, args)

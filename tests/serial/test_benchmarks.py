@@ -61,7 +61,7 @@ def test_cases_below_the_torch_targets_show_each_rounds_own_ratio(tmp_path, caps
                                  rec("torch", "fusedmm_a", 0, 1.2)]) + "\n")
     assert e2e.main(["--from-jsonl", f"{first},{second}", "--matrices", "m", "--rs", "16",
                      "--dtypes", "float32", "--ops", "fusedmm_a,spmm_a"]) == 0
-    part = capsys.readouterr().out.split("**Cases below issue 22's PyTorch targets**")[1]
+    part = capsys.readouterr().out.split("**Cases below the PyTorch targets**")[1]
     listed = [x for x in part.split("\n\n")[1].splitlines()]
     # best over best: torch 1.2 / distmm 1.0; the rounds: 2.0, 3.0, then 1.2 / 1.5
     assert listed == ["- m, float32, fusedmm_a, r = 16: 1.20x (target 1.5x); each round's "
