@@ -42,12 +42,11 @@ resident set after every kernel was loaded at every width, before S is placed; o
 includes the whole matrix read by scipy). It covers S's blocks, A, B, the one result buffer
 alive and what the calls keep or make, which is what the memory model's ``held`` + ``call``
 bytes for the call predict (``model_bytes``, docs/memory.md), plus what the worker keeps alive
-beyond the call's operands: A beside SpMMA, and the result buffers of the width's earlier
-operations, which the object holds for replaying them (docs/api.md; each width starts with
-``S.release_buffers()``, so nothing of the width before is held); beside them, the bytes of the
-rank's own data (``data_bytes``: S's values, A, B and the result). The tables show the fullest
-rank's figure and the model. Where VmHWM cannot be reset (not Linux) the figure is the
-worker's whole life.
+beyond the call's operands: A beside SpMMA (each width starts with ``S.release_buffers()``,
+and the width's earlier results are let go, so nothing else is held); beside them, the bytes
+of the rank's own data (``data_bytes``: S's values, A, B and the result). The tables show the
+fullest rank's figure and the model. Where VmHWM cannot be reset (not Linux) the figure is
+the worker's whole life.
 
 Run from the repository root (it launches its own workers)::
 
@@ -263,10 +262,9 @@ def worker_distmm(args) -> None:
         with distmm.distribute(share, comm, dtype=dtype) as S:
             del share
             for r in args.rs:
-                # the last width's buffers, and its operands that replays kept, are let go
+                # the last width's buffers are let go
                 S.release_buffers()
                 A, B = api_operands(S, r)
-                kept = 0  # bytes of earlier results at this width, kept by their replays
                 for op in args.ops:
                     out = api_out(S, op, r)
                     fn = _distmm_calls(S, A, B, {op: out})[op]
@@ -280,14 +278,11 @@ def worker_distmm(args) -> None:
                     rss = comm.allreduce(peak_rss() - base, op=MPI.MAX)
                     data = comm.allreduce(S.values.nbytes * 3 + A.nbytes + B.nbytes
                                           + out.nbytes, op=MPI.MAX)
-                    # alive beyond the call's model: A where the call does not read it, and
-                    # the results of the width's earlier calls (each object keeps its last
-                    # replayed call's operands, docs/api.md)
-                    extra = kept + (A.nbytes if op == "spmm_a" else 0)
+                    # alive beyond the call's model: A, where the call does not read it
+                    extra = A.nbytes if op == "spmm_a" else 0
                     model = S.stats.memory_model(op, None, r)
                     model = comm.allreduce(model.held + sum(model.call.values()) + extra,
                                            op=MPI.MAX)
-                    kept += out.nbytes
                     common = {"dtype": dtype, "r": r, "op": op,
                               "permute": S.stats.describe()["permute"],
                               "intranode": distmm.runtime.intranode.STATE}
