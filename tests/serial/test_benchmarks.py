@@ -133,16 +133,25 @@ def test_gather_floor_bench_times_kernel_and_bare_reads_in_turns():
     assert lines[-1].startswith("kernel / gather, median over rounds: ")
 
 
-def test_kernel_ab_bench_compares_two_versions_in_one_process(tmp_path):
+def test_kernel_ab_bench_compares_two_versions_in_one_process():
     """bench_kernel_ab with this checkout's reference.py as the base: a row per case with both
     versions' times, the ratio's median within its quartiles and bitwise results; an unknown
     operation is refused."""
-    base = tmp_path / "reference_base.py"
-    base.write_text(open(os.path.join(ROOT, "distmm", "kernels", "reference.py")).read())
+    # The base copy keeps one path, rewritten only when reference.py changes: numba caches its
+    # kernels by the file's path and stamp, so later runs load them instead of compiling them
+    # again, and the cache does not gain a directory per run (a temporary path would do both)
+    base_dir = os.path.join(ROOT, ".pytest_cache", "kernel_ab_base")
+    os.makedirs(base_dir, exist_ok=True)
+    base = os.path.join(base_dir, "reference_base.py")
+    with open(os.path.join(ROOT, "distmm", "kernels", "reference.py")) as fh:
+        source = fh.read()
+    if not os.path.exists(base) or open(base).read() != source:
+        with open(base, "w") as fh:
+            fh.write(source)
     env = dict(os.environ, NUMBA_NUM_THREADS="1")
     script = os.path.join(ROOT, "benchmarks", "bench_kernel_ab.py")
     proc = subprocess.run(
-        [sys.executable, script, "--base", str(base), "--matrices", "er-256", "--rs", "8",
+        [sys.executable, script, "--base", base, "--matrices", "er-256", "--rs", "8",
          "--dtypes", "float64", "--ops", "spmm_a,fusedmm_a", "--calls", "3", "--rounds", "3"],
         capture_output=True, text=True, timeout=300, env=env, check=True)
     rows = [x for x in proc.stdout.splitlines() if x.startswith("| er-256 |")]
@@ -154,7 +163,7 @@ def test_kernel_ab_bench_compares_two_versions_in_one_process(tmp_path):
         lo, hi = (float(x) for x in quartiles.rstrip(")").split("-"))
         assert lo <= float(median) <= hi
         assert cells[7] == "bitwise"
-    bad = subprocess.run([sys.executable, script, "--base", str(base), "--ops", "spmm_b"],
+    bad = subprocess.run([sys.executable, script, "--base", base, "--ops", "spmm_b"],
                          capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2 and "unknown operations ['spmm_b']" in bad.stderr
 
