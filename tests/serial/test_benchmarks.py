@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -140,18 +141,15 @@ def test_kernel_ab_bench_compares_two_versions_in_one_process():
     # The base copy keeps one path, rewritten only when reference.py changes: numba caches its
     # kernels by the file's path and stamp, so later runs load them instead of compiling them
     # again, and the cache does not gain a directory per run (a temporary path would do both)
-    base_dir = os.path.join(ROOT, ".pytest_cache", "kernel_ab_base")
-    os.makedirs(base_dir, exist_ok=True)
-    base = os.path.join(base_dir, "reference_base.py")
-    with open(os.path.join(ROOT, "distmm", "kernels", "reference.py")) as fh:
-        source = fh.read()
-    if not os.path.exists(base) or open(base).read() != source:
-        with open(base, "w") as fh:
-            fh.write(source)
+    base = Path(ROOT, ".pytest_cache", "kernel_ab_base", "reference_base.py")
+    source = Path(ROOT, "distmm", "kernels", "reference.py").read_text()
+    if not base.is_file() or base.read_text() != source:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        base.write_text(source)
     env = dict(os.environ, NUMBA_NUM_THREADS="1")
     script = os.path.join(ROOT, "benchmarks", "bench_kernel_ab.py")
     proc = subprocess.run(
-        [sys.executable, script, "--base", base, "--matrices", "er-256", "--rs", "8",
+        [sys.executable, script, "--base", str(base), "--matrices", "er-256", "--rs", "8",
          "--dtypes", "float64", "--ops", "spmm_a,fusedmm_a", "--calls", "3", "--rounds", "3"],
         capture_output=True, text=True, timeout=300, env=env, check=True)
     rows = [x for x in proc.stdout.splitlines() if x.startswith("| er-256 |")]
@@ -163,7 +161,7 @@ def test_kernel_ab_bench_compares_two_versions_in_one_process():
         lo, hi = (float(x) for x in quartiles.rstrip(")").split("-"))
         assert lo <= float(median) <= hi
         assert cells[7] == "bitwise"
-    bad = subprocess.run([sys.executable, script, "--base", base, "--ops", "spmm_b"],
+    bad = subprocess.run([sys.executable, script, "--base", str(base), "--ops", "spmm_b"],
                          capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2 and "unknown operations ['spmm_b']" in bad.stderr
 
