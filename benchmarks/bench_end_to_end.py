@@ -58,6 +58,7 @@ A worker is this script with ``--worker NAME``; it prints one JSON line per meas
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -700,22 +701,22 @@ def main(argv=None) -> int:
                 keep_best(best, rec)
                 keep_round(rounds, rec, (k, rec["round"]))
                 info = rec["machine"]
-    out = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115
-    for rnd in range(0 if args.from_jsonl else args.rounds):
-        for matrix in args.matrices:
-            for variant in args.variants:
-                t0 = time.perf_counter()
-                for rec in launch(variant, matrix, args):
-                    # a bound call's records are a variant of their own ("distmm-p1-bound")
-                    name = variant + ("-bound" if rec.get("call") == "bound" else "")
-                    rec.update(variant=name, matrix=matrix, round=rnd, machine=info)
-                    keep_best(best, rec)
-                    keep_round(rounds, rec, (0, rnd))
-                    if out:
-                        out.write(json.dumps(rec) + "\n")
-                        out.flush()
-                print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
-                      f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    with open(args.jsonl, "a") if args.jsonl else contextlib.nullcontext() as out:
+        for rnd in range(0 if args.from_jsonl else args.rounds):
+            for matrix in args.matrices:
+                for variant in args.variants:
+                    t0 = time.perf_counter()
+                    for rec in launch(variant, matrix, args):
+                        # a bound call's records are a variant of their own ("distmm-p1-bound")
+                        name = variant + ("-bound" if rec.get("call") == "bound" else "")
+                        rec.update(variant=name, matrix=matrix, round=rnd, machine=info)
+                        keep_best(best, rec)
+                        keep_round(rounds, rec, (0, rnd))
+                        if out:
+                            out.write(json.dumps(rec) + "\n")
+                            out.flush()
+                    print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
+                          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     table = "\n" + summary(best, args)
     if "torch" in args.variants and "distmm-p1" in args.variants:
         table += ("\n**Cases below the PyTorch targets** (PyTorch's best time over "

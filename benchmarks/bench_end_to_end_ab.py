@@ -19,6 +19,7 @@ before and after, and PyTorch's time over distmm's::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -108,24 +109,24 @@ def main(argv=None) -> int:
         if v not in VARIANTS:
             ap.error(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
     records = []
-    out = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115
-    for rnd in range(args.rounds):
-        # Odd rounds run the variants in reverse: on a large matrix the job that follows
-        # another measured up to 1.5x differently from the one that runs first.
-        order = args.variants if rnd % 2 == 0 else args.variants[::-1]
-        for matrix in args.matrices:
-            for variant in order:
-                t0 = time.perf_counter()
-                for rec in run_variant(variant, matrix, args):
-                    if rec.get("call") == "bound":  # method calls only: both versions have them
-                        continue
-                    rec.update(variant=variant, matrix=matrix, round=rnd)
-                    records.append(rec)
-                    if out:
-                        out.write(json.dumps(rec) + "\n")
-                        out.flush()
-                print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
-                      f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    with open(args.jsonl, "a") if args.jsonl else contextlib.nullcontext() as out:
+        for rnd in range(args.rounds):
+            # Odd rounds run the variants in reverse: on a large matrix the job that follows
+            # another measured up to 1.5x differently from the one that runs first.
+            order = args.variants if rnd % 2 == 0 else args.variants[::-1]
+            for matrix in args.matrices:
+                for variant in order:
+                    t0 = time.perf_counter()
+                    for rec in run_variant(variant, matrix, args):
+                        if rec.get("call") == "bound":  # method calls only: both versions have them
+                            continue
+                        rec.update(variant=variant, matrix=matrix, round=rnd)
+                        records.append(rec)
+                        if out:
+                            out.write(json.dumps(rec) + "\n")
+                            out.flush()
+                    print(f"round {rnd + 1}/{args.rounds} {matrix} {variant}: "
+                          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     text = table(records)
     if args.markdown:
         with open(args.markdown, "w") as fh:
