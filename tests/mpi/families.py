@@ -3,8 +3,9 @@
 Every family of :data:`distmm.ALGORITHMS`, with the replication factors its grid allows at this
 run's p and widths at and above its minimum r, so that one test module per claim covers every
 family, c and strategy without naming a family. Over the rank counts of ./tasks test
-(1, 2, 3, 4, 8), ``FAMILY_C`` meets every grid shape once: from p = 4 on it leaves out the
-shapes that p = 2 and 3 already gave (:func:`met_below`).
+(1, 2, 3, 4, 8), ``FAMILY_C``, and :func:`grid_cs` for a module that loops over c itself,
+meet every grid shape once: from p = 4 on they leave out the shapes that p = 2 and 3 already
+gave (:func:`met_below`).
 """
 
 from __future__ import annotations
@@ -36,9 +37,16 @@ def met_below(name: str, c: int) -> bool:
     return P >= 4 and (c == P or (c == 1 and distmm.ALGORITHMS[name].model.grid_allows(3, 1)))
 
 
+def grid_cs(name: str, r: int | None = None) -> list[int]:
+    """Every c the family's grid allows at this p (and width r), less those met_below: the
+    replication factors a module that loops over c needs at this p. All of them where that
+    would leave none (a width that only the deepest c admits). Not collective."""
+    cs = costmodel.valid_cs(name, P, r)
+    return [c for c in cs if EVERY_C or not met_below(name, c)] or cs
+
+
 # (family, c) for every c the family's grid allows at this p, less those met_below
-FAMILY_C = [(name, c) for name in FAMILIES for c in costmodel.valid_cs(name, P)
-            if EVERY_C or not met_below(name, c)]
+FAMILY_C = [(name, c) for name in FAMILIES for c in grid_cs(name)]
 
 
 def one_c(name: str) -> int:

@@ -21,19 +21,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 from oracle import check, problem
 
 import distmm
 from distmm.algorithms import plan as plan_module
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
 M, N, R = 30, 27, 19
 WIDTHS = (R, 9)
 STEPS = 25
-CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P, min(WIDTHS))]
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in grid_cs(a, min(WIDTHS))]
 OPS = ("sddmm", "spmm_a", "spmm_b", "fusedmm_a", "fusedmm_b")
 
 

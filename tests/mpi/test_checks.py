@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from families import grid_cs
 from mpi4py import MPI
 from oracle import check, problem
 
 import distmm
 from distmm.errors import InputError
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
-CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P)]
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in grid_cs(a)]
 
 
 def make(algorithm, c, checks):

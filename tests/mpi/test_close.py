@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from families import grid_cs
 from mpi4py import MPI
 from oracle import problem
 
 import distmm
 from distmm.errors import InputError
 from distmm.ops.groups import row_group
-from distmm.perf import costmodel
 from distmm.perf.tuning import tune
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
-CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P)]
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in grid_cs(a)]
 CYCLES = 12
 
 

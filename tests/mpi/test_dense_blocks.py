@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 from oracle import check, problem
 
@@ -23,7 +24,7 @@ from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
-CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P)]
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in grid_cs(a)]
 
 
 def setup(algorithm, c, m=24, n=24, seed=0, checks="once", **kw):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 
 from distmm.algorithms.dense_shift_15d import fused_attention_backward_words
@@ -19,7 +20,7 @@ from distmm.core.sparse import CSRBlock
 from distmm.kernels.attention import backward_reference, forward_reference
 
 COMM = MPI.COMM_WORLD
-CS = [c for c in (1, 2, 3, 4, 8) if COMM.size % c == 0]
+CS = grid_cs("15d-dense-shift")  # distribute_graph's family; tests/mpi/families.py
 N = 23
 SLOPE = 0.2
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import FAMILY_C, grid_cs
 from mpi4py import MPI
 
 from distmm.algorithms import ALGORITHMS
@@ -29,10 +30,10 @@ from tests import gat_reference as ref
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
-CS = [c for c in (1, 2, 3, 4, 8) if P % c == 0]
-# every family at every c its grid allows at this p
-FAMILY_CS = [(name, c) for name, cls in ALGORITHMS.items() for c in range(1, P + 1)
-             if P % c == 0 and cls.model.grid_allows(P, c)]
+# 1.5D dense shifting's c, and every family's, that this p adds to the grid shapes of the
+# smaller rank counts (tests/mpi/families.py)
+CS = grid_cs("15d-dense-shift")
+FAMILY_CS = FAMILY_C
 OTHER_CS = [(name, c) for name, c in FAMILY_CS if name != "15d-dense-shift"]
 N, FIN, CLASSES = 13, 5, 3
 

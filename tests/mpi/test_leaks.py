@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 import pytest
+from families import grid_cs
 from mpi4py import MPI
 from oracle import problem
 
@@ -30,12 +31,6 @@ GROWTH = 1.05
 if not os.path.exists("/proc/self/statm"):
     pytest.skip("resident memory is read from /proc/self/statm (Linux only)",
                 allow_module_level=True)
-# Long runs at 1 and 4 ranks: one rank (no sub-communicators) and the most ranks the 2-core
-# CI machines run without oversubscribing them beyond 2x. What leaks is per call or per
-# object, not per rank count: 2 and 3 ranks would take a minute of CI and prove nothing these
-# do not, and at 8 ranks the runs would take minutes.
-if P not in (1, 4):
-    pytest.skip("leak runs use 1 and 4 ranks", allow_module_level=True)
 
 
 def resident_bytes() -> int:
@@ -74,7 +69,7 @@ FUSED = [("15d-dense-shift", {}, 1000), ("15d-dense-shift", {"overlap": True}, 3
 @pytest.mark.parametrize("algorithm,extra,calls", FUSED,
                          ids=[a + ("-overlap" if e else "") for a, e, _ in FUSED])
 def test_thousand_fusedmm_calls_do_not_grow_memory(algorithm, extra, calls):
-    cs = costmodel.valid_cs(algorithm, P)
+    cs = grid_cs(algorithm)
     if not cs:
         pytest.skip(f"{algorithm} has no valid c at p={P}")
     c = cs[-1]

@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 
 import distmm
 from distmm.core.memory import held_bytes
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
@@ -46,7 +46,7 @@ def test_model_equals_held_arrays(algorithm):
     S = _matrix(203, 157, 0.04, 7)
     cases = [(op, st) for op in distmm.core.memory.OPS
              for st in (cls.strategies if op.startswith("fusedmm") else cls.strategies[-1:])]
-    for c in costmodel.valid_cs(algorithm, P, R):
+    for c in grid_cs(algorithm, R):
         for op, strategy in cases:
             for dtype in ((np.float32, np.float64) if op == "fusedmm_a" else (np.float32,)):
                 obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=R, dtype=dtype,
@@ -72,7 +72,7 @@ def test_prediction_bounds_the_fullest_rank(algorithm):
     share = erdos_renyi(m, n, 8, 3, COMM)
     nnz = COMM.allreduce(share.nnz)
     permute = "auto"
-    for c in costmodel.valid_cs(algorithm, P, R):
+    for c in grid_cs(algorithm, R):
         strategy = cls.strategies[-1]
         obj = distmm.distribute(share, COMM, algorithm=algorithm, c=c, r=R, permute=permute)
         if getattr(obj.permute, "is_partition", False):  # KaHIP's parts, seconds on rank 0:
@@ -96,7 +96,7 @@ def test_model_parts_are_named_and_positive():
     """Every part and temporary the families report is a non-negative byte count, and the peak
     is the largest of the three phases and, for rank 0, its partitioning of S."""
     for algorithm, cls in distmm.ALGORITHMS.items():
-        for c in costmodel.valid_cs(algorithm, P, R):
+        for c in grid_cs(algorithm, R):
             for strategy in cls.strategies:
                 mem = cls.model.memory_bytes("fusedmm_b", strategy, 1000, 700, 9000, R, P, c,
                                        np.float64, True)

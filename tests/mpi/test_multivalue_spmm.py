@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 
 import distmm
 from distmm.algorithms.multivalue import multi_value_words
 from distmm.errors import InputError
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
@@ -70,7 +70,7 @@ def _run(obj, S, heads, F, rng, side):
 def test_dense_shift_one_pass(side, heads, F):
     m, n = 8 * P, 4 * P   # p divides m and n: the exact formula holds on every rank
     S, rng = _problem(m, n)
-    for c in costmodel.valid_cs("15d-dense-shift", P):
+    for c in grid_cs("15d-dense-shift"):
         obj = distmm.distribute(S, COMM, algorithm="15d-dense-shift", c=c, dtype=np.float64,
                                 root=None, seed=1)
         for first in (True, False):   # the second call of a kind is not agreed again
@@ -102,7 +102,7 @@ def _single_words(obj, S, r, rng, side):
 def test_split_families_one_pass_uneven(algorithm, heads, F):
     S, rng = _problem(13, 11)
     r = heads * F
-    for c in costmodel.valid_cs(algorithm, P, r):
+    for c in grid_cs(algorithm, r):
         # with overlap at H = 3 (sends posted before the kernels; the same counts)
         obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
                                 root=None, seed=2, overlap=heads == 3)
@@ -129,7 +129,7 @@ def test_split_families_words_equal_the_formula(algorithm, side, heads, F):
     m, n = 8 * P, 4 * P   # p divides m and n, every column block count divides r
     S, rng = _problem(m, n)
     r = heads * F
-    for c in costmodel.valid_cs(algorithm, P, r):
+    for c in grid_cs(algorithm, r):
         obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
                                 root=None, seed=1)
         for first in (True, False):   # the second call of a kind is not agreed again
@@ -147,7 +147,7 @@ def test_sparse_aware_one_pass(heads, F, overlap):
     (its own and the received rows): words exactly one single-value call's of that width
     with this rank's exchange counts, uneven shapes, every c."""
     S, rng = _problem(13, 11)
-    for c in costmodel.valid_cs("15d-sparse-aware", P):
+    for c in grid_cs("15d-sparse-aware"):
         obj = distmm.distribute(S, COMM, algorithm="15d-sparse-aware", c=c, dtype=np.float64,
                                 root=None, seed=2, overlap=overlap)
         for side in ("a", "b"):

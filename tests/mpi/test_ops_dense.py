@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pytest
+from families import grid_cs
 from mpi4py import MPI
 from ops_oracle import counted, edge_problem, objects
 
@@ -23,7 +24,6 @@ from distmm.ops.transfer import PHASE as TRANSFER
 from distmm.ops.transfer import transfer, transfer_words
 from distmm.ops.xty import PHASE as XTY
 from distmm.ops.xty import xty, xty_words
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 R = 8
@@ -124,7 +124,7 @@ def test_plain_blocks_of_a_width_given_per_call():
     rng = np.random.default_rng(5)
     X, Y = rng.standard_normal((n, r)), rng.standard_normal((n, r))
     for algorithm in distmm.ALGORITHMS:
-        for c in costmodel.valid_cs(algorithm, COMM.Get_size(), r):
+        for c in grid_cs(algorithm, r):
             try:
                 obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, dtype=np.float64,
                                         root=None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from families import grid_cs
 from mpi4py import MPI
 from ops_oracle import (  # noqa: F401  (compiled_segment_reduce: a fixture)
     compiled_segment_reduce,
@@ -36,7 +37,6 @@ from distmm.ops.edges import (
     sddmm_add_words,
 )
 from distmm.ops.softmax import edge_softmax
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 pytestmark = pytest.mark.usefixtures("compiled_segment_reduce")
@@ -134,7 +134,7 @@ def test_dense_shift_bounds_stated_in_the_docs():
     n, p = 16, COMM.Get_size()
     S = edge_problem(n, n, seed=15, density=0.9)
     off = block_offsets(n, p)
-    for c in costmodel.valid_cs("15d-dense-shift", p):
+    for c in grid_cs("15d-dense-shift"):
         obj = distmm.distribute(S, COMM, algorithm="15d-dense-shift", c=c, dtype=np.float64,
                                 root=None)
         u, v, q = obj.grid.u, obj.grid.v, p // c

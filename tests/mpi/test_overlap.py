@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 
 import distmm
 from distmm.core.operations import CLI_OPS
-from distmm.perf import bench, costmodel
+from distmm.perf import bench
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
@@ -23,7 +24,7 @@ def test_overlap_same_results_and_words(algorithm):
     rng = np.random.default_rng(13)
     S = sp.random(35, 26, density=0.2, random_state=rng, format="coo")
     A, B = rng.standard_normal((35, r)), rng.standard_normal((26, r))
-    for c in costmodel.valid_cs(algorithm, P, r):
+    for c in grid_cs(algorithm, r):
         plain = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
                                   root=None)
         over = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,

@@ -13,15 +13,15 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 from oracle import check, problem
 
 import distmm
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
-CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P, 19)]
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in grid_cs(a, 19)]
 REPEATS = 3
 
 

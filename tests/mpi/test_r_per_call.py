@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from families import grid_cs
 from mpi4py import MPI
 from oracle import check, problem
 
@@ -17,11 +18,10 @@ import distmm
 from distmm.core.dense import hashed_normal
 from distmm.core.layout import block_offsets
 from distmm.errors import InputError
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
-CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P)]
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in grid_cs(a)]
 OPS = ("sddmm", "spmm-a", "spmm-b")
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from families import grid_cs
 from mpi4py import MPI
 from oracle import problem
 
 import distmm
 from distmm.ops.rowwise import PHASE, row_dot, row_dot_words
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 
@@ -29,7 +29,7 @@ def test_row_dot_matches_global_rows(algorithm, shape):
     rng = np.random.default_rng(1)
     pairs = {"a": (rng.standard_normal((m, r)), rng.standard_normal((m, r))),
              "b": (rng.standard_normal((n, r)), rng.standard_normal((n, r)))}
-    for c in costmodel.valid_cs(algorithm, COMM.Get_size(), r):
+    for c in grid_cs(algorithm, r):
         obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
                                 root=None)
         for side, (Xg, Yg) in pairs.items():

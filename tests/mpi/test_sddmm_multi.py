@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 
 import distmm
 from distmm.algorithms.multivalue import sddmm_multi_words
 from distmm.errors import InputError
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
@@ -89,7 +89,7 @@ def _single_words(obj, S, r, seed):
 def test_every_family_uneven(algorithm, heads, F):
     S = _problem(13, 11)
     r = heads * F
-    for c in costmodel.valid_cs(algorithm, P, r):
+    for c in grid_cs(algorithm, r):
         # with overlap at H = 3 where the family offers it (the same counts)
         overlap = heads == 3 and distmm.algorithms.family(algorithm).supports_overlap
         obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
@@ -122,7 +122,7 @@ def test_words_equal_the_formula(algorithm, heads, F):
     m, n = 8 * P, 4 * P
     S = _problem(m, n, seed=4)
     r = heads * F
-    for c in costmodel.valid_cs(algorithm, P, r):
+    for c in grid_cs(algorithm, r):
         obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
                                 root=None, seed=1)
         for first in (True, False):   # the second call of a kind is not agreed again

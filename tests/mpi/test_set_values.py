@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 from oracle import check, problem
 
 import distmm
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 
@@ -31,7 +31,7 @@ def test_set_values_reaches_every_copy_of_s(algorithm):
     S2.sum_duplicates()
     coo = S2.tocoo()
     S2 = sp.coo_matrix((new_values(coo.row, coo.col), (coo.row, coo.col)), shape=S.shape)
-    for c in costmodel.valid_cs(algorithm, COMM.Get_size(), r):
+    for c in grid_cs(algorithm, r):
         obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
                                 root=None)
         A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from families import COMM, P, gathered, scattered
+from families import COMM, P, gathered, grid_cs, scattered
 from oracle import check, problem
 
 import distmm
@@ -19,7 +19,7 @@ from distmm.core.partition import default_method
 from distmm.perf import bench, costmodel
 
 NAME = SparseAware15D.name
-CS = costmodel.valid_cs(NAME, P)
+CS = grid_cs(NAME)
 PHASES = ("replication", "propagation", "reduction")
 RUNS = [(op, None) for op in ("sddmm", "spmm-a", "spmm-b")] + [
     (op, s) for op in ("fusedmm-a", "fusedmm-b") for s in SparseAware15D.strategies]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 from oracle import check, problem
 
@@ -41,7 +42,7 @@ def test_values_per_call_and_by_name(algorithm):
     S.sum_duplicates()
     coo = S.tocoo()
     S2 = sp.coo_matrix((other_values(coo.row, coo.col), (coo.row, coo.col)), shape=S.shape)
-    for c in costmodel.valid_cs(algorithm, COMM.Get_size(), r):
+    for c in grid_cs(algorithm, r):
         obj = distmm.distribute(S, COMM, algorithm=algorithm, c=c, r=r, dtype=np.float64,
                                 root=None)
         A_loc, B_loc = obj.scatter("a", A, root=None), obj.scatter("b", B, root=None)

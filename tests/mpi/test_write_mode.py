@@ -13,15 +13,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from families import grid_cs
 from mpi4py import MPI
 from oracle import check, problem
 
 import distmm
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
-CASES = [(a, c) for a in distmm.ALGORITHMS for c in costmodel.valid_cs(a, P)]
+CASES = [(a, c) for a in distmm.ALGORITHMS for c in grid_cs(a)]
 SHAPES = {
     "empty_rows": dict(m=23, n=17, density=0.2, empty_rows=True),
     "very_sparse": dict(m=13, n=29, density=0.02),

@@ -21,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 import torch
+from families import grid_cs
 from mpi4py import MPI
 
 import distmm
 from distmm.ops.groups import row_group_color
-from distmm.perf import costmodel
 
 COMM = MPI.COMM_WORLD
 
@@ -156,13 +156,14 @@ def problem(m: int, n: int, seed: int = 0, density: float = 0.35) -> sp.coo_matr
 
 
 def configs(r: int) -> list[tuple[str, int]]:
-    """(family, c) pairs to test at this p: every family, with c = 1 and the largest other
-    valid c (fewer gradcheck runs than every c; the layouts at c = 1 and at the deepest
-    replication bound the cases). Above 4 ranks (beyond the p = 1..4 the issue asks for, and
-    more ranks than this machine's cores) only the deepest replication of each family."""
+    """(family, c) pairs to test at this p: every family, with the smallest and the largest
+    c of :func:`families.grid_cs` (fewer gradcheck runs than every c; the layouts at c = 1
+    and at the deepest replication bound the cases, and from p = 4 on grid_cs leaves out the
+    grid shapes that p = 2 and 3 already gave). Above 4 ranks (beyond the p = 1..4 users are
+    promised, and more ranks than this machine's cores) only the deepest of them."""
     out = []
     for algorithm in distmm.ALGORITHMS:
-        cs = sorted(costmodel.valid_cs(algorithm, COMM.Get_size(), r))
+        cs = grid_cs(algorithm, r)
         chosen = {cs[0], cs[-1]} if COMM.Get_size() <= 4 else {cs[-1]}
         out.extend((algorithm, c) for c in sorted(chosen))
     return out
