@@ -1,25 +1,32 @@
 """Compile the kernels most processes of the tests call into numba's on-disk cache, once:
-``python tests/warm_numba_cache.py DTYPE`` (float32 or float64), one process per dtype.
+``python tests/warm_numba_cache.py PART...``, where a PART is ``reference``, a node model's
+name (``hash-spgemm``, ``sparch``, ...), ``gat`` or ``reader``, each in the dtypes the tests
+use. ``./tasks`` runs two processes side by side whose parts' compile times balance. Each
+part compiles its dtypes in turn in one process, so that its kernels that do not depend on
+the dtype (hash-spgemm's symbolic phase, the simulators' index kernels) compile once, not
+once in each of two processes at the same time.
 
 The serial tests start hundreds of processes (every rank of the ``mpiexec`` jobs of the CLI,
 watchdog and signal tests). With a cold cache, each of them compiles every kernel it calls
 until some process has written that kernel to the cache, so one kernel may be compiled by
-several ranks at once. ``./tasks test`` runs this first, the two dtypes side by side; the
-tests do not depend on it, only their time does.
+several ranks at once. ``./tasks test`` runs this first; the tests do not depend on it, only
+their time does.
 
-What it compiles: the reference model's five operations at every specialised width and at a
-generic one, on a block with int32 indices (what distributed blocks of the tests' sizes get;
-write and accumulate mode share one compiled kernel, the mode being a run-time flag); the
-other node models' five operations at one width and hash-spgemm's SpGEMM, with hash tables and
-with its dense accumulator (its kernels are the largest compile of the suite, which tests and
-the ranks of ``distmm spgemm`` and of the node-model tests would otherwise each do); and
-(float64 only) the Matrix Market parser; (float32 only, the experiments' dtype) one epoch of
-GAT training on the families the app-breakdown test runs. ``DISTMM_WARM_TIMES=1`` prints
-each part's CPU seconds.
+What each part compiles: ``reference``, the reference model's five operations at every
+specialised width and at a generic one, in float32 and float64, on a block with int32 indices
+(what distributed blocks of the tests' sizes get; write and accumulate mode share one compiled
+kernel, the mode being a run-time flag); a node model's name, its five operations at one
+width, and for ``hash-spgemm`` its SpGEMM too, with hash tables and with its dense accumulator
+(its kernels are the largest compile of the suite, which tests and the ranks of ``distmm
+spgemm`` and of the node-model tests would otherwise each do), float32 then float64;
+``gat``, one epoch of GAT training in float32 (the experiments' dtype) on the families the
+app-breakdown test runs; ``reader``, the Matrix Market parser. ``DISTMM_WARM_TIMES=1`` prints
+each part's CPU seconds per dtype.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -52,25 +59,25 @@ def warm_reference(dtype: np.dtype) -> None:
             getattr(model, op)(S, S.data, *dense, np.zeros(shape, dtype), accumulate=False)
 
 
-def warm_node_models(dtype: np.dtype) -> None:
-    """The other node models' five operations at one width, and hash-spgemm's SpGEMM with hash
-    tables and with its dense accumulator (its largest kernels: the serial tests, the ranks of
-    ``distmm spgemm`` and the node-model tests under MPI would each compile them)."""
+def warm_node_model(name: str, dtype: np.dtype) -> None:
+    """Node model ``name``'s five operations at one width, and for hash-spgemm its SpGEMM too,
+    with hash tables and with its dense accumulator (its largest kernels: the serial tests,
+    the ranks of ``distmm spgemm`` and the node-model tests under MPI would each compile
+    them)."""
     rng = np.random.default_rng(1)
     rows, cols = rng.integers(0, 9, 40), rng.integers(0, 7, 40)
     S = CSRBlock.from_coo(rows, cols, rng.standard_normal(40), (9, 7), dtype=dtype)
     r = 16
     A = rng.standard_normal((9, r)).astype(dtype)
     B = rng.standard_normal((7, r)).astype(dtype)
-    for name in NODE_MODELS:
-        if name == "reference":
-            continue
-        model = make_node_model(name)
-        model.sddmm(S, S.data, A, B, np.zeros(S.nnz, dtype))
-        model.spmm_a(S, S.data, B, np.zeros((9, r), dtype))
-        model.spmm_b(S, S.data, A, np.zeros((7, r), dtype))
-        model.fusedmm_a(S, S.data, A, B, np.zeros((9, r), dtype))
-        model.fusedmm_b(S, S.data, A, B, np.zeros((7, r), dtype))
+    model = make_node_model(name)
+    model.sddmm(S, S.data, A, B, np.zeros(S.nnz, dtype))
+    model.spmm_a(S, S.data, B, np.zeros((9, r), dtype))
+    model.spmm_b(S, S.data, A, np.zeros((7, r), dtype))
+    model.fusedmm_a(S, S.data, A, B, np.zeros((9, r), dtype))
+    model.fusedmm_b(S, S.data, A, B, np.zeros((7, r), dtype))
+    if name != "hash-spgemm":
+        return
     X = CSRBlock.from_coo(rows, cols, rng.standard_normal(40), (9, 9), dtype=dtype)
     for dense_max_bytes in (0, None):
         opts = {} if dense_max_bytes is None else {"dense_max_bytes": dense_max_bytes}
@@ -123,22 +130,29 @@ def warm_gat(dtype: np.dtype) -> None:
                 raise RuntimeError(f"distmm gat train {extra} exited {code}")
 
 
+# each part with the dtypes it compiles, in order: the reference kernels, every other node
+# model by its name, GAT and the reader
+PARTS = {
+    "reference": (warm_reference, ("float32", "float64")),
+    **{name: (functools.partial(warm_node_model, name), ("float32", "float64"))
+       for name in NODE_MODELS if name != "reference"},
+    "gat": (warm_gat, ("float32",)),
+    "reader": (warm_reader, ("float64",)),
+}
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] not in ("float32", "float64"):
-        print("usage: python tests/warm_numba_cache.py float32|float64", file=sys.stderr)
+    if not argv or any(part not in PARTS for part in argv):
+        print(f"usage: python tests/warm_numba_cache.py {{{'|'.join(PARTS)}}}...",
+              file=sys.stderr)
         return 2
-    dtype = np.dtype(argv[0])
-    parts = [warm_reference, warm_node_models]
-    if dtype == np.float64:
-        parts.append(warm_reader)
-    else:
-        parts.append(warm_gat)
-    for part in parts:
-        t0 = time.process_time()
-        part(dtype)
-        if os.environ.get("DISTMM_WARM_TIMES"):
-            print(f"{dtype} {part.__name__}: "
-                  f"{time.process_time() - t0:.1f} cpu-s", file=sys.stderr)
+    for part in argv:
+        warm, dtypes = PARTS[part]
+        for dtype in dtypes:
+            t0 = time.process_time()
+            warm(np.dtype(dtype))
+            if os.environ.get("DISTMM_WARM_TIMES"):
+                print(f"{part} {dtype}: {time.process_time() - t0:.1f} cpu-s", file=sys.stderr)
     return 0
 
 
