@@ -19,9 +19,9 @@ kernel, the mode being a run-time flag); a node model's name, its five operation
 width, and for ``hash-spgemm`` its SpGEMM too, with hash tables and with its dense accumulator
 (its kernels are the largest compile of the suite, which tests and the ranks of ``distmm
 spgemm`` and of the node-model tests would otherwise each do), float32 then float64;
-``gat``, one epoch of GAT training in float32 (the experiments' dtype) on the families the
-app-breakdown test runs; ``reader``, the Matrix Market parser. ``DISTMM_WARM_TIMES=1`` prints
-each part's CPU seconds per dtype.
+``gat``, one epoch of GAT training on the families the app-breakdown test runs, in float32
+(the experiments' dtype) and float64 (the dtype of the GAT tests under MPI); ``reader``, the
+Matrix Market parser. ``DISTMM_WARM_TIMES=1`` prints each part's CPU seconds per dtype.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def warm_gat(dtype: np.dtype) -> None:
     and 2.5D families: the GAT layer's own kernels (dropout, LeakyReLU and its gradient, the
     fused attention loop, the multi-head and head-segment SDDMM and SpMM), which both ranks of
     the app-breakdown test's GAT jobs (float32, the experiments' dtype) would otherwise each
-    compile."""
+    compile, and the one-rank stage of the MPI tests (float64) beside the serial tests."""
     import contextlib
     import io
     import json
@@ -136,7 +136,7 @@ PARTS = {
     "reference": (warm_reference, ("float32", "float64")),
     **{name: (functools.partial(warm_node_model, name), ("float32", "float64"))
        for name in NODE_MODELS if name != "reference"},
-    "gat": (warm_gat, ("float32",)),
+    "gat": (warm_gat, ("float32", "float64")),
     "reader": (warm_reader, ("float64",)),
 }
 

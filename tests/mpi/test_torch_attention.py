@@ -51,8 +51,11 @@ class Replicated(torch.autograd.Function):
 @pytest.mark.parametrize("heads, drop, pattern", [(3, 0.0, "base"), (1, 0.0, "loops"),
                                                   (2, 0.4, "loops")])
 def test_attention_gradcheck(algorithm, heads, drop, pattern):
-    """Full Jacobians of z, att_src and att_dst (global tensors every rank perturbs alike);
-    with dropout the mask is drawn from the same seed on every call."""
+    """The Jacobians of z, att_src and att_dst (global tensors every rank perturbs alike):
+    whole for 1.5D dense shifting's three-head case, and as random projections (gradcheck's
+    fast mode, a few collective calls instead of two per input entry) for the sparse-aware
+    family, the self-loops and dropout; with dropout the mask is drawn from the same seed on
+    every call."""
     from torch_global import GlobalLayout, global_tensor
     g = dt.graph(edges(), N, COMM, algorithm=algorithm)
     obj = g.obj(torch.float64, pattern)
@@ -70,7 +73,8 @@ def test_attention_gradcheck(algorithm, heads, drop, pattern):
                              drop)
         return lay.gather(y.reshape(-1, heads * C), "dense", "a")
 
-    assert torch.autograd.gradcheck(f, (Z, a_src, a_dst), eps=1e-6, atol=1e-7, rtol=1e-6)
+    assert torch.autograd.gradcheck(f, (Z, a_src, a_dst), eps=1e-6, atol=1e-7, rtol=1e-6,
+                                    fast_mode=(algorithm, pattern) != ("15d-dense-shift", "base"))
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
