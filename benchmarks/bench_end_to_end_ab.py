@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     with open(args.jsonl, "a") if args.jsonl else contextlib.nullcontext() as out:
         for rnd in range(args.rounds):
             # Odd rounds run the variants in reverse: on a large matrix the job that follows
-            # another measured up to 1.5x differently from the one that runs first.
+            # another finds the caches and the memory in the state the first one left.
             order = args.variants if rnd % 2 == 0 else args.variants[::-1]
             for matrix in args.matrices:
                 for variant in order:

@@ -112,19 +112,17 @@ PREFETCH_CONTIGUOUS = 2
 # rows are in cache already and the cursors are pure overhead
 PREFETCH_MIN_BYTES = 1 << 20
 # A C of more bytes than this (a quarter of the last-level cache here) is written with
-# non-temporal stores, which do not read each line into the cache before writing it.
-# Numeric phase, 2 threads: genes-pubmed[30000:40000] A^T (613 MB of C) 0.89x the time,
-# ER n=20000 0.89x, metis-mdual 0.92-0.95x (rows of about 12 keys). Every row of such a C
-# is streamed, short ones too: rows of fewer than 16 keys were once left plain, because
-# streaming them made metis-mdual 5x slower, but that was LLVM mixing streamed and plain
-# stores in one line (see _put), not the short rows. A smaller C stays in the cache for
-# whoever reads it next.
+# non-temporal stores, which do not read each line into the cache before writing it: such a C
+# would only evict the inputs on its way to memory. Every row of it is streamed, short ones
+# too; what once made short rows slow was LLVM mixing streamed and plain stores in one line
+# (see _put). A smaller C stays in the cache for whoever reads it next (docs/performance.md,
+# Decisions).
 STREAM_MIN_BYTES = 8 << 20
 # rows whose key range is at most this wide may be sorted through a bitmap (2 MiB per thread)
 BITMAP_SPAN_MAX = 1 << 24
 # per-thread budget of the dense accumulator (see hash_spgemm): about one core's L2 here. In
-# the numeric phase the random updates of the value array must hit the cache: metis-mdual's
-# 258569 columns (2.3 MB) ran 1.4x slower dense than hashed, ER n=100000 (0.9 MB) 1.35x faster.
+# the numeric phase the random updates of the value array must hit the cache, or the hash
+# tables' compact slots win (docs/performance.md, Decisions).
 DENSE_MAX_BYTES = 1 << 20
 # a dense-accumulator row with at least one key per this many columns is written out sorted by
 # scanning its column flags (MovieLens A A^T rows), sparser rows through a bitmap
@@ -133,8 +131,7 @@ DENSE_SCAN_COLS = 32
 TAG_BYTE_MAX_COLS = 24 << 10
 # where no order is needed (the symbolic count, unsorted output) the scan competes with the
 # per-product column tag or new-key list instead, and wins only for rows with about a key per
-# flag word: Cora A*A's rows of about 150 keys in 2708 columns ran 1.4x faster listed (numeric,
-# unsorted), genes-pubmed's of 8500 in 46898 faster scanned
+# flag word, whose scan reads few empty words (docs/performance.md, Decisions)
 COUNT_SCAN_COLS = 8
 
 
@@ -876,9 +873,8 @@ def _write_row(rkey, rslot, m, keys, vals, size, mask, span_max, passes, bitmap,
     counting/radix sort of (key << 32 | slot) pairs (_sort_row)."""
     if m <= 32:
         # short rows: each key's place is the number of smaller keys (branch-free compares
-        # over int32 keys that vectorise 8 wide; an insertion sort mispredicts at every step;
-        # int64 (key, slot) pairs measured 1.5x slower on metis-mdual, whose rows hold about
-        # 12 keys)
+        # over int32 keys that vectorise 8 wide, where int64 (key, slot) pairs would take
+        # twice the lanes; an insertion sort mispredicts at every step)
         for u in range(m):
             x = rkey[u]
             rank = 0

@@ -91,8 +91,7 @@ _ROW_COST = 1
 SPECIALISED_WIDTHS = (8, 16, 32, 64, 128)
 # (width, itemsize) pairs whose SpMM kernel takes a row's last entries in straight-line code
 # (see _spmm_kernel): float32 rows of 32, where the looped tail slowed graphs with a few
-# entries per row; elsewhere the two forms measured within noise or the loop ahead
-# (docs/performance.md)
+# entries per row; elsewhere the loop is as fast or faster (docs/performance.md, Decisions)
 _STRAIGHT_TAIL = frozenset({(32, 4)})
 
 
