@@ -16,7 +16,6 @@ import os
 
 import numpy as np
 import pytest
-from families import grid_cs
 from mpi4py import MPI
 from oracle import problem
 
@@ -69,7 +68,7 @@ FUSED = [("15d-dense-shift", {}, 1000), ("15d-dense-shift", {"overlap": True}, 3
 @pytest.mark.parametrize("algorithm,extra,calls", FUSED,
                          ids=[a + ("-overlap" if e else "") for a, e, _ in FUSED])
 def test_thousand_fusedmm_calls_do_not_grow_memory(algorithm, extra, calls):
-    cs = grid_cs(algorithm)
+    cs = costmodel.valid_cs(algorithm, P)
     if not cs:
         pytest.skip(f"{algorithm} has no valid c at p={P}")
     c = cs[-1]
