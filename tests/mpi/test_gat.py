@@ -30,11 +30,10 @@ from tests import gat_reference as ref
 
 COMM = MPI.COMM_WORLD
 P = COMM.Get_size()
-# 1.5D dense shifting's c, and every family's, that this p adds to the grid shapes of the
-# smaller rank counts (tests/mpi/families.py)
+# 1.5D dense shifting's c, and every family's (FAMILY_C), that this p adds to the grid shapes
+# of the smaller rank counts (tests/mpi/families.py)
 CS = grid_cs("15d-dense-shift")
-FAMILY_CS = FAMILY_C
-OTHER_CS = [(name, c) for name, c in FAMILY_CS if name != "15d-dense-shift"]
+OTHER_CS = [(name, c) for name, c in FAMILY_C if name != "15d-dense-shift"]
 N, FIN, CLASSES = 13, 5, 3
 
 
@@ -125,7 +124,7 @@ def test_gat_on_every_family_matches_reference(family, c, self_loops, dropout):
     _check_against_reference(family, c, "random", self_loops, dropout)
 
 
-@pytest.mark.parametrize("family,c", FAMILY_CS)
+@pytest.mark.parametrize("family,c", FAMILY_C)
 def test_layout_words_per_phase(family, c):
     """One training step's words in the whole-row layer's phases equal their formulas: the
     row-group all-gathers of the SpMM outputs (forward, A side) and of the S^T outputs
@@ -177,7 +176,7 @@ def test_layout_words_per_phase(family, c):
 @pytest.mark.parametrize("family,c,heads",
                          [("15d-dense-shift", c, (3, 2)) for c in CS]
                          + [("15d-dense-shift", 1, (12, 9))]
-                         + [(f, c, (3, 2)) for f, c in FAMILY_CS
+                         + [(f, c, (3, 2)) for f, c in FAMILY_C
                             if ALGORITHMS[f].splits_r])
 def test_repeated_steps_make_one_call_per_kind_and_match_the_reference(family, c, heads):
     """Training steps in a row (forward with dropout, backward, inference forward): every
@@ -278,7 +277,7 @@ def test_gat_refuses_rectangular_and_fused_off_dense_shift():
         distribute_graph(R if COMM.rank == 0 else None, COMM)
 
 
-@pytest.mark.parametrize("family,c", FAMILY_CS)
+@pytest.mark.parametrize("family,c", FAMILY_C)
 def test_layout_moves_rows_and_matches_the_closed_forms(family, c):
     """On a graph whose blocks are balanced (48 nodes), the whole-row transfer delivers every
     rank its other side's node rows (node ids as values), and the mean words per rank of the
