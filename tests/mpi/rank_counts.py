@@ -92,6 +92,7 @@ RANK_COUNTS: dict[str, tuple[int, ...]] = {
     # bitwise repeats at a fixed p: the reductions over fibers (c = 3) and rings (c = 1) at 3
     "test_determinism.py": BUILT,
     "test_als.py": BUILT,
+    "test_als_cli_input.py": BUILT,  # the command's refusals: one rank, and ranks 1 and 2 silent
     "test_cli.py": BUILT,
     "test_gat_cli.py": BUILT,
     "test_ops_gat_example.py": BUILT,
