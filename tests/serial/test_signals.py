@@ -6,7 +6,8 @@ way, sends a signal either to the launcher (which forwards it to every rank, as 
 every rank stops at the same safe point, the exit status is 128 + the signal's number, one
 ``distmm:`` line says where it stopped and what it wrote, no temporary file is left, the
 output is untouched, and a training driver's checkpoint resumes to results bit-identical to an
-uninterrupted run. Every launch has a timeout, so a rank that does not stop fails the test
+uninterrupted run (checked at 3 ranks: the checkpoint is the same file whichever signal and
+target stopped the job). Every launch has a timeout, so a rank that does not stop fails the test
 instead of hanging it.
 """
 
@@ -151,6 +152,8 @@ def test_als_stops_with_a_checkpoint_that_resumes_bit_identically(ratings, tmp_p
     _no_temporaries(tmp_path)
     assert _factors(ck)[2] == stopped
 
+    if p == 2:  # the resume, whichever signal wrote the checkpoint: at 3 ranks (uneven split)
+        return
     # Resumed to two more epochs == two more epochs without the interruption, bit for bit.
     total = str(stopped + 2)
     resumed, straight = tmp_path / "resumed.h5", tmp_path / "straight.h5"
@@ -221,6 +224,8 @@ def test_gat_train_stops_with_a_checkpoint_that_resumes_bit_identically(graph, t
     stopped = int(re.search(r"after epoch (\d+)", lines[0]).group(1))
     assert not out.exists()
     _no_temporaries(tmp_path)
+    if p == 2:  # the resume, whichever signal wrote the checkpoint: at 3 ranks (uneven split)
+        return
 
     total = str(stopped + 2)
     resumed, straight = tmp_path / "resumed.h5", tmp_path / "straight.h5"
