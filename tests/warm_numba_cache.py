@@ -1,7 +1,8 @@
 """Compile the kernels most processes of the tests call into numba's on-disk cache, once:
 ``python tests/warm_numba_cache.py PART...``, where a PART is ``reference``, a node model's
-name (``hash-spgemm``, ``sparch``, ...), ``gat`` or ``reader``, each in the dtypes the tests
-use. ``./tasks`` runs two processes side by side whose parts' compile times balance. Each
+name (``hash-spgemm``, ``sparch``, ...), ``gat``, ``layers`` or ``reader``, each in the
+dtypes the tests use; ``--group K`` compiles the parts of :data:`GROUPS`'s K-th group.
+``./tasks`` runs one process per group side by side: the groups' compile times balance. Each
 part compiles its dtypes in turn in one process, so that its kernels that do not depend on
 the dtype (hash-spgemm's symbolic phase, the simulators' index kernels) compile once, not
 once in each of two processes at the same time.
@@ -20,8 +21,10 @@ width, and for ``hash-spgemm`` its SpGEMM too, with hash tables and with its den
 (its kernels are the largest compile of the suite, which tests and the ranks of ``distmm
 spgemm`` and of the node-model tests would otherwise each do), float32 then float64;
 ``gat``, one epoch of GAT training on the families the app-breakdown test runs, in float32
-(the experiments' dtype) and float64 (the dtype of the GAT tests under MPI); ``reader``, the
-Matrix Market parser. ``DISTMM_WARM_TIMES=1`` prints each part's CPU seconds per dtype.
+(the experiments' dtype) and float64 (the dtype of the GAT tests under MPI); ``layers``, what
+the edge operations, distmm.torch's GAT port and Sputnik's tests under MPI reach beyond that
+(:func:`warm_layers`); ``reader``, the Matrix Market parser. ``DISTMM_WARM_TIMES=1`` prints
+each part's CPU seconds per dtype.
 """
 
 from __future__ import annotations
@@ -130,6 +133,38 @@ def warm_gat(dtype: np.dtype) -> None:
                 raise RuntimeError(f"distmm gat train {extra} exited {code}")
 
 
+def warm_layers(dtype: np.dtype) -> None:
+    """Kernels that ranks of the MPI stages would each compile at once, in the dtypes and
+    widths those tests reach: the segment sum and maximum (the edge operations; float64 at 2
+    ranks, float32 at 3), the multi-head SpMM and SDDMM at 8 columns per head (distmm.torch's
+    GAT port, float32 at 2 ranks) and Sputnik's SpMM at tile widths 4 and 8 (the node-model
+    and ALS tests, float64 at 3 ranks)."""
+    from distmm.kernels.multivalue import prepare_sddmm_multi, spmm_multi_block
+    from distmm.ops.segment_reduce import MIN_PARALLEL_VALUES, segment_reduce
+
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((MIN_PARALLEL_VALUES, 2)).astype(dtype)
+    starts = np.arange(0, xs.shape[0], 7, dtype=np.int64)
+    for ufunc in (np.add, np.maximum):
+        segment_reduce(ufunc, xs, starts)
+    rows, cols = rng.integers(0, 9, 40), rng.integers(0, 7, 40)
+    S = CSRBlock.from_coo(rows, cols, rng.standard_normal(40), (9, 7), dtype=dtype)
+    if dtype == np.float32:
+        heads, F = 2, 8
+        V = rng.standard_normal((heads, S.nnz)).astype(dtype)
+        X = rng.standard_normal((7, heads * F)).astype(dtype)
+        spmm_multi_block(None, "spmm_multi_a", S, V, 0, X, np.zeros((9, heads * F), dtype),
+                         heads)
+        A = rng.standard_normal((9, heads * F)).astype(dtype)
+        out = np.zeros((S.nnz, heads), dtype)
+        prepare_sddmm_multi(ReferenceModel(), S, S.data, A, X, out)(S.data, A, X, out)
+    else:
+        for tile_width in (4, 8):
+            B = rng.standard_normal((7, tile_width)).astype(dtype)
+            make_node_model("sputnik", tile_width=tile_width).spmm_a(
+                S, S.data, B, np.zeros((9, tile_width), dtype))
+
+
 # each part with the dtypes it compiles, in order: the reference kernels, every other node
 # model by its name, GAT and the reader
 PARTS = {
@@ -137,14 +172,25 @@ PARTS = {
     **{name: (functools.partial(warm_node_model, name), ("float32", "float64"))
        for name in NODE_MODELS if name != "reference"},
     "gat": (warm_gat, ("float32", "float64")),
+    "layers": (warm_layers, ("float32", "float64")),
     "reader": (warm_reader, ("float64",)),
 }
 
 
+# the parts of each process ./tasks starts, in two groups of about equal compile time:
+# hash-spgemm's SpGEMM (the largest part) with the simulators and the layers' kernels, and
+# the reference model's widths with GAT's and the rest (DISTMM_WARM_TIMES=1 shows each part)
+GROUPS = (("hash-spgemm", "sparch", "dynaspase", "layers"),
+          ("reference", "sputnik", "gat", "reader"))
+assert sorted(p for g in GROUPS for p in g) == sorted(PARTS), "every part in one group"
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--group" and argv[1] in map(str, range(len(GROUPS))):
+        argv = list(GROUPS[int(argv[1])])
     if not argv or any(part not in PARTS for part in argv):
-        print(f"usage: python tests/warm_numba_cache.py {{{'|'.join(PARTS)}}}...",
-              file=sys.stderr)
+        print(f"usage: python tests/warm_numba_cache.py {{{'|'.join(PARTS)}}}... | --group "
+              f"{{{'|'.join(map(str, range(len(GROUPS))))}}}", file=sys.stderr)
         return 2
     for part in argv:
         warm, dtypes = PARTS[part]
