@@ -339,16 +339,36 @@ def machine_code(dispatcher, args: tuple) -> Callable[..., Any] | None:
     converted, but not checked: the caller must pass only arguments of those very types
     (dtype, dimensions, layout, and the :data:`TYPED_FLAGS`), as a prepared kernel call
     (:meth:`~distmm.kernels.base.NodeModel.prepare`) is only ever called."""
-    from numba import typeof
-
     overloads = getattr(dispatcher, "overloads", None)  # none under NUMBA_DISABLE_JIT=1
     if overloads is None:
         return None
     try:
-        sig = tuple(typeof(a) for a in args)
+        sig = tuple(map(_numba_type, args))
     except (TypeError, ValueError):
         return None
     return getattr(overloads.get(sig), "entry_point", None)
+
+
+# numba type of a plain ndarray by everything numba's typeof reads of it (dtype, dimensions,
+# layout, writeable, aligned); typeof itself builds the type anew, which made it most of a
+# kernel's first call (NodeModel.prepare on every new block and width)
+_ARRAY_TYPES: dict[tuple, Any] = {}
+
+
+def _numba_type(x: Any) -> Any:
+    """``numba.typeof(x)``, from a memo for plain ndarrays. Not collective."""
+    if type(x) is np.ndarray:
+        flags = x.flags
+        key = (x.dtype, x.ndim, flags.c_contiguous, flags.f_contiguous, flags.num & TYPED_FLAGS)
+        found = _ARRAY_TYPES.get(key)
+        if found is None:
+            from numba import typeof
+
+            found = _ARRAY_TYPES[key] = typeof(x)
+        return found
+    from numba import typeof
+
+    return typeof(x)
 
 
 def thread_count() -> int:

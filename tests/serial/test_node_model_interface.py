@@ -214,6 +214,31 @@ def test_machine_code_is_the_dispatchers_code_for_exactly_those_types():
     assert machine_code(axpy.py_func, (2.0, x, y, 1)) is None  # no dispatcher (no JIT)
 
 
+def test_memoised_argument_types_are_numbas():
+    """machine_code types plain ndarrays from a memo: the same type numba's typeof gives, for
+    each dtype, dimension count, layout, read-only and unaligned array, in any order of
+    first sight (a memo keyed on less would hand the first array's type to the next)."""
+    from numba import typeof
+
+    from distmm.kernels import numba_util
+
+    raw = np.zeros(8 * 12 + 1, dtype=np.uint8)
+    unaligned = np.ndarray((12,), np.float64, buffer=raw, offset=1)
+    readonly = np.arange(6.0)
+    readonly.flags.writeable = False
+    arrays = [np.zeros(3), np.zeros(3, np.float32), np.zeros((3, 4)), np.zeros((3, 4), order="F"),
+              np.zeros((3, 4))[:, ::2], np.zeros((3, 4))[:, :1], np.zeros((1, 4), order="F"),
+              np.zeros(()), np.zeros(5)[::2], np.zeros(3, np.int32), np.zeros(3, np.uint32),
+              np.zeros(2, np.complex128), np.zeros(3, bool), readonly, unaligned,
+              np.zeros((2, 3, 4)).transpose(1, 0, 2)]
+    for order in (arrays, arrays[::-1]):
+        numba_util._ARRAY_TYPES.clear()
+        for a in order:
+            assert numba_util._numba_type(a) == typeof(a), a
+    assert numba_util._numba_type(np.int32(3)) == typeof(np.int32(3))  # not memoised
+    assert numba_util._numba_type(2**63) == typeof(2**63)
+
+
 @pytest.mark.parametrize("op", ["spmm_a", "sddmm", "fusedmm_a"])
 def test_a_prepared_call_runs_its_first_calls_machine_code(op, monkeypatch):
     """A prepared reference call goes through numba's dispatcher once and then calls the
