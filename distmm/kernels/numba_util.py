@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from llvmlite import ir
 from llvmlite.binding import llvm_version_info
-from numba import njit, prange, types
+from numba import njit, prange, typeof, types
 from numba.core import cgutils
 from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
@@ -362,12 +362,8 @@ def _numba_type(x: Any) -> Any:
         key = (x.dtype, x.ndim, flags.c_contiguous, flags.f_contiguous, flags.num & TYPED_FLAGS)
         found = _ARRAY_TYPES.get(key)
         if found is None:
-            from numba import typeof
-
             found = _ARRAY_TYPES[key] = typeof(x)
         return found
-    from numba import typeof
-
     return typeof(x)
 
 
