@@ -1,8 +1,9 @@
 """Compile the kernels most processes of the tests call into numba's on-disk cache, once:
 ``python tests/warm_numba_cache.py PART...``, where a PART is ``reference``, a node model's
 name (``hash-spgemm``, ``sparch``, ...), ``gat``, ``layers`` or ``reader``, each in the
-dtypes the tests use; ``--group K`` compiles the parts of :data:`GROUPS`'s K-th group.
-``./tasks`` runs one process per group side by side: the groups' compile times balance. Each
+dtypes the tests use; ``--group K`` compiles the parts of :data:`GROUPS`'s K-th group, and
+``--all`` (what ``./tasks`` runs) every group, one process each side by side: the groups'
+compile times balance. Each
 part compiles its dtypes in turn in one process, so that its kernels that do not depend on
 the dtype (hash-spgemm's symbolic phase, the simulators' index kernels) compile once, not
 once in each of two processes at the same time.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -186,11 +188,15 @@ assert sorted(p for g in GROUPS for p in g) == sorted(PARTS), "every part in one
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["--all"]:
+        procs = [subprocess.Popen([sys.executable, __file__, "--group", str(k)])
+                 for k in range(len(GROUPS))]
+        return 1 if any([proc.wait() for proc in procs]) else 0
     if len(argv) == 2 and argv[0] == "--group" and argv[1] in map(str, range(len(GROUPS))):
         argv = list(GROUPS[int(argv[1])])
     if not argv or any(part not in PARTS for part in argv):
         print(f"usage: python tests/warm_numba_cache.py {{{'|'.join(PARTS)}}}... | --group "
-              f"{{{'|'.join(map(str, range(len(GROUPS))))}}}", file=sys.stderr)
+              f"{{{'|'.join(map(str, range(len(GROUPS))))}}} | --all", file=sys.stderr)
         return 2
     for part in argv:
         warm, dtypes = PARTS[part]
