@@ -7,6 +7,7 @@ through ``mpiexec`` and the console script is tests/serial/test_als_cli.py's."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,7 +63,7 @@ def _write(path: str, data: bytes) -> None:
 
 
 def _read(path: str) -> bytes | None:
-    return open(path, "rb").read() if os.path.exists(path) else None
+    return Path(path).read_bytes() if os.path.exists(path) else None
 
 
 @pytest.mark.parametrize("case", [
