@@ -3,8 +3,9 @@ result (docs/reliability.md, "Python API: ranks in different calls"): each call'
 point-to-point messages carry its own tag and are checked for the size the call expects, and
 the first collective of each call on each communicator compares the ranks' calls. So the job
 either raises one clear InputError on every rank or hangs where the watchdog names the phase.
-Every family, at c = 1 and at a c with fiber collectives, at p = 2, 3 and 4; ranks that differ
-in the operation, in FusedMM's strategy, or in the width r."""
+Every family at each c its grid allows at p = 2, at c = 1 and c = 3 at p = 3, and at p = 4 at
+the c whose grid p = 2 and 3 do not already give (the 2D grid of the 2.5D families, 1.5D layers
+of two ranks); ranks that differ in the operation, in FusedMM's strategy, or in the width r."""
 
 from __future__ import annotations
 
@@ -35,22 +36,34 @@ def _cases():
     """(p, family, c, checks, case): at p = 2 every family at each c its grid allows, every
     case, the checks in turns (both policies skip the agreement after the first call, so
     they meet the same comparison: each case under one, each policy over the cases); at
-    p = 3 and 4 every family at its largest c (fiber collectives) and, where that is not 1,
-    at c = 1 (shifts only): widths, and the operation or the strategy in turns, the checks in
-    turns."""
+    p = 3 every family at c = 3 (fiber collectives of three ranks) and, where its grid
+    allows, at c = 1 (a ring of three): widths, and the operation or the strategy in turns,
+    the checks in turns; at p = 4 every family at the c of the grid shape that p = 2 and 3 do
+    not give (tests/mpi/families.py's rule: neither layers of one rank, c = p, nor one ring
+    of every rank): one way to differ each, the ways and the checks in turns over the
+    families. Each case that hangs costs a job of four ranks of its own."""
     out = []
-    for name, family in distmm.ALGORITHMS.items():
+    for f, (name, family) in enumerate(distmm.ALGORITHMS.items()):
         kinds = ["op", "width"] + (["strategy"] if len(family.strategies) > 1 else [])
         for j, c in enumerate(costmodel.valid_cs(name, 2)):
             out += [(2, name, c, ("once", "off")[(i + j) % 2], kind)
                     for i, kind in enumerate(kinds)]
         others = [kind for kind in kinds if kind != "width"]
+        ring = family.model.grid_allows(3, 1)  # c = 1 is one ring of every rank
         for p in (3, 4):
-            cs = sorted({1, costmodel.valid_cs(name, p)[-1]} & set(costmodel.valid_cs(name, p)))
+            valid = costmodel.valid_cs(name, p)
+            if p == 3:
+                cs = sorted({1, valid[-1]} & set(valid))
+            else:
+                cs = [c for c in valid if c != p and not (c == 1 and ring)]
             for k, c in enumerate(cs):
-                out.append((p, name, c, ("once", "off")[(p + k) % 2], "width"))
-                out.append((p, name, c, ("off", "once")[(p + k) % 2],
-                            others[(p + k) % len(others)]))
+                if p == 3:
+                    out.append((p, name, c, ("once", "off")[(p + k) % 2], "width"))
+                    out.append((p, name, c, ("off", "once")[(p + k) % 2],
+                                others[(p + k + f) % len(others)]))
+                else:  # one way to differ per shape, the ways in turns over the families
+                    out.append((p, name, c, ("once", "off")[(k + f) % 2],
+                                kinds[(k + f) % len(kinds)]))
     # a block gathered at two widths (a raw MPI gather, compared before it), every family
     out += [(p, name, costmodel.valid_cs(name, p)[0], ("once", "off")[p % 2], "gather")
             for p in (2, 3) for name in distmm.ALGORITHMS]
