@@ -4,7 +4,7 @@ ARGS go to pytest (e.g. ``tests/mpi -q``). Only rank 0 prints pytest's report: t
 stdout goes to /dev/null, their stderr stays, so crashes and harness messages from any rank
 are seen. The lock-step harness itself (one outcome for all ranks, timeouts) is
 tests/mpi/conftest.py. pytest's cache plugin is off: the ranks would race on .pytest_cache;
-so is Hypothesis's, which no MPI test uses.
+so are Hypothesis's, which no MPI test uses, and the logging plugin, as nothing logs.
 
 Exit status: pytest's, the same on every rank. "No tests collected" (5) is an error, as it
 usually means a wrong path or -k; pass --allow-empty to turn it into success.
@@ -46,8 +46,11 @@ def main(argv: list[str]) -> int:
 
     # Hypothesis's plugin (no test under MPI uses it) costs each process a few ms per test
     # and more than a second at the end of the session: with 8 ranks on 2 cores that was a
-    # third of the time of a test that does little.
-    code = int(pytest.main(["-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args]))
+    # third of the time of a test that does little. pytest's logging plugin has nothing to
+    # capture (neither distmm nor its tests log), yet before every phase of every test it
+    # attaches its handlers to each logger that does not propagate, and PyTorch makes dozens.
+    code = int(pytest.main(["-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                            "-p", "no:logging", *args]))
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         if allow_empty:
             code = 0
