@@ -49,21 +49,15 @@ def _cases():
             out += [(2, name, c, ("once", "off")[(i + j) % 2], kind)
                     for i, kind in enumerate(kinds)]
         others = [kind for kind in kinds if kind != "width"]
+        valid = costmodel.valid_cs(name, 3)
+        for k, c in enumerate(sorted({1, valid[-1]} & set(valid))):
+            out.append((3, name, c, ("once", "off")[(3 + k) % 2], "width"))
+            out.append((3, name, c, ("off", "once")[(3 + k) % 2],
+                        others[(3 + k + f) % len(others)]))
         ring = family.model.grid_allows(3, 1)  # c = 1 is one ring of every rank
-        for p in (3, 4):
-            valid = costmodel.valid_cs(name, p)
-            if p == 3:
-                cs = sorted({1, valid[-1]} & set(valid))
-            else:
-                cs = [c for c in valid if c != p and not (c == 1 and ring)]
-            for k, c in enumerate(cs):
-                if p == 3:
-                    out.append((p, name, c, ("once", "off")[(p + k) % 2], "width"))
-                    out.append((p, name, c, ("off", "once")[(p + k) % 2],
-                                others[(p + k + f) % len(others)]))
-                else:  # one way to differ per shape, the ways in turns over the families
-                    out.append((p, name, c, ("once", "off")[(k + f) % 2],
-                                kinds[(k + f) % len(kinds)]))
+        fresh = [c for c in costmodel.valid_cs(name, 4) if c != 4 and not (c == 1 and ring)]
+        for k, c in enumerate(fresh):  # one way to differ each, in turns over the families
+            out.append((4, name, c, ("once", "off")[(k + f) % 2], kinds[(k + f) % len(kinds)]))
     # a block gathered at two widths (a raw MPI gather, compared before it), every family
     out += [(p, name, costmodel.valid_cs(name, p)[0], ("once", "off")[p % 2], "gather")
             for p in (2, 3) for name in distmm.ALGORITHMS]
