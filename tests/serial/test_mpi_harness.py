@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_env import mpi_env
+from launch_env import TIMER_SLACK_NS, mpi_env
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "harness_cases"
@@ -39,6 +39,16 @@ def run_case(case: str, *args: str, tmpdir: Path, hang_timeout: float | None = N
 def show(proc) -> str:
     return (f"exit {proc.returncode} after {proc.elapsed:.1f} s\n"
             f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/timerslack_ns").exists(),
+                    reason="needs Linux's /proc/PID/timerslack_ns")
+def test_launched_ranks_sleep_with_the_coarse_timer_slack():
+    """tests/serial/conftest.py coarsens the timer slack; every rank of a job inherits it."""
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-c",
+           "print(open('/proc/self/timerslack_ns').read().strip())"]
+    proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == [str(TIMER_SLACK_NS)] * 2, (proc.stdout, proc.stderr)
 
 
 def test_passing_run_exits_0_with_one_report(tmp_path):
