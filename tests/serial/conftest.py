@@ -19,12 +19,17 @@ from launch_env import coarsen_timer_slack  # noqa: E402
 # before any thread or job starts: every job the tests launch inherits it (launch_env.py)
 coarsen_timer_slack()
 
-# The modules whose tests mostly wait (on the jobs they launch, a watchdog's timeout, Slurm)
-# and take longest, run first: pytest-xdist hands whole files to its workers in collection
-# order (./tasks test passes --no-loadscope-reorder), and a long file started last would
-# leave one worker running it alone at the end.
-FIRST = ("test_call_mismatch.py", "test_signals.py", "test_slurm.py", "test_mpi_harness.py",
-         "test_als_cli.py", "test_experiments.py", "test_mpmd.py", "test_watchdog.py")
+# The longest modules run first, longest first: pytest-xdist hands whole files to its workers
+# in collection order (./tasks test passes --no-loadscope-reorder), and a long file started
+# last would leave one worker running it alone at the end. First those whose tests mostly
+# wait (on the jobs they launch, a watchdog's timeout, Slurm), then those that compute; the
+# short files fill the end.
+FIRST = ("test_watchdog.py", "test_call_mismatch.py", "test_signals.py", "test_slurm.py",
+         "test_mpi_harness.py", "test_mpmd.py", "test_rank_threads.py", "test_als_cli.py",
+         "test_sputnik.py", "test_benchmarks.py", "test_end_to_end.py", "test_experiments.py",
+         "test_determinism_threads.py", "test_blocks_and_model.py", "test_fuzz_readers.py",
+         "test_reference_kernels.py", "test_hash_spgemm_cuda.py", "test_pairwise_setting.py")
+assert all((Path(__file__).parent / name).is_file() for name in FIRST), "FIRST names a lost file"
 
 
 def pytest_collection_modifyitems(items):
