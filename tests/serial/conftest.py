@@ -21,10 +21,11 @@ coarsen_timer_slack()
 
 # The longest modules run first, longest first: pytest-xdist hands whole files to its workers
 # in collection order (./tasks test passes --no-loadscope-reorder), and a long file started
-# last would leave one worker running it alone at the end. First those whose tests mostly
-# wait (on the jobs they launch, a watchdog's timeout, Slurm), then those that compute; the
+# last would leave one worker running it alone at the end. First those that launch jobs and
+# wait on them (a watchdog's timeout, a signal, Slurm), test_signals.py, whose jobs compute,
+# second, so that the two workers do not start both waiting; then those that compute; the
 # short files fill the end.
-FIRST = ("test_watchdog.py", "test_call_mismatch.py", "test_signals.py", "test_slurm.py",
+FIRST = ("test_watchdog.py", "test_signals.py", "test_call_mismatch.py", "test_slurm.py",
          "test_mpi_harness.py", "test_mpmd.py", "test_rank_threads.py", "test_als_cli.py",
          "test_sputnik.py", "test_benchmarks.py", "test_end_to_end.py", "test_experiments.py",
          "test_determinism_threads.py", "test_blocks_and_model.py", "test_fuzz_readers.py",
