@@ -8,13 +8,12 @@ The workers' timer slack is coarsened (launch_env.coarsen_timer_slack), for the 
 """
 
 import os
-import sys
 from pathlib import Path
 
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# pytest puts this directory on the import path before it imports this file, as for the tests
+from launch_env import coarsen_timer_slack
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launch_env import coarsen_timer_slack  # noqa: E402
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 # before any thread or job starts: every job the tests launch inherits it (launch_env.py)
 coarsen_timer_slack()
